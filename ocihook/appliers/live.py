@@ -1,0 +1,420 @@
+"""Hook mode: apply a plan to a container that the runtime is creating.
+
+:func:`inject` runs as a ``prestart`` or ``createRuntime`` hook (runtime namespaces, host
+pid of the container init in the state JSON), and does what libnvidia-container's
+``nvidia-container-cli configure`` does:
+
+1. adds cgroup v1 ``devices.allow`` rules for exactly the planned device nodes;
+2. in the host mount namespace, clones each driver library into a detached mount
+   (``open_tree(OPEN_TREE_CLONE)``) and makes it read-only, nosuid, nodev
+   (``mount_setattr``) — the sources are resolved on the host, never in the container;
+3. enters the container's mount namespace (``setns``) and, with every path resolved
+   *inside* the rootfs (``openat2(RESOLVE_IN_ROOT)``, see :mod:`ocihook.pathsafe`):
+   creates the device nodes, attaches the library mounts onto new empty files
+   (``move_mount``), creates the soname links and rewrites ``/etc/ld.so.cache`` with the
+   libraries added (:mod:`ocihook.ldcache`) — nothing from the container's rootfs is ever
+   executed, and the container's environment is never used;
+4. returns to the host mount namespace.
+
+If any step fails, everything done so far is undone (mounts detached, nodes, links and
+files removed, ``ld.so.cache`` restored, cgroup rules denied again) and
+:class:`~ocihook.errors.ApplyError` is raised; the runtime then aborts the start.
+
+:func:`create_symlinks_hook` and :func:`update_ldcache_hook` are the ``createContainer``
+hooks that spec mode registers; they run in the container's mount namespace already.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+
+from .. import ldcache
+from ..bundle import Bundle, State
+from ..errors import ApplyError, OcihookError, RequestError
+from ..hostroot import HostRoot
+from ..plan import CgroupRule, Plan, make_plan
+from ..request import Request
+
+__all__ = [
+    "create_symlinks_hook",
+    "device_cgroup_dir",
+    "inject",
+    "update_ldcache_hook",
+    "write_ldcache",
+]
+
+_Undo = Callable[[], None]
+
+
+def _proc_path(root: HostRoot, pid: int, name: str) -> str:
+    return root.proc(f"{pid}/{name}")
+
+
+def device_cgroup_dir(pid: int, *, proc: str = "/proc") -> str:
+    """Host directory of the cgroup v1 ``devices`` controller that ``pid`` belongs to.
+
+    Reads ``<proc>/<pid>/cgroup`` (the ``devices`` line) and ``<proc>/self/mountinfo``
+    (where the ``devices`` hierarchy is mounted; ``proc(5)``).
+
+    Raises:
+        ApplyError: no cgroup v1 ``devices`` controller (a pure cgroup v2 host, which needs
+            the eBPF device program support of a later version; use spec mode or
+            ``--no-cgroups``), or the files cannot be read.
+    """
+    cgroup_file = f"{proc}/{pid}/cgroup"
+    try:
+        with open(cgroup_file) as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        raise ApplyError(f"cannot read the container's cgroup: {e.strerror}", path=cgroup_file)
+    rel = None
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) == 3 and "devices" in parts[1].split(","):
+            rel = parts[2]
+            break
+    if rel is None:
+        raise ApplyError(
+            "the container has no cgroup v1 devices controller",
+            path=cgroup_file,
+            hint="on a cgroup v2 host use spec mode (ocihook edit), or --no-cgroups",
+        )
+    mountinfo = f"{proc}/self/mountinfo"
+    try:
+        with open(mountinfo) as f:
+            mounts = f.read().splitlines()
+    except OSError as e:
+        raise ApplyError(f"cannot read mountinfo: {e.strerror}", path=mountinfo) from None
+    for line in mounts:
+        left, sep, right = line.partition(" - ")
+        if not sep:
+            continue
+        fields = left.split()
+        fstype, _source, *opts = right.split()
+        if fstype == "cgroup" and opts and "devices" in opts[0].split(","):
+            mount_root, mount_point = fields[3], fields[4]
+            # The hierarchy's root seen through this mount is mount_root.
+            if rel.startswith(mount_root.rstrip("/") + "/") or rel == mount_root:
+                rel_in = rel[len(mount_root.rstrip("/")) :]
+            else:
+                rel_in = rel
+            return os.path.normpath(mount_point + "/" + rel_in.lstrip("/"))
+    raise ApplyError(
+        "the cgroup v1 devices hierarchy is not mounted",
+        path=mountinfo,
+        hint="use --no-cgroups, or spec mode (ocihook edit)",
+    )
+
+
+def _rule_text(rule: CgroupRule) -> str:
+    major = "*" if rule.major is None else str(rule.major)
+    minor = "*" if rule.minor is None else str(rule.minor)
+    return f"{rule.type} {major}:{minor} {rule.access}"
+
+
+def _write_cgroup(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def _allow_devices(cgroup_dir: str, rules: Sequence[CgroupRule], undo: list[_Undo]) -> None:
+    allow = os.path.join(cgroup_dir, "devices.allow")
+    deny = os.path.join(cgroup_dir, "devices.deny")
+    for rule in rules:
+        text = _rule_text(rule)
+        try:
+            _write_cgroup(allow, text)
+        except OSError as e:
+            raise ApplyError(
+                f"cannot allow device {text!r}: {e.strerror}", path=allow
+            ) from None
+        undo.append(lambda t=text: _write_cgroup(deny, t))
+
+
+def _run_undo(undo: list[_Undo]) -> None:
+    for fn in reversed(undo):
+        try:
+            fn()
+        except OSError:
+            pass  # best effort: the runtime tears the container down after a failed hook
+    undo.clear()
+
+
+def write_ldcache(root_fd: int, libraries: Sequence[str]) -> bytes | None:
+    """Enter ``libraries`` in the container's ``/etc/ld.so.cache``, keeping its entries.
+
+    Args:
+        root_fd: ``O_PATH`` fd of the container rootfs.
+        libraries: container paths of libraries (soname links or files) to add; each is
+            opened inside the rootfs and its soname, class and machine read with
+            pyelftools (never loaded or executed).
+
+    Returns:
+        The previous cache bytes (``None`` when there was none), for rollback.
+
+    Raises:
+        ApplyError: a library cannot be opened or is not an ELF shared object, or the
+            cache cannot be written. A malformed existing cache is replaced, not merged.
+    """
+    from .. import pathsafe
+    from ..elf import read_elf_info_fd
+
+    added: list[ldcache.CacheEntry] = []
+    for lib in libraries:
+        try:
+            fd = pathsafe.open_in_root(root_fd, lib, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as e:
+            raise ApplyError(f"cannot open library: {e.strerror}", path=lib) from None
+        try:
+            info = read_elf_info_fd(fd, path=lib)
+        finally:
+            os.close(fd)
+        soname = info.soname or os.path.basename(lib)
+        directory = os.path.dirname(lib)
+        added.append(ldcache.CacheEntry(soname, f"{directory}/{soname}", info.abi_flags))
+    old: bytes | None
+    try:
+        fd = pathsafe.open_in_root(root_fd, "/etc/ld.so.cache", os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        old = None
+    except OSError as e:
+        raise ApplyError(f"cannot open ld.so.cache: {e.strerror}", path="/etc/ld.so.cache")
+    else:
+        with os.fdopen(fd, "rb") as f:
+            old = f.read(64 << 20)
+    existing: tuple[ldcache.CacheEntry, ...] = ()
+    if old:
+        try:
+            existing = ldcache.parse(old, path="/etc/ld.so.cache")
+        except OcihookError:
+            existing = ()
+    data = ldcache.build(ldcache.merge(existing, added))
+    pathsafe.makedirs_in_root(root_fd, "/etc")
+    pathsafe.write_file_in_root(root_fd, "/etc/ld.so.cache", data, 0o644)
+    return old
+
+
+def _parse_links(links: Sequence[str]) -> list[tuple[str, str]]:
+    out = []
+    for spec in links:
+        target, sep, link = spec.partition("::")
+        if not sep or not target or not link.startswith("/"):
+            raise ApplyError(
+                "a link must be TARGET::LINK with an absolute LINK", field="--link", value=spec
+            )
+        out.append((target, link))
+    return out
+
+
+def create_symlinks_hook(bundle: Bundle, links: Sequence[str]) -> None:
+    """createContainer hook: create ``TARGET::LINK`` links inside the bundle's rootfs.
+
+    Runs in the container's mount namespace before ``pivot_root``, so the rootfs is at
+    its host path. Every link is made relative to an in-root directory fd.
+
+    Raises:
+        ApplyError: malformed ``--link``, or a link that cannot be created (a regular file
+            in the way, a hostile path); links already made are removed again.
+    """
+    from .. import pathsafe
+
+    pairs = _parse_links(links)
+    root_fd = pathsafe.open_root(bundle.rootfs)
+    done: list[str] = []
+    try:
+        for target, link in pairs:
+            pathsafe.makedirs_in_root(root_fd, os.path.dirname(link))
+            pathsafe.symlink_in_root(root_fd, link, target)
+            done.append(link)
+    except (OSError, OcihookError) as e:
+        for link in reversed(done):
+            try:
+                pathsafe.remove_in_root(root_fd, link)
+            except OSError:
+                pass
+        if isinstance(e, OcihookError):
+            raise
+        raise ApplyError(f"cannot create link: {e.strerror}", path=bundle.rootfs) from None
+    finally:
+        os.close(root_fd)
+
+
+def update_ldcache_hook(bundle: Bundle, libraries: Sequence[str]) -> None:
+    """createContainer hook: add ``libraries`` to the rootfs's ``/etc/ld.so.cache``.
+
+    Raises:
+        ApplyError: see :func:`write_ldcache`.
+    """
+    from .. import pathsafe
+
+    root_fd = pathsafe.open_root(bundle.rootfs)
+    try:
+        write_ldcache(root_fd, libraries)
+    except OSError as e:
+        raise ApplyError(f"cannot update ld.so.cache: {e.strerror}", path=bundle.rootfs) from None
+    finally:
+        os.close(root_fd)
+
+
+def inject(
+    state: State,
+    bundle: Bundle,
+    request: Request,
+    root: HostRoot,
+    *,
+    cgroups: bool = True,
+) -> Plan:
+    """Hook mode: give the container being created what ``request`` asks for.
+
+    Args:
+        state: the state JSON of a ``prestart``/``createRuntime`` hook (``pid`` = host pid
+            of the container init).
+        bundle: the container's bundle.
+        request: what it asks for (not void).
+        root: the host to read.
+        cgroups: add cgroup v1 device rules (off for rootless containers).
+
+    Returns:
+        The plan that was applied.
+
+    Raises:
+        StateError: ``pid`` is 0 (the runtime gave no process to enter).
+        RequestError, DiscoveryError: as in planning.
+        ApplyError: a step failed; everything done was undone first.
+    """
+    from .. import _linux, pathsafe
+    from ..discovery.nvidia import discover
+    from ..errors import StateError
+    from .spec import layout_for_rootfs
+
+    if state.pid <= 1:
+        raise StateError(
+            "the state has no host pid of the container process",
+            path="<stdin>",
+            field="pid",
+            value=state.pid,
+            hint="register ocihook as a prestart or createRuntime hook",
+        )
+    host = discover(root)
+    try:
+        plan = make_plan(host, request, layout_for_rootfs(bundle.rootfs))
+    except RequestError as e:
+        raise e.with_path(bundle.config_path) from None
+    edits = plan.edits
+    undo: list[_Undo] = []
+    tree_fds: list[int] = []
+    host_ns = -1
+    try:
+        if cgroups and edits.cgroup_rules:
+            _allow_devices(device_cgroup_dir(state.pid), edits.cgroup_rules, undo)
+        for m in edits.mounts:
+            try:
+                tree_fds.append(
+                    _linux.bind_mount_detached(
+                        m.source,
+                        readonly="ro" in m.options,
+                        nosuid="nosuid" in m.options,
+                        nodev="nodev" in m.options,
+                        noexec="noexec" in m.options,
+                    )
+                )
+            except OSError as e:
+                raise ApplyError(
+                    f"cannot clone driver file: {e.strerror}", path=m.source
+                ) from None
+        host_ns = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+        ns_path = _proc_path(HostRoot(), state.pid, "ns/mnt")
+        try:
+            ns_fd = os.open(ns_path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as e:
+            raise ApplyError(
+                f"cannot open the container's mount namespace: {e.strerror}", path=ns_path
+            ) from None
+        try:
+            _linux.setns(ns_fd, _linux.CLONE_NEWNS)
+        except OSError as e:
+            raise ApplyError(f"cannot enter mount namespace: {e.strerror}", path=ns_path) from None
+        finally:
+            os.close(ns_fd)
+        undo.append(lambda: _linux.setns(host_ns, _linux.CLONE_NEWNS))
+        _apply_in_container(bundle.rootfs, plan, tree_fds, undo, pathsafe, _linux)
+        # Success: back to the host namespace, keep the changes.
+        _linux.setns(host_ns, _linux.CLONE_NEWNS)
+        undo.clear()
+    except BaseException:
+        _run_undo(undo)
+        raise
+    finally:
+        for fd in tree_fds:
+            os.close(fd)
+        if host_ns >= 0:
+            os.close(host_ns)
+    return plan
+
+
+def _apply_in_container(
+    rootfs: str,
+    plan: Plan,
+    tree_fds: Sequence[int],
+    undo: list[_Undo],
+    pathsafe: object,
+    linux: object,
+) -> None:
+    """The container-side steps of :func:`inject`; runs inside the container's mount
+    namespace and records an undo action for each change."""
+    from .. import _linux, pathsafe as ps
+
+    edits = plan.edits
+    try:
+        root_fd = ps.open_root(rootfs)
+    except OSError as e:
+        raise ApplyError(f"cannot open the container rootfs: {e.strerror}", path=rootfs) from None
+    undo.append(lambda: os.close(root_fd))
+    try:
+        for node in edits.device_nodes:
+            ps.makedirs_in_root(root_fd, os.path.dirname(node.path))
+            created = ps.mknod_in_root(
+                root_fd, node.path, node.file_mode, node.major, node.minor
+            )
+            if created:
+                undo.append(lambda p=node.path: ps.remove_in_root(root_fd, p))
+        for m, tree_fd in zip(edits.mounts, tree_fds, strict=True):
+            ps.makedirs_in_root(root_fd, os.path.dirname(m.destination))
+            target_fd = ps.create_file_in_root(root_fd, m.destination)
+            undo.append(lambda d=m.destination: ps.remove_in_root(root_fd, d))
+            try:
+                _linux.attach_mount(tree_fd, target_fd)
+            finally:
+                os.close(target_fd)
+            undo.append(lambda d=m.destination: _detach(root_fd, d))
+        for s in edits.symlinks:
+            ps.makedirs_in_root(root_fd, os.path.dirname(s.link))
+            ps.symlink_in_root(root_fd, s.link, s.target)
+            undo.append(lambda p=s.link: ps.remove_in_root(root_fd, p))
+        if edits.ldcache_libraries:
+            old = write_ldcache(root_fd, edits.ldcache_libraries)
+            if old is None:
+                undo.append(lambda: ps.remove_in_root(root_fd, "/etc/ld.so.cache"))
+            else:
+                undo.append(
+                    lambda: ps.write_file_in_root(root_fd, "/etc/ld.so.cache", old, 0o644)
+                )
+    except OSError as e:
+        raise ApplyError(
+            f"cannot change the container: {e.strerror}",
+            path=e.filename if isinstance(e.filename, str) else rootfs,
+        ) from None
+
+
+def _detach(root_fd: int, path: str) -> None:
+    from .. import _linux, pathsafe as ps
+
+    fd = ps.open_in_root(root_fd, path, os.O_PATH | os.O_CLOEXEC)
+    try:
+        _linux.umount2(f"/proc/self/fd/{fd}", _linux.MNT_DETACH)
+    finally:
+        os.close(fd)

@@ -1,0 +1,271 @@
+"""Spec mode: apply a plan to a bundle's ``config.json`` before the runtime creates it.
+
+:func:`apply_plan` is pure (a new document from an old one); :func:`edit_bundle` is the
+whole job: read the bundle, discover the host, plan, apply, and write ``config.json``
+atomically — or leave it byte-identical when anything fails.
+
+What goes into the document (OCI runtime-spec ``config.md`` / ``config-linux.md``):
+
+* ``process.env`` — each ``KEY=value`` of the edits replaces the same key in place or is
+  appended;
+* ``linux.devices`` — one entry per device node, replacing an entry with the same path;
+* ``linux.resources.devices`` — one ``allow`` rule per node (``rw``), appended after the
+  runtime's default deny rule so that exactly these nodes become usable;
+* ``mounts`` — read-only, nosuid, nodev bind mounts, replacing a mount with the same
+  destination;
+* ``hooks.createContainer`` — ``ocihook hook create-symlinks`` (soname links) and
+  ``ocihook hook update-ldcache`` (the container's ``/etc/ld.so.cache``); both run from
+  the host's interpreter with ``-I`` and an explicit ``env`` so nothing from the
+  container's environment reaches them (CVE-2025-23266).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..bundle import Bundle, load_bundle, write_json_atomic
+from ..errors import ApplyError, RequestError, SpecError
+from ..hostroot import HostRoot
+from ..plan import ContainerEdits, ContainerLayout, Hook, Plan, make_plan
+from ..request import Request, request_from_spec
+
+__all__ = [
+    "HOOK_ENV",
+    "EditResult",
+    "apply_plan",
+    "edit_bundle",
+    "hook_command",
+    "layout_for_rootfs",
+    "realize_hooks",
+]
+
+#: Environment given to every hook ocihook registers: nothing from the container.
+HOOK_ENV = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",)
+
+
+def hook_command() -> tuple[str, ...]:
+    """argv prefix that runs ocihook from this installation: the real interpreter
+    (``sys.executable``, never a shim) in isolated mode, ``-m ocihook``."""
+    return (sys.executable, "-I", "-m", "ocihook")
+
+
+def realize_hooks(edits: ContainerEdits, command: Sequence[str]) -> tuple[Hook, ...]:
+    """The createContainer hooks that carry out ``edits.symlinks`` and
+    ``edits.ldcache_libraries`` inside the container, followed by ``edits.hooks``.
+
+    Args:
+        edits: the container edits.
+        command: argv prefix of ocihook (see :func:`hook_command`).
+    """
+    hooks: list[Hook] = []
+    path = command[0]
+    if edits.symlinks:
+        args = [*command, "hook", "create-symlinks"]
+        for s in edits.symlinks:
+            args += ["--link", f"{s.target}::{s.link}"]
+        hooks.append(Hook("createContainer", path, tuple(args), HOOK_ENV))
+    if edits.ldcache_libraries:
+        args = [*command, "hook", "update-ldcache"]
+        for lib in edits.ldcache_libraries:
+            args += ["--lib", lib]
+        hooks.append(Hook("createContainer", path, tuple(args), HOOK_ENV))
+    return (*hooks, *edits.hooks)
+
+
+def _set_env(env: list[str], entries: Sequence[str]) -> None:
+    for entry in entries:
+        key = entry.partition("=")[0]
+        for i, old in enumerate(env):
+            if old.partition("=")[0] == key:
+                env[i] = entry
+                break
+        else:
+            env.append(entry)
+
+
+def _obj(doc: dict[str, Any], key: str, *, path: str, field: str) -> dict[str, Any]:
+    value = doc.setdefault(key, {})
+    if not isinstance(value, dict):
+        raise SpecError(f"{field} must be an object", path=path, field=field)
+    return value
+
+
+def _list(doc: dict[str, Any], key: str, *, path: str, field: str) -> list[Any]:
+    value = doc.setdefault(key, [])
+    if value is None:
+        value = doc[key] = []
+    if not isinstance(value, list):
+        raise SpecError(f"{field} must be a list", path=path, field=field)
+    return value
+
+
+def apply_plan(
+    config: dict[str, Any],
+    plan: Plan,
+    *,
+    command: Sequence[str] | None = None,
+    path: str = "config.json",
+) -> dict[str, Any]:
+    """Return a copy of the OCI document ``config`` with ``plan``'s edits applied.
+
+    Args:
+        config: the parsed ``config.json`` (not modified).
+        plan: what to apply.
+        command: argv prefix for the hooks ocihook registers (default
+            :func:`hook_command`).
+        path: file name for error messages.
+
+    Raises:
+        SpecError: a field to edit has the wrong JSON type (``linux.devices`` not a list...).
+    """
+    doc = copy.deepcopy(config)
+    e = plan.edits
+    if e.is_empty():
+        return doc
+    if e.env:
+        process = _obj(doc, "process", path=path, field="process")
+        _set_env(_list(process, "env", path=path, field="process.env"), e.env)
+    linux = _obj(doc, "linux", path=path, field="linux")
+    if e.device_nodes:
+        devices = _list(linux, "devices", path=path, field="linux.devices")
+        for n in e.device_nodes:
+            entry = {
+                "path": n.path,
+                "type": n.type,
+                "major": n.major,
+                "minor": n.minor,
+                "fileMode": n.file_mode,
+                "uid": n.uid,
+                "gid": n.gid,
+            }
+            for i, old in enumerate(devices):
+                if isinstance(old, dict) and old.get("path") == n.path:
+                    devices[i] = entry
+                    break
+            else:
+                devices.append(entry)
+    if e.cgroup_rules:
+        resources = _obj(linux, "resources", path=path, field="linux.resources")
+        rules = _list(resources, "devices", path=path, field="linux.resources.devices")
+        for r in e.cgroup_rules:
+            rule: dict[str, Any] = {"allow": r.allow, "type": r.type, "access": r.access}
+            if r.major is not None:
+                rule["major"] = r.major
+            if r.minor is not None:
+                rule["minor"] = r.minor
+            if rule not in rules:
+                rules.append(rule)
+    if e.mounts:
+        mounts = _list(doc, "mounts", path=path, field="mounts")
+        for m in e.mounts:
+            entry = {
+                "destination": m.destination,
+                "type": m.type,
+                "source": m.source,
+                "options": list(m.options),
+            }
+            for i, old in enumerate(mounts):
+                if isinstance(old, dict) and old.get("destination") == m.destination:
+                    mounts[i] = entry
+                    break
+            else:
+                mounts.append(entry)
+    hooks = realize_hooks(e, command or hook_command())
+    if hooks:
+        spec_hooks = _obj(doc, "hooks", path=path, field="hooks")
+        for h in hooks:
+            stage = _list(spec_hooks, h.stage, path=path, field=f"hooks.{h.stage}")
+            entry = {"path": h.path, "args": list(h.args), "env": list(h.env)}
+            if h.timeout is not None:
+                entry["timeout"] = h.timeout
+            if entry not in stage:
+                stage.append(entry)
+    return doc
+
+
+def layout_for_rootfs(rootfs: str) -> ContainerLayout:
+    """Choose the container layout by looking at the image: ``/etc/debian_version``
+    resolved inside ``rootfs`` (libnvidia-container ``src/nvc_container.c``)."""
+    from ..pathsafe import resolve_in_root
+
+    try:
+        is_debian = os.path.isfile(resolve_in_root(rootfs, "/etc/debian_version"))
+    except Exception:  # an unreadable or hostile tree: fall back to the generic layout
+        is_debian = False
+    return ContainerLayout.for_image(is_debian)
+
+
+@dataclass(frozen=True, slots=True)
+class EditResult:
+    """Outcome of :func:`edit_bundle`.
+
+    Attributes:
+        bundle: the bundle as read.
+        request: what the container asked for.
+        plan: the plan (``None`` for a void request).
+        before: ``config.json`` bytes before.
+        after: ``config.json`` bytes after (equal to ``before`` when nothing changed).
+        written: whether the file was replaced.
+    """
+
+    bundle: Bundle
+    request: Request
+    plan: Plan | None
+    before: bytes
+    after: bytes
+    written: bool
+
+
+def edit_bundle(
+    bundle_dir: str,
+    root: HostRoot | None = None,
+    *,
+    dry_run: bool = False,
+    command: Sequence[str] | None = None,
+) -> EditResult:
+    """Spec mode: give the container of ``bundle_dir`` what its ``config.json`` asks for.
+
+    Args:
+        bundle_dir: the bundle directory.
+        root: the host to read (default the real host).
+        dry_run: compute the new document but do not write it.
+        command: argv prefix of ocihook for the hooks it registers.
+
+    Returns:
+        An :class:`EditResult`. A void request changes nothing (``written`` False).
+
+    Raises:
+        SpecError: missing or malformed ``config.json``.
+        RequestError: the request cannot be met (unknown GPU, unknown capability).
+        DiscoveryError: the host has no usable driver.
+        ApplyError: ``config.json`` could not be replaced (it is left as it was).
+    """
+    from ..discovery.nvidia import discover
+
+    bundle = load_bundle(bundle_dir)
+    request = request_from_spec(bundle.config, path=bundle.config_path)
+    if request.is_void:
+        return EditResult(bundle, request, None, bundle.raw, bundle.raw, False)
+    host = discover(root)
+    try:
+        plan = make_plan(host, request, layout_for_rootfs(bundle.rootfs))
+    except RequestError as e:
+        raise e.with_path(bundle.config_path) from None
+    doc = apply_plan(bundle.config, plan, command=command, path=bundle.config_path)
+    if dry_run:
+        import json
+
+        after = (json.dumps(doc, indent="\t", ensure_ascii=False) + "\n").encode()
+        return EditResult(bundle, request, plan, bundle.raw, after, False)
+    try:
+        after = write_json_atomic(bundle.config_path, doc)
+    except OSError as e:
+        raise ApplyError(
+            f"cannot replace config.json: {e.strerror}", path=bundle.config_path
+        ) from None
+    return EditResult(bundle, request, plan, bundle.raw, after, True)

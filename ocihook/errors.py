@@ -1,0 +1,167 @@
+"""The exceptions ocihook raises, and the exit code of each.
+
+One base class, :class:`OcihookError`, and one subclass per area. Every error keeps what
+went wrong as attributes — the file (``path``), the field inside it (``field``), the
+offending value (``value``) — and a ``hint`` telling the user what to do; ``str(err)`` is a
+single line naming all of them. The command line maps classes to exit codes in one place
+(:data:`EXIT_CODES`, documented in the README), so a caller can tell a bad request from a
+broken host without reading messages.
+
+Exit codes:
+
+====  ========================  =====================================================
+code  class                     meaning
+====  ========================  =====================================================
+0     -                         success (also: nothing was requested)
+1     -                         an unexpected internal error (a bug: please report it)
+2     -                         bad command-line usage
+3     :class:`SpecError`        ``config.json`` missing, unreadable or malformed
+4     :class:`StateError`       the hook's state JSON (stdin) missing or malformed
+5     :class:`RequestError`     the container asks for something that cannot be given
+                                (unknown GPU, unknown capability, bad syntax)
+6     :class:`DiscoveryError`   the host (driver root / dev root) lacks a usable driver
+7     :class:`ApplyError`       applying the edits failed; everything done was undone
+8     :class:`LdCacheError`     an ``ld.so.cache`` file is malformed
+====  ========================  =====================================================
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "EXIT_CODES",
+    "ApplyError",
+    "DiscoveryError",
+    "LdCacheError",
+    "OcihookError",
+    "RequestError",
+    "SpecError",
+    "StateError",
+    "exit_code_for",
+]
+
+
+class OcihookError(Exception):
+    """Base class of every error ocihook raises on purpose.
+
+    Attributes:
+        message: what went wrong, one sentence without a trailing period.
+        path: the file concerned (host path), or ``None``.
+        field: the field inside that file (JSON path such as ``process.env`` or a key such
+            as ``Device Minor``), or ``None``.
+        value: the offending value as found, or ``None``.
+        hint: what the user can do about it, or ``None``.
+    """
+
+    #: Stable short name shown in front of the message (like pip's error references).
+    reference = "ocihook-error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        field: str | None = None,
+        value: object = None,
+        hint: str | None = None,
+    ) -> None:
+        self.message = message
+        self.path = path
+        self.field = field
+        self.value = value
+        self.hint = hint
+        super().__init__(self.__str__())
+
+    def with_path(self, path: str) -> OcihookError:
+        """Set :attr:`path` when it is unset (an error raised by pure code, reported for a
+        file by its caller) and return ``self``."""
+        if self.path is None:
+            self.path = path
+            self.args = (str(self),)
+        return self
+
+    def __str__(self) -> str:
+        parts = [self.message]
+        where = []
+        if self.path is not None:
+            where.append(f"file {self.path}")
+        if self.field is not None:
+            where.append(f"field {self.field}")
+        if self.value is not None:
+            where.append(f"value {self.value!r}")
+        if where:
+            parts.append("(" + ", ".join(where) + ")")
+        text = " ".join(parts)
+        if self.hint:
+            text += f"; hint: {self.hint}"
+        return text.replace("\n", " ")
+
+
+class SpecError(OcihookError):
+    """The bundle's ``config.json`` is missing, unreadable, or not a valid OCI spec where
+    ocihook needs it (OCI runtime-spec ``config.md``)."""
+
+    reference = "bad-config-json"
+
+
+class StateError(OcihookError):
+    """The container state JSON a hook reads on stdin is missing or malformed
+    (OCI runtime-spec ``runtime.md``, "State")."""
+
+    reference = "bad-state"
+
+
+class RequestError(OcihookError):
+    """The container asks for something that cannot be given: an unknown GPU, an unknown
+    driver capability, or a malformed ``NVIDIA_*`` variable."""
+
+    reference = "bad-request"
+
+
+class DiscoveryError(OcihookError):
+    """The host, read through the driver root and dev root, has no usable NVIDIA driver, or
+    one of its files is malformed or inconsistent (for example a device node whose
+    major:minor is not the expected one)."""
+
+    reference = "host-discovery"
+
+
+class LdCacheError(DiscoveryError):
+    """An ``ld.so.cache`` file is truncated or malformed (glibc ``sysdeps/generic/dl-cache.h``).
+
+    ``offset`` is the byte offset in the file where the problem was found, or ``None``.
+    """
+
+    reference = "bad-ld-so-cache"
+
+    def __init__(self, message: str, *, offset: int | None = None, **kwargs: object) -> None:
+        self.offset = offset
+        if offset is not None:
+            message = f"{message} at byte offset {offset}"
+        super().__init__(message, **kwargs)  # type: ignore[arg-type]
+
+
+class ApplyError(OcihookError):
+    """Applying container edits failed. Whatever had been done is undone before this is
+    raised: ``config.json`` is byte-identical and nothing is left mounted or created."""
+
+    reference = "apply-failed"
+
+
+#: Exit code per error class; the most specific class listed wins.
+EXIT_CODES: dict[type[OcihookError], int] = {
+    SpecError: 3,
+    StateError: 4,
+    RequestError: 5,
+    DiscoveryError: 6,
+    ApplyError: 7,
+    LdCacheError: 8,
+}
+
+
+def exit_code_for(err: BaseException) -> int:
+    """Return the documented exit code for ``err`` (see :data:`EXIT_CODES`); 1 for anything
+    that is not an :class:`OcihookError`."""
+    for cls in type(err).__mro__:
+        if cls in EXIT_CODES:
+            return EXIT_CODES[cls]  # type: ignore[index]
+    return 1

@@ -1,0 +1,332 @@
+"""The plan: the container edits that give a container what it asked for.
+
+A :class:`Plan` is a pure value computed by :func:`make_plan` from what the host has
+(:class:`~ocihook.discovery.nvidia.NvidiaHost`), what the container asks for
+(:class:`~ocihook.request.Request`) and where libraries go in the image
+(:class:`ContainerLayout`). Computing it does no I/O. The appliers turn the same plan
+into ``config.json`` edits (:mod:`ocihook.appliers.spec`) or changes to a live container
+(:mod:`ocihook.appliers.live`).
+
+The edits mirror what libnvidia-container's ``nvidia-container-cli configure`` does for
+the ``utility`` and ``compute`` capabilities and use the CDI vocabulary of "container
+edits" (device nodes, mounts, hooks, env):
+
+* device nodes: ``/dev/nvidiactl`` always, ``/dev/nvidia-uvm`` and
+  ``/dev/nvidia-uvm-tools`` with ``compute``, ``/dev/nvidia<minor>`` per selected GPU;
+* one cgroup allow rule (``rw``) per device node, nothing else;
+* a bind mount per driver library, read-only, nosuid, nodev, at
+  ``<container libdir>/<file name>``;
+* soname links (``libcuda.so.1 -> libcuda.so.535.261.03``) and the development link
+  ``libcuda.so -> libcuda.so.1``;
+* the folders whose libraries must enter the container's ``ld.so.cache``;
+* env ``NVIDIA_VISIBLE_DEVICES=void`` for spec mode, so that a legacy hook registered as
+  well (ours or the toolkit's) does not inject a second time.
+"""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass, field
+from typing import Any
+
+from .discovery.nvidia import NvidiaHost
+from .errors import RequestError
+from .request import Request, select_gpus
+
+__all__ = [
+    "CgroupRule",
+    "ContainerEdits",
+    "ContainerLayout",
+    "DeviceNode",
+    "Hook",
+    "Mount",
+    "Plan",
+    "Symlink",
+    "make_plan",
+]
+
+#: Options of driver file bind mounts (libnvidia-container ``src/nvc_mount.c``).
+LIBRARY_MOUNT_OPTIONS = ("ro", "nosuid", "nodev", "bind")
+
+_TRIPLETS = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu"}
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceNode:
+    """A device node to create in the container (OCI ``linux.devices[]`` entry).
+
+    Attributes:
+        path: container path (``/dev/nvidia0``).
+        host_path: the host node it mirrors (under the dev root).
+        type: ``"c"`` (character device).
+        major, minor: device number.
+        file_mode: permission bits, e.g. ``0o666``.
+        uid, gid: owner inside the container.
+    """
+
+    path: str
+    host_path: str
+    major: int
+    minor: int
+    type: str = "c"
+    file_mode: int = 0o666
+    uid: int = 0
+    gid: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupRule:
+    """A device cgroup rule (OCI ``linux.resources.devices[]`` entry).
+
+    ``major``/``minor`` of ``None`` mean any; ``access`` is a subset of ``"rwm"``.
+    """
+
+    allow: bool
+    type: str
+    major: int | None
+    minor: int | None
+    access: str
+
+
+@dataclass(frozen=True, slots=True)
+class Mount:
+    """A bind mount of a host file into the container (OCI ``mounts[]`` entry).
+
+    Attributes:
+        source: host path (resolved, inside the driver root).
+        destination: container path.
+        options: mount options, e.g. ``("ro", "nosuid", "nodev", "bind")``.
+        type: filesystem type, ``"bind"``.
+    """
+
+    source: str
+    destination: str
+    options: tuple[str, ...] = LIBRARY_MOUNT_OPTIONS
+    type: str = "bind"
+
+
+@dataclass(frozen=True, slots=True)
+class Symlink:
+    """A symbolic link ``link -> target`` to create in the container.
+
+    ``link`` is an absolute container path; ``target`` is written as is (relative
+    targets such as ``libcuda.so.535.261.03`` are resolved from the link's directory).
+    """
+
+    link: str
+    target: str
+
+
+@dataclass(frozen=True, slots=True)
+class Hook:
+    """An OCI hook entry to add (``hooks.<stage>[]``). ``args[0]`` is argv[0]."""
+
+    stage: str
+    path: str
+    args: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
+    timeout: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerEdits:
+    """Everything to change in a container, in CDI's "container edits" terms.
+
+    Attributes:
+        env: ``KEY=value`` strings to set (spec mode only; a live container's environment
+            cannot change).
+        device_nodes: nodes to create.
+        cgroup_rules: device cgroup rules to add.
+        mounts: bind mounts to add, in order.
+        symlinks: links to create after the mounts.
+        ldcache_libraries: container paths of the mounted libraries that must be entered
+            in the container's ``/etc/ld.so.cache`` (after ``symlinks``).
+        hooks: further hooks to register (none yet; the spec applier adds its own for
+            ``symlinks`` and ``ldcache_libraries``).
+    """
+
+    env: tuple[str, ...] = ()
+    device_nodes: tuple[DeviceNode, ...] = ()
+    cgroup_rules: tuple[CgroupRule, ...] = ()
+    mounts: tuple[Mount, ...] = ()
+    symlinks: tuple[Symlink, ...] = ()
+    ldcache_libraries: tuple[str, ...] = ()
+    hooks: tuple[Hook, ...] = ()
+
+    def is_empty(self) -> bool:
+        """True when there is nothing to change."""
+        return not (
+            self.env
+            or self.device_nodes
+            or self.cgroup_rules
+            or self.mounts
+            or self.symlinks
+            or self.ldcache_libraries
+            or self.hooks
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerLayout:
+    """Where driver files go inside the image (libnvidia-container's choice).
+
+    Attributes:
+        libdir: 64-bit library directory: ``/usr/lib/x86_64-linux-gnu`` when the rootfs
+            has ``/etc/debian_version``, else ``/usr/lib64``.
+    """
+
+    libdir: str = "/usr/lib64"
+
+    @classmethod
+    def for_image(cls, is_debian: bool, machine: str | None = None) -> ContainerLayout:
+        """The layout for an image; ``is_debian`` = the rootfs has ``/etc/debian_version``."""
+        machine = machine or platform.machine()
+        if is_debian and machine in _TRIPLETS:
+            return cls(libdir=f"/usr/lib/{_TRIPLETS[machine]}")
+        return cls(libdir="/usr/lib64")
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What to do for one container. Pure value; :meth:`to_dict` gives its JSON form
+    (schema: ``specs/plan.schema.json``).
+
+    Attributes:
+        driver_version: host driver version.
+        gpus: ``(index, uuid, minor)`` of each selected GPU, in request order.
+        capabilities: the driver capabilities provided, sorted.
+        edits: the container edits.
+        warnings: what was skipped, for the log.
+    """
+
+    driver_version: str
+    gpus: tuple[tuple[int, str, int], ...]
+    capabilities: tuple[str, ...]
+    edits: ContainerEdits
+    warnings: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (``specs/plan.schema.json``)."""
+        e = self.edits
+        return {
+            "driverVersion": self.driver_version,
+            "gpus": [{"index": i, "uuid": u, "minor": m} for i, u, m in self.gpus],
+            "capabilities": list(self.capabilities),
+            "containerEdits": {
+                "env": list(e.env),
+                "deviceNodes": [
+                    {
+                        "path": d.path,
+                        "hostPath": d.host_path,
+                        "type": d.type,
+                        "major": d.major,
+                        "minor": d.minor,
+                        "fileMode": d.file_mode,
+                        "uid": d.uid,
+                        "gid": d.gid,
+                    }
+                    for d in e.device_nodes
+                ],
+                "cgroupRules": [
+                    {
+                        "allow": r.allow,
+                        "type": r.type,
+                        "major": r.major,
+                        "minor": r.minor,
+                        "access": r.access,
+                    }
+                    for r in e.cgroup_rules
+                ],
+                "mounts": [
+                    {
+                        "source": m.source,
+                        "destination": m.destination,
+                        "type": m.type,
+                        "options": list(m.options),
+                    }
+                    for m in e.mounts
+                ],
+                "symlinks": [{"link": s.link, "target": s.target} for s in e.symlinks],
+                "ldcacheLibraries": list(e.ldcache_libraries),
+                "hooks": [
+                    {"stage": h.stage, "path": h.path, "args": list(h.args), "env": list(h.env)}
+                    for h in e.hooks
+                ],
+            },
+            "warnings": list(self.warnings),
+        }
+
+
+def make_plan(host: NvidiaHost, request: Request, layout: ContainerLayout) -> Plan:
+    """Compute the container edits for ``request`` on ``host``. No I/O.
+
+    Args:
+        host: discovery result.
+        request: what the container asks for.
+        layout: where libraries go in the image.
+
+    Returns:
+        A :class:`Plan`; for a void request its edits are empty.
+
+    Raises:
+        RequestError: a requested GPU does not exist; a requested capability the host
+            cannot provide is reported in ``warnings`` instead.
+    """
+    from .discovery.nvidia import SUPPORTED_CAPABILITIES
+
+    if request.is_void:
+        return Plan(host.driver_version, (), (), ContainerEdits())
+    gpus = select_gpus(request, host.gpus)
+    warnings = list(host.warnings)
+    unsupported = sorted(request.capabilities - SUPPORTED_CAPABILITIES)
+    if unsupported:
+        warnings.append(
+            "driver capabilities not provided by this ocihook version: " + ", ".join(unsupported)
+        )
+    capabilities = tuple(sorted(request.capabilities & SUPPORTED_CAPABILITIES))
+
+    nodes: list[DeviceNode] = []
+    for hn in host.control_nodes:
+        if hn.path != "/dev/nvidiactl" and "compute" not in capabilities:
+            continue  # nvidia-uvm* serve CUDA only
+        nodes.append(
+            DeviceNode(hn.path, hn.host_path, hn.major, hn.minor, file_mode=hn.file_mode)
+        )
+    for gpu in gpus:
+        hn = host.gpu_nodes.get(gpu.minor)
+        if hn is None:  # pragma: no cover - discovery builds one node per GPU
+            raise RequestError("GPU has no device node", value=gpu.device_path)
+        nodes.append(
+            DeviceNode(hn.path, hn.host_path, hn.major, hn.minor, file_mode=hn.file_mode)
+        )
+    rules = tuple(CgroupRule(True, n.type, n.major, n.minor, "rw") for n in nodes)
+
+    mounts: list[Mount] = []
+    links: list[Symlink] = []
+    ld_libs: list[str] = []
+    for lib in host.libraries_for(capabilities):
+        dest = f"{layout.libdir}/{lib.name}"
+        mounts.append(Mount(source=lib.host_path, destination=dest))
+        if lib.soname != lib.name:
+            links.append(Symlink(link=f"{layout.libdir}/{lib.soname}", target=lib.name))
+            ld_libs.append(f"{layout.libdir}/{lib.soname}")
+        else:
+            ld_libs.append(dest)
+        if lib.soname == "libcuda.so.1":
+            links.append(Symlink(link=f"{layout.libdir}/libcuda.so", target="libcuda.so.1"))
+
+    edits = ContainerEdits(
+        env=("NVIDIA_VISIBLE_DEVICES=void",),
+        device_nodes=tuple(nodes),
+        cgroup_rules=rules,
+        mounts=tuple(mounts),
+        symlinks=tuple(links),
+        ldcache_libraries=tuple(ld_libs),
+    )
+    return Plan(
+        driver_version=host.driver_version,
+        gpus=tuple((g.index, g.uuid, g.minor) for g in gpus),
+        capabilities=capabilities,
+        edits=edits,
+        warnings=tuple(warnings),
+    )

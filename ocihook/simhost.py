@@ -1,0 +1,269 @@
+"""The built-in simulated GPU host: a small host tree that looks like a machine with an
+NVIDIA driver and eight GPUs, for the demo and the tests on machines without a GPU.
+
+:func:`build` writes, under one directory (usable as both driver root and dev root):
+
+* ``proc/driver/nvidia/version`` (open kernel module format), ``params``, and
+  ``gpus/<bus id>/information`` for each GPU — the device minors are deliberately *not*
+  in PCI bus order for two GPUs, as happens on real machines;
+* ``proc/devices`` with the ``nvidia``, ``nvidia-uvm`` and ``nvidia-caps`` majors;
+* ``sys/module/nvidia/version``;
+* ``dev/nvidiactl``, ``dev/nvidia-uvm``, ``dev/nvidia-uvm-tools``, ``dev/nvidia<minor>`` made
+  with ``mknod`` when running as root (skipped otherwise; spec mode does not need them);
+* tiny but valid ELF shared objects with the real sonames and the driver version as file
+  suffix (``libcuda.so.550.127.05``, DT_SONAME ``libcuda.so.1``), their soname links —
+  two of them absolute, through ``/etc/alternatives`` like Debian's packages, so that
+  only a driver-root-aware resolver finds them — and a stale library of an older driver;
+* ``etc/ld.so.conf`` and ``etc/ld.so.cache`` (new format, written by
+  :func:`ocihook.ldcache.build`);
+* ``.ocihook-fixture.json`` describing what was built, for tests.
+
+Nothing outside the destination directory is touched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+from dataclasses import dataclass
+
+from . import ldcache
+from ._elfwrite import make_shared_object
+
+__all__ = ["DEFAULT_DRIVER_VERSION", "SimulatedGpu", "SimulatedHost", "build"]
+
+DEFAULT_DRIVER_VERSION = "550.127.05"
+
+#: (soname or None for "soname = file name", file stem, capability)
+_LIBRARIES = (
+    ("libnvidia-ml.so.1", "libnvidia-ml.so", "utility"),
+    ("libnvidia-cfg.so.1", "libnvidia-cfg.so", "utility"),
+    ("libcuda.so.1", "libcuda.so", "compute"),
+    ("libcudadebugger.so.1", "libcudadebugger.so", "compute"),
+    ("libnvidia-opencl.so.1", "libnvidia-opencl.so", "compute"),
+    ("libnvidia-ptxjitcompiler.so.1", "libnvidia-ptxjitcompiler.so", "compute"),
+    ("libnvidia-allocator.so.1", "libnvidia-allocator.so", "compute"),
+    ("libnvidia-nvvm.so.4", "libnvidia-nvvm.so", "compute"),
+    (None, "libnvidia-gpucomp.so", "compute"),
+    (None, "libnvidia-pkcs11-openssl3.so", "compute"),
+)
+#: Libraries whose soname link goes through an absolute /etc/alternatives link.
+_ALTERNATIVES = ("libcuda.so.1", "libnvidia-ml.so.1")
+
+_BUS_NUMBERS = (0x07, 0x0F, 0x47, 0x4E, 0x87, 0x90, 0xB7, 0xBD)
+_MINORS = (0, 1, 3, 2, 4, 5, 7, 6)  # minor != index for GPUs 2, 3, 6 and 7
+_TRIPLETS = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu"}
+_ABI_FLAGS = {"x86_64": 0x0303, "aarch64": 0x0A03}
+
+NVIDIA_MAJOR = 195
+UVM_MAJOR = 237
+CAPS_MAJOR = 240
+
+
+@dataclass(frozen=True, slots=True)
+class SimulatedGpu:
+    """One GPU of the simulated host: ``index`` in bus order, its ``minor``, ``uuid``,
+    ``bus_id`` (8-digit domain) and ``model``."""
+
+    index: int
+    minor: int
+    uuid: str
+    bus_id: str
+    model: str
+
+
+@dataclass(frozen=True, slots=True)
+class SimulatedHost:
+    """What :func:`build` made: the tree's ``root``, ``driver_version``, ``gpus``,
+    ``libdir`` (driver-root terms) and whether ``dev_nodes`` were created."""
+
+    root: str
+    driver_version: str
+    gpus: tuple[SimulatedGpu, ...]
+    libdir: str
+    dev_nodes: bool
+
+
+def _uuid(seed: str) -> str:
+    h = hashlib.sha256(seed.encode()).hexdigest()
+    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def _write(path: str, data: str | bytes, mode: int = 0o644) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+    os.chmod(path, mode)
+
+
+def _symlink(target: str, link: str) -> None:
+    os.makedirs(os.path.dirname(link), exist_ok=True)
+    if os.path.lexists(link):
+        os.unlink(link)
+    os.symlink(target, link)
+
+
+def _mknod(path: str, major: int, minor: int) -> None:
+    import stat
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    if os.path.lexists(path):
+        os.unlink(path)
+    os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+    os.chmod(path, 0o666)
+
+
+def build(
+    dest: str,
+    *,
+    gpus: int = 8,
+    driver_version: str = DEFAULT_DRIVER_VERSION,
+    make_dev_nodes: bool | None = None,
+    machine: str | None = None,
+    model: str = "NVIDIA A100-SXM4-80GB",
+) -> SimulatedHost:
+    """Write a simulated NVIDIA host under ``dest`` (created if missing).
+
+    Args:
+        dest: directory to fill; pass it as both driver root and dev root.
+        gpus: number of GPUs, 1 to 8.
+        driver_version: version written in procfs and library names.
+        make_dev_nodes: create ``dev/`` nodes with mknod; default: when running as root.
+        machine: ``platform.machine()`` to build libraries for (x86_64 or aarch64).
+        model: the GPUs' model name.
+
+    Returns:
+        A :class:`SimulatedHost` describing the tree.
+
+    Raises:
+        ValueError: ``gpus`` out of range or an unsupported machine.
+        OSError: ``dest`` is not writable.
+    """
+    if not 1 <= gpus <= len(_BUS_NUMBERS):
+        raise ValueError(f"gpus must be between 1 and {len(_BUS_NUMBERS)}, not {gpus}")
+    machine = machine or platform.machine()
+    if machine not in _TRIPLETS:
+        raise ValueError(f"unsupported machine {machine!r}; use one of {sorted(_TRIPLETS)}")
+    if make_dev_nodes is None:
+        make_dev_nodes = os.geteuid() == 0
+    root = os.path.abspath(dest)
+    os.makedirs(root, exist_ok=True)
+    proc = os.path.join(root, "proc")
+
+    _write(
+        os.path.join(proc, "driver/nvidia/version"),
+        f"NVRM version: NVIDIA UNIX Open Kernel Module for {machine}  {driver_version}  "
+        "Release Build  (ocihook-simulated@localhost)  Thu Jan  1 00:00:00 UTC 2026\n"
+        "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n",
+        0o444,
+    )
+    _write(
+        os.path.join(proc, "driver/nvidia/params"),
+        "ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 1\nDeviceFileUID: 0\n"
+        "DeviceFileGID: 0\nDeviceFileMode: 438\n",
+        0o444,
+    )
+    sim_gpus: list[SimulatedGpu] = []
+    for index in range(gpus):
+        bus = _BUS_NUMBERS[index]
+        bus_id = f"{0:08x}:{bus:02x}:00.0"
+        minor = _MINORS[index] if gpus == len(_MINORS) else index
+        uuid = _uuid(f"ocihook-sim-{driver_version}-{bus_id}")
+        sim_gpus.append(SimulatedGpu(index, minor, uuid, bus_id, model))
+        # Directory names use the 4-digit domain, as current drivers do.
+        _write(
+            os.path.join(proc, f"driver/nvidia/gpus/0000:{bus:02x}:00.0/information"),
+            f"Model: \t\t {model}\n"
+            f"IRQ:   \t\t {120 + index}\n"
+            f"GPU UUID: \t {uuid}\n"
+            "Video BIOS: \t 92.00.45.00.06\n"
+            "Bus Type: \t PCIe\n"
+            "DMA Size: \t 47 bits\n"
+            "DMA Mask: \t 0x7fffffffffff\n"
+            f"Bus Location: \t 0000:{bus:02x}:00.0\n"
+            f"Device Minor: \t {minor}\n"
+            f"GPU Firmware: \t {driver_version}\n"
+            "GPU Excluded:\t No\n",
+            0o444,
+        )
+    _write(
+        os.path.join(proc, "devices"),
+        "Character devices:\n  1 mem\n  4 /dev/vc/0\n  4 tty\n  5 /dev/tty\n  5 /dev/console\n"
+        f"  5 /dev/ptmx\n 10 misc\n136 pts\n{NVIDIA_MAJOR} nvidia\n226 drm\n"
+        f"{UVM_MAJOR} nvidia-uvm\n{CAPS_MAJOR} nvidia-caps\n\n"
+        "Block devices:\n  7 loop\n  8 sd\n259 blkext\n",
+        0o444,
+    )
+    _write(os.path.join(root, "sys/module/nvidia/version"), driver_version + "\n", 0o444)
+
+    if make_dev_nodes:
+        dev = os.path.join(root, "dev")
+        _mknod(os.path.join(dev, "nvidiactl"), NVIDIA_MAJOR, 255)
+        _mknod(os.path.join(dev, "nvidia-uvm"), UVM_MAJOR, 0)
+        _mknod(os.path.join(dev, "nvidia-uvm-tools"), UVM_MAJOR, 1)
+        for g in sim_gpus:
+            _mknod(os.path.join(dev, f"nvidia{g.minor}"), NVIDIA_MAJOR, g.minor)
+
+    triplet = _TRIPLETS[machine]
+    libdir = f"/usr/lib/{triplet}"
+    host_libdir = os.path.join(root, libdir.lstrip("/"))
+    entries: list[ldcache.CacheEntry] = []
+    for soname, stem, _cap in _LIBRARIES:
+        name = f"{stem}.{driver_version}"
+        key = soname or name
+        sub = "nvidia/current/" if soname in _ALTERNATIVES else ""
+        data = make_shared_object(key, elf_class=64, machine=machine)
+        _write(os.path.join(host_libdir, sub + name), data)
+        if soname is not None:
+            _symlink(name, os.path.join(host_libdir, sub + soname))
+            if sub:
+                # Debian style: libdir/libcuda.so.1 -> /etc/alternatives/libcuda.so.1
+                #               -> /usr/lib/<triplet>/nvidia/current/libcuda.so.1
+                _symlink(f"/etc/alternatives/{soname}", os.path.join(host_libdir, soname))
+                _symlink(
+                    f"{libdir}/nvidia/current/{soname}",
+                    os.path.join(root, "etc/alternatives", soname),
+                )
+        entries.append(ldcache.CacheEntry(key, f"{libdir}/{key}", _ABI_FLAGS[machine]))
+    # A stale library of an older driver, reachable from the cache under a prefix that
+    # discovery matches: it must never be selected.
+    stale = "libnvidia-cfg.so.470.57.02"
+    _write(
+        os.path.join(host_libdir, "old", stale),
+        make_shared_object("libnvidia-cfg.so.1", elf_class=64, machine=machine),
+    )
+    entries.append(ldcache.CacheEntry("libnvidia-cfg.so.1", f"{libdir}/old/{stale}", 0x0303))
+    _write(os.path.join(root, "etc/ld.so.conf"), f"{libdir}\n{libdir}/old\n")
+    _write(os.path.join(root, "etc/ld.so.cache"), ldcache.build(entries))
+
+    host = SimulatedHost(root, driver_version, tuple(sim_gpus), libdir, make_dev_nodes)
+    _write(
+        os.path.join(root, ".ocihook-fixture.json"),
+        json.dumps(
+            {
+                "driver_version": driver_version,
+                "libdir": libdir,
+                "dev_nodes": make_dev_nodes,
+                "majors": {"nvidia": NVIDIA_MAJOR, "nvidia-uvm": UVM_MAJOR},
+                "gpus": [
+                    {
+                        "index": g.index,
+                        "minor": g.minor,
+                        "uuid": g.uuid,
+                        "bus_id": g.bus_id,
+                        "model": g.model,
+                    }
+                    for g in sim_gpus
+                ],
+                "libraries": [
+                    {"soname": s or f"{stem}.{driver_version}", "capability": cap}
+                    for s, stem, cap in _LIBRARIES
+                ],
+            },
+            indent=2,
+        )
+        + "\n",
+    )
+    return host

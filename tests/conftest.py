@@ -1,0 +1,72 @@
+"""Shared fixtures: the simulated host, the realistic host, busybox bundles."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from ocihook import simhost
+from ocihook.hostroot import HostRoot
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="session")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> simhost.SimulatedHost:
+    """The built-in simulated host (8 GPUs), built once per session."""
+    return simhost.build(str(tmp_path_factory.mktemp("simhost")))
+
+
+@pytest.fixture(scope="session")
+def sim_root(sim: simhost.SimulatedHost) -> HostRoot:
+    return HostRoot.single(sim.root)
+
+
+def realistic_dir() -> str:
+    cache = os.environ.get("OCIHOOK_CACHE") or os.path.expanduser("~/.cache/ocihook")
+    return os.path.join(cache, "realistic-535.261.03", "root")
+
+
+@pytest.fixture(scope="session")
+def realistic() -> dict[str, Any]:
+    """Facts of the realistic host built by fixtures/realistic/build.py (skips if absent)."""
+    root = realistic_dir()
+    meta = os.path.join(root, ".ocihook-fixture.json")
+    if not os.path.exists(meta):
+        pytest.skip(
+            f"realistic host not built at {root}: run python fixtures/realistic/build.py"
+        )
+    with open(meta) as f:
+        data: dict[str, Any] = json.load(f)
+    data["root"] = root
+    return data
+
+
+def need_root_and(*tools: str) -> None:
+    """Skip unless root and every tool is installed; the reason is printed by -ra."""
+    if os.geteuid() != 0:
+        pytest.skip("end-to-end test needs root")
+    for tool in tools:
+        if shutil.which(tool) is None:
+            pytest.skip(f"end-to-end test needs {tool} (apt-get install {tool})")
+
+
+@pytest.fixture
+def bundle_factory(tmp_path: Any) -> Callable[..., str]:
+    """Make busybox bundles: factory(args, env, debian=False) -> bundle path."""
+    from ocihook.demo import find_busybox, make_busybox_bundle
+
+    counter = iter(range(1000))
+
+    def make(args: list[str], env: list[str], *, debian: bool = False) -> str:
+        if find_busybox() is None:
+            pytest.skip("needs busybox (apt-get install busybox-static)")
+        path = os.path.join(str(tmp_path), f"bundle{next(counter)}")
+        return make_busybox_bundle(path, args, env, debian=debian)
+
+    return make
