@@ -44,7 +44,7 @@ grep " $LIBDIR/" /proc/self/mountinfo | while read -r a b c d mp opts rest; do
 done
 echo "== cat /dev/nvidia0 (ENXIO = allowed by the cgroup, no driver) =="
 cat /dev/nvidia0 2>&1 | head -n 1
-echo "== ld.so.cache entries for libcuda (hexdump of /etc/ld.so.cache) =="
+echo "== /etc/ld.so.cache: lines naming libcuda.so.1 =="
 grep -c libcuda.so.1 /etc/ld.so.cache
 """
 

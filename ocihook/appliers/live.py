@@ -27,6 +27,7 @@ hooks that spec mode registers; they run in the container's mount namespace alre
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Sequence
 
 from .. import ldcache
@@ -165,10 +166,7 @@ def write_ldcache(root_fd: int, libraries: Sequence[str]) -> bytes | None:
 
     added: list[ldcache.CacheEntry] = []
     for lib in libraries:
-        try:
-            fd = pathsafe.open_in_root(root_fd, lib, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as e:
-            raise ApplyError(f"cannot open library: {e.strerror}", path=lib) from None
+        fd = pathsafe.open_in_root(root_fd, lib, os.O_RDONLY | os.O_CLOEXEC)
         try:
             info = read_elf_info_fd(fd, path=lib)
         finally:
@@ -176,13 +174,12 @@ def write_ldcache(root_fd: int, libraries: Sequence[str]) -> bytes | None:
         soname = info.soname or os.path.basename(lib)
         directory = os.path.dirname(lib)
         added.append(ldcache.CacheEntry(soname, f"{directory}/{soname}", info.abi_flags))
-    old: bytes | None
+    old: bytes | None = None
     try:
         fd = pathsafe.open_in_root(root_fd, "/etc/ld.so.cache", os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        old = None
-    except OSError as e:
-        raise ApplyError(f"cannot open ld.so.cache: {e.strerror}", path="/etc/ld.so.cache")
+    except ApplyError as e:
+        if not isinstance(e.__cause__, FileNotFoundError):
+            raise
     else:
         with os.fdopen(fd, "rb") as f:
             old = f.read(64 << 20)
@@ -193,7 +190,6 @@ def write_ldcache(root_fd: int, libraries: Sequence[str]) -> bytes | None:
         except OcihookError:
             existing = ()
     data = ldcache.build(ldcache.merge(existing, added))
-    pathsafe.makedirs_in_root(root_fd, "/etc")
     pathsafe.write_file_in_root(root_fd, "/etc/ld.so.cache", data, 0o644)
     return old
 
@@ -227,9 +223,7 @@ def create_symlinks_hook(bundle: Bundle, links: Sequence[str]) -> None:
     done: list[str] = []
     try:
         for target, link in pairs:
-            pathsafe.makedirs_in_root(root_fd, os.path.dirname(link))
-            pathsafe.symlink_in_root(root_fd, link, target)
-            done.append(link)
+            pathsafe.symlink_in_root(root_fd, link, target, created=done)
     except (OSError, OcihookError) as e:
         for link in reversed(done):
             try:
@@ -308,6 +302,7 @@ def inject(
     undo: list[_Undo] = []
     tree_fds: list[int] = []
     host_ns = -1
+    root_fd = -1
     try:
         if cgroups and edits.cgroup_rules:
             _allow_devices(device_cgroup_dir(state.pid), edits.cgroup_rules, undo)
@@ -341,7 +336,8 @@ def inject(
         finally:
             os.close(ns_fd)
         undo.append(lambda: _linux.setns(host_ns, _linux.CLONE_NEWNS))
-        _apply_in_container(bundle.rootfs, plan, tree_fds, undo, pathsafe, _linux)
+        root_fd = pathsafe.open_root(bundle.rootfs)
+        _apply_in_container(root_fd, bundle.rootfs, plan, tree_fds, undo)
         # Success: back to the host namespace, keep the changes.
         _linux.setns(host_ns, _linux.CLONE_NEWNS)
         undo.clear()
@@ -351,50 +347,52 @@ def inject(
     finally:
         for fd in tree_fds:
             os.close(fd)
+        if root_fd >= 0:
+            os.close(root_fd)
         if host_ns >= 0:
             os.close(host_ns)
     return plan
 
 
 def _apply_in_container(
-    rootfs: str,
-    plan: Plan,
-    tree_fds: Sequence[int],
-    undo: list[_Undo],
-    pathsafe: object,
-    linux: object,
+    root_fd: int, rootfs: str, plan: Plan, tree_fds: Sequence[int], undo: list[_Undo]
 ) -> None:
     """The container-side steps of :func:`inject`; runs inside the container's mount
-    namespace and records an undo action for each change."""
-    from .. import _linux, pathsafe as ps
+    namespace and records undo actions (run in reverse order) for every change."""
+    from .. import _linux
+    from .. import pathsafe as ps
 
     edits = plan.edits
-    try:
-        root_fd = ps.open_root(rootfs)
-    except OSError as e:
-        raise ApplyError(f"cannot open the container rootfs: {e.strerror}", path=rootfs) from None
-    undo.append(lambda: os.close(root_fd))
+    created: list[str] = []
+
+    def remove_created() -> None:
+        for path in reversed(created):
+            ps.remove_in_root(root_fd, path)
+
+    undo.append(remove_created)
     try:
         for node in edits.device_nodes:
-            ps.makedirs_in_root(root_fd, os.path.dirname(node.path))
-            created = ps.mknod_in_root(
-                root_fd, node.path, node.file_mode, node.major, node.minor
+            ps.mknod_in_root(
+                root_fd,
+                node.path,
+                stat.S_IFCHR | node.file_mode,
+                node.major,
+                node.minor,
+                created=created,
             )
-            if created:
-                undo.append(lambda p=node.path: ps.remove_in_root(root_fd, p))
         for m, tree_fd in zip(edits.mounts, tree_fds, strict=True):
-            ps.makedirs_in_root(root_fd, os.path.dirname(m.destination))
-            target_fd = ps.create_file_in_root(root_fd, m.destination)
-            undo.append(lambda d=m.destination: ps.remove_in_root(root_fd, d))
+            target_fd = ps.create_file_in_root(root_fd, m.destination, created=created)
             try:
                 _linux.attach_mount(tree_fd, target_fd)
             finally:
                 os.close(target_fd)
             undo.append(lambda d=m.destination: _detach(root_fd, d))
         for s in edits.symlinks:
-            ps.makedirs_in_root(root_fd, os.path.dirname(s.link))
-            ps.symlink_in_root(root_fd, s.link, s.target)
-            undo.append(lambda p=s.link: ps.remove_in_root(root_fd, p))
+            previous = ps.symlink_in_root(root_fd, s.link, s.target, created=created)
+            if previous is not None:
+                undo.append(
+                    lambda p=s.link, t=previous: ps.symlink_in_root(root_fd, p, t)  # type: ignore[misc]
+                )
         if edits.ldcache_libraries:
             old = write_ldcache(root_fd, edits.ldcache_libraries)
             if old is None:
