@@ -88,7 +88,7 @@ def test_realistic_host(realistic: dict[str, Any]) -> None:
     assert cuda.host_path.startswith(root + "/")
     assert os.path.isfile(cuda.host_path) and not os.path.islink(cuda.host_path)
     for soname in ("libnvidia-ml.so.1", "libnvidia-ptxjitcompiler.so.1", "libnvidia-nvvm.so.4",
-                   "libnvidia-cfg.so.1", "libnvidia-allocator.so.1"):
+                   "libnvidia-allocator.so.1", "libcudadebugger.so.1", "libnvidia-opencl.so.1"):
         assert soname in by_soname, soname
     # every library found is what readelf says it is
     if shutil.which("readelf"):

@@ -1,0 +1,173 @@
+"""End to end with real runc: spec mode and hook mode, on the simulated and realistic hosts.
+
+The container's own view is the oracle: its device nodes, the soname links, the ELF magic
+read through libcuda.so.1, the ``ro`` flag in /proc/self/mountinfo, ENXIO (allowed by the
+cgroup, no driver) on a requested GPU and EPERM (denied by the cgroup) on a GPU it did not
+ask for, and its /etc/ld.so.cache read by the host's ``ldconfig -p -C``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from ocihook.appliers.spec import edit_bundle, hook_command
+from ocihook.demo import run_container
+from ocihook.hostroot import HostRoot
+
+from conftest import need_root_and
+
+pytestmark = pytest.mark.e2e
+
+SCRIPT = r"""
+for n in /dev/nvidia*; do echo "NODE $n $(stat -c '%F %t:%T' $n)"; done
+echo "LINK $(readlink $LIBDIR/libcuda.so.1)"
+echo "LINKDEV $(readlink $LIBDIR/libcuda.so)"
+echo "MAGIC $(hexdump -n 4 -e '4/1 "%02x"' $LIBDIR/libcuda.so.1)"
+grep " $LIBDIR/" /proc/self/mountinfo | while read -r a b c d mp opts rest; do echo "MOUNT $mp $opts"; done
+echo "OPEN0 $(cat /dev/nvidia0 2>&1 | head -n 1)"
+busybox mknod /dev/nvidia$OTHER c 195 $OTHER && echo "OPENOTHER $(cat /dev/nvidia$OTHER 2>&1 | head -n 1)"
+echo "WRITE $(echo x 2>&1 > $LIBDIR/libcuda.so.1)"
+"""
+
+
+def _lines(out: str, tag: str) -> list[str]:
+    return [ln[len(tag) + 1 :] for ln in out.splitlines() if ln.startswith(tag + " ")]
+
+
+def _with_mknod_cap(bundle: str) -> None:
+    path = os.path.join(bundle, "config.json")
+    with open(path) as f:
+        doc = json.load(f)
+    for key in ("bounding", "effective", "permitted"):
+        doc["process"]["capabilities"][key].append("CAP_MKNOD")
+    with open(path, "w") as f:
+        json.dump(doc, f, indent="\t")
+
+
+def _register_hook(bundle: str, root: str) -> None:
+    path = os.path.join(bundle, "config.json")
+    with open(path) as f:
+        doc = json.load(f)
+    cmd = [*hook_command(), "hook", "prestart", "--driver-root", root, "--dev-root", root]
+    doc.setdefault("hooks", {}).setdefault("prestart", []).append(
+        {"path": cmd[0], "args": cmd, "env": ["PATH=/usr/bin:/bin"]}
+    )
+    with open(path, "w") as f:
+        json.dump(doc, f, indent="\t")
+
+
+def _check(out: str, *, version: str, libdir: str, minors: list[int], uvm_major: int) -> None:
+    nodes = dict(line.split(" ", 1) for line in _lines(out, "NODE"))
+    want = {f"/dev/nvidia{m}": f"character special file c3:{m:x}" for m in minors}
+    want["/dev/nvidiactl"] = "character special file c3:ff"
+    want["/dev/nvidia-uvm"] = f"character special file {uvm_major:x}:0"
+    want["/dev/nvidia-uvm-tools"] = f"character special file {uvm_major:x}:1"
+    assert nodes == want, out
+    assert _lines(out, "LINK") == [f"libcuda.so.{version}"]
+    assert _lines(out, "LINKDEV") == ["libcuda.so.1"]
+    assert _lines(out, "MAGIC") == ["7f454c46"]
+    mounts = dict(line.split(" ", 1) for line in _lines(out, "MOUNT"))
+    assert f"{libdir}/libcuda.so.{version}" in mounts, out
+    for mp, opts in mounts.items():
+        flags = opts.split(",")
+        assert {"ro", "nosuid", "nodev"} <= set(flags), (mp, opts)
+    assert _lines(out, "OPEN0") == ["cat: can't open '/dev/nvidia0': No such device or address"]
+    other = _lines(out, "OPENOTHER")
+    assert len(other) == 1 and "Operation not permitted" in other[0], out
+    assert "Read-only file system" in _lines(out, "WRITE")[0]
+
+
+def _check_ldcache(bundle: str, libdir: str) -> None:
+    cache = os.path.join(bundle, "rootfs/etc/ld.so.cache")
+    out = subprocess.run(["ldconfig", "-p", "-C", cache], capture_output=True, text=True,
+                         check=True).stdout
+    assert f"libcuda.so.1 (libc6,x86-64) => {libdir}/libcuda.so.1" in out
+    assert f"libnvidia-ml.so.1 (libc6,x86-64) => {libdir}/libnvidia-ml.so.1" in out
+
+
+def _host_mounts_clean(bundle: str) -> None:
+    with open("/proc/self/mountinfo") as f:
+        assert bundle not in f.read()
+
+
+CASES = [("spec", False), ("hook", False), ("spec", True), ("hook", True)]
+
+
+@pytest.mark.parametrize(("mode", "realistic_host"), CASES,
+                         ids=[f"{m}-{'realistic' if r else 'simulated'}" for m, r in CASES])
+def test_runc(mode: str, realistic_host: bool, request: pytest.FixtureRequest,
+              bundle_factory: Callable[..., str], tmp_path: Any) -> None:
+    need_root_and("runc", "ldconfig")
+    if realistic_host:
+        facts = request.getfixturevalue("realistic")
+        root, version = facts["root"], facts["driver_version"]
+        gpus = sorted(facts["gpus"], key=lambda g: g["index"])
+        uvm_major = facts["majors"]["nvidia-uvm"]
+        if not facts.get("device_nodes", {}).get("created"):
+            pytest.skip("the realistic host was built without /dev nodes (not root)")
+        debian, libdir = True, "/usr/lib/x86_64-linux-gnu"
+    else:
+        sim = request.getfixturevalue("sim")
+        root, version = sim.root, sim.driver_version
+        gpus = [{"index": g.index, "minor": g.minor, "uuid": g.uuid} for g in sim.gpus]
+        from ocihook.simhost import UVM_MAJOR
+
+        uvm_major = UVM_MAJOR
+        debian, libdir = False, "/usr/lib64"
+    # GPU 0 by index and GPU 3 by UUID; an unrequested GPU is tried from inside
+    wanted = [gpus[0], gpus[3]]
+    other = next(g for g in gpus if g not in wanted)
+    env = [f"NVIDIA_VISIBLE_DEVICES=0,{gpus[3]['uuid']}", f"LIBDIR={libdir}",
+           f"OTHER={other['minor']}"]
+    bundle = bundle_factory(["sh", "-c", SCRIPT], env, debian=debian)
+    _with_mknod_cap(bundle)
+    if mode == "spec":
+        result = edit_bundle(bundle, HostRoot.single(root))
+        assert result.written
+    else:
+        _register_hook(bundle, root)
+    proc = run_container(bundle, state_root=str(tmp_path / "runc"))
+    assert proc.returncode == 0, proc.stderr
+    _check(proc.stdout, version=version, libdir=libdir,
+           minors=sorted(g["minor"] for g in wanted), uvm_major=uvm_major)
+    _check_ldcache(bundle, libdir)
+    _host_mounts_clean(bundle)
+
+
+def test_hook_failure_leaves_nothing_behind(sim: Any, bundle_factory: Callable[..., str],
+                                            tmp_path: Any) -> None:
+    """A hook that fails half-way undoes its work: runc aborts, and the rootfs and the host
+    mount table are as before."""
+    need_root_and("runc")
+    bundle = bundle_factory(["sh", "-c", "exit 0"], ["NVIDIA_VISIBLE_DEVICES=0"])
+    rootfs = os.path.join(bundle, "rootfs")
+    # a directory where a library must be mounted: the mount step fails after the device
+    # nodes and earlier mounts were made
+    v = sim.driver_version
+    os.makedirs(os.path.join(rootfs, f"usr/lib64/libnvidia-ptxjitcompiler.so.{v}"))
+    before = sorted(os.path.relpath(os.path.join(d, n), rootfs)
+                    for d, ds, fs in os.walk(rootfs) for n in ds + fs)
+    _register_hook(bundle, sim.root)
+    proc = run_container(bundle, state_root=str(tmp_path / "runc"))
+    assert proc.returncode != 0
+    assert "libnvidia-ptxjitcompiler" in proc.stderr and "error[apply-failed]" in proc.stderr
+    after = sorted(os.path.relpath(os.path.join(d, n), rootfs)
+                   for d, ds, fs in os.walk(rootfs) for n in ds + fs)
+    assert after == before
+    _host_mounts_clean(bundle)
+
+
+def test_demo_command_runs() -> None:
+    need_root_and("runc")
+    proc = subprocess.run([sys.executable, "-m", "ocihook", "demo"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "No such device or address" in proc.stdout
+    assert "libcuda.so.1 -> libcuda.so.550.127.05" in proc.stdout
