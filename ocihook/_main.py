@@ -12,15 +12,21 @@ code comes from :data:`ocihook.errors.EXIT_CODES`.
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
-from collections.abc import Sequence
 
 from .errors import OcihookError, exit_code_for
-from .hostroot import HostRoot
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Sequence
+    from typing import Any
+
+    from .hostroot import HostRoot
 
 FAST_COMMANDS = ("edit", "hook")
+#: Hook stages that inject into the container being created (state pid = host pid).
+INJECT_STAGES = ("prestart", "createRuntime")
 
 
 def _print_error(err: OcihookError) -> None:
@@ -33,20 +39,141 @@ def _warn(messages: Sequence[str], verbose: bool) -> None:
             print(f"ocihook: warning: {m}", file=sys.stderr)
 
 
-def add_root_options(p: argparse.ArgumentParser) -> None:
-    """Add ``--driver-root``, ``--dev-root`` and ``--ldcache`` to a parser."""
-    p.add_argument("--driver-root", default="/", help="root of the user-space driver (/)")
-    p.add_argument("--dev-root", default="/", help="root holding dev/, proc/, sys/ (/)")
-    p.add_argument(
+class Option:
+    """One option of a fast command: ``names`` (``"-b"``, ``"--bundle"``), ``action``
+    (``"store"``, ``"store_true"`` or ``"append"``), ``default``, ``help``, ``metavar``."""
+
+    __slots__ = ("action", "default", "dest", "help", "metavar", "names")
+
+    def __init__(
+        self,
+        *names: str,
+        action: str = "store",
+        default: object = None,
+        help: str = "",
+        metavar: str | None = None,
+    ) -> None:
+        self.names = names
+        self.dest = names[-1].lstrip("-").replace("-", "_")
+        self.action = action
+        self.default = (
+            []
+            if action == "append"
+            else (False if default is None and action == "store_true" else default)
+        )
+        self.help = help
+        self.metavar = metavar
+
+
+ROOT_OPTIONS = (
+    Option("--driver-root", default="/", help="root of the user-space driver (/)"),
+    Option("--dev-root", default="/", help="root holding dev/, proc/, sys/ (/)"),
+    Option(
         "--ldcache",
         default="/etc/ld.so.cache",
         help="ld.so.cache path inside the driver root (/etc/ld.so.cache)",
-    )
-    p.add_argument("-v", "--verbose", action="store_true", help="print warnings")
+    ),
+    Option("-v", "--verbose", action="store_true", help="print warnings"),
+)
+
+#: The fast commands: (command words, help, options). The one source of both the argparse
+#: parser (help and usage errors) and the fast parser (:func:`_parse_fast`).
+COMMANDS: tuple[tuple[tuple[str, ...], str, tuple[Option, ...]], ...] = (
+    (
+        ("edit",),
+        "spec mode: edit a bundle's config.json before runc create/run",
+        (
+            Option("-b", "--bundle", default=".", help="bundle directory (current dir)"),
+            Option("--dry-run", action="store_true", help="do not write config.json"),
+            Option("--diff", action="store_true", help="print a unified diff of the change"),
+            *ROOT_OPTIONS,
+        ),
+    ),
+    *(
+        (
+            ("hook", stage),
+            f"{stage} hook: inject the requested GPUs into the container being created",
+            (
+                *ROOT_OPTIONS,
+                Option(
+                    "--no-cgroups",
+                    action="store_true",
+                    help="do not add device cgroup rules (rootless containers)",
+                ),
+            ),
+        )
+        for stage in INJECT_STAGES
+    ),
+    (
+        ("hook", "create-symlinks"),
+        "createContainer hook: create links inside the rootfs",
+        (Option("--link", action="append", metavar="TARGET::LINK", help="link to create"),),
+    ),
+    (
+        ("hook", "update-ldcache"),
+        "createContainer hook: enter libraries into the container's /etc/ld.so.cache",
+        (Option("--lib", action="append", metavar="PATH", help="container path of a library"),),
+    ),
+)
 
 
-def host_root_from(ns: argparse.Namespace) -> HostRoot:
+class Namespace:
+    """Parsed options (like :class:`argparse.Namespace`)."""
+
+    def __init__(self, **values: object) -> None:
+        self.__dict__.update(values)
+
+    def __getattr__(self, name: str) -> Any:  # for type checkers: options are dynamic
+        raise AttributeError(name)
+
+
+def _parse_fast(argv: Sequence[str]) -> Namespace | None:
+    """Parse a well-formed fast command line without argparse (whose import costs ~5 ms).
+
+    Returns ``None`` for anything unusual — help, an unknown command or option, a
+    missing value — so that argparse parses it and prints its usual message.
+    """
+    found = [(w, o) for w, _h, o in COMMANDS if tuple(argv[: len(w)]) == w]
+    if not found:
+        return None
+    words, options = found[0]
+    by_name = {name: opt for opt in options for name in opt.names}
+    values: dict[str, Any] = {}
+    for o in options:
+        values[o.dest] = [] if o.action == "append" else o.default
+    values["command"] = words[0]
+    values["stage"] = words[1] if len(words) > 1 else None
+    rest = list(argv[len(words) :])
+    while rest:
+        arg = rest.pop(0)
+        name, eq, inline = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        opt = by_name.get(name)
+        if opt is None:
+            return None
+        if opt.action == "store_true":
+            if eq:
+                return None
+            values[opt.dest] = True
+            continue
+        if eq:
+            value = inline
+        elif rest:
+            value = rest.pop(0)
+        else:
+            return None
+        if opt.action == "append":
+            values[opt.dest].append(value)
+        else:
+            values[opt.dest] = value
+    return Namespace(**values)
+
+
+def host_root_from(ns: Any) -> HostRoot:
     """The :class:`HostRoot` named by parsed root options."""
+    import os
+
+    from .hostroot import HostRoot
+
     return HostRoot(
         driver_root=os.path.abspath(ns.driver_root),
         dev_root=os.path.abspath(ns.dev_root),
@@ -55,50 +182,32 @@ def host_root_from(ns: argparse.Namespace) -> HostRoot:
 
 
 def _parser() -> argparse.ArgumentParser:
+    """The argparse parser of the fast commands, built from :data:`COMMANDS`."""
+    import argparse
+
     p = argparse.ArgumentParser(prog="ocihook", description="GPU access for OCI containers")
     sub = p.add_subparsers(dest="command", required=True)
-
-    edit = sub.add_parser(
-        "edit",
-        help="spec mode: edit a bundle's config.json before runc create/run",
-        description="Give the container of a bundle the GPUs and driver libraries its "
-        "process.env asks for, by rewriting config.json atomically.",
-    )
-    edit.add_argument("-b", "--bundle", default=".", help="bundle directory (current dir)")
-    edit.add_argument("--dry-run", action="store_true", help="do not write config.json")
-    edit.add_argument("--diff", action="store_true", help="print a unified diff of the change")
-    add_root_options(edit)
-
-    hook = sub.add_parser(
-        "hook",
-        help="hook mode: run as an OCI hook (state JSON on stdin)",
-        description="OCI hook entry points. The runtime writes the container state on stdin.",
-    )
-    hsub = hook.add_subparsers(dest="stage", required=True)
-    for stage in ("prestart", "createRuntime"):
-        hp = hsub.add_parser(
-            stage,
-            help=f"{stage} hook: inject the requested GPUs into the container being created",
-        )
-        add_root_options(hp)
-        hp.add_argument(
-            "--no-cgroups",
-            action="store_true",
-            help="do not add device cgroup rules (rootless containers)",
-        )
-    links = hsub.add_parser(
-        "create-symlinks", help="createContainer hook: create links inside the rootfs"
-    )
-    links.add_argument(
-        "--link", action="append", default=[], metavar="TARGET::LINK", help="link to create"
-    )
-    ldc = hsub.add_parser(
-        "update-ldcache",
-        help="createContainer hook: enter libraries into the container's /etc/ld.so.cache",
-    )
-    ldc.add_argument(
-        "--lib", action="append", default=[], metavar="PATH", help="container path of a library"
-    )
+    hook_sub = None
+    for words, help_text, options in COMMANDS:
+        if len(words) == 1:
+            cp = sub.add_parser(words[0], help=help_text, description=help_text)
+        else:
+            if hook_sub is None:
+                hook = sub.add_parser(
+                    "hook",
+                    help="hook mode: run as an OCI hook (state JSON on stdin)",
+                    description="OCI hook entry points; the runtime writes the container "
+                    "state JSON on stdin.",
+                )
+                hook_sub = hook.add_subparsers(dest="stage", required=True)
+            cp = hook_sub.add_parser(words[1], help=help_text, description=help_text)
+        for o in options:
+            kwargs: dict[str, Any] = {"action": o.action, "help": o.help, "dest": o.dest}
+            if o.action != "store_true":
+                kwargs["default"] = o.default
+            if o.metavar:
+                kwargs["metavar"] = o.metavar
+            cp.add_argument(*o.names, **kwargs)
     return p
 
 
@@ -109,7 +218,7 @@ def _read_stdin() -> bytes:
         return b""
 
 
-def _cmd_edit(ns: argparse.Namespace) -> int:
+def _cmd_edit(ns: Any) -> int:
     from .appliers.spec import edit_bundle
 
     result = edit_bundle(ns.bundle, host_root_from(ns), dry_run=ns.dry_run)
@@ -135,17 +244,17 @@ def _cmd_edit(ns: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_hook(ns: argparse.Namespace) -> int:
+def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
     from . import bundle as _bundle
 
-    state = _bundle.parse_state(_read_stdin())
-    if ns.stage in ("prestart", "createRuntime"):
-        b = _bundle.load_bundle(state.bundle)
+    state = _bundle.parse_state(_read_stdin() if stdin is None else stdin)
+    b = _bundle.load_bundle(state.bundle)
+    if ns.stage in INJECT_STAGES:
         from .request import request_from_spec
 
         request = request_from_spec(b.config, path=b.config_path)
         if request.is_void:
-            return 0  # the fast exit: not a GPU container
+            return 0
         from .appliers.live import inject
 
         plan = inject(state, b, request, host_root_from(ns), cgroups=not ns.no_cgroups)
@@ -153,7 +262,6 @@ def _cmd_hook(ns: argparse.Namespace) -> int:
         return 0
     from .appliers import live
 
-    b = _bundle.load_bundle(state.bundle)
     if ns.stage == "create-symlinks":
         live.create_symlinks_hook(b, ns.link)
     elif ns.stage == "update-ldcache":
@@ -161,13 +269,72 @@ def _cmd_hook(ns: argparse.Namespace) -> int:
     return 0
 
 
-def run_fast(argv: Sequence[str]) -> int:
-    """Run a fast command (``edit`` or ``hook``) and return its exit code."""
-    ns = _parser().parse_args(list(argv))
+#: Byte strings of which at least one occurs in the config.json of any container that can
+#: ask for a GPU: the request variables and the legacy CUDA image marker. A config.json
+#: holding none of them (and no JSON ``\u`` escape that could spell one) asks for nothing.
+REQUEST_MARKERS = (b"NVIDIA_", b"CUDA_VERSION")
+
+
+def _bundle_from_state(stdin: bytes) -> str | None:
+    """The ``bundle`` of a state JSON, found without the json module, or ``None`` when
+    the text is not plainly ``"bundle": "<path without escapes>"`` exactly once."""
+    key = b'"bundle"'
+    at = stdin.find(key)
+    if at < 0 or stdin.find(key, at + 1) >= 0:
+        return None
+    rest = stdin[at + len(key) :].lstrip(b" \t\r\n")
+    if not rest.startswith(b":"):
+        return None
+    rest = rest[1:].lstrip(b" \t\r\n")
+    if not rest.startswith(b'"'):
+        return None
+    end = rest.find(b'"', 1)
+    value = rest[1:end]
+    if end < 0 or b"\\" in value or not value.startswith(b"/"):
+        return None
+    try:
+        return value.decode()
+    except UnicodeDecodeError:
+        return None
+
+
+def _void_hook_exit(argv: Sequence[str]) -> tuple[int | None, bytes]:
+    """The fast exit of ``ocihook hook prestart|createRuntime`` for containers that ask
+    for no GPU — most containers on a host where ocihook is registered for all.
+
+    Reads the state and ``<bundle>/config.json`` as bytes and returns ``(0, stdin)`` when
+    the file contains none of :data:`REQUEST_MARKERS` (nor a ``\\u`` escape); importing
+    json alone would double the cost of this path. Anything else returns ``(None,
+    stdin)``: the full command then parses both files properly and decides.
+    """
+    if "-h" in argv or "--help" in argv:
+        return None, b""
+    stdin = _read_stdin()
+    bundle = _bundle_from_state(stdin)
+    if bundle is None:
+        return None, stdin
+    try:
+        with open(bundle.rstrip("/") + "/config.json", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None, stdin
+    if b"\\u" in raw or any(marker in raw for marker in REQUEST_MARKERS):
+        return None, stdin
+    return 0, stdin
+
+
+def run_fast(argv: Sequence[str], stdin: bytes | None = None) -> int:
+    """Run a fast command (``edit`` or ``hook``) and return its exit code.
+
+    Args:
+        argv: the arguments after ``ocihook``.
+        stdin: the hook's standard input when already read.
+    """
+    ns: Any = _parse_fast(argv) or _parser().parse_args(list(argv))
     try:
         if ns.command == "edit":
             return _cmd_edit(ns)
-        return _cmd_hook(ns)
+        return _cmd_hook(ns, stdin)
     except OcihookError as e:
         _print_error(e)
         return exit_code_for(e)
@@ -176,6 +343,11 @@ def run_fast(argv: Sequence[str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Console-script entry point. Returns the process exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) >= 2 and args[0] == "hook" and args[1] in INJECT_STAGES:
+        code, stdin = _void_hook_exit(args)
+        if code is not None:
+            return code
+        return run_fast(args, stdin)
     if args and args[0] in FAST_COMMANDS:
         return run_fast(args)
     from .cli import cli_main

@@ -8,16 +8,15 @@ loaded or executed.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import BinaryIO
 
+from ._record import Record
 from .errors import DiscoveryError
 
 __all__ = ["ElfInfo", "read_elf_info", "read_elf_info_fd"]
 
 
-@dataclass(frozen=True, slots=True)
-class ElfInfo:
+class ElfInfo(Record):
     """What ocihook needs to know about an ELF file.
 
     Attributes:
@@ -53,9 +52,9 @@ def _read(stream: BinaryIO, path: str) -> ElfInfo:
             if isinstance(section, DynamicSection):
                 for tag in section.iter_tags():
                     if tag.entry.d_tag == "DT_SONAME":
-                        soname = str(tag.soname)
+                        soname = str(tag.soname)  # type: ignore[attr-defined]
                     elif tag.entry.d_tag == "DT_NEEDED":
-                        needed.append(str(tag.needed))
+                        needed.append(str(tag.needed))  # type: ignore[attr-defined]
                 break
         elf_class = int(elf.elfclass)
         machine = str(elf["e_machine"])
@@ -64,7 +63,9 @@ def _read(stream: BinaryIO, path: str) -> ElfInfo:
         raise DiscoveryError(f"not a valid ELF file: {e}", path=path) from None
     except Exception as e:  # pyelftools raises struct/construct errors on truncated files
         raise DiscoveryError(f"not a valid ELF file: {type(e).__name__}", path=path) from None
-    return ElfInfo(elf_class, machine, elf_type, soname, tuple(needed), abi_flags(elf_class, machine))
+    return ElfInfo(
+        elf_class, machine, elf_type, soname, tuple(needed), abi_flags(elf_class, machine)
+    )
 
 
 def read_elf_info(path: str) -> ElfInfo:

@@ -163,5 +163,5 @@ def exit_code_for(err: BaseException) -> int:
     that is not an :class:`OcihookError`."""
     for cls in type(err).__mro__:
         if cls in EXIT_CODES:
-            return EXIT_CODES[cls]  # type: ignore[index]
+            return EXIT_CODES[cls]
     return 1

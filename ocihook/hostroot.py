@@ -16,8 +16,8 @@ Paths returned are host paths (absolute, with the root prefix applied).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
+from ._record import Record
 from .errors import DiscoveryError
 
 __all__ = ["HostRoot", "read_text"]
@@ -31,8 +31,7 @@ def _join(root: str, path: str) -> str:
     return os.path.join(root, rel) if rel else root
 
 
-@dataclass(frozen=True, slots=True)
-class HostRoot:
+class HostRoot(Record):
     """The roots host discovery reads through.
 
     Attributes:

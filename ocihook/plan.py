@@ -25,13 +25,17 @@ edits" (device nodes, mounts, hooks, env):
 
 from __future__ import annotations
 
-import platform
-from dataclasses import dataclass, field
-from typing import Any
+import os
 
-from .discovery.nvidia import NvidiaHost
+from ._record import Record
 from .errors import RequestError
 from .request import Request, select_gpus
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
+if TYPE_CHECKING:
+    from typing import Any
+
+    from .discovery.nvidia import NvidiaHost
 
 __all__ = [
     "CgroupRule",
@@ -51,8 +55,7 @@ LIBRARY_MOUNT_OPTIONS = ("ro", "nosuid", "nodev", "bind")
 _TRIPLETS = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu"}
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceNode:
+class DeviceNode(Record):
     """A device node to create in the container (OCI ``linux.devices[]`` entry).
 
     Attributes:
@@ -74,8 +77,7 @@ class DeviceNode:
     gid: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class CgroupRule:
+class CgroupRule(Record):
     """A device cgroup rule (OCI ``linux.resources.devices[]`` entry).
 
     ``major``/``minor`` of ``None`` mean any; ``access`` is a subset of ``"rwm"``.
@@ -88,8 +90,7 @@ class CgroupRule:
     access: str
 
 
-@dataclass(frozen=True, slots=True)
-class Mount:
+class Mount(Record):
     """A bind mount of a host file into the container (OCI ``mounts[]`` entry).
 
     Attributes:
@@ -105,8 +106,7 @@ class Mount:
     type: str = "bind"
 
 
-@dataclass(frozen=True, slots=True)
-class Symlink:
+class Symlink(Record):
     """A symbolic link ``link -> target`` to create in the container.
 
     ``link`` is an absolute container path; ``target`` is written as is (relative
@@ -117,8 +117,7 @@ class Symlink:
     target: str
 
 
-@dataclass(frozen=True, slots=True)
-class Hook:
+class Hook(Record):
     """An OCI hook entry to add (``hooks.<stage>[]``). ``args[0]`` is argv[0]."""
 
     stage: str
@@ -128,8 +127,7 @@ class Hook:
     timeout: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class ContainerEdits:
+class ContainerEdits(Record):
     """Everything to change in a container, in CDI's "container edits" terms.
 
     Attributes:
@@ -166,8 +164,7 @@ class ContainerEdits:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class ContainerLayout:
+class ContainerLayout(Record):
     """Where driver files go inside the image (libnvidia-container's choice).
 
     Attributes:
@@ -180,14 +177,13 @@ class ContainerLayout:
     @classmethod
     def for_image(cls, is_debian: bool, machine: str | None = None) -> ContainerLayout:
         """The layout for an image; ``is_debian`` = the rootfs has ``/etc/debian_version``."""
-        machine = machine or platform.machine()
+        machine = machine or os.uname().machine
         if is_debian and machine in _TRIPLETS:
             return cls(libdir=f"/usr/lib/{_TRIPLETS[machine]}")
         return cls(libdir="/usr/lib64")
 
 
-@dataclass(frozen=True, slots=True)
-class Plan:
+class Plan(Record):
     """What to do for one container. Pure value; :meth:`to_dict` gives its JSON form
     (schema: ``specs/plan.schema.json``).
 
@@ -203,7 +199,7 @@ class Plan:
     gpus: tuple[tuple[int, str, int], ...]
     capabilities: tuple[str, ...]
     edits: ContainerEdits
-    warnings: tuple[str, ...] = field(default=())
+    warnings: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (``specs/plan.schema.json``)."""
@@ -289,16 +285,12 @@ def make_plan(host: NvidiaHost, request: Request, layout: ContainerLayout) -> Pl
     for hn in host.control_nodes:
         if hn.path != "/dev/nvidiactl" and "compute" not in capabilities:
             continue  # nvidia-uvm* serve CUDA only
-        nodes.append(
-            DeviceNode(hn.path, hn.host_path, hn.major, hn.minor, file_mode=hn.file_mode)
-        )
+        nodes.append(DeviceNode(hn.path, hn.host_path, hn.major, hn.minor, file_mode=hn.file_mode))
     for gpu in gpus:
-        hn = host.gpu_nodes.get(gpu.minor)
-        if hn is None:  # pragma: no cover - discovery builds one node per GPU
+        gn = host.gpu_nodes.get(gpu.minor)
+        if gn is None:  # pragma: no cover - discovery builds one node per GPU
             raise RequestError("GPU has no device node", value=gpu.device_path)
-        nodes.append(
-            DeviceNode(hn.path, hn.host_path, hn.major, hn.minor, file_mode=hn.file_mode)
-        )
+        nodes.append(DeviceNode(gn.path, gn.host_path, gn.major, gn.minor, file_mode=gn.file_mode))
     rules = tuple(CgroupRule(True, n.type, n.major, n.minor, "rw") for n in nodes)
 
     mounts: list[Mount] = []

@@ -20,15 +20,16 @@ toolkit. Parsing is pure: no file or host access.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
-
 from .errors import RequestError
 
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+    from typing import Any, Literal
+
     from .discovery.nvidia import Gpu
+
+    VisibleKind = Literal["void", "none", "all", "list"]
 
 __all__ = [
     "ALL_CAPABILITIES",
@@ -51,14 +52,20 @@ ALL_CAPABILITIES: frozenset[str] = frozenset(
 #: Capabilities when ``NVIDIA_DRIVER_CAPABILITIES`` is unset or empty.
 DEFAULT_CAPABILITIES: frozenset[str] = frozenset({"utility", "compute"})
 
-_UUID_RE = re.compile(r"^gpu-[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}$", re.IGNORECASE)
-
-VisibleKind = Literal["void", "none", "all", "list"]
+_HEX = frozenset("0123456789abcdef")
 
 
-@dataclass(frozen=True, slots=True)
+def _is_gpu_uuid(text: str) -> bool:
+    """``GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`` in any case (no regex: import cost)."""
+    t = text.lower()
+    if not t.startswith("gpu-"):
+        return False
+    groups = t[4:].split("-")
+    return [len(g) for g in groups] == [8, 4, 4, 4, 12] and all(set(g) <= _HEX for g in groups)
+
+
 class Request:
-    """A container's GPU request.
+    """A container's GPU request. Immutable.
 
     Attributes:
         kind: ``"void"`` (not a GPU container: do nothing), ``"none"`` (driver files and
@@ -70,10 +77,41 @@ class Request:
         source: where the request came from, for messages (``"process.env"``).
     """
 
+    __slots__ = ("capabilities", "devices", "kind", "source")
     kind: VisibleKind
-    devices: tuple[str, ...] = ()
-    capabilities: frozenset[str] = field(default=DEFAULT_CAPABILITIES)
-    source: str = "process.env"
+    devices: tuple[str, ...]
+    capabilities: frozenset[str]
+    source: str
+
+    def __init__(
+        self,
+        kind: VisibleKind,
+        devices: tuple[str, ...] = (),
+        capabilities: frozenset[str] = DEFAULT_CAPABILITIES,
+        source: str = "process.env",
+    ) -> None:
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "devices", tuple(devices))
+        object.__setattr__(self, "capabilities", frozenset(capabilities))
+        object.__setattr__(self, "source", source)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("Request is immutable")
+
+    def _key(self) -> tuple[str, tuple[str, ...], frozenset[str], str]:
+        return (self.kind, self.devices, self.capabilities, self.source)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Request) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return (
+            f"Request(kind={self.kind!r}, devices={self.devices!r}, "
+            f"capabilities={sorted(self.capabilities)!r}, source={self.source!r})"
+        )
 
     @property
     def is_void(self) -> bool:
@@ -147,7 +185,7 @@ def request_from_env(env: Mapping[str, str], *, source: str = "process.env") -> 
         return Request(kind="none", capabilities=capabilities, source=source)
     devices: list[str] = []
     for item in items:
-        if item.isdigit() or _UUID_RE.match(item):
+        if (item.isascii() and item.isdigit()) or _is_gpu_uuid(item):
             if item not in devices:
                 devices.append(item)
             continue
@@ -217,6 +255,7 @@ def select_gpus(request: Request, gpus: Sequence[Gpu]) -> tuple[Gpu, ...]:
     by_uuid = {g.uuid.lower(): g for g in gpus}
     selected: list[Gpu] = []
     for item in request.devices:
+        # digits were checked to be ASCII when the request was parsed
         gpu = by_index.get(str(int(item))) if item.isdigit() else by_uuid.get(item.lower())
         if gpu is None:
             have = ", ".join(f"{g.index} ({g.uuid})" for g in gpus) or "no GPUs"

@@ -27,10 +27,10 @@ import hashlib
 import json
 import os
 import platform
-from dataclasses import dataclass
 
 from . import ldcache
 from ._elfwrite import make_shared_object
+from ._record import Record
 
 __all__ = ["DEFAULT_DRIVER_VERSION", "SimulatedGpu", "SimulatedHost", "build"]
 
@@ -62,8 +62,7 @@ UVM_MAJOR = 237
 CAPS_MAJOR = 240
 
 
-@dataclass(frozen=True, slots=True)
-class SimulatedGpu:
+class SimulatedGpu(Record):
     """One GPU of the simulated host: ``index`` in bus order, its ``minor``, ``uuid``,
     ``bus_id`` (8-digit domain) and ``model``."""
 
@@ -74,8 +73,7 @@ class SimulatedGpu:
     model: str
 
 
-@dataclass(frozen=True, slots=True)
-class SimulatedHost:
+class SimulatedHost(Record):
     """What :func:`build` made: the tree's ``root``, ``driver_version``, ``gpus``,
     ``libdir`` (driver-root terms) and whether ``dev_nodes`` were created."""
 

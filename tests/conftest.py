@@ -38,9 +38,7 @@ def realistic() -> dict[str, Any]:
     root = realistic_dir()
     meta = os.path.join(root, ".ocihook-fixture.json")
     if not os.path.exists(meta):
-        pytest.skip(
-            f"realistic host not built at {root}: run python fixtures/realistic/build.py"
-        )
+        pytest.skip(f"realistic host not built at {root}: run python fixtures/realistic/build.py")
     with open(meta) as f:
         data: dict[str, Any] = json.load(f)
     data["root"] = root

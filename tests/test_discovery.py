@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -45,13 +47,22 @@ def test_simulated_host_libraries(sim: simhost.SimulatedHost) -> None:
     by_soname = {lib.soname: lib for lib in host.libraries}
     v = sim.driver_version
     assert set(by_soname) == {
-        "libnvidia-ml.so.1", "libnvidia-cfg.so.1", "libcuda.so.1", "libcudadebugger.so.1",
-        "libnvidia-opencl.so.1", "libnvidia-ptxjitcompiler.so.1", "libnvidia-allocator.so.1",
-        "libnvidia-nvvm.so.4", f"libnvidia-gpucomp.so.{v}", f"libnvidia-pkcs11-openssl3.so.{v}",
+        "libnvidia-ml.so.1",
+        "libnvidia-cfg.so.1",
+        "libcuda.so.1",
+        "libcudadebugger.so.1",
+        "libnvidia-opencl.so.1",
+        "libnvidia-ptxjitcompiler.so.1",
+        "libnvidia-allocator.so.1",
+        "libnvidia-nvvm.so.4",
+        f"libnvidia-gpucomp.so.{v}",
+        f"libnvidia-pkcs11-openssl3.so.{v}",
     }
     cuda = by_soname["libcuda.so.1"]
     # reached through an absolute /etc/alternatives link, re-rooted in the driver root
-    assert cuda.host_path == os.path.join(sim.root, f"usr/lib/x86_64-linux-gnu/nvidia/current/libcuda.so.{v}")
+    assert cuda.host_path == os.path.join(
+        sim.root, f"usr/lib/x86_64-linux-gnu/nvidia/current/libcuda.so.{v}"
+    )
     assert cuda.name == f"libcuda.so.{v}" and cuda.capability == "compute"
     assert by_soname["libnvidia-ml.so.1"].capability == "utility"
     for lib in host.libraries:
@@ -87,14 +98,21 @@ def test_realistic_host(realistic: dict[str, Any]) -> None:
     assert cuda.name == "libcuda.so.535.261.03"
     assert cuda.host_path.startswith(root + "/")
     assert os.path.isfile(cuda.host_path) and not os.path.islink(cuda.host_path)
-    for soname in ("libnvidia-ml.so.1", "libnvidia-ptxjitcompiler.so.1", "libnvidia-nvvm.so.4",
-                   "libnvidia-allocator.so.1", "libcudadebugger.so.1", "libnvidia-opencl.so.1"):
+    for soname in (
+        "libnvidia-ml.so.1",
+        "libnvidia-ptxjitcompiler.so.1",
+        "libnvidia-nvvm.so.4",
+        "libnvidia-allocator.so.1",
+        "libcudadebugger.so.1",
+        "libnvidia-opencl.so.1",
+    ):
         assert soname in by_soname, soname
     # every library found is what readelf says it is
     if shutil.which("readelf"):
         for lib in host.libraries:
-            out = subprocess.run(["readelf", "-d", lib.host_path], capture_output=True,
-                                 text=True, check=True).stdout
+            out = subprocess.run(
+                ["readelf", "-d", lib.host_path], capture_output=True, text=True, check=True
+            ).stdout
             assert f"Library soname: [{lib.soname}]" in out, lib
 
 
@@ -102,8 +120,12 @@ def test_realistic_uses_the_real_ldconfig_view(realistic: dict[str, Any]) -> Non
     if shutil.which("ldconfig") is None:
         pytest.skip("needs ldconfig")
     root = realistic["root"]
-    out = subprocess.run(["ldconfig", "-p", "-C", os.path.join(root, "etc/ld.so.cache")],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["ldconfig", "-p", "-C", os.path.join(root, "etc/ld.so.cache")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     host = discover(HostRoot.single(root))
     for lib in host.libraries:
         assert f"\t{lib.soname} (libc6,x86-64) => {lib.cache_path}" in out
@@ -114,11 +136,16 @@ def test_realistic_uses_the_real_ldconfig_view(realistic: dict[str, Any]) -> Non
 
 def test_parse_driver_version_formats() -> None:
     prop = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.261.03  Wed Jul 30 2025\nGCC version: gcc 12.2.0\n"
-    open_ = ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build"
-             "  (dvs-builder@U22)  Thu Sep 18 2025\n")
+    open_ = (
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build"
+        "  (dvs-builder@U22)  Thu Sep 18 2025\n"
+    )
     assert parse_driver_version(prop) == "535.261.03"
     assert parse_driver_version(open_) == "580.95.05"
-    assert parse_driver_version("NVRM version: NVIDIA UNIX Kernel Module for aarch64  470.57\n") == "470.57"
+    assert (
+        parse_driver_version("NVRM version: NVIDIA UNIX Kernel Module for aarch64  470.57\n")
+        == "470.57"
+    )
     with pytest.raises(DiscoveryError) as ei:
         parse_driver_version("garbage\n", path="/p/version")
     assert ei.value.path == "/p/version"
@@ -127,8 +154,11 @@ def test_parse_driver_version_formats() -> None:
 @given(st.integers(0, 9999), st.integers(0, 999), st.integers(0, 99), st.booleans())
 def test_parse_driver_version_roundtrip(a: int, b: int, c: int, open_module: bool) -> None:
     v = f"{a}.{b}.{c:02d}"
-    line = (f"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {v}  Release Build"
-            if open_module else f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {v}  Mon Jan 1")
+    line = (
+        f"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {v}  Release Build"
+        if open_module
+        else f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {v}  Mon Jan 1"
+    )
     assert parse_driver_version(line + "\n") == v
 
 
@@ -147,10 +177,8 @@ def test_parse_devices_reads_only_char_section() -> None:
 def test_parsers_never_crash(text: str) -> None:
     parse_devices(text)
     parse_gpu_information(text)
-    try:
+    with contextlib.suppress(DiscoveryError):
         parse_driver_version(text)
-    except DiscoveryError:
-        pass
 
 
 # -- broken hosts -------------------------------------------------------------------------
@@ -191,7 +219,7 @@ def test_malformed_gpu_information(sim: simhost.SimulatedHost, tmp_path: Any) ->
     gpus = os.path.join(root, "proc/driver/nvidia/gpus")
     first = sorted(os.listdir(gpus))[0]
     info = os.path.join(gpus, first, "information")
-    text = open(info).read().replace("Device Minor: \t 0", "Device Minor: \t zero")
+    text = Path(info).read_text().replace("Device Minor: \t 0", "Device Minor: \t zero")
     with open(info, "w") as f:
         f.write(text)
     with pytest.raises(DiscoveryError) as ei:
@@ -204,7 +232,7 @@ def test_excluded_gpu_is_skipped(sim: simhost.SimulatedHost, tmp_path: Any) -> N
     gpus = os.path.join(root, "proc/driver/nvidia/gpus")
     first = sorted(os.listdir(gpus))[0]
     info = os.path.join(gpus, first, "information")
-    text = open(info).read().replace("GPU Excluded:\t No", "GPU Excluded:\t Yes")
+    text = Path(info).read_text().replace("GPU Excluded:\t No", "GPU Excluded:\t Yes")
     with open(info, "w") as f:
         f.write(text)
     host = discover(HostRoot.single(root))
@@ -244,8 +272,9 @@ def test_ldcache_of_simhost_agrees_with_ldconfig(sim: simhost.SimulatedHost) -> 
     if shutil.which("ldconfig") is None:
         pytest.skip("needs ldconfig")
     path = os.path.join(sim.root, "etc/ld.so.cache")
-    out = subprocess.run(["ldconfig", "-p", "-C", path], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        ["ldconfig", "-p", "-C", path], capture_output=True, text=True, check=True
+    ).stdout
     lines = [ln.strip() for ln in out.splitlines() if "=>" in ln]
     with open(path, "rb") as f:
         entries = ldcache.parse(f.read())

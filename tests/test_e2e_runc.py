@@ -16,12 +16,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from conftest import need_root_and
 
 from ocihook.appliers.spec import edit_bundle, hook_command
 from ocihook.demo import run_container
 from ocihook.hostroot import HostRoot
-
-from conftest import need_root_and
 
 pytestmark = pytest.mark.e2e
 
@@ -86,8 +85,9 @@ def _check(out: str, *, version: str, libdir: str, minors: list[int], uvm_major:
 
 def _check_ldcache(bundle: str, libdir: str) -> None:
     cache = os.path.join(bundle, "rootfs/etc/ld.so.cache")
-    out = subprocess.run(["ldconfig", "-p", "-C", cache], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        ["ldconfig", "-p", "-C", cache], capture_output=True, text=True, check=True
+    ).stdout
     assert f"libcuda.so.1 (libc6,x86-64) => {libdir}/libcuda.so.1" in out
     assert f"libnvidia-ml.so.1 (libc6,x86-64) => {libdir}/libnvidia-ml.so.1" in out
 
@@ -100,10 +100,18 @@ def _host_mounts_clean(bundle: str) -> None:
 CASES = [("spec", False), ("hook", False), ("spec", True), ("hook", True)]
 
 
-@pytest.mark.parametrize(("mode", "realistic_host"), CASES,
-                         ids=[f"{m}-{'realistic' if r else 'simulated'}" for m, r in CASES])
-def test_runc(mode: str, realistic_host: bool, request: pytest.FixtureRequest,
-              bundle_factory: Callable[..., str], tmp_path: Any) -> None:
+@pytest.mark.parametrize(
+    ("mode", "realistic_host"),
+    CASES,
+    ids=[f"{m}-{'realistic' if r else 'simulated'}" for m, r in CASES],
+)
+def test_runc(
+    mode: str,
+    realistic_host: bool,
+    request: pytest.FixtureRequest,
+    bundle_factory: Callable[..., str],
+    tmp_path: Any,
+) -> None:
     need_root_and("runc", "ldconfig")
     if realistic_host:
         facts = request.getfixturevalue("realistic")
@@ -124,8 +132,11 @@ def test_runc(mode: str, realistic_host: bool, request: pytest.FixtureRequest,
     # GPU 0 by index and GPU 3 by UUID; an unrequested GPU is tried from inside
     wanted = [gpus[0], gpus[3]]
     other = next(g for g in gpus if g not in wanted)
-    env = [f"NVIDIA_VISIBLE_DEVICES=0,{gpus[3]['uuid']}", f"LIBDIR={libdir}",
-           f"OTHER={other['minor']}"]
+    env = [
+        f"NVIDIA_VISIBLE_DEVICES=0,{gpus[3]['uuid']}",
+        f"LIBDIR={libdir}",
+        f"OTHER={other['minor']}",
+    ]
     bundle = bundle_factory(["sh", "-c", SCRIPT], env, debian=debian)
     _with_mknod_cap(bundle)
     if mode == "spec":
@@ -135,14 +146,20 @@ def test_runc(mode: str, realistic_host: bool, request: pytest.FixtureRequest,
         _register_hook(bundle, root)
     proc = run_container(bundle, state_root=str(tmp_path / "runc"))
     assert proc.returncode == 0, proc.stderr
-    _check(proc.stdout, version=version, libdir=libdir,
-           minors=sorted(g["minor"] for g in wanted), uvm_major=uvm_major)
+    _check(
+        proc.stdout,
+        version=version,
+        libdir=libdir,
+        minors=sorted(g["minor"] for g in wanted),
+        uvm_major=uvm_major,
+    )
     _check_ldcache(bundle, libdir)
     _host_mounts_clean(bundle)
 
 
-def test_hook_failure_leaves_nothing_behind(sim: Any, bundle_factory: Callable[..., str],
-                                            tmp_path: Any) -> None:
+def test_hook_failure_leaves_nothing_behind(
+    sim: Any, bundle_factory: Callable[..., str], tmp_path: Any
+) -> None:
     """A hook that fails half-way undoes its work: runc aborts, and the rootfs and the host
     mount table are as before."""
     need_root_and("runc")
@@ -152,22 +169,29 @@ def test_hook_failure_leaves_nothing_behind(sim: Any, bundle_factory: Callable[.
     # nodes and earlier mounts were made
     v = sim.driver_version
     os.makedirs(os.path.join(rootfs, f"usr/lib64/libnvidia-ptxjitcompiler.so.{v}"))
-    before = sorted(os.path.relpath(os.path.join(d, n), rootfs)
-                    for d, ds, fs in os.walk(rootfs) for n in ds + fs)
+    before = sorted(
+        os.path.relpath(os.path.join(d, n), rootfs)
+        for d, ds, fs in os.walk(rootfs)
+        for n in ds + fs
+    )
     _register_hook(bundle, sim.root)
     proc = run_container(bundle, state_root=str(tmp_path / "runc"))
     assert proc.returncode != 0
     assert "libnvidia-ptxjitcompiler" in proc.stderr and "error[apply-failed]" in proc.stderr
-    after = sorted(os.path.relpath(os.path.join(d, n), rootfs)
-                   for d, ds, fs in os.walk(rootfs) for n in ds + fs)
+    after = sorted(
+        os.path.relpath(os.path.join(d, n), rootfs)
+        for d, ds, fs in os.walk(rootfs)
+        for n in ds + fs
+    )
     assert after == before
     _host_mounts_clean(bundle)
 
 
 def test_demo_command_runs() -> None:
     need_root_and("runc")
-    proc = subprocess.run([sys.executable, "-m", "ocihook", "demo"], capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ocihook", "demo"], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "No such device or address" in proc.stdout
     assert "libcuda.so.1 -> libcuda.so.550.127.05" in proc.stdout

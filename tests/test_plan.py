@@ -62,19 +62,22 @@ def test_two_gpus_compute_utility(host: NvidiaHost, sim: simhost.SimulatedHost) 
 
 
 def test_utility_only_has_no_uvm_and_no_cuda(host: NvidiaHost) -> None:
-    req = request_from_env(
-        {"NVIDIA_VISIBLE_DEVICES": "1", "NVIDIA_DRIVER_CAPABILITIES": "utility"}
-    )
+    req = request_from_env({"NVIDIA_VISIBLE_DEVICES": "1", "NVIDIA_DRIVER_CAPABILITIES": "utility"})
     e = make_plan(host, req, ContainerLayout()).edits
     assert [n.path for n in e.device_nodes] == ["/dev/nvidiactl", "/dev/nvidia1"]
     assert {os.path.basename(m.destination).split(".so")[0] for m in e.mounts} == {
-        "libnvidia-ml", "libnvidia-cfg"
+        "libnvidia-ml",
+        "libnvidia-cfg",
     }
 
 
 def test_none_gives_driver_but_no_gpu(host: NvidiaHost) -> None:
-    e = make_plan(host, request_from_env({"NVIDIA_VISIBLE_DEVICES": "none"}), ContainerLayout()).edits
-    assert not any(n.path.startswith("/dev/nvidia") and n.path[11:].isdigit() for n in e.device_nodes)
+    e = make_plan(
+        host, request_from_env({"NVIDIA_VISIBLE_DEVICES": "none"}), ContainerLayout()
+    ).edits
+    assert not any(
+        n.path.startswith("/dev/nvidia") and n.path[11:].isdigit() for n in e.device_nodes
+    )
     assert "/dev/nvidiactl" in [n.path for n in e.device_nodes]
     assert e.mounts
 
@@ -85,13 +88,18 @@ def test_void_is_empty(host: NvidiaHost) -> None:
 
 
 def test_debian_layout(host: NvidiaHost) -> None:
-    plan = make_plan(host, request_from_env({"NVIDIA_VISIBLE_DEVICES": "0"}),
-                     ContainerLayout.for_image(True, "x86_64"))
+    plan = make_plan(
+        host,
+        request_from_env({"NVIDIA_VISIBLE_DEVICES": "0"}),
+        ContainerLayout.for_image(True, "x86_64"),
+    )
     assert all(m.destination.startswith("/usr/lib/x86_64-linux-gnu/") for m in plan.edits.mounts)
 
 
 def test_unsupported_capability_is_a_warning(host: NvidiaHost) -> None:
-    req = request_from_env({"NVIDIA_VISIBLE_DEVICES": "0", "NVIDIA_DRIVER_CAPABILITIES": "video,compute"})
+    req = request_from_env(
+        {"NVIDIA_VISIBLE_DEVICES": "0", "NVIDIA_DRIVER_CAPABILITIES": "video,compute"}
+    )
     plan = make_plan(host, req, ContainerLayout())
     assert plan.capabilities == ("compute",)
     assert any("video" in w for w in plan.warnings)
@@ -106,8 +114,10 @@ def test_unknown_gpu(host: NvidiaHost) -> None:
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.integers(0, 7), max_size=8), st.sampled_from(["utility", "compute", "all", ""]))
 def test_exactly_the_requested_gpus(host: NvidiaHost, indices: list[int], caps: str) -> None:
-    env = {"NVIDIA_VISIBLE_DEVICES": ",".join(map(str, indices)) or "void",
-           "NVIDIA_DRIVER_CAPABILITIES": caps}
+    env = {
+        "NVIDIA_VISIBLE_DEVICES": ",".join(map(str, indices)) or "void",
+        "NVIDIA_DRIVER_CAPABILITIES": caps,
+    }
     plan = make_plan(host, request_from_env(env), ContainerLayout())
     wanted = {host.gpus[i].minor for i in indices}
     gpu_nodes = {n.minor for n in plan.edits.device_nodes if n.major == 195 and n.minor < 254}

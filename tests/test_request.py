@@ -22,15 +22,25 @@ UUIDS = [
     "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee",
     "GPU-01234567-89ab-cdef-0123-456789abcdef",
 ]
-GPUS = tuple(Gpu(i, m, u, f"00000000:{i:02x}:00.0", "T", "/x") for i, (m, u) in enumerate(
-    zip([0, 2, 1], UUIDS, strict=True)
-))
+GPUS = tuple(
+    Gpu(i, m, u, f"00000000:{i:02x}:00.0", "T", "/x")
+    for i, (m, u) in enumerate(zip([0, 2, 1], UUIDS, strict=True))
+)
 
 
 @pytest.mark.parametrize(
     ("value", "kind"),
-    [(None, "void"), ("", "void"), ("void", "void"), ("0,void", "void"), ("none", "none"),
-     ("all", "all"), ("ALL", "all"), ("0,all", "all"), (" 1 , 0 ", "list")],
+    [
+        (None, "void"),
+        ("", "void"),
+        ("void", "void"),
+        ("0,void", "void"),
+        ("none", "none"),
+        ("all", "all"),
+        ("ALL", "all"),
+        ("0,all", "all"),
+        (" 1 , 0 ", "list"),
+    ],
 )
 def test_visible_devices_kinds(value: str | None, kind: str) -> None:
     env = {} if value is None else {"NVIDIA_VISIBLE_DEVICES": value}
@@ -97,15 +107,14 @@ def test_request_from_spec_errors_name_the_file() -> None:
         request_from_spec({"process": {"env": "A=1"}}, path="/b/config.json")
     assert ei.value.path == "/b/config.json" and ei.value.field == "process.env"
     with pytest.raises(RequestError) as ei2:
-        request_from_spec(
-            {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=x"]}}, path="/b/config.json"
-        )
+        request_from_spec({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=x"]}}, path="/b/config.json")
     assert ei2.value.path == "/b/config.json"
     assert "/b/config.json" in str(ei2.value)
 
 
-@given(st.lists(st.sampled_from(["0", "1", "2", *UUIDS, "all", "none", "void", " ", ""]),
-                max_size=6))
+@given(
+    st.lists(st.sampled_from(["0", "1", "2", *UUIDS, "all", "none", "void", " ", ""]), max_size=6)
+)
 def test_any_combination_parses_or_raises_request_error(items: list[str]) -> None:
     value = ",".join(items)
     stripped = [i.strip().lower() for i in items if i.strip()]

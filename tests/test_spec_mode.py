@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,17 +36,22 @@ def _bundle(tmp_path: Any, env: list[str], extra: dict[str, Any] | None = None) 
 
 
 def test_edit_two_gpus(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
-    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0,3", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"])
+    bundle = _bundle(
+        tmp_path, ["NVIDIA_VISIBLE_DEVICES=0,3", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"]
+    )
     result = edit_bundle(bundle, HostRoot.single(sim.root), command=("/py", "-I", "-m", "ocihook"))
     assert result.written
-    doc = json.loads(open(os.path.join(bundle, "config.json")).read())
+    doc = json.loads(Path(os.path.join(bundle, "config.json")).read_text())
     devices = doc["linux"]["devices"]
     assert [(d["path"], d["major"], d["minor"]) for d in devices][-2:] == [
-        ("/dev/nvidia0", 195, 0), (f"/dev/nvidia{sim.gpus[3].minor}", 195, sim.gpus[3].minor)
+        ("/dev/nvidia0", 195, 0),
+        (f"/dev/nvidia{sim.gpus[3].minor}", 195, sim.gpus[3].minor),
     ]
     rules = doc["linux"]["resources"]["devices"]
     assert rules[0] == {"allow": False, "access": "rwm"}  # the runtime's deny-all stays first
-    assert {(r["major"], r["minor"]) for r in rules[1:]} == {(d["major"], d["minor"]) for d in devices}
+    assert {(r["major"], r["minor"]) for r in rules[1:]} == {
+        (d["major"], d["minor"]) for d in devices
+    }
     mounts = [m for m in doc["mounts"] if m["destination"].startswith("/usr/lib64/")]
     assert mounts and all(m["options"] == ["ro", "nosuid", "nodev", "bind"] for m in mounts)
     hooks = doc["hooks"]["createContainer"]
@@ -60,7 +66,9 @@ def test_edit_two_gpus(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
     assert not again.written and again.plan is None
 
 
-def test_apply_plan_replaces_by_path_and_destination(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
+def test_apply_plan_replaces_by_path_and_destination(
+    sim: simhost.SimulatedHost, tmp_path: Any
+) -> None:
     bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
     first = edit_bundle(bundle, HostRoot.single(sim.root), dry_run=True)
     assert first.plan is not None and not first.written
@@ -74,18 +82,21 @@ def test_apply_plan_replaces_by_path_and_destination(sim: simhost.SimulatedHost,
 
 def test_void_request_leaves_file_identical(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
     bundle = _bundle(tmp_path, [])
-    before = open(os.path.join(bundle, "config.json"), "rb").read()
+    before = Path(os.path.join(bundle, "config.json")).read_bytes()
     result = edit_bundle(bundle, HostRoot.single(sim.root))
     assert not result.written
-    assert open(os.path.join(bundle, "config.json"), "rb").read() == before
+    assert Path(os.path.join(bundle, "config.json")).read_bytes() == before
 
 
 def _run_cli(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([sys.executable, "-m", "ocihook", *args], input=stdin,
-                          capture_output=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "ocihook", *args], input=stdin, capture_output=True, timeout=60
+    )
 
 
-def _assert_one_line_error(proc: subprocess.CompletedProcess[bytes], code: int, *needles: str) -> None:
+def _assert_one_line_error(
+    proc: subprocess.CompletedProcess[bytes], code: int, *needles: str
+) -> None:
     err = proc.stderr.decode()
     assert proc.returncode == code, err
     lines = err.strip().splitlines()
@@ -98,8 +109,12 @@ def _assert_one_line_error(proc: subprocess.CompletedProcess[bytes], code: int, 
 BAD_CASES = [
     # (env, extra doc, exit code, needles)
     (["NVIDIA_VISIBLE_DEVICES=9"], None, 5, ["no such GPU", "NVIDIA_VISIBLE_DEVICES", "'9'"]),
-    (["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=compute,warp"], None, 5,
-     ["unknown driver capability", "NVIDIA_DRIVER_CAPABILITIES", "'warp'"]),
+    (
+        ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=compute,warp"],
+        None,
+        5,
+        ["unknown driver capability", "NVIDIA_DRIVER_CAPABILITIES", "'warp'"],
+    ),
     (["NVIDIA_VISIBLE_DEVICES=GPU-1"], None, 5, ["unsupported GPU identifier", "'GPU-1'"]),
     (["NVIDIA_VISIBLE_DEVICES=0"], {"root": {"path": 5}}, 3, ["root.path"]),
     (["NVIDIA_VISIBLE_DEVICES=0"], {"linux": {"devices": "x"}}, 3, ["linux.devices"]),
@@ -107,15 +122,21 @@ BAD_CASES = [
 
 
 @pytest.mark.parametrize(("env", "extra", "code", "needles"), BAD_CASES)
-def test_bad_input_edit(sim: simhost.SimulatedHost, tmp_path: Any, env: list[str],
-                        extra: dict[str, Any] | None, code: int, needles: list[str]) -> None:
+def test_bad_input_edit(
+    sim: simhost.SimulatedHost,
+    tmp_path: Any,
+    env: list[str],
+    extra: dict[str, Any] | None,
+    code: int,
+    needles: list[str],
+) -> None:
     bundle = _bundle(tmp_path, env, extra)
     cfg = os.path.join(bundle, "config.json")
-    before = open(cfg, "rb").read()
+    before = Path(cfg).read_bytes()
     listing = sorted(os.listdir(bundle))
     proc = _run_cli("edit", "-b", bundle, "--driver-root", sim.root, "--dev-root", sim.root)
     _assert_one_line_error(proc, code, cfg, *needles)
-    assert open(cfg, "rb").read() == before
+    assert Path(cfg).read_bytes() == before
     assert sorted(os.listdir(bundle)) == listing  # no temporary file left
 
 
@@ -132,11 +153,12 @@ def test_driver_root_without_driver(tmp_path: Any) -> None:
     bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
     empty = tmp_path / "empty"
     empty.mkdir()
-    before = open(os.path.join(bundle, "config.json"), "rb").read()
+    before = Path(os.path.join(bundle, "config.json")).read_bytes()
     proc = _run_cli("edit", "-b", bundle, "--driver-root", str(empty), "--dev-root", str(empty))
-    _assert_one_line_error(proc, 6, "NVIDIA driver version file not found",
-                           str(empty / "proc/driver/nvidia/version"))
-    assert open(os.path.join(bundle, "config.json"), "rb").read() == before
+    _assert_one_line_error(
+        proc, 6, "NVIDIA driver version file not found", str(empty / "proc/driver/nvidia/version")
+    )
+    assert Path(os.path.join(bundle, "config.json")).read_bytes() == before
 
 
 def test_readonly_bundle_dir_is_an_apply_error(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
@@ -158,8 +180,11 @@ def test_readonly_bundle_dir_is_an_apply_error(sim: simhost.SimulatedHost, tmp_p
         (b"{not json", 4, ["malformed JSON"]),
         (b'{"id": "x", "pid": 1, "bundle": "relative"}', 4, ["bundle", "'relative'"]),
         (b'{"id": "x", "pid": -3, "bundle": "/b"}', 4, ["pid"]),
-        (b'{"id": "x", "pid": 5, "bundle": "/nonexistent-bundle"}', 3,
-         ["/nonexistent-bundle/config.json"]),
+        (
+            b'{"id": "x", "pid": 5, "bundle": "/nonexistent-bundle"}',
+            3,
+            ["/nonexistent-bundle/config.json"],
+        ),
     ],
 )
 def test_bad_state(stdin: bytes, code: int, needles: list[str]) -> None:
@@ -169,15 +194,24 @@ def test_bad_state(stdin: bytes, code: int, needles: list[str]) -> None:
 
 def test_hook_fast_exit_for_no_gpu(tmp_path: Any) -> None:
     bundle = _bundle(tmp_path, ["FOO=bar"])
-    state = json.dumps({"ociVersion": "1.0.2", "id": "c1", "status": "creating", "pid": 12345,
-                        "bundle": bundle}).encode()
+    state = json.dumps(
+        {"ociVersion": "1.0.2", "id": "c1", "status": "creating", "pid": 12345, "bundle": bundle}
+    ).encode()
     proc = _run_cli("hook", "prestart", "--driver-root", "/nonexistent", stdin=state)
     assert proc.returncode == 0 and proc.stderr == b""
 
 
 def test_state_and_bundle_parsers(tmp_path: Any) -> None:
-    s = parse_state(b'{"ociVersion":"1.0.2","id":"a","status":"creating","pid":7,"bundle":"/b","annotations":{"k":"v"}}')
-    assert (s.id, s.pid, s.bundle, s.status, s.annotations) == ("a", 7, "/b", "creating", {"k": "v"})
+    s = parse_state(
+        b'{"ociVersion":"1.0.2","id":"a","status":"creating","pid":7,"bundle":"/b","annotations":{"k":"v"}}'
+    )
+    assert (s.id, s.pid, s.bundle, s.status, s.annotations) == (
+        "a",
+        7,
+        "/b",
+        "creating",
+        {"k": "v"},
+    )
     with pytest.raises(StateError):
         parse_state(b'{"id":"a","pid":true,"bundle":"/b"}')
     bundle = _bundle(tmp_path, [])

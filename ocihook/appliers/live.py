@@ -45,7 +45,12 @@ __all__ = [
     "write_ldcache",
 ]
 
-_Undo = Callable[[], None]
+_Undo = Callable[[], object]
+
+
+def _partial(fn: Callable[..., object], *args: object) -> _Undo:
+    """``fn`` bound to ``args`` (functools.partial without importing functools)."""
+    return lambda: fn(*args)
 
 
 def _proc_path(root: HostRoot, pid: int, name: str) -> str:
@@ -68,7 +73,9 @@ def device_cgroup_dir(pid: int, *, proc: str = "/proc") -> str:
         with open(cgroup_file) as f:
             lines = f.read().splitlines()
     except OSError as e:
-        raise ApplyError(f"cannot read the container's cgroup: {e.strerror}", path=cgroup_file)
+        raise ApplyError(
+            f"cannot read the container's cgroup: {e.strerror}", path=cgroup_file
+        ) from None
     rel = None
     for line in lines:
         parts = line.split(":", 2)
@@ -130,17 +137,15 @@ def _allow_devices(cgroup_dir: str, rules: Sequence[CgroupRule], undo: list[_Und
         try:
             _write_cgroup(allow, text)
         except OSError as e:
-            raise ApplyError(
-                f"cannot allow device {text!r}: {e.strerror}", path=allow
-            ) from None
-        undo.append(lambda t=text: _write_cgroup(deny, t))
+            raise ApplyError(f"cannot allow device {text!r}: {e.strerror}", path=allow) from None
+        undo.append(_partial(_write_cgroup, deny, text))
 
 
 def _run_undo(undo: list[_Undo]) -> None:
     for fn in reversed(undo):
-        try:
+        try:  # noqa: SIM105 (contextlib is not imported on this path)
             fn()
-        except OSError:
+        except (OSError, OcihookError):
             pass  # best effort: the runtime tears the container down after a failed hook
     undo.clear()
 
@@ -226,9 +231,9 @@ def create_symlinks_hook(bundle: Bundle, links: Sequence[str]) -> None:
             pathsafe.symlink_in_root(root_fd, link, target, created=done)
     except (OSError, OcihookError) as e:
         for link in reversed(done):
-            try:
+            try:  # noqa: SIM105
                 pathsafe.remove_in_root(root_fd, link)
-            except OSError:
+            except (OSError, OcihookError):
                 pass
         if isinstance(e, OcihookError):
             raise
@@ -318,9 +323,7 @@ def inject(
                     )
                 )
             except OSError as e:
-                raise ApplyError(
-                    f"cannot clone driver file: {e.strerror}", path=m.source
-                ) from None
+                raise ApplyError(f"cannot clone driver file: {e.strerror}", path=m.source) from None
         host_ns = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
         ns_path = _proc_path(HostRoot(), state.pid, "ns/mnt")
         try:
@@ -386,21 +389,17 @@ def _apply_in_container(
                 _linux.attach_mount(tree_fd, target_fd)
             finally:
                 os.close(target_fd)
-            undo.append(lambda d=m.destination: _detach(root_fd, d))
+            undo.append(_partial(_detach, root_fd, m.destination))
         for s in edits.symlinks:
             previous = ps.symlink_in_root(root_fd, s.link, s.target, created=created)
             if previous is not None:
-                undo.append(
-                    lambda p=s.link, t=previous: ps.symlink_in_root(root_fd, p, t)  # type: ignore[misc]
-                )
+                undo.append(_partial(ps.symlink_in_root, root_fd, s.link, previous))
         if edits.ldcache_libraries:
             old = write_ldcache(root_fd, edits.ldcache_libraries)
             if old is None:
                 undo.append(lambda: ps.remove_in_root(root_fd, "/etc/ld.so.cache"))
             else:
-                undo.append(
-                    lambda: ps.write_file_in_root(root_fd, "/etc/ld.so.cache", old, 0o644)
-                )
+                undo.append(lambda: ps.write_file_in_root(root_fd, "/etc/ld.so.cache", old, 0o644))
     except OSError as e:
         raise ApplyError(
             f"cannot change the container: {e.strerror}",
@@ -409,7 +408,8 @@ def _apply_in_container(
 
 
 def _detach(root_fd: int, path: str) -> None:
-    from .. import _linux, pathsafe as ps
+    from .. import _linux
+    from .. import pathsafe as ps
 
     fd = ps.open_in_root(root_fd, path, os.O_PATH | os.O_CLOEXEC)
     try:

@@ -17,16 +17,17 @@ The result is an immutable :class:`NvidiaHost`; nothing here writes anything.
 from __future__ import annotations
 
 import os
-import platform
-import re
 import stat
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 
 from .. import ldcache
+from .._record import Record
 from ..errors import DiscoveryError
 from ..hostroot import HostRoot, read_text
 from ..pathsafe import resolve_in_root
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
 
 __all__ = [
     "CAPABILITY_LIBRARIES",
@@ -49,7 +50,7 @@ NVIDIACTL_MINOR = 255
 NVIDIA_MODESET_MINOR = 254
 
 #: Library soname prefixes per driver capability (libnvidia-container ``src/nvc_info.c``).
-CAPABILITY_LIBRARIES: Mapping[str, tuple[str, ...]] = {
+CAPABILITY_LIBRARIES: dict[str, tuple[str, ...]] = {
     "utility": ("libnvidia-ml.so", "libnvidia-cfg.so", "libnvidia-nscq.so"),
     "compute": (
         "libcuda.so",
@@ -74,16 +75,30 @@ _NATIVE_ABI_FLAGS = {"x86_64": 0x0303, "aarch64": 0x0A03, "ppc64le": 0x0503}
 # ELF e_machine of this machine (System V gABI).
 _NATIVE_ELF_MACHINE = {"x86_64": 62, "aarch64": 183, "ppc64le": 21}
 
-_VERSION_RE = re.compile(r"(?<![\w.])(\d+\.\d+(?:\.\d+)?)(?![\w.])")
-_BUS_ID_RE = re.compile(
-    r"^(?P<domain>[0-9a-fA-F]{4,8}):(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})"
-    r"\.(?P<fn>[0-7])$"
-)
-_UUID_RE = re.compile(r"^GPU-[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$")
+_HEX = frozenset("0123456789abcdefABCDEF")
 
 
-@dataclass(frozen=True, slots=True)
-class Gpu:
+def _is_version(token: str) -> bool:
+    """``N.N`` or ``N.N.N`` with ASCII digits."""
+    parts = token.split(".")
+    return 2 <= len(parts) <= 3 and all(p.isascii() and p.isdigit() for p in parts)
+
+
+def _is_hex(text: str, lengths: tuple[int, ...]) -> bool:
+    return len(text) in lengths and set(text) <= _HEX
+
+
+def _is_gpu_uuid(text: str) -> bool:
+    """``GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`` (hex digits, any case)."""
+    if not text.startswith("GPU-"):
+        return False
+    groups = text[4:].split("-")
+    return len(groups) == 5 and all(
+        _is_hex(g, (n,)) for g, n in zip(groups, (8, 4, 4, 4, 12), strict=True)
+    )
+
+
+class Gpu(Record):
     """One NVIDIA GPU as the kernel driver reports it.
 
     Attributes:
@@ -108,8 +123,7 @@ class Gpu:
         return f"/dev/nvidia{self.minor}"
 
 
-@dataclass(frozen=True, slots=True)
-class HostDeviceNode:
+class HostDeviceNode(Record):
     """A character device node the container may need.
 
     Attributes:
@@ -131,8 +145,7 @@ class HostDeviceNode:
     present: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class DriverLibrary:
+class DriverLibrary(Record):
     """One user-space driver library found through the driver root's ``ld.so.cache``.
 
     Attributes:
@@ -152,8 +165,7 @@ class DriverLibrary:
     abi_flags: int
 
 
-@dataclass(frozen=True, slots=True)
-class NvidiaHost:
+class NvidiaHost(Record):
     """Everything discovery found on an NVIDIA host. Immutable; safe to share.
 
     Attributes:
@@ -175,7 +187,7 @@ class NvidiaHost:
     control_nodes: tuple[HostDeviceNode, ...]
     gpu_nodes: Mapping[int, HostDeviceNode]
     libraries: tuple[DriverLibrary, ...]
-    warnings: tuple[str, ...] = field(default=())
+    warnings: tuple[str, ...] = ()
 
     def libraries_for(self, capabilities: Iterable[str]) -> tuple[DriverLibrary, ...]:
         """The libraries of the given capabilities, in discovery order."""
@@ -199,9 +211,9 @@ def parse_driver_version(text: str, *, path: str | None = None) -> str:
     """
     for line in text.splitlines():
         if line.startswith("NVRM version:"):
-            m = _VERSION_RE.search(line, len("NVRM version:"))
-            if m:
-                return m.group(1)
+            for token in line[len("NVRM version:") :].split():
+                if _is_version(token):
+                    return token
             break
     raise DiscoveryError(
         "no driver version in the NVRM version line",
@@ -247,10 +259,19 @@ def parse_devices(text: str) -> dict[str, int]:
 
 
 def _canonical_bus_id(raw: str, *, path: str) -> tuple[str, tuple[int, int, int, int]]:
-    m = _BUS_ID_RE.match(raw.strip())
-    if not m:
+    """``0000:3b:00.0`` or ``00000000:3B:00.0`` -> (``00000000:3b:00.0``, sort key)."""
+    text = raw.strip()
+    domain, _, rest = text.partition(":")
+    bus, _, rest = rest.partition(":")
+    dev, _, fn = rest.partition(".")
+    if not (
+        _is_hex(domain, (4, 8))
+        and _is_hex(bus, (2,))
+        and _is_hex(dev, (2,))
+        and fn in ("0", "1", "2", "3", "4", "5", "6", "7")
+    ):
         raise DiscoveryError("malformed PCI bus id", path=path, field="Bus Location", value=raw)
-    key = (int(m["domain"], 16), int(m["bus"], 16), int(m["dev"], 16), int(m["fn"], 16))
+    key = (int(domain, 16), int(bus, 16), int(dev, 16), int(fn))
     return f"{key[0]:08x}:{key[1]:02x}:{key[2]:02x}.{key[3]:x}", key
 
 
@@ -269,7 +290,8 @@ def _read_gpus(root: HostRoot) -> tuple[tuple[Gpu, ...], list[str]]:
     found: list[tuple[tuple[int, int, int, int], str, dict[str, str], str]] = []
     for name in names:
         info_path = os.path.join(gpus_dir, name, "information")
-        info = parse_gpu_information(read_text(info_path, what="GPU information file"), path=info_path)
+        text = read_text(info_path, what="GPU information file")
+        info = parse_gpu_information(text, path=info_path)
         excluded = info.get("GPU Excluded", info.get("Blacklisted", "No"))
         if excluded.strip().lower() == "yes":
             warnings.append(f"GPU {name} is excluded by the driver; skipped")
@@ -288,7 +310,7 @@ def _read_gpus(root: HostRoot) -> tuple[tuple[Gpu, ...], list[str]]:
                 value=minor_text,
             )
         uuid = info.get("GPU UUID", "")
-        if not _UUID_RE.match(uuid):
+        if not _is_gpu_uuid(uuid):
             raise DiscoveryError(
                 "missing or malformed GPU UUID", path=info_path, field="GPU UUID", value=uuid
             )
@@ -433,9 +455,9 @@ def _is_native_elf(path: str, machine: str) -> bool:
         return False
     if len(head) < 20 or head[:4] != b"\x7fELF" or head[4] != 2:
         return False
-    order = "little" if head[5] == 1 else "big"
+    e_machine = head[18] | head[19] << 8 if head[5] == 1 else head[18] << 8 | head[19]
     want = _NATIVE_ELF_MACHINE.get(machine)
-    return want is None or int.from_bytes(head[18:20], order) == want
+    return want is None or e_machine == want
 
 
 def discover(root: HostRoot | None = None, *, machine: str | None = None) -> NvidiaHost:
@@ -454,7 +476,7 @@ def discover(root: HostRoot | None = None, *, machine: str | None = None) -> Nvi
             missing/malformed ``ld.so.cache`` in the driver root.
     """
     root = root or HostRoot()
-    machine = machine or platform.machine()
+    machine = machine or os.uname().machine
     version_path = root.proc("driver/nvidia/version")
     version = parse_driver_version(
         read_text(
