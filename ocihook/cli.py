@@ -160,7 +160,10 @@ def plan(driver_root: str, dev_root: str, ldcache: str, bundle: str) -> None:
 @cli.command()
 @click.option("--devices", default="0,3", show_default=True, help="NVIDIA_VISIBLE_DEVICES.")
 @click.option(
-    "--mode", type=click.Choice(["spec", "hook"]), default="spec", show_default=True,
+    "--mode",
+    type=click.Choice(["spec", "hook"]),
+    default="spec",
+    show_default=True,
     help="spec: edit config.json; hook: register ocihook as a prestart hook.",
 )
 @click.option("--workdir", default=None, help="Build here and keep it (default: temporary).")

@@ -100,9 +100,7 @@ def _default_config(args: Sequence[str], env: Sequence[str]) -> dict[str, Any]:
         ],
         "linux": {
             "resources": {"devices": [{"allow": False, "access": "rwm"}]},
-            "namespaces": [
-                {"type": t} for t in ("pid", "network", "ipc", "uts", "mount")
-            ],
+            "namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount")],
             "maskedPaths": ["/proc/kcore", "/proc/keys", "/sys/firmware"],
             "readonlyPaths": ["/proc/sys", "/proc/sysrq-trigger"],
         },

@@ -1,0 +1,155 @@
+"""ocihook: GPU access for OCI containers — an OCI runtime hook, a bundle editor and a
+library for other runtimes.
+
+The pipeline, one module each::
+
+    host discovery  ->  request  ->  plan (container edits)  ->  appliers
+    discover()          request_from_spec()  make_plan()        apply_plan() / edit_bundle()
+                                                                inject() (live hook)
+
+Example (spec mode, from Python)::
+
+    import ocihook
+
+    host = ocihook.discover(ocihook.HostRoot())            # the real host
+    bundle = ocihook.load_bundle("/path/to/bundle")
+    request = ocihook.request_from_spec(bundle.config, path=bundle.config_path)
+    plan = ocihook.make_plan(host, request, ocihook.ContainerLayout())
+    new_config = ocihook.apply_plan(bundle.config, plan)
+
+Names are loaded on first use (PEP 562), so ``import ocihook`` stays cheap on the path of
+every container start.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
+if TYPE_CHECKING:
+    from .appliers.live import inject
+    from .appliers.spec import EditResult, apply_plan, edit_bundle, hook_command
+    from .bundle import Bundle, State, load_bundle, parse_state, write_json_atomic
+    from .discovery.nvidia import DriverLibrary, Gpu, HostDeviceNode, NvidiaHost, discover
+    from .errors import (
+        EXIT_CODES,
+        ApplyError,
+        DiscoveryError,
+        LdCacheError,
+        OcihookError,
+        RequestError,
+        SpecError,
+        StateError,
+        exit_code_for,
+    )
+    from .hostroot import HostRoot
+    from .plan import (
+        CgroupRule,
+        ContainerEdits,
+        ContainerLayout,
+        DeviceNode,
+        Hook,
+        Mount,
+        Plan,
+        Symlink,
+        make_plan,
+    )
+    from .request import Request, request_from_env, request_from_spec, select_gpus
+
+#: Public name -> module that defines it.
+_EXPORTS = {
+    "inject": "appliers.live",
+    "EditResult": "appliers.spec",
+    "apply_plan": "appliers.spec",
+    "edit_bundle": "appliers.spec",
+    "hook_command": "appliers.spec",
+    "Bundle": "bundle",
+    "State": "bundle",
+    "load_bundle": "bundle",
+    "parse_state": "bundle",
+    "write_json_atomic": "bundle",
+    "DriverLibrary": "discovery.nvidia",
+    "Gpu": "discovery.nvidia",
+    "HostDeviceNode": "discovery.nvidia",
+    "NvidiaHost": "discovery.nvidia",
+    "discover": "discovery.nvidia",
+    "EXIT_CODES": "errors",
+    "ApplyError": "errors",
+    "DiscoveryError": "errors",
+    "LdCacheError": "errors",
+    "OcihookError": "errors",
+    "RequestError": "errors",
+    "SpecError": "errors",
+    "StateError": "errors",
+    "exit_code_for": "errors",
+    "HostRoot": "hostroot",
+    "CgroupRule": "plan",
+    "ContainerEdits": "plan",
+    "ContainerLayout": "plan",
+    "DeviceNode": "plan",
+    "Hook": "plan",
+    "Mount": "plan",
+    "Plan": "plan",
+    "Symlink": "plan",
+    "make_plan": "plan",
+    "Request": "request",
+    "request_from_env": "request",
+    "request_from_spec": "request",
+    "select_gpus": "request",
+}
+
+__all__ = [
+    "EXIT_CODES",
+    "ApplyError",
+    "Bundle",
+    "CgroupRule",
+    "ContainerEdits",
+    "ContainerLayout",
+    "DeviceNode",
+    "DiscoveryError",
+    "DriverLibrary",
+    "EditResult",
+    "Gpu",
+    "Hook",
+    "HostDeviceNode",
+    "HostRoot",
+    "LdCacheError",
+    "Mount",
+    "NvidiaHost",
+    "OcihookError",
+    "Plan",
+    "Request",
+    "RequestError",
+    "SpecError",
+    "State",
+    "StateError",
+    "Symlink",
+    "__version__",
+    "apply_plan",
+    "discover",
+    "edit_bundle",
+    "exit_code_for",
+    "hook_command",
+    "inject",
+    "load_bundle",
+    "make_plan",
+    "parse_state",
+    "request_from_env",
+    "request_from_spec",
+    "select_gpus",
+    "write_json_atomic",
+]
+
+
+def __getattr__(name: str) -> object:
+    """Load a public name from its module on first use (PEP 562)."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ocihook' has no attribute {name!r}")
+    value = getattr(__import__(f"ocihook.{module}", fromlist=[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

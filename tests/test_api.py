@@ -1,0 +1,110 @@
+"""The public API: its names do not change by accident, and importing it is cheap."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import ocihook
+
+EXPECTED = {
+    "EXIT_CODES",
+    "ApplyError",
+    "Bundle",
+    "CgroupRule",
+    "ContainerEdits",
+    "ContainerLayout",
+    "DeviceNode",
+    "DiscoveryError",
+    "DriverLibrary",
+    "EditResult",
+    "Gpu",
+    "Hook",
+    "HostDeviceNode",
+    "HostRoot",
+    "LdCacheError",
+    "Mount",
+    "NvidiaHost",
+    "OcihookError",
+    "Plan",
+    "Request",
+    "RequestError",
+    "SpecError",
+    "State",
+    "StateError",
+    "Symlink",
+    "__version__",
+    "apply_plan",
+    "discover",
+    "edit_bundle",
+    "exit_code_for",
+    "hook_command",
+    "inject",
+    "load_bundle",
+    "make_plan",
+    "parse_state",
+    "request_from_env",
+    "request_from_spec",
+    "select_gpus",
+    "write_json_atomic",
+}
+
+
+def test_public_names() -> None:
+    assert set(ocihook.__all__) == EXPECTED
+    for name in ocihook.__all__:
+        value = getattr(ocihook, name)
+        assert value is not None
+        if callable(value) and name != "__version__":
+            assert value.__doc__, f"{name} has no docstring"
+
+
+def test_unknown_name() -> None:
+    try:
+        ocihook.no_such_thing  # type: ignore[attr-defined]  # noqa: B018
+    except AttributeError as e:
+        assert "no_such_thing" in str(e)
+    else:  # pragma: no cover
+        raise AssertionError("expected AttributeError")
+
+
+def _modules_after(code: str) -> set[str]:
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", code + "\nimport sys; print(' '.join(sys.modules))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return set(out.split())
+
+
+HEAVY = {
+    "click",
+    "jsonschema",
+    "yaml",
+    "elftools",
+    "dataclasses",
+    "typing",
+    "argparse",
+    "json",
+    "re",
+    "tempfile",
+    "ctypes",
+}
+
+
+def test_import_is_cheap() -> None:
+    # what the interpreter itself loads (an editable install's finder imports re) is not ours
+    baseline = _modules_after("pass")
+    loaded = _modules_after("import ocihook, ocihook._main") - baseline
+    assert not (HEAVY & loaded), HEAVY & loaded
+
+
+def test_spec_mode_path_avoids_heavy_modules() -> None:
+    loaded = _modules_after(
+        "import ocihook.appliers.spec, ocihook.discovery.nvidia, ocihook.plan, ocihook.request"
+    ) - _modules_after("pass")
+    assert not (
+        {"click", "jsonschema", "yaml", "elftools", "dataclasses", "typing", "argparse", "tempfile"}
+        & loaded
+    )
