@@ -195,3 +195,42 @@ def test_demo_command_runs() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "No such device or address" in proc.stdout
     assert "libcuda.so.1 -> libcuda.so.550.127.05" in proc.stdout
+
+
+def test_demo_without_runc_prints_the_diff() -> None:
+    """Without runc (or root) the demo shows the config.json spec mode would write."""
+    env = {**os.environ, "PATH": "/nonexistent"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "ocihook", "demo"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "runc is not installed" in proc.stdout
+    assert '+\t\t\t\t"path": "/dev/nvidia0",' in proc.stdout
+    assert (
+        '+\t\t\t"NVIDIA_VISIBLE_DEVICES=void"' in proc.stdout
+        or "NVIDIA_VISIBLE_DEVICES=void" in proc.stdout
+    )
+    assert "libcuda.so.550.127.05::/usr/lib64/libcuda.so.1" in proc.stdout
+
+
+def test_hook_mode_bad_request_stops_the_start(
+    sim: Any, bundle_factory: Callable[..., str], tmp_path: Any
+) -> None:
+    need_root_and("runc")
+    bundle = bundle_factory(["sh", "-c", "exit 0"], ["NVIDIA_VISIBLE_DEVICES=0,12"])
+    _register_hook(bundle, sim.root)
+    cfg = os.path.join(bundle, "config.json")
+    with open(cfg, "rb") as f:
+        before = f.read()
+    proc = run_container(bundle, state_root=str(tmp_path / "runc"))
+    assert proc.returncode != 0
+    assert "error[bad-request]: no such GPU" in proc.stderr
+    assert "value '12'" in proc.stderr and cfg in proc.stderr
+    with open(cfg, "rb") as f:
+        assert f.read() == before
+    assert not os.path.exists(os.path.join(bundle, "rootfs/usr/lib64"))
+    _host_mounts_clean(bundle)
