@@ -132,6 +132,7 @@ _ENDIAN_INVALID = 1
 _ENDIAN_LITTLE = 2
 _ENDIAN_BIG = 3
 
+
 class _Layout(Record):
     old_header: struct.Struct  # magic[11], pad, u32 nlibs
     old_entry: struct.Struct  # i32 flags, u32 key, u32 value

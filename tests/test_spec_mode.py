@@ -162,15 +162,41 @@ def test_driver_root_without_driver(tmp_path: Any) -> None:
 
 
 def test_readonly_bundle_dir_is_an_apply_error(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
-    if os.geteuid() == 0:
-        pytest.skip("root can write a read-only directory")
+    """A bundle whose directory cannot be written: exit 7, config.json unchanged."""
     bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
-    os.chmod(bundle, 0o555)
-    try:
-        proc = _run_cli("edit", "-b", bundle, "--driver-root", sim.root, "--dev-root", sim.root)
-        _assert_one_line_error(proc, 7, "cannot replace config.json")
-    finally:
-        os.chmod(bundle, 0o755)
+    cfg = os.path.join(bundle, "config.json")
+    before = Path(cfg).read_bytes()
+    args = ["edit", "-b", bundle, "--driver-root", sim.root, "--dev-root", sim.root]
+    if os.geteuid() == 0:
+        # root ignores permission bits: make the bundle a read-only bind mount in a
+        # private mount namespace instead
+        script = f'mount --bind {bundle} {bundle} && mount -o remount,bind,ro {bundle} && exec "$@"'
+        proc = subprocess.run(
+            [
+                "unshare",
+                "-m",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                script,
+                "sh",
+                sys.executable,
+                "-m",
+                "ocihook",
+                *args,
+            ],
+            capture_output=True,
+            timeout=60,
+        )
+    else:
+        os.chmod(bundle, 0o555)
+        try:
+            proc = _run_cli(*args)
+        finally:
+            os.chmod(bundle, 0o755)
+    _assert_one_line_error(proc, 7, "cannot replace config.json", cfg)
+    assert Path(cfg).read_bytes() == before
 
 
 @pytest.mark.parametrize(
