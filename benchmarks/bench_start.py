@@ -90,7 +90,7 @@ def _measure(
             before()
         peaks.append(_peak_mib(argv, stdin))
     known = [p for p in peaks if p is not None]
-    return statistics.median(times), (max(known) if known else None)
+    return (statistics.median(times) if times else 0.0), (max(known) if known else None)
 
 
 def _realistic_root() -> str | None:
@@ -152,9 +152,17 @@ def main() -> int:
         # warm the page cache once
         for argv, stdin, before in cases.values():
             _measure(argv, stdin, 2, before)
+        # Round-robin over the cases, so that drift in the machine's load (2 shared cores)
+        # hits every case alike instead of biasing whichever ran first.
+        times: dict[str, list[float]] = {name: [] for name in cases}
+        for _ in range(ns.runs):
+            for name, (argv, stdin, before) in cases.items():
+                if callable(before):
+                    before()
+                times[name].append(_run_once(argv, stdin))
         results = {}
         for name, (argv, stdin, before) in cases.items():
-            results[name] = _measure(argv, stdin, ns.runs, before)
+            results[name] = (statistics.median(times[name]), _measure(argv, stdin, 0, before)[1])
         restore()
         _run_once(cases["edit, 8 GPUs"][0], b"")
         with open(os.path.join(gpus, "config.json")) as f:

@@ -185,7 +185,10 @@ def _parser() -> argparse.ArgumentParser:
     """The argparse parser of the fast commands, built from :data:`COMMANDS`."""
     import argparse
 
-    p = argparse.ArgumentParser(prog="ocihook", description="GPU access for OCI containers")
+    p = argparse.ArgumentParser(
+        prog="ocihook",
+        description="GPU access for OCI containers (fast commands; `ocihook --help` lists all)",
+    )
     sub = p.add_subparsers(dest="command", required=True)
     hook_sub = None
     for words, help_text, options in COMMANDS:
@@ -229,18 +232,31 @@ def _cmd_edit(ns: Any) -> int:
             file=sys.stderr,
         )
         return 0
-    _warn(result.plan.warnings, ns.verbose)
+    # An interactive command: what could not be given is always said (hooks stay quiet
+    # unless -v, their stderr goes to the runtime's log).
+    important = [w for w in result.plan.warnings if "not provided" in w]
+    _warn(result.plan.warnings if ns.verbose else important, True)
+    edits = result.plan.edits
+    summary = (
+        f"{len(result.plan.gpus)} GPUs, {len(edits.device_nodes)} device nodes, "
+        f"{len(edits.mounts)} library mounts, {len(edits.symlinks)} links"
+    )
     if ns.diff:
         import difflib
+        import json
 
+        # compare documents, not formatting: the old one re-indented as the new one is
+        before = json.dumps(result.bundle.config, indent="\t", ensure_ascii=False) + "\n"
         sys.stdout.writelines(
             difflib.unified_diff(
-                result.before.decode(errors="replace").splitlines(keepends=True),
+                before.splitlines(keepends=True),
                 result.after.decode(errors="replace").splitlines(keepends=True),
                 fromfile=result.bundle.config_path,
                 tofile=result.bundle.config_path + (" (dry run)" if ns.dry_run else ""),
             )
         )
+    elif ns.dry_run:
+        print(f"ocihook: dry run, {result.bundle.config_path} unchanged; would add {summary}")
     return 0
 
 
@@ -248,7 +264,7 @@ def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
     from . import bundle as _bundle
 
     state = _bundle.parse_state(_read_stdin() if stdin is None else stdin)
-    b = _bundle.load_bundle(state.bundle)
+    b = _bundle.load_bundle(state.bundle, hint="the bundle comes from the state JSON on stdin")
     if ns.stage in INJECT_STAGES:
         from .request import request_from_spec
 

@@ -78,8 +78,8 @@ def _loads(data: bytes, *, path: str, err: type[SpecError] | type[StateError]) -
         raise err(f"malformed JSON{where}: {msg}", path=path) from None
 
 
-def load_bundle(bundle: str) -> Bundle:
-    """Read and check ``<bundle>/config.json``.
+def load_bundle(bundle: str, *, hint: str = "pass the bundle directory with --bundle") -> Bundle:
+    """Read and check ``<bundle>/config.json``; ``hint`` is given when it does not exist.
 
     Raises:
         SpecError: the file is missing, unreadable, too large, not JSON, not an object, or
@@ -91,11 +91,7 @@ def load_bundle(bundle: str) -> Bundle:
         with open(config_path, "rb") as f:
             raw = f.read(MAX_JSON_BYTES + 1)
     except FileNotFoundError:
-        raise SpecError(
-            "config.json not found",
-            path=config_path,
-            hint="pass the bundle directory with --bundle",
-        ) from None
+        raise SpecError("config.json not found", path=config_path, hint=hint) from None
     except OSError as e:
         raise SpecError(f"cannot read config.json: {e.strerror}", path=config_path) from None
     if len(raw) > MAX_JSON_BYTES:

@@ -121,7 +121,7 @@ def info(driver_root: str, dev_root: str, ldcache: str, as_json: bool) -> None:
     for lib in data["libraries"]:
         click.echo(f"{lib['capability']:8} {lib['soname']:32} {lib['path']}")
     for w in data["warnings"]:
-        click.echo(f"warning: {w}", err=True)
+        click.echo(f"ocihook: warning: {w}", err=True)
 
 
 @cli.command(name="list")

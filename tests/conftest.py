@@ -68,3 +68,13 @@ def bundle_factory(tmp_path: Any) -> Callable[..., str]:
         return make_busybox_bundle(path, args, env, debian=debian)
 
     return make
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _nothing_written_outside() -> Any:
+    """The suite runs as root and builds hostile trees full of links: fail if anything
+    appeared in ``/`` (a link followed out of a test's temporary directory)."""
+    before = set(os.listdir("/"))
+    yield
+    added = set(os.listdir("/")) - before
+    assert not added, f"the tests wrote outside their temporary directories: {sorted(added)}"

@@ -16,9 +16,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import need_root_and
+from conftest import REPO, need_root_and
 
-from ocihook.appliers.spec import edit_bundle, hook_command
+from ocihook.appliers.spec import edit_bundle
 from ocihook.demo import run_container
 from ocihook.hostroot import HostRoot
 
@@ -51,13 +51,16 @@ def _with_mknod_cap(bundle: str) -> None:
 
 
 def _register_hook(bundle: str, root: str) -> None:
+    """Register ocihook as the README says: the packaged snippet with ``@PYTHON@`` replaced
+    by this interpreter, plus the roots of the simulated host."""
+    with open(os.path.join(REPO, "packaging/config.json-hooks-snippet.json.in")) as f:
+        snippet = json.loads(f.read().replace("@PYTHON@", sys.executable))
+    hook = snippet["hooks"]["prestart"][0]
+    hook["args"] += ["--driver-root", root, "--dev-root", root]
     path = os.path.join(bundle, "config.json")
     with open(path) as f:
         doc = json.load(f)
-    cmd = [*hook_command(), "hook", "prestart", "--driver-root", root, "--dev-root", root]
-    doc.setdefault("hooks", {}).setdefault("prestart", []).append(
-        {"path": cmd[0], "args": cmd, "env": ["PATH=/usr/bin:/bin"]}
-    )
+    doc.setdefault("hooks", {}).setdefault("prestart", []).append(hook)
     with open(path, "w") as f:
         json.dump(doc, f, indent="\t")
 

@@ -912,6 +912,24 @@ class RandomTree:
         return snapshot(Path(self.top), skip=Path(self.root))
 
 
+def _real_dirs_below(root: str, parts: list[str]) -> bool:
+    """Make ``root/parts...`` as real directories, never following a link: the tree is
+    built by root on the host, and a link made earlier in it may point anywhere (a test
+    must not write outside its own temporary directory). False when a component is a link
+    or a file."""
+    current = root
+    for part in parts:
+        current = os.path.join(current, part)
+        try:
+            st = os.lstat(current)
+        except FileNotFoundError:
+            os.mkdir(current)
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            return False
+    return True
+
+
 @contextlib.contextmanager
 def random_tree(entries: list[tuple[list[str], str, str]]) -> Iterator[RandomTree]:
     top = tempfile.mkdtemp(prefix="ocihook-hyp-")
@@ -922,14 +940,8 @@ def random_tree(entries: list[tuple[list[str], str, str]]) -> Iterator[RandomTre
         os.mkdir(root)
         for parts, kind, target in entries:
             path = os.path.join(root, *parts)
-            parent = os.path.dirname(path)
-            if os.path.lexists(path):
-                continue
-            if not (os.path.isdir(parent) and not os.path.islink(parent)):
-                try:
-                    os.makedirs(parent)
-                except OSError:
-                    continue  # a file or link is in the way
+            if os.path.lexists(path) or not _real_dirs_below(root, parts[:-1]):
+                continue  # something is there, or a file or link is in the way
             if kind == "dir":
                 os.mkdir(path)
             elif kind == "file":

@@ -247,3 +247,47 @@ def test_state_and_bundle_parsers(tmp_path: Any) -> None:
     assert exit_code_for(DiscoveryError("x")) == 6
     assert exit_code_for(RequestError("x")) == 5
     assert exit_code_for(ValueError()) == 1
+
+
+def test_diff_compares_documents_not_formatting(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
+    """A compact config.json: the diff shows only what ocihook adds, and --dry-run alone
+    says what it would do."""
+    from ocihook.demo import _default_config
+
+    b = tmp_path / "bundle"
+    (b / "rootfs").mkdir(parents=True)
+    doc = _default_config(["sh"], ["NVIDIA_VISIBLE_DEVICES=1"])
+    (b / "config.json").write_text(json.dumps(doc, separators=(",", ":")))
+    before = (b / "config.json").read_bytes()
+    roots = ["--driver-root", sim.root, "--dev-root", sim.root]
+    proc = _run_cli("edit", "-b", str(b), "--dry-run", "--diff", *roots)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.decode()
+    removed = [ln for ln in out.splitlines() if ln.startswith("-") and not ln.startswith("---")]
+    assert removed == ['-\t\t\t"NVIDIA_VISIBLE_DEVICES=1"']  # replaced by void, nothing else
+    assert '+\t\t\t\t"path": "/dev/nvidia1",' in out
+    proc = _run_cli("edit", "-b", str(b), "--dry-run", *roots)
+    assert proc.returncode == 0
+    assert "would add 1 GPUs, 4 device nodes, 10 library mounts, 9 links" in proc.stdout.decode()
+    assert (b / "config.json").read_bytes() == before
+
+
+def test_unprovided_capability_is_reported(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
+    bundle = _bundle(
+        tmp_path, ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=video,compute"]
+    )
+    proc = _run_cli("edit", "-b", bundle, "--driver-root", sim.root, "--dev-root", sim.root)
+    assert proc.returncode == 0
+    assert "not provided by this ocihook version: video" in proc.stderr.decode()
+
+
+def test_missing_driver_root_is_named(tmp_path: Any) -> None:
+    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
+    proc = _run_cli("edit", "-b", bundle, "--driver-root", str(tmp_path / "nope"))
+    _assert_one_line_error(proc, 6, "driver root does not exist", str(tmp_path / "nope"))
+
+
+def test_hook_with_missing_bundle_config_hints_at_stdin(tmp_path: Any) -> None:
+    state = json.dumps({"id": "x", "pid": 5, "bundle": str(tmp_path)}).encode()
+    proc = _run_cli("hook", "prestart", stdin=state)
+    _assert_one_line_error(proc, 3, "config.json not found", "state JSON on stdin")

@@ -286,7 +286,7 @@ def inject(
         ApplyError: a step failed; everything done was undone first.
     """
     from .. import _linux, pathsafe
-    from ..discovery.nvidia import discover
+    from ..discovery.nvidia import SUPPORTED_CAPABILITIES, discover
     from ..errors import StateError
     from .spec import layout_for_rootfs
 
@@ -298,7 +298,7 @@ def inject(
             value=state.pid,
             hint="register ocihook as a prestart or createRuntime hook",
         )
-    host = discover(root)
+    host = discover(root, capabilities=request.capabilities & SUPPORTED_CAPABILITIES)
     try:
         plan = make_plan(host, request, layout_for_rootfs(bundle.rootfs))
     except RequestError as e:

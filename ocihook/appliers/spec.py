@@ -254,13 +254,13 @@ def edit_bundle(
         DiscoveryError: the host has no usable driver.
         ApplyError: ``config.json`` could not be replaced (it is left as it was).
     """
-    from ..discovery.nvidia import discover
+    from ..discovery.nvidia import SUPPORTED_CAPABILITIES, discover
 
     bundle = load_bundle(bundle_dir)
     request = request_from_spec(bundle.config, path=bundle.config_path)
     if request.is_void:
         return EditResult(bundle, request, None, bundle.raw, bundle.raw, False)
-    host = discover(root)
+    host = discover(root, capabilities=request.capabilities & SUPPORTED_CAPABILITIES)
     try:
         plan = make_plan(host, request, layout_for_rootfs(bundle.rootfs))
     except RequestError as e:

@@ -18,16 +18,25 @@ from __future__ import annotations
 
 import os
 
-from .. import ldcache
 from .._record import Record
 from ..errors import DiscoveryError
 from ..hostroot import HostRoot, read_text
-from ..pathsafe import resolve_in_root
+from .driverfiles import (
+    CAPABILITY_LIBRARIES,
+    DriverFile,
+    DriverLibrary,
+    find_binaries,
+    find_config_files,
+    find_firmware,
+    find_ipcs,
+    find_libraries,
+    select_libraries,
+)
 from .gpus import Gpu, HostDeviceNode, device_node, parse_gpu_information, read_gpus
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable, Mapping, Sequence
 
 __all__ = [
     "CAPABILITY_LIBRARIES",
@@ -49,57 +58,15 @@ NVIDIA_MAJOR = 195
 NVIDIACTL_MINOR = 255
 NVIDIA_MODESET_MINOR = 254
 
-#: Library soname prefixes per driver capability (libnvidia-container ``src/nvc_info.c``).
-CAPABILITY_LIBRARIES: dict[str, tuple[str, ...]] = {
-    "utility": ("libnvidia-ml.so", "libnvidia-cfg.so", "libnvidia-nscq.so"),
-    "compute": (
-        "libcuda.so",
-        "libcudadebugger.so",
-        "libnvidia-opencl.so",
-        "libnvidia-gpucomp.so",
-        "libnvidia-ptxjitcompiler.so",
-        "libnvidia-fatbinaryloader.so",
-        "libnvidia-allocator.so",
-        "libnvidia-compiler.so",
-        "libnvidia-pkcs11.so",
-        "libnvidia-pkcs11-openssl3.so",
-        "libnvidia-nvvm.so",
-        "libnvidia-tileiras.so",
-    ),
-}
-#: The driver capabilities this version of ocihook can provide.
-SUPPORTED_CAPABILITIES: frozenset[str] = frozenset(CAPABILITY_LIBRARIES)
-
-# ld.so.cache flags of this machine's native 64-bit libraries (glibc dl-cache.h).
-_NATIVE_ABI_FLAGS = {"x86_64": 0x0303, "aarch64": 0x0A03, "ppc64le": 0x0503}
-# ELF e_machine of this machine (System V gABI).
-_NATIVE_ELF_MACHINE = {"x86_64": 62, "aarch64": 183, "ppc64le": 21}
+#: The driver capabilities this version of ocihook puts in a plan; discovery finds the
+#: files of every capability (see :mod:`ocihook.discovery.driverfiles`).
+SUPPORTED_CAPABILITIES: frozenset[str] = frozenset({"utility", "compute"})
 
 
 def _is_version(token: str) -> bool:
     """``N.N`` or ``N.N.N`` with ASCII digits."""
     parts = token.split(".")
     return 2 <= len(parts) <= 3 and all(p.isascii() and p.isdigit() for p in parts)
-
-
-class DriverLibrary(Record):
-    """One user-space driver library found through the driver root's ``ld.so.cache``.
-
-    Attributes:
-        capability: the driver capability that brings it ("utility", "compute").
-        soname: the key of its ``ld.so.cache`` entry (``libcuda.so.1``).
-        name: file name of the resolved library (``libcuda.so.535.261.03``).
-        host_path: resolved host path of the regular file, driver root included.
-        cache_path: the entry's path as the cache records it (driver-root terms).
-        abi_flags: the entry's ``ld.so.cache`` flags (``0x0303`` = x86-64 libc6).
-    """
-
-    capability: str
-    soname: str
-    name: str
-    host_path: str
-    cache_path: str
-    abi_flags: int
 
 
 class NvidiaHost(Record):
@@ -113,8 +80,10 @@ class NvidiaHost(Record):
         control_nodes: ``/dev/nvidiactl``, ``/dev/nvidia-uvm``, ``/dev/nvidia-uvm-tools``
             (the uvm ones only when the ``nvidia-uvm`` module is loaded).
         gpu_nodes: ``/dev/nvidia<minor>`` per GPU minor.
-        libraries: the driver libraries of every supported capability.
+        libraries: the driver libraries (64- and 32-bit) of the discovered capabilities.
         warnings: what was skipped and why (stale libraries, missing nodes).
+        files: binaries, firmware, IPC paths, configuration files and the application
+            profile of the discovered capabilities.
     """
 
     root: HostRoot
@@ -125,11 +94,27 @@ class NvidiaHost(Record):
     gpu_nodes: Mapping[int, HostDeviceNode]
     libraries: tuple[DriverLibrary, ...]
     warnings: tuple[str, ...] = ()
+    files: tuple[DriverFile, ...] = ()
 
     def libraries_for(self, capabilities: Iterable[str]) -> tuple[DriverLibrary, ...]:
-        """The libraries of the given capabilities, in discovery order."""
-        wanted = set(capabilities)
-        return tuple(lib for lib in self.libraries if lib.capability in wanted)
+        """The libraries a container with ``capabilities`` gets (see
+        :func:`~ocihook.discovery.driverfiles.select_libraries`), in discovery order."""
+        return select_libraries(self.libraries, capabilities)
+
+    def files_for(
+        self, capabilities: Iterable[str], kinds: Iterable[str] | None = None
+    ) -> tuple[DriverFile, ...]:
+        """The non-library files a container with ``capabilities`` gets (firmware always),
+        optionally only of ``kinds``."""
+        wanted = set(capabilities) | {"all"}
+        if "display" in wanted:
+            wanted.add("graphics")
+        want_kinds = None if kinds is None else set(kinds)
+        return tuple(
+            f
+            for f in self.files
+            if f.capability in wanted and (want_kinds is None or f.kind in want_kinds)
+        )
 
 
 # -- parsers (pure) -------------------------------------------------------------------------
@@ -184,104 +169,25 @@ def parse_devices(text: str) -> dict[str, int]:
 # -- discovery (reads files) ---------------------------------------------------------------
 
 
-def _pick_soname(keys: list[str], name: str) -> str:
-    """Choose the soname among cache keys that all resolve to the file ``name``.
-
-    ldconfig keys entries by DT_SONAME; an extra key such as the development link
-    ``libcuda.so`` or the full file name may also appear. Prefer a key with a version
-    suffix that is not the file name itself, then the file name.
-    """
-    versioned = [k for k in keys if ".so." in k]
-    for k in versioned:
-        if k != name:
-            return k
-    return versioned[0] if versioned else keys[0]
-
-
-def _read_libraries(
-    root: HostRoot, version: str, machine: str
-) -> tuple[tuple[DriverLibrary, ...], list[str]]:
-    warnings: list[str] = []
-    cache_path = root.driver(root.ldcache)
-    try:
-        with open(cache_path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        raise DiscoveryError(
-            "ld.so.cache not found in the driver root",
-            path=cache_path,
-            hint="run ldconfig in the driver root, or pass --ldcache",
-        ) from None
-    except OSError as e:
-        raise DiscoveryError(f"cannot read ld.so.cache: {e.strerror}", path=cache_path) from None
-    entries = ldcache.parse(data, path=cache_path)
-    want_flags = _NATIVE_ABI_FLAGS.get(machine)
-    suffix = "." + version
-    libraries: list[DriverLibrary] = []
-    for capability, prefixes in CAPABILITY_LIBRARIES.items():
-        for prefix in prefixes:
-            # resolved host path -> (cache keys, first entry)
-            by_file: dict[str, tuple[list[str], ldcache.CacheEntry]] = {}
-            for entry in entries:
-                if not entry.soname.startswith(prefix) or entry.hwcap:
-                    continue
-                if want_flags is not None and entry.flags != want_flags:
-                    continue
-                rest = entry.soname[len(prefix) :]
-                if rest and not rest.startswith("."):
-                    continue  # libnvidia-pkcs11.so must not match libnvidia-pkcs11-openssl3
-                host_path = resolve_in_root(root.driver_root, entry.path)
-                if host_path in by_file:
-                    by_file[host_path][0].append(entry.soname)
-                else:
-                    by_file[host_path] = ([entry.soname], entry)
-            for host_path, (keys, entry) in by_file.items():
-                name = os.path.basename(host_path)
-                if not name.endswith(suffix):
-                    warnings.append(
-                        f"{entry.path} resolves to {name}, not a {version} library; skipped"
-                    )
-                    continue
-                if not _is_native_elf(host_path, machine):
-                    warnings.append(f"{host_path} is not a {machine} ELF file; skipped")
-                    continue
-                libraries.append(
-                    DriverLibrary(
-                        capability=capability,
-                        soname=_pick_soname(keys, name),
-                        name=name,
-                        host_path=host_path,
-                        cache_path=entry.path,
-                        abi_flags=entry.flags,
-                    )
-                )
-    return tuple(libraries), warnings
-
-
-def _is_native_elf(path: str, machine: str) -> bool:
-    """Cheap check of the ELF identification: magic, 64-bit class, this machine.
-
-    Reads 20 bytes (e_ident and e_machine, System V gABI); pyelftools is not imported on
-    this path because it runs on every container start.
-    """
-    try:
-        with open(path, "rb") as f:
-            head = f.read(20)
-    except OSError:
-        return False
-    if len(head) < 20 or head[:4] != b"\x7fELF" or head[4] != 2:
-        return False
-    e_machine = head[18] | head[19] << 8 if head[5] == 1 else head[18] << 8 | head[19]
-    want = _NATIVE_ELF_MACHINE.get(machine)
-    return want is None or e_machine == want
-
-
-def discover(root: HostRoot | None = None, *, machine: str | None = None) -> NvidiaHost:
-    """Discover the NVIDIA driver and GPUs of a host.
+def discover(
+    root: HostRoot | None = None,
+    *,
+    machine: str | None = None,
+    capabilities: Iterable[str] | None = None,
+    glvnd: bool = True,
+    library_dirs: Sequence[str] = (),
+) -> NvidiaHost:
+    """Discover the NVIDIA driver, GPUs, device nodes and driver files of a host.
 
     Args:
         root: where to read from (default: the real host, ``/``).
-        machine: ``platform.machine()`` value to select libraries for (default: this one).
+        machine: ``uname -m`` value to select files for (default: this machine).
+        capabilities: the driver capabilities whose files to look for (default: all);
+            spec and hook mode pass what the container asked for, so that a compute
+            container pays for nothing else.
+        glvnd: look for the GLVND vendor libraries (default) or the non-GLVND ones.
+        library_dirs: extra library directories (driver-root terms), searched for libraries
+            the ``ld.so.cache`` does not list.
 
     Returns:
         An :class:`NvidiaHost`. A host with a driver but no GPU has ``gpus == ()``.
@@ -293,6 +199,13 @@ def discover(root: HostRoot | None = None, *, machine: str | None = None) -> Nvi
     """
     root = root or HostRoot()
     machine = machine or os.uname().machine
+    for name, directory in (("driver root", root.driver_root), ("dev root", root.dev_root)):
+        if not os.path.isdir(directory):
+            raise DiscoveryError(
+                f"the {name} does not exist or is not a directory",
+                path=directory,
+                hint=f"check --{name.replace(' ', '-')}",
+            )
     version_path = root.proc("driver/nvidia/version")
     version = parse_driver_version(
         read_text(
@@ -316,8 +229,30 @@ def discover(root: HostRoot | None = None, *, machine: str | None = None) -> Nvi
     for node in (*control, *gpu_nodes.values()):
         if not node.present:
             warnings.append(f"{node.host_path} does not exist; the container gets a new node")
-    libraries, lib_warnings = _read_libraries(root, version, machine)
+    caps = set(CAPABILITY_LIBRARIES) if capabilities is None else set(capabilities)
+    for cap, implied in (("video", "compute"), ("display", "graphics")):
+        if cap in caps:
+            caps.add(implied)
+    lib_caps = [c for c in CAPABILITY_LIBRARIES if c in caps]
+    classes = (64, 32) if capabilities is None or "compat32" in caps else (64,)
+    libraries, lib_warnings = find_libraries(
+        root,
+        version,
+        machine=machine,
+        capabilities=lib_caps,
+        glvnd=glvnd,
+        search_dirs=library_dirs,
+        elf_classes=classes,
+    )
     warnings.extend(lib_warnings)
+    binaries, bin_warnings = find_binaries(root, machine=machine, capabilities=lib_caps)
+    warnings.extend(bin_warnings)
+    files = (
+        *binaries,
+        *find_firmware(root, version),
+        *find_ipcs(root, lib_caps),
+        *find_config_files(root, version, caps),
+    )
     return NvidiaHost(
         root=root,
         driver_version=version,
@@ -327,4 +262,5 @@ def discover(root: HostRoot | None = None, *, machine: str | None = None) -> Nvi
         gpu_nodes=gpu_nodes,
         libraries=libraries,
         warnings=tuple(warnings),
+        files=files,
     )

@@ -1,0 +1,676 @@
+"""The user-space driver files of each driver capability, found in the driver root.
+
+What each capability brings follows libnvidia-container (``src/nvc_info.c``: libraries,
+binaries, IPC paths, firmware) and, for the graphics configuration files the C library does
+not mount, the NVIDIA Container Toolkit (``internal/discover/graphics.go``):
+
+========== ==================================================================================
+utility    libnvidia-ml, libnvidia-cfg, libnvidia-nscq; nvidia-smi, nvidia-debugdump,
+           nvidia-persistenced, nv-fabricmanager; the persistenced and fabricmanager sockets
+compute    libcuda, libcudadebugger, libnvidia-opencl, -gpucomp, -ptxjitcompiler,
+           -fatbinaryloader, -allocator, -compiler, -pkcs11, -pkcs11-openssl3, -nvvm,
+           -tileiras; nvidia-cuda-mps-control, nvidia-cuda-mps-server; the MPS pipe
+           directory; the OpenCL ICD file
+video      libvdpau_nvidia, libnvidia-encode, libnvidia-opticalflow, libnvcuvid
+graphics   libnvidia-eglcore, -glcore, -tls, -glsi, -fbc, -ifr, -rtcore, libnvoptix, and the
+           GLVND libraries (libGLX_nvidia, libEGL_nvidia, libGLESv2_nvidia,
+           libGLESv1_CM_nvidia, libnvidia-glvkspirv, libnvidia-cbl) — or, with ``glvnd=False``,
+           the non-GLVND libGL, libEGL, libGLESv1_CM, libGLESv2 when they link
+           libnvidia-glcore/eglcore; EGL, Vulkan and X11 configuration, nvoptix.bin, the
+           application profile
+ngx        libnvidia-ngx
+all        the GSP firmware ``/lib/firmware/nvidia/<version>/gsp*.bin``
+========== ==================================================================================
+
+``display`` brings the graphics files (and ``/dev/nvidia-modeset``); ``video`` brings the
+compute libraries too; ``compat32`` selects the 32-bit variants of the libraries of the other
+requested capabilities (see :func:`select_libraries`).
+
+Rules:
+
+* a library is an ``ld.so.cache`` entry whose soname starts with a capability's prefix
+  followed by ``.``; its path, resolved *inside* the driver root (absolute links re-rooted),
+  must name a regular ELF file of the right class and machine whose name ends with the
+  driver version — anything else (an older driver's file left behind) is skipped with a
+  warning. Libraries the cache does not list are looked for in the fallback directories
+  (:data:`FALLBACK_LIBRARY_DIRS`, e.g. Debian's ``nvidia/current``) and in the directories
+  the user gives;
+* ``libnvidia-tls`` is kept only if its ``.note.ABI-tag`` says Linux 2.3.99;
+* binaries are searched in :data:`BINARY_DIRS` of the driver root, first match wins.
+
+Nothing here writes anything; pyelftools is imported only for the few checks that need
+more than an ELF header (the TLS note, non-GLVND DT_NEEDED, a soname without a link).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from .. import ldcache
+from .._record import Record
+from ..errors import DiscoveryError, OcihookError
+from ..hostroot import HostRoot
+from ..pathsafe import resolve_in_root
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+__all__ = [
+    "ALL_DRIVER_CAPABILITIES",
+    "BINARY_DIRS",
+    "CAPABILITY_BINARIES",
+    "CAPABILITY_LIBRARIES",
+    "FALLBACK_LIBRARY_DIRS",
+    "NON_GLVND_LIBRARIES",
+    "DriverFile",
+    "DriverLibrary",
+    "find_binaries",
+    "find_config_files",
+    "find_firmware",
+    "find_ipcs",
+    "find_libraries",
+    "select_libraries",
+]
+
+#: Library soname prefixes per driver capability (libnvidia-container ``src/nvc_info.c``).
+CAPABILITY_LIBRARIES: dict[str, tuple[str, ...]] = {
+    "utility": ("libnvidia-ml.so", "libnvidia-cfg.so", "libnvidia-nscq.so"),
+    "compute": (
+        "libcuda.so",
+        "libcudadebugger.so",
+        "libnvidia-opencl.so",
+        "libnvidia-gpucomp.so",
+        "libnvidia-ptxjitcompiler.so",
+        "libnvidia-fatbinaryloader.so",
+        "libnvidia-allocator.so",
+        "libnvidia-compiler.so",
+        "libnvidia-pkcs11.so",
+        "libnvidia-pkcs11-openssl3.so",
+        "libnvidia-nvvm.so",
+        "libnvidia-tileiras.so",
+    ),
+    "video": (
+        "libvdpau_nvidia.so",
+        "libnvidia-encode.so",
+        "libnvidia-opticalflow.so",
+        "libnvcuvid.so",
+    ),
+    "graphics": (
+        "libnvidia-eglcore.so",
+        "libnvidia-glcore.so",
+        "libnvidia-tls.so",
+        "libnvidia-glsi.so",
+        "libnvidia-fbc.so",
+        "libnvidia-ifr.so",
+        "libnvidia-rtcore.so",
+        "libnvoptix.so",
+        # GLVND vendor libraries (the default)
+        "libGLX_nvidia.so",
+        "libEGL_nvidia.so",
+        "libGLESv2_nvidia.so",
+        "libGLESv1_CM_nvidia.so",
+        "libnvidia-glvkspirv.so",
+        "libnvidia-cbl.so",
+    ),
+    "ngx": ("libnvidia-ngx.so",),
+}
+#: Non-GLVND OpenGL libraries, considered with ``glvnd=False`` only, and kept only when
+#: their DT_NEEDED names libnvidia-glcore or libnvidia-eglcore (the NVIDIA build, not Mesa).
+NON_GLVND_LIBRARIES = ("libGL.so", "libEGL.so", "libGLESv1_CM.so", "libGLESv2.so")
+
+#: Every driver capability name (NVIDIA Container Toolkit ``internal/config/image``).
+ALL_DRIVER_CAPABILITIES = frozenset(
+    {"compat32", "compute", "display", "graphics", "ngx", "utility", "video"}
+)
+#: Capabilities whose libraries another capability brings as well.
+_IMPLIED = {"video": ("compute",), "display": ("graphics",)}
+
+#: Binaries per capability (libnvidia-container ``src/nvc_info.c``).
+CAPABILITY_BINARIES: dict[str, tuple[str, ...]] = {
+    "utility": ("nvidia-smi", "nvidia-debugdump", "nvidia-persistenced", "nv-fabricmanager"),
+    "compute": ("nvidia-cuda-mps-control", "nvidia-cuda-mps-server"),
+}
+#: Where binaries are searched in the driver root, in order (a ``PATH`` of the host's own,
+#: never the container's); Debian keeps the real files in ``/usr/lib/nvidia/current``.
+BINARY_DIRS = (
+    "/usr/local/sbin",
+    "/usr/local/bin",
+    "/usr/sbin",
+    "/usr/bin",
+    "/sbin",
+    "/bin",
+    "/usr/lib/nvidia/current",
+)
+
+#: Directories searched for libraries the ld.so.cache does not list, after the cache.
+FALLBACK_LIBRARY_DIRS = {
+    64: (
+        "/usr/lib/x86_64-linux-gnu/nvidia/current",
+        "/usr/lib/aarch64-linux-gnu/nvidia/current",
+        "/usr/lib64",
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib/aarch64-linux-gnu",
+        "/lib64",
+        "/lib/x86_64-linux-gnu",
+        "/lib/aarch64-linux-gnu",
+        "/usr/lib/x86_64-linux-gnu/nvidia",
+        "/usr/lib/aarch64-linux-gnu/nvidia",
+    ),
+    32: (
+        "/usr/lib/i386-linux-gnu/nvidia/current",
+        "/usr/lib/arm-linux-gnueabihf/nvidia/current",
+        "/usr/lib32",
+        "/usr/lib/i386-linux-gnu",
+        "/usr/lib/arm-linux-gnueabihf",
+        "/lib32",
+        "/lib/i386-linux-gnu",
+        "/lib/arm-linux-gnueabihf",
+        "/usr/lib/i386-linux-gnu/nvidia",
+        "/usr/lib/arm-linux-gnueabihf/nvidia",
+    ),
+}
+
+#: IPC paths: (capability, path, kind) — sockets of the daemons, and the MPS pipe directory
+#: (``$CUDA_MPS_PIPE_DIRECTORY`` of the host, default ``/tmp/nvidia-mps``).
+IPC_PATHS = (
+    ("utility", "/var/run/nvidia-persistenced/socket", "socket"),
+    ("utility", "/var/run/nvidia-fabricmanager/socket", "socket"),
+    ("compute", "/tmp/nvidia-mps", "directory"),
+)
+
+#: Graphics configuration files, relative to the data directories (:data:`CONFIG_DIRS`):
+#: (capability, relative path or glob-free prefix, match by prefix?).
+CONFIG_FILES = (
+    ("graphics", "glvnd/egl_vendor.d/10_nvidia.json"),
+    ("graphics", "egl/egl_external_platform.d/*nvidia*"),
+    ("graphics", "vulkan/icd.d/nvidia_icd.json"),
+    ("graphics", "vulkan/icd.d/nvidia_icd.x86_64.json"),
+    ("graphics", "vulkan/implicit_layer.d/nvidia_layers.json"),
+    ("graphics", "nvidia/nvoptix.bin"),
+    ("compute", "OpenCL/vendors/nvidia.icd"),
+)
+#: Where configuration files are searched, in order (the XDG data and config dirs).
+CONFIG_DIRS = ("/etc", "/usr/local/share", "/usr/share")
+#: X11 driver files, with the directories they are searched in.
+X11_FILES = (
+    (
+        "nvidia_drv.so",
+        (
+            "/usr/lib/xorg/modules/drivers",
+            "/usr/lib64/xorg/modules/drivers",
+            "/usr/lib/x86_64-linux-gnu/xorg/modules/drivers",
+            "/usr/lib/nvidia/current",
+        ),
+    ),
+    (
+        "libglxserver_nvidia.so.{version}",
+        (
+            "/usr/lib/xorg/modules/extensions",
+            "/usr/lib64/xorg/modules/extensions",
+            "/usr/lib/x86_64-linux-gnu/nvidia/xorg",
+            "/usr/lib/nvidia/current",
+        ),
+    ),
+)
+#: Firmware directories (the kernel's firmware search path, ``drivers/base/firmware_loader``).
+FIRMWARE_DIRS = ("/lib/firmware", "/usr/lib/firmware")
+
+# ld.so.cache flags and ELF machines per host machine (glibc dl-cache.h, System V gABI).
+_ABI_FLAGS = {
+    "x86_64": {64: (0x0303,), 32: (0x0003, 0x0001)},
+    "aarch64": {64: (0x0A03,), 32: (0x0903, 0x0001)},
+    "ppc64le": {64: (0x0503,), 32: ()},
+}
+_ELF_MACHINES = {"x86_64": {64: 62, 32: 3}, "aarch64": {64: 183, 32: 40}, "ppc64le": {64: 21}}
+
+
+class DriverLibrary(Record):
+    """One user-space driver library.
+
+    Attributes:
+        capability: the driver capability that brings it ("utility", "compute", "video",
+            "graphics", "ngx").
+        soname: its soname (``libcuda.so.1``): the ``ld.so.cache`` key, or for a library
+            found outside the cache the name of its soname link (else its DT_SONAME).
+        name: file name of the resolved library (``libcuda.so.535.261.03``).
+        host_path: resolved host path of the regular file, driver root included.
+        cache_path: the path the cache (or the fallback search) gave, driver-root terms.
+        abi_flags: ``ld.so.cache`` flags (``0x0303`` = x86-64 libc6, ``0x0003`` = i386).
+        elf_class: 64 or 32.
+        path: ``host_path`` in driver-root terms.
+    """
+
+    capability: str
+    soname: str
+    name: str
+    host_path: str
+    cache_path: str
+    abi_flags: int
+    elf_class: int = 64
+    path: str = ""
+
+
+class DriverFile(Record):
+    """A driver file other than a library.
+
+    Attributes:
+        kind: ``"binary"``, ``"firmware"``, ``"config"``, ``"ipc"`` or ``"profile"``.
+        capability: the capability that brings it; ``"all"`` for files every GPU container
+            gets (firmware).
+        path: where it is, in driver-root terms, as users know it (``/usr/bin/nvidia-smi``,
+            which may be a link); the container sees it at the same path.
+        host_path: the resolved host file (driver root included).
+        elf_class: 64 or 32 for binaries, else ``None``.
+    """
+
+    kind: str
+    capability: str
+    path: str
+    host_path: str
+    elf_class: int | None = None
+
+
+def select_libraries(
+    libraries: Iterable[DriverLibrary], capabilities: Iterable[str]
+) -> tuple[DriverLibrary, ...]:
+    """The libraries a container with ``capabilities`` gets, in discovery order.
+
+    ``display`` implies the graphics libraries and ``video`` the compute ones; 64-bit
+    libraries always, 32-bit ones only with ``compat32``.
+    """
+    wanted = set(capabilities)
+    for cap in list(wanted):
+        wanted.update(_IMPLIED.get(cap, ()))
+    classes = {64, 32} if "compat32" in wanted else {64}
+    return tuple(lib for lib in libraries if lib.capability in wanted and lib.elf_class in classes)
+
+
+def _elf_header(path: str) -> tuple[int, int] | None:
+    """(class, e_machine) of an ELF file from its first 20 bytes, or ``None``.
+
+    Cheap on purpose: runs for every candidate file on every container start.
+    """
+    try:
+        with open(path, "rb") as f:
+            head = f.read(20)
+    except OSError:
+        return None
+    if len(head) < 20 or head[:4] != b"\x7fELF" or head[4] not in (1, 2):
+        return None
+    e_machine = head[18] | head[19] << 8 if head[5] == 1 else head[18] << 8 | head[19]
+    return (64 if head[4] == 2 else 32), e_machine
+
+
+def _rel(root: HostRoot, host_path: str) -> str:
+    base = root.driver_root.rstrip("/")
+    if base and host_path.startswith(base + "/"):
+        return host_path[len(base) :]
+    return host_path
+
+
+def _is_regular(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _pick_soname(keys: list[str], name: str) -> str:
+    """The soname among cache keys that all resolve to the file ``name``: a versioned key
+    that is not the file name itself (``libcuda.so.1``, not ``libcuda.so`` or
+    ``libcuda.so.535.261.03``), else the file name."""
+    versioned = [k for k in keys if ".so." in k]
+    for k in versioned:
+        if k != name:
+            return k
+    return versioned[0] if versioned else keys[0]
+
+
+def _tls_note_ok(host_path: str) -> bool:
+    """libnvidia-tls is kept only when its ``.note.ABI-tag`` says Linux 2.3.99
+    (libnvidia-container ``src/nvc_info.c``): other builds need a different kernel ABI."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import NoteSection
+
+    try:
+        with open(host_path, "rb") as f:
+            elf = ELFFile(f)
+            for section in elf.iter_sections():
+                if not isinstance(section, NoteSection):
+                    continue
+                for note in section.iter_notes():
+                    if note["n_type"] == "NT_GNU_ABI_TAG":
+                        desc = note["n_desc"]
+                        return bool(
+                            desc["abi_os"] == "ELF_NOTE_OS_LINUX"
+                            and (desc["abi_major"], desc["abi_minor"], desc["abi_tiny"])
+                            == (2, 3, 99)
+                        )
+    except (ELFError, OSError, ValueError, KeyError):
+        return False
+    return False
+
+
+def _links_to_nvidia_core(host_path: str) -> bool:
+    """A non-GLVND library is NVIDIA's when its DT_NEEDED names libnvidia-glcore or
+    libnvidia-eglcore (libnvidia-container ``src/nvc_info.c``)."""
+    from ..elf import read_elf_info
+
+    try:
+        needed = read_elf_info(host_path).needed
+    except OcihookError:
+        return False
+    return any(n.startswith(("libnvidia-glcore.so", "libnvidia-eglcore.so")) for n in needed)
+
+
+def _soname_outside_cache(directory: str, name: str, prefix: str) -> str:
+    """Soname of a library found by directory search: the name of a link beside it that
+    points at it (``libnvidia-cfg.so.1 -> libnvidia-cfg.so.535.261.03``), else its
+    DT_SONAME (pyelftools), else its file name."""
+    try:
+        entries = os.listdir(directory)
+    except OSError:
+        entries = []
+    for entry in sorted(entries):
+        if entry != name and entry.startswith(prefix + ".") and entry.count(".so.") == 1:
+            try:
+                if os.readlink(os.path.join(directory, entry)) == name:
+                    return entry
+            except OSError:
+                continue
+    from ..elf import read_elf_info
+
+    try:
+        soname = read_elf_info(os.path.join(directory, name)).soname
+    except OcihookError:
+        soname = None
+    return soname or name
+
+
+def find_libraries(
+    root: HostRoot,
+    version: str,
+    *,
+    machine: str,
+    capabilities: Iterable[str] | None = None,
+    glvnd: bool = True,
+    search_dirs: Sequence[str] = (),
+    elf_classes: Iterable[int] = (64, 32),
+) -> tuple[tuple[DriverLibrary, ...], list[str]]:
+    """Find the driver libraries of ``capabilities`` (default: all) in the driver root.
+
+    Args:
+        root: the host.
+        version: the driver version every library file name must end with.
+        machine: ``uname -m`` of the host (x86_64, aarch64, ppc64le).
+        capabilities: capability names (the keys of :data:`CAPABILITY_LIBRARIES`).
+        glvnd: look for GLVND vendor libraries (default) rather than non-GLVND ones.
+        search_dirs: extra directories (driver-root terms) searched before the fallbacks.
+        elf_classes: which word sizes to look for.
+
+    Returns:
+        ``(libraries, warnings)``; libraries in capability, prefix, class order.
+
+    Raises:
+        DiscoveryError: the driver root's ``ld.so.cache`` is missing or unreadable.
+        LdCacheError: it is malformed.
+    """
+    warnings: list[str] = []
+    cache_path = root.driver(root.ldcache)
+    try:
+        with open(cache_path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise DiscoveryError(
+            "ld.so.cache not found in the driver root",
+            path=cache_path,
+            hint="run ldconfig in the driver root, or pass --ldcache",
+        ) from None
+    except OSError as e:
+        raise DiscoveryError(f"cannot read ld.so.cache: {e.strerror}", path=cache_path) from None
+    entries = ldcache.parse(data, path=cache_path)
+    caps = list(CAPABILITY_LIBRARIES) if capabilities is None else list(capabilities)
+    flags_by_class = _ABI_FLAGS.get(machine, {})
+    machines = _ELF_MACHINES.get(machine, {})
+    suffix = "." + version
+    out: list[DriverLibrary] = []
+    seen: set[str] = set()
+    index = _DirIndex(root)
+    for capability in caps:
+        prefixes = list(CAPABILITY_LIBRARIES.get(capability, ()))
+        if capability == "graphics" and not glvnd:
+            prefixes = [p for p in prefixes if "_nvidia" not in p and "glvkspirv" not in p]
+            prefixes += NON_GLVND_LIBRARIES
+        for prefix in prefixes:
+            for elf_class in elf_classes:
+                want_flags = flags_by_class.get(elf_class)
+                if not want_flags:
+                    continue
+                found = _from_cache(root, entries, prefix, want_flags)
+                if not found:
+                    found = _from_dirs(index, prefix, elf_class, suffix, search_dirs)
+                for host_path, (keys, where) in found.items():
+                    name = os.path.basename(host_path)
+                    if host_path in seen:
+                        continue
+                    if not name.endswith(suffix):
+                        warnings.append(
+                            f"{where} resolves to {name}, not a {version} library; skipped"
+                        )
+                        continue
+                    header = _elf_header(host_path)
+                    if header != (elf_class, machines.get(elf_class)) or not _is_regular(host_path):
+                        warnings.append(
+                            f"{host_path} is not a {elf_class}-bit {machine} ELF file; skipped"
+                        )
+                        continue
+                    if prefix == "libnvidia-tls.so" and not _tls_note_ok(host_path):
+                        warnings.append(f"{host_path}: TLS ABI note is not Linux 2.3.99; skipped")
+                        continue
+                    if prefix in NON_GLVND_LIBRARIES and not _links_to_nvidia_core(host_path):
+                        continue  # Mesa's or another vendor's library, not the driver's
+                    seen.add(host_path)
+                    out.append(
+                        DriverLibrary(
+                            capability=capability,
+                            soname=_pick_soname(keys, name),
+                            name=name,
+                            host_path=host_path,
+                            cache_path=where,
+                            abi_flags=want_flags[0],
+                            elf_class=elf_class,
+                            path=_rel(root, host_path),
+                        )
+                    )
+    return tuple(out), warnings
+
+
+def _from_cache(
+    root: HostRoot, entries: Sequence[ldcache.CacheEntry], prefix: str, flags: tuple[int, ...]
+) -> dict[str, tuple[list[str], str]]:
+    """Cache entries of ``prefix`` with one of ``flags``: resolved host path -> (keys, the
+    entry's path)."""
+    found: dict[str, tuple[list[str], str]] = {}
+    for entry in entries:
+        if entry.hwcap or entry.flags not in flags or not entry.soname.startswith(prefix):
+            continue
+        rest = entry.soname[len(prefix) :]
+        if rest and not rest.startswith("."):
+            continue  # libnvidia-pkcs11.so must not match libnvidia-pkcs11-openssl3.so
+        try:
+            host_path = resolve_in_root(root.driver_root, entry.path)
+        except OcihookError:
+            continue
+        if host_path in found:
+            found[host_path][0].append(entry.soname)
+        else:
+            found[host_path] = ([entry.soname], entry.path)
+    return found
+
+
+class _DirIndex:
+    """Directory listings of the driver root, each resolved and read once per discovery
+    (the fallback search asks the same ten directories for every missing library)."""
+
+    def __init__(self, root: HostRoot) -> None:
+        self.root = root
+        self._dirs: dict[str, tuple[str, frozenset[str]] | None] = {}
+
+    def get(self, directory: str) -> tuple[str, frozenset[str]] | None:
+        """(host path, names) of ``directory`` (driver-root terms), or ``None``."""
+        if directory not in self._dirs:
+            try:
+                host_dir = resolve_in_root(self.root.driver_root, directory)
+                self._dirs[directory] = (host_dir, frozenset(os.listdir(host_dir)))
+            except (OcihookError, OSError):
+                self._dirs[directory] = None
+        return self._dirs[directory]
+
+
+def _from_dirs(
+    index: _DirIndex, prefix: str, elf_class: int, suffix: str, extra: Sequence[str]
+) -> dict[str, tuple[list[str], str]]:
+    """Search directories for ``<prefix><suffix>`` (the versioned file) when the cache has
+    no entry: the user's directories first, then :data:`FALLBACK_LIBRARY_DIRS`."""
+    name = prefix + suffix
+    for directory in (*extra, *FALLBACK_LIBRARY_DIRS[elf_class]):
+        listing = index.get(directory)
+        if listing is None or name not in listing[1]:
+            continue
+        candidate = os.path.join(listing[0], name)
+        if not _is_regular(candidate):
+            continue
+        header = _elf_header(candidate)
+        if header is None or header[0] != elf_class:
+            continue
+        soname = _soname_outside_cache(listing[0], name, prefix)
+        return {candidate: ([soname], f"{directory}/{name}")}
+    return {}
+
+
+def find_binaries(
+    root: HostRoot, *, machine: str, capabilities: Iterable[str] | None = None
+) -> tuple[tuple[DriverFile, ...], list[str]]:
+    """Find the binaries of ``capabilities`` (default: all) in :data:`BINARY_DIRS` of the
+    driver root; the first regular ELF file of this machine wins. Missing ones are not an
+    error (``nv-fabricmanager`` exists only on NVSwitch systems)."""
+    caps = list(CAPABILITY_BINARIES) if capabilities is None else list(capabilities)
+    native = _ELF_MACHINES.get(machine, {}).get(64)
+    out: list[DriverFile] = []
+    warnings: list[str] = []
+    for capability in caps:
+        for name in CAPABILITY_BINARIES.get(capability, ()):
+            for directory in BINARY_DIRS:
+                path = f"{directory}/{name}"
+                try:
+                    host_path = resolve_in_root(root.driver_root, path)
+                except OcihookError:
+                    continue
+                if not _is_regular(host_path):
+                    continue
+                header = _elf_header(host_path)
+                if header is None or header[1] != native:
+                    warnings.append(f"{host_path} is not a {machine} ELF binary; skipped")
+                    continue
+                out.append(DriverFile("binary", capability, path, host_path, header[0]))
+                break
+    return tuple(out), warnings
+
+
+def find_firmware(root: HostRoot, version: str) -> tuple[DriverFile, ...]:
+    """The GSP firmware files ``<firmware dir>/nvidia/<version>/gsp*.bin`` (every GPU
+    container gets them on drivers that use GSP; none on WSL)."""
+    out: list[DriverFile] = []
+    seen: set[str] = set()
+    for directory in FIRMWARE_DIRS:
+        rel_dir = f"{directory}/nvidia/{version}"
+        try:
+            host_dir = resolve_in_root(root.driver_root, rel_dir)
+            names = sorted(os.listdir(host_dir))
+        except (OcihookError, OSError):
+            continue
+        for name in names:
+            if not (name.startswith("gsp") and name.endswith(".bin")):
+                continue
+            host_path = resolve_in_root(root.driver_root, f"{rel_dir}/{name}")
+            if host_path in seen or not _is_regular(host_path):
+                continue
+            seen.add(host_path)
+            out.append(DriverFile("firmware", "all", f"{rel_dir}/{name}", host_path))
+    return tuple(out)
+
+
+def find_ipcs(root: HostRoot, capabilities: Iterable[str] | None = None) -> tuple[DriverFile, ...]:
+    """The IPC sockets and directories of ``capabilities`` that exist in the driver root
+    (libnvidia-container ``src/nvc_info.c``): the persistenced and fabricmanager sockets
+    (utility) and the MPS pipe directory (compute)."""
+    caps = set(CAPABILITY_LIBRARIES) if capabilities is None else set(capabilities)
+    out: list[DriverFile] = []
+    for capability, path, kind in IPC_PATHS:
+        if capability not in caps:
+            continue
+        try:
+            host_path = resolve_in_root(root.driver_root, path)
+            mode = os.stat(host_path).st_mode
+        except (OcihookError, OSError):
+            continue
+        if (kind == "socket" and stat.S_ISSOCK(mode)) or (
+            kind == "directory" and stat.S_ISDIR(mode)
+        ):
+            out.append(DriverFile("ipc", capability, path, host_path))
+    return tuple(out)
+
+
+def find_config_files(
+    root: HostRoot, version: str, capabilities: Iterable[str] | None = None
+) -> tuple[DriverFile, ...]:
+    """Graphics configuration files (EGL vendor and external platforms, Vulkan ICD and
+    layers, nvoptix.bin), the OpenCL ICD (compute), the X11 driver files and the
+    application profile, found in the driver root (NVIDIA Container Toolkit
+    ``internal/discover/graphics.go``)."""
+    caps = set(ALL_DRIVER_CAPABILITIES) if capabilities is None else set(capabilities)
+    if "display" in caps:
+        caps.add("graphics")
+    out: list[DriverFile] = []
+    seen: set[str] = set()
+
+    def add(kind: str, capability: str, path: str) -> None:
+        try:
+            host_path = resolve_in_root(root.driver_root, path)
+        except OcihookError:
+            return
+        if host_path not in seen and _is_regular(host_path):
+            seen.add(host_path)
+            out.append(DriverFile(kind, capability, path, host_path))
+
+    for capability, rel in CONFIG_FILES:
+        if capability not in caps:
+            continue
+        for directory in CONFIG_DIRS:
+            if "*" in rel:
+                sub, _, pattern = rel.rpartition("/")
+                needle = pattern.strip("*")
+                try:
+                    names = sorted(
+                        os.listdir(resolve_in_root(root.driver_root, f"{directory}/{sub}"))
+                    )
+                except (OcihookError, OSError):
+                    continue
+                for name in names:
+                    if needle in name:
+                        add("config", capability, f"{directory}/{sub}/{name}")
+            else:
+                add("config", capability, f"{directory}/{rel}")
+    if "graphics" in caps:
+        for pattern, directories in X11_FILES:
+            name = pattern.format(version=version)
+            for directory in directories:
+                before = len(out)
+                add("config", "graphics", f"{directory}/{name}")
+                if len(out) > before:
+                    break
+        add("profile", "graphics", f"/usr/share/nvidia/nvidia-application-profiles-{version}-rc")
+    return tuple(out)
