@@ -73,6 +73,12 @@ ROOT_OPTIONS = (
         default="/etc/ld.so.cache",
         help="ld.so.cache path inside the driver root (/etc/ld.so.cache)",
     ),
+    Option(
+        "--library-path",
+        action="append",
+        metavar="DIR",
+        help="directory in the driver root to search for libraries ld.so.cache lacks",
+    ),
     Option("-v", "--verbose", action="store_true", help="print warnings"),
 )
 
@@ -178,6 +184,7 @@ def host_root_from(ns: Any) -> HostRoot:
         driver_root=os.path.abspath(ns.driver_root),
         dev_root=os.path.abspath(ns.dev_root),
         ldcache=ns.ldcache,
+        library_dirs=tuple(ns.library_path),
     )
 
 

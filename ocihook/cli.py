@@ -21,6 +21,12 @@ _PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True, "help
 
 def _root_options(f: Any) -> Any:
     f = click.option(
+        "--library-path",
+        multiple=True,
+        metavar="DIR",
+        help="Directory in the driver root to search for libraries ld.so.cache lacks.",
+    )(f)
+    f = click.option(
         "--ldcache",
         default="/etc/ld.so.cache",
         show_default=True,
@@ -35,10 +41,17 @@ def _root_options(f: Any) -> Any:
     return f
 
 
-def _root(driver_root: str, dev_root: str, ldcache: str) -> HostRoot:
+def _root(
+    driver_root: str, dev_root: str, ldcache: str, library_path: tuple[str, ...] = ()
+) -> HostRoot:
     import os
 
-    return HostRoot(os.path.abspath(driver_root), os.path.abspath(dev_root), ldcache=ldcache)
+    return HostRoot(
+        os.path.abspath(driver_root),
+        os.path.abspath(dev_root),
+        ldcache=ldcache,
+        library_dirs=tuple(library_path),
+    )
 
 
 class _Group(click.Group):
@@ -103,9 +116,11 @@ def _info_dict(root: HostRoot) -> dict[str, Any]:
 @cli.command()
 @_root_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def info(driver_root: str, dev_root: str, ldcache: str, as_json: bool) -> None:
+def info(
+    driver_root: str, dev_root: str, ldcache: str, library_path: tuple[str, ...], as_json: bool
+) -> None:
     """Print the driver version, the GPUs and the driver libraries found."""
-    data = _info_dict(_root(driver_root, dev_root, ldcache))
+    data = _info_dict(_root(driver_root, dev_root, ldcache, library_path))
     if as_json:
         click.echo(json.dumps(data, indent=2))
         return
@@ -126,11 +141,11 @@ def info(driver_root: str, dev_root: str, ldcache: str, as_json: bool) -> None:
 
 @cli.command(name="list")
 @_root_options
-def list_cmd(driver_root: str, dev_root: str, ldcache: str) -> None:
+def list_cmd(driver_root: str, dev_root: str, ldcache: str, library_path: tuple[str, ...]) -> None:
     """List the device nodes and driver files a container with all GPUs would get."""
     from .discovery.nvidia import discover
 
-    host = discover(_root(driver_root, dev_root, ldcache))
+    host = discover(_root(driver_root, dev_root, ldcache, library_path))
     for node in host.control_nodes:
         click.echo(node.host_path)
     for g in host.gpus:
@@ -142,7 +157,9 @@ def list_cmd(driver_root: str, dev_root: str, ldcache: str) -> None:
 @cli.command()
 @_root_options
 @click.option("-b", "--bundle", default=".", show_default=True, help="Bundle directory.")
-def plan(driver_root: str, dev_root: str, ldcache: str, bundle: str) -> None:
+def plan(
+    driver_root: str, dev_root: str, ldcache: str, library_path: tuple[str, ...], bundle: str
+) -> None:
     """Print the plan (container edits) for a bundle as JSON, without changing anything."""
     from .appliers.spec import layout_for_rootfs
     from .bundle import load_bundle
@@ -152,7 +169,7 @@ def plan(driver_root: str, dev_root: str, ldcache: str, bundle: str) -> None:
 
     b = load_bundle(bundle)
     request = request_from_spec(b.config, path=b.config_path)
-    host = discover(_root(driver_root, dev_root, ldcache))
+    host = discover(_root(driver_root, dev_root, ldcache, library_path))
     p = make_plan(host, request, layout_for_rootfs(b.rootfs))
     click.echo(json.dumps(p.to_dict(), indent=2))
 

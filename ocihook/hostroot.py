@@ -41,6 +41,8 @@ class HostRoot(Record):
         sys_root: absolute host directory mounted with sysfs; default ``<dev_root>/sys``.
         ldcache: path of the ``ld.so.cache`` in the driver root's terms
             (default ``/etc/ld.so.cache``).
+        library_dirs: extra directories (driver-root terms) searched for driver libraries
+            the ``ld.so.cache`` does not list, before the built-in fallback directories.
 
     Raises:
         ValueError: when a root is not an absolute path.
@@ -51,6 +53,7 @@ class HostRoot(Record):
     proc_root: str | None = None
     sys_root: str | None = None
     ldcache: str = "/etc/ld.so.cache"
+    library_dirs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("driver_root", "dev_root", "proc_root", "sys_root"):
@@ -59,6 +62,9 @@ class HostRoot(Record):
                 raise ValueError(f"{name} must be an absolute path, not {value!r}")
         if not self.ldcache.startswith("/"):
             raise ValueError(f"ldcache must be an absolute path, not {self.ldcache!r}")
+        for d in self.library_dirs:
+            if not d.startswith("/"):
+                raise ValueError(f"library directories must be absolute paths, not {d!r}")
 
     @classmethod
     def single(cls, root: str) -> HostRoot:

@@ -241,7 +241,7 @@ def discover(
         machine=machine,
         capabilities=lib_caps,
         glvnd=glvnd,
-        search_dirs=library_dirs,
+        search_dirs=(*library_dirs, *root.library_dirs),
         elf_classes=classes,
     )
     warnings.extend(lib_warnings)
