@@ -8,8 +8,10 @@ NVIDIA driver and eight GPUs, for the demo and the tests on machines without a G
   in PCI bus order for two GPUs, as happens on real machines;
 * ``proc/devices`` with the ``nvidia``, ``nvidia-uvm`` and ``nvidia-caps`` majors;
 * ``sys/module/nvidia/version``;
-* ``dev/nvidiactl``, ``dev/nvidia-uvm``, ``dev/nvidia-uvm-tools``, ``dev/nvidia<minor>`` made
-  with ``mknod`` when running as root (skipped otherwise; spec mode does not need them);
+* ``sys/bus/pci/devices/<bus id>/drm/{cardN,renderDN}/dev`` for each GPU;
+* ``dev/nvidiactl``, ``dev/nvidia-uvm``, ``dev/nvidia-uvm-tools``, ``dev/nvidia<minor>``,
+  ``dev/nvidia-modeset`` and ``dev/dri/{cardN,renderDN,by-path/...}`` made with ``mknod``
+  when running as root (skipped otherwise; spec mode does not need them);
 * tiny but valid ELF shared objects with the real sonames and the driver version as file
   suffix (``libcuda.so.550.127.05``, DT_SONAME ``libcuda.so.1``), their soname links —
   two of them absolute, through ``/etc/alternatives`` like Debian's packages, so that
@@ -196,8 +198,24 @@ def build(
     )
     _write(os.path.join(root, "sys/module/nvidia/version"), driver_version + "\n", 0o444)
 
+    # sysfs: the DRM card and render nodes of each GPU (drivers/gpu/drm/drm_sysfs.c)
+    for g in sim_gpus:
+        pci = os.path.join(root, f"sys/bus/pci/devices/0000:{g.bus_id[9:]}/drm")
+        _write(os.path.join(pci, f"card{g.index + 1}/dev"), f"226:{g.index + 1}\n", 0o444)
+        _write(os.path.join(pci, f"renderD{128 + g.index}/dev"), f"226:{128 + g.index}\n", 0o444)
     if make_dev_nodes:
         dev = os.path.join(root, "dev")
+        _mknod(os.path.join(dev, "nvidia-modeset"), NVIDIA_MAJOR, 254)
+        for g in sim_gpus:
+            _mknod(os.path.join(dev, f"dri/card{g.index + 1}"), 226, g.index + 1)
+            _mknod(os.path.join(dev, f"dri/renderD{128 + g.index}"), 226, 128 + g.index)
+            for kind, name in (
+                ("card", f"card{g.index + 1}"),
+                ("render", f"renderD{128 + g.index}"),
+            ):
+                _symlink(
+                    f"../{name}", os.path.join(dev, f"dri/by-path/pci-0000:{g.bus_id[9:]}-{kind}")
+                )
         _mknod(os.path.join(dev, "nvidiactl"), NVIDIA_MAJOR, 255)
         _mknod(os.path.join(dev, "nvidia-uvm"), UVM_MAJOR, 0)
         _mknod(os.path.join(dev, "nvidia-uvm-tools"), UVM_MAJOR, 1)

@@ -21,6 +21,7 @@ import os
 from .._record import Record
 from ..errors import DiscoveryError
 from ..hostroot import HostRoot, read_text
+from .devices import DriDevices, WslDevices, dri_nodes, modeset_node, wsl_devices
 from .driverfiles import (
     CAPABILITY_LIBRARIES,
     DriverFile,
@@ -84,6 +85,11 @@ class NvidiaHost(Record):
         warnings: what was skipped and why (stale libraries, missing nodes).
         files: binaries, firmware, IPC paths, configuration files and the application
             profile of the discovered capabilities.
+        modeset: ``/dev/nvidia-modeset`` (display capability), when graphics or display
+            files were discovered.
+        dri: the DRM card and render nodes and by-path links of each GPU, by bus id, when
+            graphics or display files were discovered.
+        wsl: the WSL2 devices and libraries when ``/dev/dxg`` exists, else ``None``.
     """
 
     root: HostRoot
@@ -95,6 +101,9 @@ class NvidiaHost(Record):
     libraries: tuple[DriverLibrary, ...]
     warnings: tuple[str, ...] = ()
     files: tuple[DriverFile, ...] = ()
+    modeset: HostDeviceNode | None = None
+    dri: Mapping[str, DriDevices] = {}
+    wsl: WslDevices | None = None
 
     def libraries_for(self, capabilities: Iterable[str]) -> tuple[DriverLibrary, ...]:
         """The libraries a container with ``capabilities`` gets (see
@@ -253,6 +262,12 @@ def discover(
         *find_ipcs(root, lib_caps),
         *find_config_files(root, version, caps),
     )
+    modeset = None
+    dri: dict[str, DriDevices] = {}
+    if "graphics" in caps:
+        modeset = modeset_node(root, majors)
+        dri = {g.bus_id: dri_nodes(root, g.bus_id) for g in gpus}
+    wsl = wsl_devices(root)
     return NvidiaHost(
         root=root,
         driver_version=version,
@@ -263,4 +278,7 @@ def discover(
         libraries=libraries,
         warnings=tuple(warnings),
         files=files,
+        modeset=modeset,
+        dri=dri,
+        wsl=wsl,
     )

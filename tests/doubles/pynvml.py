@@ -1,0 +1,378 @@
+"""A stand-in for nvidia-ml-py's ``pynvml`` module, driven by a host description.
+
+It mirrors the surface ocihook's NVML backend uses, with the real module's behaviour
+(nvidia-ml-py 13.x ``pynvml.py``; NVML API reference):
+
+* ``NVMLError(value)`` maps to a subclass per code (``NVMLError_NotSupported``, ...) and
+  keeps the code in ``.value``; the ``NVML_ERROR_*``, ``NVML_BRAND_*`` and
+  ``NVML_DEVICE_MIG_*`` constants have nvml.h's values;
+* every call before ``nvmlInit`` (or after the matching ``nvmlShutdown``) raises
+  ``NVML_ERROR_UNINITIALIZED``; a C symbol the description lists as ``missing`` raises
+  ``NVML_ERROR_FUNCTION_NOT_FOUND``, as ``_nvmlGetFunctionPointer`` does;
+* strings come back as ``str`` (``convertStrBytes``), or ``bytes`` like nvidia-ml-py
+  before 11.5 when the description says ``bytes_strings``; ``nvmlPciInfo_t.busId`` is
+  ``bytes`` (a ctypes ``char[]`` field), upper-case hex with an 8-digit domain;
+* handles are opaque; a handle index past the count is ``NVML_ERROR_INVALID_ARGUMENT``;
+  MIG queries on a GPU without MIG are ``NVML_ERROR_NOT_SUPPORTED``; an empty MIG slot is
+  ``NVML_ERROR_NOT_FOUND``; GPU/compute instance ids of a non-MIG handle are
+  ``NVML_ERROR_INVALID_ARGUMENT``.
+
+A test calls :func:`load` with a description::
+
+    {
+        "init_error": None,                 # or an NVML_ERROR_* code nvmlInit fails with
+        "driver_version": "550.127.05",
+        "cuda_version": 12040,              # nvmlSystemGetCudaDriverVersion(_v2)
+        "missing": ["nvmlSystemGetCudaDriverVersion_v2"],   # absent C symbols
+        "bytes_strings": False,
+        "gpus": [                           # NVML index order
+            {
+                "uuid": "GPU-...", "minor": 0, "bus_id": "00000000:07:00.0",
+                "name": "NVIDIA A100-SXM4-80GB",
+                "brand": NVML_BRAND_TESLA,          # absent: NOT_SUPPORTED
+                "compute_capability": (8, 0),       # absent: NOT_SUPPORTED
+                "mig": {                            # absent: MIG not supported
+                    "current": 1, "pending": 1, "max_devices": 7,
+                    "devices": {0: {"gi": 1, "ci": 0, "uuid": "MIG-..."}},  # by slot
+                },
+                "errors": {"nvmlDeviceGetBrand": NVML_ERROR_UNKNOWN},  # forced failures
+            },
+        ],
+    }
+
+:func:`history` returns the calls made, :func:`init_refcount` the init/shutdown balance.
+"""
+
+from __future__ import annotations
+
+import string
+from typing import Any
+
+NVML_SUCCESS = 0
+NVML_ERROR_UNINITIALIZED = 1
+NVML_ERROR_INVALID_ARGUMENT = 2
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NO_PERMISSION = 4
+NVML_ERROR_ALREADY_INITIALIZED = 5
+NVML_ERROR_NOT_FOUND = 6
+NVML_ERROR_INSUFFICIENT_SIZE = 7
+NVML_ERROR_INSUFFICIENT_POWER = 8
+NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_TIMEOUT = 10
+NVML_ERROR_IRQ_ISSUE = 11
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
+NVML_ERROR_CORRUPTED_INFOROM = 14
+NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_RESET_REQUIRED = 16
+NVML_ERROR_OPERATING_SYSTEM = 17
+NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
+NVML_ERROR_IN_USE = 19
+NVML_ERROR_MEMORY = 20
+NVML_ERROR_NO_DATA = 21
+NVML_ERROR_UNKNOWN = 999
+
+NVML_BRAND_UNKNOWN = 0
+NVML_BRAND_QUADRO = 1
+NVML_BRAND_TESLA = 2
+NVML_BRAND_NVS = 3
+NVML_BRAND_GRID = 4
+NVML_BRAND_GEFORCE = 5
+NVML_BRAND_TITAN = 6
+NVML_BRAND_NVIDIA_VAPPS = 7
+NVML_BRAND_NVIDIA_VPC = 8
+NVML_BRAND_NVIDIA_VCS = 9
+NVML_BRAND_NVIDIA_VWS = 10
+NVML_BRAND_NVIDIA_CLOUD_GAMING = 11
+NVML_BRAND_QUADRO_RTX = 12
+NVML_BRAND_NVIDIA_RTX = 13
+NVML_BRAND_NVIDIA = 14
+NVML_BRAND_GEFORCE_RTX = 15
+NVML_BRAND_TITAN_RTX = 16
+
+NVML_DEVICE_MIG_DISABLE = 0
+NVML_DEVICE_MIG_ENABLE = 1
+
+
+class NVMLError(Exception):
+    """An NVML return code other than success; ``value`` is the code."""
+
+    _valClassMapping: dict[int, type[NVMLError]] = {}  # noqa: RUF012 (as in pynvml)
+    value: int
+
+    def __new__(cls, value: int) -> NVMLError:
+        if cls is NVMLError:
+            cls = NVMLError._valClassMapping.get(value, cls)
+        obj = Exception.__new__(cls)
+        obj.value = value
+        return obj
+
+    def __str__(self) -> str:
+        return nvmlErrorString(self.value)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, NVMLError) and self.value == other.value
+
+    __hash__ = Exception.__hash__
+
+
+def _make_error_classes() -> None:
+    """``NVML_ERROR_ALREADY_INITIALIZED`` -> ``NVMLError_AlreadyInitialized``, like pynvml."""
+    namespace = globals()
+    for name in [n for n in namespace if n.startswith("NVML_ERROR_")]:
+        class_name = "NVMLError_" + string.capwords(name.replace("NVML_ERROR_", ""), "_").replace(
+            "_", ""
+        )
+        code = namespace[name]
+
+        def new(cls: type[NVMLError], *_args: object, _code: int = code) -> NVMLError:
+            obj = Exception.__new__(cls)
+            obj.value = _code
+            return obj
+
+        cls = type(class_name, (NVMLError,), {"__new__": new})
+        cls.__module__ = __name__
+        namespace[class_name] = cls
+        NVMLError._valClassMapping[code] = cls
+
+
+_make_error_classes()
+
+_ERROR_STRINGS = {
+    NVML_ERROR_UNINITIALIZED: "Uninitialized",
+    NVML_ERROR_INVALID_ARGUMENT: "Invalid Argument",
+    NVML_ERROR_NOT_SUPPORTED: "Not Supported",
+    NVML_ERROR_NO_PERMISSION: "Insufficient Permissions",
+    NVML_ERROR_NOT_FOUND: "Not Found",
+    NVML_ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
+    NVML_ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
+    NVML_ERROR_FUNCTION_NOT_FOUND: "Function Not Found",
+    NVML_ERROR_GPU_IS_LOST: "GPU is lost",
+    NVML_ERROR_UNKNOWN: "Unknown Error",
+}
+
+
+def nvmlErrorString(result: int) -> str:
+    return _ERROR_STRINGS.get(result, f"NVML Error with code {result}")
+
+
+# -- state ----------------------------------------------------------------------------------
+
+_description: dict[str, Any] = {"gpus": []}
+_refcount = 0
+_history: list[str] = []
+
+
+def load(description: dict[str, Any]) -> None:
+    """Describe the machine NVML sees (see the module docstring) and reset all state."""
+    global _description, _refcount
+    _description = description
+    _refcount = 0
+    _history.clear()
+
+
+def history() -> list[str]:
+    """The NVML functions called since :func:`load`, in order."""
+    return list(_history)
+
+
+def init_refcount() -> int:
+    """``nvmlInit`` calls minus ``nvmlShutdown`` calls that succeeded."""
+    return _refcount
+
+
+class _Device:
+    """An opaque ``nvmlDevice_t``: a GPU, or a MIG device of one."""
+
+    def __init__(self, gpu: dict[str, Any], mig: dict[str, Any] | None = None) -> None:
+        self._gpu = gpu
+        self._mig = mig
+
+    def __repr__(self) -> str:
+        return f"<nvmlDevice_t at {id(self):#x}>"
+
+
+class nvmlPciInfo_t:
+    """The fields of ``nvmlPciInfo_t`` (v3) pynvml exposes; ``busId`` is ``bytes``."""
+
+    def __init__(self, bus_id: str) -> None:
+        domain, bus, rest = bus_id.split(":")
+        device = rest.split(".")[0]
+        self.domain = int(domain, 16)
+        self.bus = int(bus, 16)
+        self.device = int(device, 16)
+        self.pciDeviceId = 0x20B210DE
+        self.pciSubSystemId = 0x147F10DE
+        self.busIdLegacy = f"{self.domain:04X}:{self.bus:02X}:{self.device:02X}.0".encode()
+        self.busId = f"{self.domain:08X}:{self.bus:02X}:{self.device:02X}.0".encode()
+
+
+def _enter(name: str, device: _Device | None = None) -> None:
+    """Book-keeping and the checks every pynvml wrapper does before the C call."""
+    _history.append(name)
+    if name in _description.get("missing", ()):
+        raise NVMLError(NVML_ERROR_FUNCTION_NOT_FOUND)
+    if _refcount == 0:
+        raise NVMLError(NVML_ERROR_UNINITIALIZED)
+    if device is not None:
+        if not isinstance(device, _Device):
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        described = device._mig if device._mig is not None else device._gpu
+        code = described.get("errors", {}).get(name)
+        if code is not None:
+            raise NVMLError(code)
+
+
+def _string(value: str) -> str | bytes:
+    return value.encode() if _description.get("bytes_strings") else value
+
+
+# -- functions ------------------------------------------------------------------------------
+
+
+def nvmlInitWithFlags(flags: int) -> None:
+    global _refcount
+    _history.append("nvmlInitWithFlags")
+    code = _description.get("init_error")
+    if code is not None:
+        raise NVMLError(code)
+    _refcount += 1
+
+
+def nvmlInit() -> None:
+    nvmlInitWithFlags(0)
+
+
+def nvmlShutdown() -> None:
+    global _refcount
+    _enter("nvmlShutdown")
+    _refcount -= 1
+
+
+def nvmlSystemGetDriverVersion() -> str | bytes:
+    _enter("nvmlSystemGetDriverVersion")
+    return _string(_description["driver_version"])
+
+
+def nvmlSystemGetCudaDriverVersion() -> int:
+    _enter("nvmlSystemGetCudaDriverVersion")
+    if _description.get("cuda_version") is None:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    return int(_description["cuda_version"])
+
+
+def nvmlSystemGetCudaDriverVersion_v2() -> int:
+    _enter("nvmlSystemGetCudaDriverVersion_v2")
+    if _description.get("cuda_version") is None:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    return int(_description["cuda_version"])
+
+
+def nvmlDeviceGetCount() -> int:
+    _enter("nvmlDeviceGetCount")
+    return len(_description["gpus"])
+
+
+def nvmlDeviceGetHandleByIndex(index: int) -> _Device:
+    _enter("nvmlDeviceGetHandleByIndex")
+    gpus = _description["gpus"]
+    if not 0 <= index < len(gpus):
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    gpu = gpus[index]
+    code = gpu.get("errors", {}).get("nvmlDeviceGetHandleByIndex")
+    if code is not None:
+        raise NVMLError(code)
+    return _Device(gpu)
+
+
+def nvmlDeviceGetUUID(handle: _Device) -> str | bytes:
+    _enter("nvmlDeviceGetUUID", handle)
+    if handle._mig is not None:
+        return _string(handle._mig["uuid"])
+    return _string(handle._gpu["uuid"])
+
+
+def nvmlDeviceGetMinorNumber(handle: _Device) -> int:
+    _enter("nvmlDeviceGetMinorNumber", handle)
+    if handle._mig is not None:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    return int(handle._gpu["minor"])
+
+
+def nvmlDeviceGetPciInfo_v3(handle: _Device) -> nvmlPciInfo_t:
+    _enter("nvmlDeviceGetPciInfo_v3", handle)
+    return nvmlPciInfo_t(handle._gpu["bus_id"])
+
+
+def nvmlDeviceGetPciInfo(handle: _Device) -> nvmlPciInfo_t:
+    return nvmlDeviceGetPciInfo_v3(handle)
+
+
+def nvmlDeviceGetName(handle: _Device) -> str | bytes:
+    _enter("nvmlDeviceGetName", handle)
+    return _string(handle._gpu["name"])
+
+
+def nvmlDeviceGetBrand(handle: _Device) -> int:
+    _enter("nvmlDeviceGetBrand", handle)
+    if "brand" not in handle._gpu:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    return int(handle._gpu["brand"])
+
+
+def nvmlDeviceGetCudaComputeCapability(handle: _Device) -> tuple[int, int]:
+    _enter("nvmlDeviceGetCudaComputeCapability", handle)
+    if "compute_capability" not in handle._gpu:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    major, minor = handle._gpu["compute_capability"]
+    return (int(major), int(minor))
+
+
+def _mig_of(handle: _Device) -> dict[str, Any]:
+    mig = handle._gpu.get("mig")
+    if mig is None or handle._mig is not None:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    return dict(mig)
+
+
+def nvmlDeviceGetMigMode(device: _Device) -> list[int]:
+    _enter("nvmlDeviceGetMigMode", device)
+    mig = _mig_of(device)
+    return [int(mig["current"]), int(mig.get("pending", mig["current"]))]
+
+
+def nvmlDeviceGetMaxMigDeviceCount(device: _Device) -> int:
+    _enter("nvmlDeviceGetMaxMigDeviceCount", device)
+    return int(_mig_of(device).get("max_devices", 7))
+
+
+def nvmlDeviceGetMigDeviceHandleByIndex(device: _Device, index: int) -> _Device:
+    _enter("nvmlDeviceGetMigDeviceHandleByIndex", device)
+    mig = _mig_of(device)
+    if not 0 <= index < int(mig.get("max_devices", 7)):
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    if mig["current"] != NVML_DEVICE_MIG_ENABLE:
+        raise NVMLError(NVML_ERROR_NOT_FOUND)
+    slot = mig.get("devices", {}).get(index)
+    if slot is None:
+        raise NVMLError(NVML_ERROR_NOT_FOUND)
+    return _Device(device._gpu, slot)
+
+
+def nvmlDeviceIsMigDeviceHandle(device: _Device) -> int:
+    _enter("nvmlDeviceIsMigDeviceHandle", device)
+    return int(device._mig is not None)
+
+
+def nvmlDeviceGetGpuInstanceId(device: _Device) -> int:
+    _enter("nvmlDeviceGetGpuInstanceId", device)
+    if device._mig is None:
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    return int(device._mig["gi"])
+
+
+def nvmlDeviceGetComputeInstanceId(device: _Device) -> int:
+    _enter("nvmlDeviceGetComputeInstanceId", device)
+    if device._mig is None:
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    return int(device._mig["ci"])
