@@ -87,27 +87,37 @@ def hook(ctx: click.Context) -> None:
     ctx.exit(run_fast(["hook", *ctx.args]))
 
 
-def _info_dict(root: HostRoot) -> dict[str, Any]:
-    from .discovery.nvidia import discover
+_BACKEND_OPTION = click.option(
+    "--gpu-backend",
+    type=click.Choice(["auto", "procfs", "nvml"]),
+    default="auto",
+    show_default=True,
+    help="GPU enumeration: NVML (nvidia-ml-py) when it works, else procfs.",
+)
 
-    host = discover(root)
+
+def _info_dict(host: Any) -> dict[str, Any]:
     return {
         "driverVersion": host.driver_version,
-        "driverRoot": root.driver_root,
-        "devRoot": root.dev_root,
+        "cudaVersion": host.cuda_version,
+        "driverRoot": host.root.driver_root,
+        "devRoot": host.root.dev_root,
+        "gpuBackend": host.gpu_backend,
         "gpus": [
             {
                 "index": g.index,
                 "minor": g.minor,
                 "model": g.model,
+                "brand": g.brand,
                 "uuid": g.uuid,
                 "busId": g.bus_id,
+                "architecture": g.architecture,
+                "migDevices": [
+                    {"gi": m.gi, "ci": m.ci, "uuid": m.uuid, "index": m.nvml_index}
+                    for m in g.mig_devices
+                ],
             }
             for g in host.gpus
-        ],
-        "libraries": [
-            {"capability": lib.capability, "soname": lib.soname, "path": lib.host_path}
-            for lib in host.libraries
         ],
         "warnings": list(host.warnings),
     }
@@ -115,43 +125,108 @@ def _info_dict(root: HostRoot) -> dict[str, Any]:
 
 @cli.command()
 @_root_options
+@_BACKEND_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def info(
-    driver_root: str, dev_root: str, ldcache: str, library_path: tuple[str, ...], as_json: bool
+    driver_root: str,
+    dev_root: str,
+    ldcache: str,
+    library_path: tuple[str, ...],
+    gpu_backend: str,
+    as_json: bool,
 ) -> None:
-    """Print the driver version, the GPUs and the driver libraries found."""
-    data = _info_dict(_root(driver_root, dev_root, ldcache, library_path))
+    """Print the driver and CUDA versions and each GPU (like nvidia-container-cli info)."""
+    from .discovery.nvidia import discover
+
+    host = discover(
+        _root(driver_root, dev_root, ldcache, library_path),
+        capabilities=(),
+        gpu_backend=gpu_backend,
+    )
+    data = _info_dict(host)
     if as_json:
         click.echo(json.dumps(data, indent=2))
         return
     click.echo(f"NVRM version:   {data['driverVersion']}")
+    click.echo(f"CUDA version:   {data['cudaVersion'] or 'unknown (needs NVML)'}")
     for g in data["gpus"]:
         click.echo("")
         click.echo(f"Device Index:   {g['index']}")
         click.echo(f"Device Minor:   {g['minor']}")
         click.echo(f"Model:          {g['model']}")
+        click.echo(f"Brand:          {g['brand'] or 'unknown'}")
         click.echo(f"GPU UUID:       {g['uuid']}")
         click.echo(f"Bus Location:   {g['busId']}")
-    click.echo("")
-    for lib in data["libraries"]:
-        click.echo(f"{lib['capability']:8} {lib['soname']:32} {lib['path']}")
+        click.echo(f"Architecture:   {g['architecture'] or 'unknown'}")
+        for m in g["migDevices"]:
+            click.echo(f"MIG Device:     gi {m['gi']} ci {m['ci']}  {m['uuid'] or ''}".rstrip())
     for w in data["warnings"]:
         click.echo(f"ocihook: warning: {w}", err=True)
 
 
 @cli.command(name="list")
 @_root_options
-def list_cmd(driver_root: str, dev_root: str, ldcache: str, library_path: tuple[str, ...]) -> None:
-    """List the device nodes and driver files a container with all GPUs would get."""
+@_BACKEND_OPTION
+@click.option(
+    "-d", "--device", "devices", multiple=True, help="GPU index or UUID (default: all GPUs)."
+)
+@click.option("-l", "--libraries", is_flag=True, help="List driver libraries.")
+@click.option("-b", "--binaries", is_flag=True, help="List driver binaries.")
+@click.option("-i", "--ipcs", is_flag=True, help="List driver IPC paths.")
+@click.option("-f", "--firmwares", is_flag=True, help="List driver firmware files.")
+@click.option("--compat32", is_flag=True, help="Include the 32-bit libraries.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def list_cmd(
+    driver_root: str,
+    dev_root: str,
+    ldcache: str,
+    library_path: tuple[str, ...],
+    gpu_backend: str,
+    devices: tuple[str, ...],
+    libraries: bool,
+    binaries: bool,
+    ipcs: bool,
+    firmwares: bool,
+    compat32: bool,
+    as_json: bool,
+) -> None:
+    """List the host files a container gets (like nvidia-container-cli list): device nodes
+    of the GPUs (all, or --device), then binaries, libraries, IPC paths and firmware of
+    every driver capability. Without -l/-b/-i/-f every kind is listed."""
     from .discovery.nvidia import discover
+    from .request import request_from_env, select_gpus
 
-    host = discover(_root(driver_root, dev_root, ldcache, library_path))
-    for node in host.control_nodes:
-        click.echo(node.host_path)
-    for g in host.gpus:
-        click.echo(host.gpu_nodes[g.minor].host_path)
-    for lib in host.libraries:
-        click.echo(lib.host_path)
+    host = discover(_root(driver_root, dev_root, ldcache, library_path), gpu_backend=gpu_backend)
+    wanted = request_from_env(
+        {"NVIDIA_VISIBLE_DEVICES": ",".join(devices) or "all"}, source="--device"
+    )
+    selected = select_gpus(wanted, host.gpus)
+    every = not (libraries or binaries or ipcs or firmwares)
+    nodes = [n.host_path for n in host.control_nodes]
+    if host.modeset is not None and host.modeset.present:
+        nodes.append(host.modeset.host_path)
+    for g in selected:
+        nodes.append(host.gpu_nodes[g.minor].host_path)
+        dri = host.dri.get(g.bus_id)
+        if dri is not None:
+            nodes += [n.host_path for n in dri.nodes if n.present]
+        nodes += [n.host_path for m in g.mig_devices for n in m.nodes]
+    classes = {64, 32} if compat32 else {64}
+    out: dict[str, list[str]] = {"devices": nodes}
+    if every or binaries:
+        out["binaries"] = [f.host_path for f in host.files if f.kind == "binary"]
+    if every or libraries:
+        out["libraries"] = [lib.host_path for lib in host.libraries if lib.elf_class in classes]
+    if every or ipcs:
+        out["ipcs"] = [f.host_path for f in host.files if f.kind == "ipc"]
+    if every or firmwares:
+        out["firmwares"] = [f.host_path for f in host.files if f.kind == "firmware"]
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+        return
+    for paths in out.values():
+        for path in paths:
+            click.echo(path)
 
 
 @cli.command()

@@ -33,7 +33,13 @@ from .driverfiles import (
     find_libraries,
     select_libraries,
 )
-from .gpus import Gpu, HostDeviceNode, device_node, parse_gpu_information, read_gpus
+from .gpus import (
+    Gpu,
+    HostDeviceNode,
+    device_node,
+    enumerate_gpus,
+    parse_gpu_information,
+)
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
 if TYPE_CHECKING:
@@ -90,6 +96,9 @@ class NvidiaHost(Record):
         dri: the DRM card and render nodes and by-path links of each GPU, by bus id, when
             graphics or display files were discovered.
         wsl: the WSL2 devices and libraries when ``/dev/dxg`` exists, else ``None``.
+        cuda_version: the CUDA version the driver supports (``"12.2"``), from NVML; ``None``
+            with the procfs backend.
+        gpu_backend: the GPU enumeration backend that was used.
     """
 
     root: HostRoot
@@ -104,6 +113,8 @@ class NvidiaHost(Record):
     modeset: HostDeviceNode | None = None
     dri: Mapping[str, DriDevices] = {}
     wsl: WslDevices | None = None
+    cuda_version: str | None = None
+    gpu_backend: str = "procfs"
 
     def libraries_for(self, capabilities: Iterable[str]) -> tuple[DriverLibrary, ...]:
         """The libraries a container with ``capabilities`` gets (see
@@ -185,6 +196,7 @@ def discover(
     capabilities: Iterable[str] | None = None,
     glvnd: bool = True,
     library_dirs: Sequence[str] = (),
+    gpu_backend: str = "procfs",
 ) -> NvidiaHost:
     """Discover the NVIDIA driver, GPUs, device nodes and driver files of a host.
 
@@ -197,6 +209,10 @@ def discover(
         glvnd: look for the GLVND vendor libraries (default) or the non-GLVND ones.
         library_dirs: extra library directories (driver-root terms), searched for libraries
             the ``ld.so.cache`` does not list.
+        gpu_backend: ``"procfs"`` (default: no dependency, cheapest on a container's start
+            path), ``"nvml"`` (nvidia-ml-py: adds brand, architecture, CUDA version, MIG
+            UUIDs) or ``"auto"`` (NVML when it works on this host, else procfs); see
+            :func:`~ocihook.discovery.gpus.enumerate_gpus`.
 
     Returns:
         An :class:`NvidiaHost`. A host with a driver but no GPU has ``gpus == ()``.
@@ -224,8 +240,10 @@ def discover(
         ),
         path=version_path,
     )
-    gpus, warnings = read_gpus(root)
     majors = parse_devices(read_text(root.proc("devices"), what="/proc/devices"))
+    inventory = enumerate_gpus(root, majors, backend=gpu_backend)
+    gpus = inventory.gpus
+    warnings = list(inventory.warnings)
     nvidia_major = majors.get("nvidia", majors.get("nvidia-frontend", NVIDIA_MAJOR))
     control = [device_node(root, "/dev/nvidiactl", nvidia_major, NVIDIACTL_MINOR)]
     uvm_major = majors.get("nvidia-uvm")
@@ -281,4 +299,6 @@ def discover(
         modeset=modeset,
         dri=dri,
         wsl=wsl,
+        cuda_version=inventory.cuda_version,
+        gpu_backend=inventory.backend,
     )
