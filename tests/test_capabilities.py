@@ -211,3 +211,44 @@ def test_elf_reader_never_crashes(tmp_path_factory: Any, data: bytes) -> None:
         assert e.path == path
     else:
         assert info.elf_class in (32, 64)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from(
+        [
+            (64, "x86_64", "little"),
+            (32, "i386", "little"),
+            (64, "aarch64", "big"),
+            (32, "arm", "big"),
+            (32, "arm", "little"),
+        ]
+    ),
+    st.one_of(st.none(), st.tuples(st.integers(0, 9), st.integers(0, 9), st.integers(0, 200))),
+)
+def test_abi_note_reader_agrees_with_the_writer(
+    tmp_path_factory: Any, kind: tuple[int, str, str], tag: tuple[int, int, int] | None
+) -> None:
+    from ocihook.discovery.driverfiles import _abi_tag
+
+    cls, machine, endian = kind
+    path = os.path.join(str(tmp_path_factory.getbasetemp()), "note.so")
+    with open(path, "wb") as f:
+        f.write(
+            make_shared_object(
+                "libz.so.1", elf_class=cls, machine=machine, endian=endian, abi_tag=tag
+            )
+        )
+    assert _abi_tag(path) == (None if tag is None else (0, *tag))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=400))
+def test_abi_note_reader_never_crashes(tmp_path_factory: Any, data: bytes) -> None:
+    from ocihook.discovery.driverfiles import _abi_tag
+
+    path = os.path.join(str(tmp_path_factory.getbasetemp()), "junk.so")
+    with open(path, "wb") as f:
+        f.write(b"\x7fELF\x02\x01" + data)
+    tag = _abi_tag(path)
+    assert tag is None or len(tag) == 4

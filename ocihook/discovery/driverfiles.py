@@ -328,30 +328,66 @@ def _pick_soname(keys: list[str], name: str) -> str:
     return versioned[0] if versioned else keys[0]
 
 
-def _tls_note_ok(host_path: str) -> bool:
-    """libnvidia-tls is kept only when its ``.note.ABI-tag`` says Linux 2.3.99
-    (libnvidia-container ``src/nvc_info.c``): other builds need a different kernel ABI."""
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
-    from elftools.elf.sections import NoteSection
+def _abi_tag(host_path: str) -> tuple[int, int, int, int] | None:
+    """The ``NT_GNU_ABI_TAG`` note of an ELF file: (os, major, minor, patch), or ``None``.
+
+    Reads the program headers and the PT_NOTE segments only (System V gABI "Note
+    Section"; the GNU note layout is glibc's ``elf/elf.h``), every offset and size bounded
+    by the file; not pyelftools, whose import costs more than a container start.
+    """
+    import struct
 
     try:
         with open(host_path, "rb") as f:
-            elf = ELFFile(f)
-            for section in elf.iter_sections():
-                if not isinstance(section, NoteSection):
-                    continue
-                for note in section.iter_notes():
-                    if note["n_type"] == "NT_GNU_ABI_TAG":
-                        desc = note["n_desc"]
-                        return bool(
-                            desc["abi_os"] == "ELF_NOTE_OS_LINUX"
-                            and (desc["abi_major"], desc["abi_minor"], desc["abi_tiny"])
-                            == (2, 3, 99)
-                        )
-    except (ELFError, OSError, ValueError, KeyError):
-        return False
-    return False
+            data = f.read(1 << 20)  # program headers and notes are at the front
+    except OSError:
+        return None
+    if len(data) < 64 or data[:4] != b"\x7fELF" or data[4] not in (1, 2) or data[5] not in (1, 2):
+        return None
+    e = "<" if data[5] == 1 else ">"
+    if data[4] == 2:
+        phoff, phentsize, phnum = (
+            struct.unpack_from(e + "Q", data, 32)[0],
+            *struct.unpack_from(e + "HH", data, 54),
+        )
+        ph = struct.Struct(e + "IIQQQQQQ")  # type, flags, offset, vaddr, paddr, filesz, ...
+        field_off, field_size = 2, 5
+    else:
+        phoff, phentsize, phnum = (
+            struct.unpack_from(e + "I", data, 28)[0],
+            *struct.unpack_from(e + "HH", data, 42),
+        )
+        ph = struct.Struct(e + "IIIIIIII")  # type, offset, vaddr, paddr, filesz, ...
+        field_off, field_size = 1, 4
+    if phentsize < ph.size or phnum > 256:
+        return None
+    for i in range(phnum):
+        start = phoff + i * phentsize
+        if start + ph.size > len(data):
+            return None
+        fields = ph.unpack_from(data, start)
+        if fields[0] != 4:  # PT_NOTE
+            continue
+        off, size = fields[field_off], fields[field_size]
+        end = min(off + size, len(data))
+        while off + 12 <= end:
+            namesz, descsz, ntype = struct.unpack_from(e + "III", data, off)
+            name_at = off + 12
+            desc_at = name_at + ((namesz + 3) & ~3)
+            nxt = desc_at + ((descsz + 3) & ~3)
+            if nxt > end:
+                break
+            if ntype == 1 and data[name_at : name_at + namesz] == b"GNU\0" and descsz >= 16:
+                tag: tuple[int, int, int, int] = struct.unpack_from(e + "IIII", data, desc_at)
+                return tag
+            off = nxt
+    return None
+
+
+def _tls_note_ok(host_path: str) -> bool:
+    """libnvidia-tls is kept only when its ``.note.ABI-tag`` says Linux (0) 2.3.99
+    (libnvidia-container ``src/nvc_info.c``): other builds need a different kernel ABI."""
+    return _abi_tag(host_path) == (0, 2, 3, 99)
 
 
 def _links_to_nvidia_core(host_path: str) -> bool:
