@@ -63,9 +63,11 @@ def _read(stream: BinaryIO, path: str) -> ElfInfo:
         raise DiscoveryError(f"not a valid ELF file: {e}", path=path) from None
     except Exception as e:  # pyelftools raises struct/construct errors on truncated files
         raise DiscoveryError(f"not a valid ELF file: {type(e).__name__}", path=path) from None
-    return ElfInfo(
-        elf_class, machine, elf_type, soname, tuple(needed), abi_flags(elf_class, machine)
-    )
+    try:
+        flags = abi_flags(elf_class, machine)
+    except ValueError:
+        flags = 0  # a machine ld.so.cache has no ABI flags for
+    return ElfInfo(elf_class, machine, elf_type, soname, tuple(needed), flags)
 
 
 def read_elf_info(path: str) -> ElfInfo:

@@ -229,7 +229,7 @@ def test_elf_reader_never_crashes(tmp_path_factory: Any, data: bytes) -> None:
 def test_abi_note_reader_agrees_with_the_writer(
     tmp_path_factory: Any, kind: tuple[int, str, str], tag: tuple[int, int, int] | None
 ) -> None:
-    from ocihook.discovery.driverfiles import _abi_tag
+    from ocihook.elfscan import abi_tag as _abi_tag
 
     cls, machine, endian = kind
     path = os.path.join(str(tmp_path_factory.getbasetemp()), "note.so")
@@ -245,10 +245,60 @@ def test_abi_note_reader_agrees_with_the_writer(
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=400))
 def test_abi_note_reader_never_crashes(tmp_path_factory: Any, data: bytes) -> None:
-    from ocihook.discovery.driverfiles import _abi_tag
+    from ocihook.elfscan import abi_tag as _abi_tag
+    from ocihook.elfscan import dynamic_names
 
     path = os.path.join(str(tmp_path_factory.getbasetemp()), "junk.so")
     with open(path, "wb") as f:
         f.write(b"\x7fELF\x02\x01" + data)
     tag = _abi_tag(path)
     assert tag is None or len(tag) == 4
+    names = dynamic_names(path)
+    assert names is None or isinstance(names[1], tuple)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from(
+        [
+            (64, "x86_64", "little"),
+            (32, "i386", "little"),
+            (64, "aarch64", "big"),
+            (32, "arm", "big"),
+            (64, "ppc64le", "little"),
+        ]
+    ),
+    st.one_of(
+        st.none(),
+        st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=30),
+    ),
+    st.lists(
+        st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=20),
+        max_size=5,
+    ),
+)
+def test_dynamic_names_agree_with_pyelftools(
+    tmp_path_factory: Any, kind: tuple[int, str, str], soname: str | None, needed: list[str]
+) -> None:
+    from ocihook.elfscan import dynamic_names
+
+    cls, machine, endian = kind
+    path = os.path.join(str(tmp_path_factory.getbasetemp()), "dyn.so")
+    with open(path, "wb") as f:
+        f.write(
+            make_shared_object(soname, elf_class=cls, machine=machine, endian=endian, needed=needed)
+        )
+    info = read_elf_info(path)
+    assert dynamic_names(path) == (info.soname, info.needed) == (soname, tuple(needed))
+
+
+def test_elfscan_agrees_with_pyelftools_on_real_driver_files(realistic: dict[str, Any]) -> None:
+    from ocihook.elfscan import abi_tag, dynamic_names
+
+    h = discover(HostRoot.single(realistic["root"]))
+    assert len(h.libraries) > 40
+    for lib in h.libraries:
+        info = read_elf_info(lib.host_path)
+        assert dynamic_names(lib.host_path) == (info.soname, info.needed), lib.host_path
+    tls = [lib for lib in h.libraries if lib.name.startswith("libnvidia-tls")]
+    assert tls and all(abi_tag(lib.host_path) == (0, 2, 3, 99) for lib in tls)

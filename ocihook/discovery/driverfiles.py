@@ -38,8 +38,8 @@ Rules:
 * ``libnvidia-tls`` is kept only if its ``.note.ABI-tag`` says Linux 2.3.99;
 * binaries are searched in :data:`BINARY_DIRS` of the driver root, first match wins.
 
-Nothing here writes anything; pyelftools is imported only for the few checks that need
-more than an ELF header (the TLS note, non-GLVND DT_NEEDED, a soname without a link).
+Nothing here writes anything. The TLS note, DT_NEEDED and DT_SONAME are read with
+:mod:`ocihook.elfscan` (not pyelftools, whose import costs more than a container start).
 """
 
 from __future__ import annotations
@@ -328,77 +328,21 @@ def _pick_soname(keys: list[str], name: str) -> str:
     return versioned[0] if versioned else keys[0]
 
 
-def _abi_tag(host_path: str) -> tuple[int, int, int, int] | None:
-    """The ``NT_GNU_ABI_TAG`` note of an ELF file: (os, major, minor, patch), or ``None``.
-
-    Reads the program headers and the PT_NOTE segments only (System V gABI "Note
-    Section"; the GNU note layout is glibc's ``elf/elf.h``), every offset and size bounded
-    by the file; not pyelftools, whose import costs more than a container start.
-    """
-    import struct
-
-    try:
-        with open(host_path, "rb") as f:
-            data = f.read(1 << 20)  # program headers and notes are at the front
-    except OSError:
-        return None
-    if len(data) < 64 or data[:4] != b"\x7fELF" or data[4] not in (1, 2) or data[5] not in (1, 2):
-        return None
-    e = "<" if data[5] == 1 else ">"
-    if data[4] == 2:
-        phoff, phentsize, phnum = (
-            struct.unpack_from(e + "Q", data, 32)[0],
-            *struct.unpack_from(e + "HH", data, 54),
-        )
-        ph = struct.Struct(e + "IIQQQQQQ")  # type, flags, offset, vaddr, paddr, filesz, ...
-        field_off, field_size = 2, 5
-    else:
-        phoff, phentsize, phnum = (
-            struct.unpack_from(e + "I", data, 28)[0],
-            *struct.unpack_from(e + "HH", data, 42),
-        )
-        ph = struct.Struct(e + "IIIIIIII")  # type, offset, vaddr, paddr, filesz, ...
-        field_off, field_size = 1, 4
-    if phentsize < ph.size or phnum > 256:
-        return None
-    for i in range(phnum):
-        start = phoff + i * phentsize
-        if start + ph.size > len(data):
-            return None
-        fields = ph.unpack_from(data, start)
-        if fields[0] != 4:  # PT_NOTE
-            continue
-        off, size = fields[field_off], fields[field_size]
-        end = min(off + size, len(data))
-        while off + 12 <= end:
-            namesz, descsz, ntype = struct.unpack_from(e + "III", data, off)
-            name_at = off + 12
-            desc_at = name_at + ((namesz + 3) & ~3)
-            nxt = desc_at + ((descsz + 3) & ~3)
-            if nxt > end:
-                break
-            if ntype == 1 and data[name_at : name_at + namesz] == b"GNU\0" and descsz >= 16:
-                tag: tuple[int, int, int, int] = struct.unpack_from(e + "IIII", data, desc_at)
-                return tag
-            off = nxt
-    return None
-
-
 def _tls_note_ok(host_path: str) -> bool:
     """libnvidia-tls is kept only when its ``.note.ABI-tag`` says Linux (0) 2.3.99
     (libnvidia-container ``src/nvc_info.c``): other builds need a different kernel ABI."""
-    return _abi_tag(host_path) == (0, 2, 3, 99)
+    from ..elfscan import abi_tag
+
+    return abi_tag(host_path) == (0, 2, 3, 99)
 
 
 def _links_to_nvidia_core(host_path: str) -> bool:
     """A non-GLVND library is NVIDIA's when its DT_NEEDED names libnvidia-glcore or
     libnvidia-eglcore (libnvidia-container ``src/nvc_info.c``)."""
-    from ..elf import read_elf_info
+    from ..elfscan import dynamic_names
 
-    try:
-        needed = read_elf_info(host_path).needed
-    except OcihookError:
-        return False
+    names = dynamic_names(host_path)
+    needed = names[1] if names else ()
     return any(n.startswith(("libnvidia-glcore.so", "libnvidia-eglcore.so")) for n in needed)
 
 
@@ -417,13 +361,10 @@ def _soname_outside_cache(directory: str, name: str, prefix: str) -> str:
                     return entry
             except OSError:
                 continue
-    from ..elf import read_elf_info
+    from ..elfscan import dynamic_names
 
-    try:
-        soname = read_elf_info(os.path.join(directory, name)).soname
-    except OcihookError:
-        soname = None
-    return soname or name
+    names = dynamic_names(os.path.join(directory, name))
+    return (names[0] if names else None) or name
 
 
 def find_libraries(
