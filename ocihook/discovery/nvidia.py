@@ -21,7 +21,6 @@ import os
 from .._record import Record
 from ..errors import DiscoveryError
 from ..hostroot import HostRoot, read_text
-from .devices import DriDevices, WslDevices, dri_nodes, modeset_node, wsl_devices
 from .driverfiles import (
     CAPABILITY_LIBRARIES,
     DriverFile,
@@ -44,6 +43,8 @@ from .gpus import (
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
+
+    from .devices import DriDevices, WslDevices
 
 __all__ = [
     "CAPABILITY_LIBRARIES",
@@ -283,9 +284,15 @@ def discover(
     modeset = None
     dri: dict[str, DriDevices] = {}
     if "graphics" in caps:
+        from .devices import dri_nodes, modeset_node
+
         modeset = modeset_node(root, majors)
         dri = {g.bus_id: dri_nodes(root, g.bus_id) for g in gpus}
-    wsl = wsl_devices(root)
+    wsl = None
+    if os.path.lexists(root.dev("/dev/dxg")):  # WSL2 (the devices module on demand)
+        from .devices import wsl_devices
+
+        wsl = wsl_devices(root)
     return NvidiaHost(
         root=root,
         driver_version=version,
