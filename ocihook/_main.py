@@ -111,6 +111,14 @@ COMMANDS: tuple[tuple[tuple[str, ...], str, tuple[Option, ...]], ...] = (
         for stage in INJECT_STAGES
     ),
     (
+        ("hook", "create-container"),
+        "createContainer hook: soname links, then the container's /etc/ld.so.cache",
+        (
+            Option("--link", action="append", metavar="TARGET::LINK", help="link to create"),
+            Option("--lib", action="append", metavar="PATH", help="container path of a library"),
+        ),
+    ),
+    (
         ("hook", "create-symlinks"),
         "createContainer hook: create links inside the rootfs",
         (Option("--link", action="append", metavar="TARGET::LINK", help="link to create"),),
@@ -285,7 +293,9 @@ def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
         return 0
     from .appliers import live
 
-    if ns.stage == "create-symlinks":
+    if ns.stage == "create-container":
+        live.create_container_hook(b, ns.link, ns.lib)
+    elif ns.stage == "create-symlinks":
         live.create_symlinks_hook(b, ns.link)
     elif ns.stage == "update-ldcache":
         live.update_ldcache_hook(b, ns.lib)

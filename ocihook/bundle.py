@@ -24,7 +24,7 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs millis
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["Bundle", "State", "load_bundle", "parse_state", "write_json_atomic"]
+__all__ = ["Bundle", "State", "dump_json", "load_bundle", "parse_state", "write_json_atomic"]
 
 #: Largest config.json / state JSON read, in bytes (a sane bound, not a spec rule).
 MAX_JSON_BYTES = 16 << 20
@@ -67,9 +67,21 @@ class State(Record):
     annotations: dict[str, str]
 
 
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 def _loads(data: bytes, *, path: str, err: type[SpecError] | type[StateError]) -> Any:
+    """Parse JSON text that must be UTF-8 (RFC 8259 section 8.1; what runtimes read) and
+    hold no ``NaN``/``Infinity``, which are not JSON."""
     try:
-        return json.loads(data)
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise err(f"not UTF-8 text (byte offset {e.start})", path=path) from None
+    if text.startswith("\ufeff"):
+        raise err("a byte order mark is not allowed in JSON", path=path)
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
     except (ValueError, RecursionError) as e:
         where = ""
         if isinstance(e, json.JSONDecodeError):
@@ -167,37 +179,55 @@ def parse_state(data: bytes, *, source: str = "<stdin>") -> State:
     )
 
 
+def dump_json(doc: Any, *, indent: int | str | None = "\t") -> bytes:
+    """``doc`` as UTF-8 JSON text with a final newline. Strings that cannot be UTF-8 (a lone
+    surrogate, from a ``\\ud800`` escape in the input) are written as ``\\u`` escapes."""
+    try:
+        return (json.dumps(doc, indent=indent, ensure_ascii=False) + "\n").encode()
+    except UnicodeEncodeError:
+        return (json.dumps(doc, indent=indent, ensure_ascii=True) + "\n").encode()
+
+
 def write_json_atomic(path: str, doc: Any, *, indent: int | str | None = "\t") -> bytes:
     """Write ``doc`` as JSON to ``path`` atomically and return the bytes written.
 
-    The new content goes to a temporary file in the same directory, is flushed with
-    ``fsync``, gets the original file's permission bits, and replaces ``path`` with
-    ``rename(2)``: readers see the old or the new file, never a mix.
+    The new content goes to a new temporary file in the same directory (``O_EXCL |
+    O_NOFOLLOW``, relative to a descriptor of the directory), gets the original file's
+    permission bits through its descriptor (``fchmod``: never by path, which a link
+    swapped in by the directory's owner could redirect; set-id and sticky bits dropped), is
+    flushed with ``fsync``, and replaces ``path`` with ``rename(2)``: readers see the old or
+    the new file, never a mix.
 
     Raises:
         OSError: the directory is not writable (the original is left untouched).
     """
-    data = (json.dumps(doc, indent=indent, ensure_ascii=False) + "\n").encode()
+    data = dump_json(doc, indent=indent)
     directory = os.path.dirname(os.path.abspath(path))
+    name = os.path.basename(path)
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        mode = os.stat(path).st_mode & 0o7777
-    except FileNotFoundError:
-        mode = 0o644
-    # A new name of our own (O_EXCL), as tempfile.mkstemp would make, without importing
-    # tempfile, shutil and random on the container start path.
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.{os.urandom(6).hex()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:  # noqa: SIM105 (contextlib is not imported on this path)
-            os.unlink(tmp)
+        try:
+            mode = os.stat(name, dir_fd=dir_fd).st_mode & 0o777
         except FileNotFoundError:
-            pass
-        raise
+            mode = 0o644
+        # A new name of our own, as tempfile.mkstemp would make, without importing
+        # tempfile, shutil and random on the container start path.
+        tmp = f".{name}.{os.getpid()}.{os.urandom(6).hex()}"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
+        fd = os.open(tmp, flags, 0o600, dir_fd=dir_fd)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                os.fchmod(f.fileno(), mode)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            try:  # noqa: SIM105 (contextlib is not imported on this path)
+                os.unlink(tmp, dir_fd=dir_fd)
+            except FileNotFoundError:
+                pass
+            raise
+    finally:
+        os.close(dir_fd)
     return data

@@ -18,7 +18,11 @@ from __future__ import annotations
 
 import struct
 
-__all__ = ["abi_tag", "dynamic_names"]
+__all__ = ["ELF_MACHINE_NAMES", "abi_tag", "dynamic_names", "identify"]
+
+#: e_machine numbers of the machines ocihook knows, by the names pyelftools and
+#: :func:`ocihook.ldcache.abi_flags` use (System V gABI).
+ELF_MACHINE_NAMES = {62: "EM_X86_64", 3: "EM_386", 183: "EM_AARCH64", 40: "EM_ARM", 21: "EM_PPC64"}
 
 #: The most bytes read for one piece (program headers, a note segment, the dynamic
 #: section, the string table); pieces are read where they are, with ``pread``.
@@ -29,14 +33,24 @@ DT_NULL, DT_NEEDED, DT_STRTAB, DT_STRSZ, DT_SONAME = 0, 1, 5, 10, 14
 
 
 class _File:
-    """Bounded positional reads of one file (``os.pread``); never raises."""
+    """Bounded positional reads of one file (``os.pread``); never raises. ``path`` is a
+    host path, or an open descriptor (not closed here). Only regular files are read: a
+    FIFO or a device would block or have side effects."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str | int) -> None:
         import os
+        import stat
 
         self._os = os
+        self._own = isinstance(path, str)
         try:
-            self.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            if isinstance(path, str):
+                self.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
+            else:
+                self.fd = path
+            if not stat.S_ISREG(os.fstat(self.fd).st_mode):
+                self.close()
+                self.fd = -1
         except OSError:
             self.fd = -1
 
@@ -49,9 +63,9 @@ class _File:
             return b""
 
     def close(self) -> None:
-        if self.fd >= 0:
+        if self.fd >= 0 and self._own:
             self._os.close(self.fd)
-            self.fd = -1
+        self.fd = -1
 
 
 def _segments(f: _File) -> tuple[str, int, list[tuple[int, int, int, int]]] | None:
@@ -84,7 +98,21 @@ def _segments(f: _File) -> tuple[str, int, list[tuple[int, int, int, int]]] | No
     return e, (64 if data[4] == 2 else 32), out
 
 
-def abi_tag(path: str) -> tuple[int, int, int, int] | None:
+def identify(path: str | int) -> tuple[int, int] | None:
+    """(ELF class 32/64, e_machine) of a regular ELF file (path or descriptor), or
+    ``None``."""
+    f = _File(path)
+    try:
+        head = f.read(0, 20)
+    finally:
+        f.close()
+    if len(head) < 20 or head[:4] != b"\x7fELF" or head[4] not in (1, 2) or head[5] not in (1, 2):
+        return None
+    e_machine = head[18] | head[19] << 8 if head[5] == 1 else head[18] << 8 | head[19]
+    return (64 if head[4] == 2 else 32), e_machine
+
+
+def abi_tag(path: str | int) -> tuple[int, int, int, int] | None:
     """The GNU ABI note of the ELF file at ``path``: (os, major, minor, patch) with os 0 =
     Linux, or ``None`` when there is none or the file is not a readable ELF file."""
     f = _File(path)
@@ -114,7 +142,7 @@ def abi_tag(path: str) -> tuple[int, int, int, int] | None:
         f.close()
 
 
-def dynamic_names(path: str) -> tuple[str | None, tuple[str, ...]] | None:
+def dynamic_names(path: str | int) -> tuple[str | None, tuple[str, ...]] | None:
     """(DT_SONAME or ``None``, DT_NEEDED names) of the ELF file at ``path``, or ``None``
     when it is not a readable ELF file with a dynamic section.
 

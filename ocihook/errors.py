@@ -87,7 +87,10 @@ class OcihookError(Exception):
         if self.field is not None:
             where.append(f"field {self.field}")
         if self.value is not None:
-            where.append(f"value {self.value!r}")
+            shown = repr(self.value)
+            if len(shown) > 120:  # a hostile value must not flood logs
+                shown = shown[:100] + f"... ({len(shown)} characters)"
+            where.append(f"value {shown}")
         if where:
             parts.append("(" + ", ".join(where) + ")")
         text = " ".join(parts)

@@ -104,11 +104,16 @@ def read_text(path: str, *, what: str, missing_hint: str | None = None) -> str:
         missing_hint: the hint to give when the file does not exist.
 
     Raises:
-        DiscoveryError: the file is missing or unreadable, naming the path; undecodable
-            bytes are replaced, never raised.
+        DiscoveryError: the file is missing, unreadable or not a regular file (a FIFO
+            would block), naming the path; undecodable bytes are replaced, never raised.
     """
+    import stat
+
     try:
-        with open(path, "rb") as f:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
+        with open(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise DiscoveryError(f"{what} is not a regular file", path=path)
             data = f.read(1 << 20)
     except FileNotFoundError:
         raise DiscoveryError(f"{what} not found", path=path, hint=missing_hint) from None

@@ -33,6 +33,7 @@ from .request import Request, select_gpus
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from typing import Any
 
     from .discovery.nvidia import NvidiaHost
@@ -46,6 +47,7 @@ __all__ = [
     "Mount",
     "Plan",
     "Symlink",
+    "links_to_mounts",
     "make_plan",
 ]
 
@@ -285,12 +287,16 @@ def make_plan(host: NvidiaHost, request: Request, layout: ContainerLayout) -> Pl
     for hn in host.control_nodes:
         if hn.path != "/dev/nvidiactl" and "compute" not in capabilities:
             continue  # nvidia-uvm* serve CUDA only
-        nodes.append(DeviceNode(hn.path, hn.host_path, hn.major, hn.minor, file_mode=hn.file_mode))
+        nodes.append(
+            DeviceNode(hn.path, hn.host_path, hn.major, hn.minor, "c", hn.file_mode, hn.uid, hn.gid)
+        )
     for gpu in gpus:
         gn = host.gpu_nodes.get(gpu.minor)
         if gn is None:  # pragma: no cover - discovery builds one node per GPU
             raise RequestError("GPU has no device node", value=gpu.device_path)
-        nodes.append(DeviceNode(gn.path, gn.host_path, gn.major, gn.minor, file_mode=gn.file_mode))
+        nodes.append(
+            DeviceNode(gn.path, gn.host_path, gn.major, gn.minor, "c", gn.file_mode, gn.uid, gn.gid)
+        )
     rules = tuple(CgroupRule(True, n.type, n.major, n.minor, "rw") for n in nodes)
 
     mounts: list[Mount] = []
@@ -322,3 +328,60 @@ def make_plan(host: NvidiaHost, request: Request, layout: ContainerLayout) -> Pl
         edits=edits,
         warnings=tuple(warnings),
     )
+
+
+def links_to_mounts(plan: Plan, occupied: Iterable[str]) -> Plan:
+    """Replace the soname links whose path the image already holds as a regular file by
+    a read-only bind mount of the library they name. No I/O.
+
+    Images often ship their own ``libnvidia-ml.so.1`` or ``libcuda.so`` (CUDA stubs); a link
+    cannot be made there ("file exists", a failure users of the NVIDIA toolkit know), and
+    replacing the image's file would change the image. Mounting the host library over it
+    gives the container the driver's library under that name and leaves the image as it
+    was once the container is gone.
+
+    Args:
+        plan: the plan.
+        occupied: link paths (container paths) where the image has a regular file.
+
+    Returns:
+        A plan whose links at ``occupied`` paths are mounts; other links are unchanged.
+    """
+    busy = set(occupied)
+    e = plan.edits
+    if not busy or not any(s.link in busy for s in e.symlinks):
+        return plan
+    by_dest = {m.destination: m for m in e.mounts}
+    by_link = {s.link: s for s in e.symlinks}
+
+    def source_of(link: str) -> Mount | None:
+        seen: set[str] = set()
+        path = link
+        while path not in seen:
+            seen.add(path)
+            if path in by_dest and path != link:
+                return by_dest[path]
+            s = by_link.get(path)
+            if s is None:
+                return by_dest.get(path)
+            path = s.target if s.target.startswith("/") else f"{path.rsplit('/', 1)[0]}/{s.target}"
+        return None
+
+    mounts = list(e.mounts)
+    links = []
+    for s in e.symlinks:
+        m = source_of(s.link) if s.link in busy else None
+        if m is None:
+            links.append(s)
+        else:
+            mounts.append(Mount(source=m.source, destination=s.link, options=m.options))
+    edits = ContainerEdits(
+        env=e.env,
+        device_nodes=e.device_nodes,
+        cgroup_rules=e.cgroup_rules,
+        mounts=tuple(mounts),
+        symlinks=tuple(links),
+        ldcache_libraries=e.ldcache_libraries,
+        hooks=e.hooks,
+    )
+    return Plan(plan.driver_version, plan.gpus, plan.capabilities, edits, plan.warnings)

@@ -136,12 +136,14 @@ def _parse_capabilities(raw: str | None, *, legacy: bool, field_name: str) -> fr
     if raw is None or raw.strip() == "":
         return ALL_CAPABILITIES if legacy else DEFAULT_CAPABILITIES
     caps: set[str] = set()
+    everything = False
     for item in raw.split(","):
         name = item.strip().lower()
         if not name:
             continue
         if name == "all":
-            return ALL_CAPABILITIES
+            everything = True
+            continue
         if name not in ALL_CAPABILITIES:
             raise RequestError(
                 "unknown driver capability",
@@ -150,7 +152,7 @@ def _parse_capabilities(raw: str | None, *, legacy: bool, field_name: str) -> fr
                 hint="use a comma list of " + ", ".join(sorted(ALL_CAPABILITIES)) + " or all",
             )
         caps.add(name)
-    return frozenset(caps)
+    return ALL_CAPABILITIES if everything else frozenset(caps)
 
 
 def request_from_env(env: Mapping[str, str], *, source: str = "process.env") -> Request:
@@ -185,7 +187,7 @@ def request_from_env(env: Mapping[str, str], *, source: str = "process.env") -> 
         return Request(kind="none", capabilities=capabilities, source=source)
     devices: list[str] = []
     for item in items:
-        if (item.isascii() and item.isdigit()) or _is_gpu_uuid(item):
+        if (item.isascii() and item.isdigit() and len(item) <= 6) or _is_gpu_uuid(item):
             if item not in devices:
                 devices.append(item)
             continue

@@ -55,10 +55,13 @@ def test_edit_two_gpus(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
     mounts = [m for m in doc["mounts"] if m["destination"].startswith("/usr/lib64/")]
     assert mounts and all(m["options"] == ["ro", "nosuid", "nodev", "bind"] for m in mounts)
     hooks = doc["hooks"]["createContainer"]
-    assert hooks[0]["args"][:6] == ["/py", "-I", "-m", "ocihook", "hook", "create-symlinks"]
-    assert f"libcuda.so.{sim.driver_version}::/usr/lib64/libcuda.so.1" in hooks[0]["args"]
-    assert hooks[1]["args"][4:6] == ["hook", "update-ldcache"]
-    assert all(h["env"] and not any(e.startswith("LD_") for e in h["env"]) for h in hooks)
+    assert len(hooks) == 1
+    args = hooks[0]["args"]
+    assert args[:6] == ["/py", "-I", "-m", "ocihook", "hook", "create-container"]
+    assert f"libcuda.so.{sim.driver_version}::/usr/lib64/libcuda.so.1" in args
+    assert args[args.index("--lib") + 1].startswith("/usr/lib64/")
+    assert hooks[0]["timeout"] == 30
+    assert hooks[0]["env"] and not any(e.startswith("LD_") for e in hooks[0]["env"])
     assert "NVIDIA_VISIBLE_DEVICES=void" in doc["process"]["env"]
     assert "NVIDIA_VISIBLE_DEVICES=0,3" not in doc["process"]["env"]
     # a second run is a no-op: the request is now void

@@ -38,6 +38,7 @@ from ..plan import CgroupRule, Plan, make_plan
 from ..request import Request
 
 __all__ = [
+    "create_container_hook",
     "create_symlinks_hook",
     "device_cgroup_dir",
     "inject",
@@ -150,51 +151,103 @@ def _run_undo(undo: list[_Undo]) -> None:
     undo.clear()
 
 
+#: Largest container ``/etc/ld.so.cache`` read (glibc's own caches are far smaller).
+MAX_LDCACHE_BYTES = 64 << 20
+
+
+def _open_regular(root_fd: int, path: str) -> int | None:
+    """Open a regular file inside the rootfs without blocking (a FIFO planted by the image
+    must not hang the hook); ``None`` when nothing is there.
+
+    Raises:
+        ApplyError: it exists but is not a regular file, or cannot be opened.
+    """
+    import stat
+
+    from .. import pathsafe
+
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
+    try:
+        fd = pathsafe.open_in_root(root_fd, path, flags)
+    except ApplyError as e:
+        if isinstance(e.__cause__, FileNotFoundError):
+            return None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ApplyError(
+            "not a regular file in the container", path=path, hint="the image is malformed"
+        )
+    return fd
+
+
 def write_ldcache(root_fd: int, libraries: Sequence[str]) -> bytes | None:
     """Enter ``libraries`` in the container's ``/etc/ld.so.cache``, keeping its entries.
 
     Args:
         root_fd: ``O_PATH`` fd of the container rootfs.
         libraries: container paths of libraries (soname links or files) to add; each is
-            opened inside the rootfs and its soname, class and machine read with
-            pyelftools (never loaded or executed).
+            opened inside the rootfs as a regular file and its soname, class and machine
+            read with :mod:`ocihook.elfscan` (never loaded or executed).
 
     Returns:
         The previous cache bytes (``None`` when there was none), for rollback.
 
     Raises:
-        ApplyError: a library cannot be opened or is not an ELF shared object, or the
-            cache cannot be written. A malformed existing cache is replaced, not merged.
+        ApplyError: a library cannot be opened, is not an ELF shared object of a known
+            machine or has a soname that is not a plain file name, or the cache cannot be
+            written. An existing cache that is not a regular file of sane size is refused
+            (an image can plant a FIFO or a link to ``/proc/kmsg``); a malformed one is
+            replaced, not merged.
     """
     from .. import pathsafe
-    from ..elf import read_elf_info_fd
+    from ..elfscan import ELF_MACHINE_NAMES, dynamic_names, identify
 
     added: list[ldcache.CacheEntry] = []
     for lib in libraries:
-        fd = pathsafe.open_in_root(root_fd, lib, os.O_RDONLY | os.O_CLOEXEC)
+        fd = _open_regular(root_fd, lib)
+        if fd is None:
+            raise ApplyError("library not found in the container", path=lib)
         try:
-            info = read_elf_info_fd(fd, path=lib)
+            ident = identify(fd)
+            names = dynamic_names(fd)
         finally:
             os.close(fd)
-        soname = info.soname or os.path.basename(lib)
+        machine = ELF_MACHINE_NAMES.get(ident[1]) if ident else None
+        if ident is None or machine is None:
+            raise ApplyError("not an ELF library of a known machine", path=lib)
+        soname = (names[0] if names else None) or os.path.basename(lib)
+        if "/" in soname or soname in (".", "..") or "\0" in soname:
+            raise ApplyError("the library's soname is not a file name", path=lib, value=soname)
         directory = os.path.dirname(lib)
-        added.append(ldcache.CacheEntry(soname, f"{directory}/{soname}", info.abi_flags))
+        flags = ldcache.abi_flags(ident[0], machine)
+        added.append(ldcache.CacheEntry(soname, f"{directory}/{soname}", flags))
     old: bytes | None = None
-    try:
-        fd = pathsafe.open_in_root(root_fd, "/etc/ld.so.cache", os.O_RDONLY | os.O_CLOEXEC)
-    except ApplyError as e:
-        if not isinstance(e.__cause__, FileNotFoundError):
-            raise
-    else:
-        with os.fdopen(fd, "rb") as f:
-            old = f.read(64 << 20)
+    fd = _open_regular(root_fd, "/etc/ld.so.cache")
+    if fd is not None:
+        try:
+            size = os.fstat(fd).st_size
+            if size > MAX_LDCACHE_BYTES:
+                raise ApplyError(
+                    "the container's ld.so.cache is implausibly large",
+                    path="/etc/ld.so.cache",
+                    value=size,
+                )
+            # Exactly st_size bytes: an empty file, and /proc files (size 0; reading
+            # /proc/kmsg as root would consume the host's kernel log), are not read.
+            old = os.pread(fd, size, 0) if size else None
+        finally:
+            os.close(fd)
     existing: tuple[ldcache.CacheEntry, ...] = ()
     if old:
         try:
             existing = ldcache.parse(old, path="/etc/ld.so.cache")
         except OcihookError:
             existing = ()
-    data = ldcache.build(ldcache.merge(existing, added))
+    # entries our writer cannot represent (a glibc-hwcaps flag without its subdirectory,
+    # only found in damaged caches) are dropped rather than failing the start
+    kept = [e for e in existing if not (e.hwcap >> 62 & 1 and e.hwcaps_subdir is None)]
+    data = ldcache.build(ldcache.merge(kept, added))
     pathsafe.write_file_in_root(root_fd, "/etc/ld.so.cache", data, 0o644)
     return old
 
@@ -211,52 +264,61 @@ def _parse_links(links: Sequence[str]) -> list[tuple[str, str]]:
     return out
 
 
-def create_symlinks_hook(bundle: Bundle, links: Sequence[str]) -> None:
-    """createContainer hook: create ``TARGET::LINK`` links inside the bundle's rootfs.
+def create_container_hook(
+    bundle: Bundle, links: Sequence[str] = (), libraries: Sequence[str] = ()
+) -> None:
+    """createContainer hook: create ``TARGET::LINK`` links inside the bundle's rootfs, then
+    enter ``libraries`` in its ``/etc/ld.so.cache``; if a step fails, the links made and
+    the cache are restored before :class:`ApplyError` is raised.
 
     Runs in the container's mount namespace before ``pivot_root``, so the rootfs is at
-    its host path. Every link is made relative to an in-root directory fd.
+    its host path. Every link is made relative to an in-root directory descriptor.
 
     Raises:
-        ApplyError: malformed ``--link``, or a link that cannot be created (a regular file
-            in the way, a hostile path); links already made are removed again.
+        ApplyError: malformed ``--link``, a link that cannot be created (a directory in the
+            way, a hostile path), or see :func:`write_ldcache`.
     """
     from .. import pathsafe
 
     pairs = _parse_links(links)
     root_fd = pathsafe.open_root(bundle.rootfs)
-    done: list[str] = []
+    created: list[str] = []
+    replaced: list[tuple[str, str]] = []
     try:
         for target, link in pairs:
-            pathsafe.symlink_in_root(root_fd, link, target, created=done)
+            previous = pathsafe.symlink_in_root(root_fd, link, target, created=created)
+            if previous is not None:
+                replaced.append((link, previous))
+        if libraries:
+            write_ldcache(root_fd, libraries)
     except (OSError, OcihookError) as e:
-        for link in reversed(done):
+        for link, previous in reversed(replaced):
+            try:  # noqa: SIM105 (contextlib is not imported on this path)
+                pathsafe.symlink_in_root(root_fd, link, previous)
+            except (OSError, OcihookError):
+                pass
+        for path in reversed(created):
             try:  # noqa: SIM105
-                pathsafe.remove_in_root(root_fd, link)
+                pathsafe.remove_in_root(root_fd, path)
             except (OSError, OcihookError):
                 pass
         if isinstance(e, OcihookError):
             raise
-        raise ApplyError(f"cannot create link: {e.strerror}", path=bundle.rootfs) from None
+        raise ApplyError(f"cannot change the container: {e.strerror}", path=bundle.rootfs) from None
     finally:
         os.close(root_fd)
+
+
+def create_symlinks_hook(bundle: Bundle, links: Sequence[str]) -> None:
+    """createContainer hook: create ``TARGET::LINK`` links (see
+    :func:`create_container_hook`)."""
+    create_container_hook(bundle, links, ())
 
 
 def update_ldcache_hook(bundle: Bundle, libraries: Sequence[str]) -> None:
-    """createContainer hook: add ``libraries`` to the rootfs's ``/etc/ld.so.cache``.
-
-    Raises:
-        ApplyError: see :func:`write_ldcache`.
-    """
-    from .. import pathsafe
-
-    root_fd = pathsafe.open_root(bundle.rootfs)
-    try:
-        write_ldcache(root_fd, libraries)
-    except OSError as e:
-        raise ApplyError(f"cannot update ld.so.cache: {e.strerror}", path=bundle.rootfs) from None
-    finally:
-        os.close(root_fd)
+    """createContainer hook: add ``libraries`` to the rootfs's ``/etc/ld.so.cache`` (see
+    :func:`write_ldcache`)."""
+    create_container_hook(bundle, (), libraries)
 
 
 def inject(
@@ -288,7 +350,8 @@ def inject(
     from .. import _linux, pathsafe
     from ..discovery.nvidia import SUPPORTED_CAPABILITIES, discover
     from ..errors import StateError
-    from .spec import layout_for_rootfs
+    from ..plan import links_to_mounts
+    from .spec import layout_for_rootfs, occupied_links
 
     if state.pid <= 1:
         raise StateError(
@@ -298,11 +361,13 @@ def inject(
             value=state.pid,
             hint="register ocihook as a prestart or createRuntime hook",
         )
+    _check_container_pid(state.pid)
     host = discover(root, capabilities=request.capabilities & SUPPORTED_CAPABILITIES)
     try:
         plan = make_plan(host, request, layout_for_rootfs(bundle.rootfs))
     except RequestError as e:
         raise e.with_path(bundle.config_path) from None
+    plan = links_to_mounts(plan, occupied_links(bundle.rootfs, plan))
     edits = plan.edits
     undo: list[_Undo] = []
     tree_fds: list[int] = []
@@ -357,6 +422,32 @@ def inject(
     return plan
 
 
+def _check_container_pid(pid: int) -> None:
+    """The state's pid must be a process in a mount namespace of its own (the container
+    init the runtime is creating): a pid in ocihook's own namespace would make it mount
+    into the host and open the device cgroup of an unrelated process.
+
+    Raises:
+        StateError: no such process, or it shares ocihook's mount namespace.
+    """
+    from ..errors import StateError
+
+    try:
+        theirs = os.stat(f"/proc/{pid}/ns/mnt").st_ino
+        ours = os.stat("/proc/self/ns/mnt").st_ino
+    except OSError as e:
+        raise StateError(
+            f"cannot inspect the container process: {e.strerror}", field="pid", value=pid
+        ) from None
+    if theirs == ours:
+        raise StateError(
+            "the state's pid is not in a container's mount namespace",
+            field="pid",
+            value=pid,
+            hint="run ocihook hook prestart/createRuntime from the runtime, with its state",
+        )
+
+
 def _apply_in_container(
     root_fd: int, rootfs: str, plan: Plan, tree_fds: Sequence[int], undo: list[_Undo]
 ) -> None:
@@ -383,6 +474,18 @@ def _apply_in_container(
                 node.minor,
                 created=created,
             )
+            if node.uid or node.gid:  # the host node's owner, e.g. the video group
+                parent_fd = ps.makedirs_in_root(root_fd, os.path.dirname(node.path))
+                try:
+                    os.chown(
+                        os.path.basename(node.path),
+                        node.uid,
+                        node.gid,
+                        dir_fd=parent_fd,
+                        follow_symlinks=False,
+                    )
+                finally:
+                    os.close(parent_fd)
         for m, tree_fd in zip(edits.mounts, tree_fds, strict=True):
             target_fd = ps.create_file_in_root(root_fd, m.destination, created=created)
             try:

@@ -13,10 +13,10 @@ What goes into the document (OCI runtime-spec ``config.md`` / ``config-linux.md`
   runtime's default deny rule so that exactly these nodes become usable;
 * ``mounts`` — read-only, nosuid, nodev bind mounts, replacing a mount with the same
   destination;
-* ``hooks.createContainer`` — ``ocihook hook create-symlinks`` (soname links) and
-  ``ocihook hook update-ldcache`` (the container's ``/etc/ld.so.cache``); both run from
-  the host's interpreter with ``-I`` and an explicit ``env`` so nothing from the
-  container's environment reaches them (CVE-2025-23266).
+* ``hooks.createContainer`` — ``ocihook hook create-container``: the soname links, then
+  the container's ``/etc/ld.so.cache``, undone together on failure; run from the host's
+  interpreter with ``-I``, an explicit ``env`` (nothing from the container's environment
+  reaches it, CVE-2025-23266) and a ``timeout``.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ import os
 import sys
 
 from .._record import Record
-from ..bundle import Bundle, load_bundle, write_json_atomic
+from ..bundle import Bundle, dump_json, load_bundle, write_json_atomic
 from ..errors import ApplyError, RequestError, SpecError
 from ..hostroot import HostRoot
-from ..plan import ContainerEdits, ContainerLayout, Hook, Plan, make_plan
+from ..plan import ContainerEdits, ContainerLayout, Hook, Plan, links_to_mounts, make_plan
 from ..request import Request, request_from_spec
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
@@ -40,11 +40,13 @@ if TYPE_CHECKING:
 __all__ = [
     "HOOK_ENV",
     "HOOK_PROGRAM",
+    "HOOK_TIMEOUT",
     "EditResult",
     "apply_plan",
     "edit_bundle",
     "hook_command",
     "layout_for_rootfs",
+    "occupied_links",
     "realize_hooks",
 ]
 
@@ -64,26 +66,28 @@ def hook_command() -> tuple[str, ...]:
     return (sys.executable, "-I", "-c", HOOK_PROGRAM)
 
 
+#: Seconds a runtime gives each hook ocihook registers before killing it: a hook stuck
+#: on something the image planted must not hang the container start forever.
+HOOK_TIMEOUT = 30
+
+
 def realize_hooks(edits: ContainerEdits, command: Sequence[str]) -> tuple[Hook, ...]:
-    """The createContainer hooks that carry out ``edits.symlinks`` and
-    ``edits.ldcache_libraries`` inside the container, followed by ``edits.hooks``.
+    """The createContainer hook that carries out ``edits.symlinks`` and
+    ``edits.ldcache_libraries`` inside the container — one hook, so that a failure in the
+    second step undoes the first — followed by ``edits.hooks``.
 
     Args:
         edits: the container edits.
         command: argv prefix of ocihook (see :func:`hook_command`).
     """
     hooks: list[Hook] = []
-    path = command[0]
-    if edits.symlinks:
-        args = [*command, "hook", "create-symlinks"]
+    if edits.symlinks or edits.ldcache_libraries:
+        args = [*command, "hook", "create-container"]
         for s in edits.symlinks:
             args += ["--link", f"{s.target}::{s.link}"]
-        hooks.append(Hook("createContainer", path, tuple(args), HOOK_ENV))
-    if edits.ldcache_libraries:
-        args = [*command, "hook", "update-ldcache"]
         for lib in edits.ldcache_libraries:
             args += ["--lib", lib]
-        hooks.append(Hook("createContainer", path, tuple(args), HOOK_ENV))
+        hooks.append(Hook("createContainer", command[0], tuple(args), HOOK_ENV, HOOK_TIMEOUT))
     return (*hooks, *edits.hooks)
 
 
@@ -198,6 +202,27 @@ def apply_plan(
     return doc
 
 
+def occupied_links(rootfs: str, plan: Plan) -> set[str]:
+    """The link paths of ``plan`` where the image in ``rootfs`` has a regular file (not
+    a link, which is replaced): see :func:`ocihook.plan.links_to_mounts`. Paths are
+    resolved inside the rootfs; an unreadable or hostile tree counts as free (creating the
+    link then fails safely and says why)."""
+    import stat
+
+    from ..pathsafe import resolve_in_root
+
+    out: set[str] = set()
+    for s in plan.edits.symlinks:
+        parent, _, name = s.link.rpartition("/")
+        try:
+            st = os.lstat(os.path.join(resolve_in_root(rootfs, parent or "/"), name))
+        except Exception:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            out.add(s.link)
+    return out
+
+
 def layout_for_rootfs(rootfs: str) -> ContainerLayout:
     """Choose the container layout by looking at the image: ``/etc/debian_version``
     resolved inside ``rootfs`` (libnvidia-container ``src/nvc_container.c``)."""
@@ -265,9 +290,10 @@ def edit_bundle(
         plan = make_plan(host, request, layout_for_rootfs(bundle.rootfs))
     except RequestError as e:
         raise e.with_path(bundle.config_path) from None
+    plan = links_to_mounts(plan, occupied_links(bundle.rootfs, plan))
     doc = apply_plan(bundle.config, plan, command=command, path=bundle.config_path)
     if dry_run:
-        after = (json.dumps(doc, indent="\t", ensure_ascii=False) + "\n").encode()
+        after = dump_json(doc)
         return EditResult(bundle, request, plan, bundle.raw, after, False)
     try:
         after = write_json_atomic(bundle.config_path, doc)

@@ -293,10 +293,17 @@ def _elf_header(path: str) -> tuple[int, int] | None:
     Cheap on purpose: runs for every candidate file on every container start.
     """
     try:
-        with open(path, "rb") as f:
-            head = f.read(20)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
     except OSError:
         return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        head = os.pread(fd, 20, 0)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     if len(head) < 20 or head[:4] != b"\x7fELF" or head[4] not in (1, 2):
         return None
     e_machine = head[18] | head[19] << 8 if head[5] == 1 else head[18] << 8 | head[19]
@@ -315,6 +322,11 @@ def _is_regular(path: str) -> bool:
         return stat.S_ISREG(os.stat(path).st_mode)
     except OSError:
         return False
+
+
+def _plain_name(name: str) -> bool:
+    """A file name that can name a link in a directory: no ``/``, NUL, ``.`` or ``..``."""
+    return bool(name) and "/" not in name and "\0" not in name and name not in (".", "..")
 
 
 def _pick_soname(keys: list[str], name: str) -> str:
@@ -364,7 +376,8 @@ def _soname_outside_cache(directory: str, name: str, prefix: str) -> str:
     from ..elfscan import dynamic_names
 
     names = dynamic_names(os.path.join(directory, name))
-    return (names[0] if names else None) or name
+    soname = names[0] if names else None
+    return soname if soname and _plain_name(soname) else name
 
 
 def find_libraries(
@@ -398,8 +411,11 @@ def find_libraries(
     warnings: list[str] = []
     cache_path = root.driver(root.ldcache)
     try:
-        with open(cache_path, "rb") as f:
-            data = f.read()
+        fd = os.open(cache_path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
+        with open(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise DiscoveryError("ld.so.cache is not a regular file", path=cache_path)
+            data = f.read(256 << 20)
     except FileNotFoundError:
         raise DiscoveryError(
             "ld.so.cache not found in the driver root",
@@ -474,6 +490,8 @@ def _from_cache(
     for entry in entries:
         if entry.hwcap or entry.flags not in flags or not entry.soname.startswith(prefix):
             continue
+        if not _plain_name(entry.soname):
+            continue  # a soname is a file name; "/" or ".." would become a container path
         rest = entry.soname[len(prefix) :]
         if rest and not rest.startswith("."):
             continue  # libnvidia-pkcs11.so must not match libnvidia-pkcs11-openssl3.so

@@ -182,7 +182,7 @@ def parse_devices(text: str) -> dict[str, int]:
         if not in_char or not s:
             continue
         num, _, name = s.partition(" ")
-        if num.isdigit() and name.strip():
+        if num.isascii() and num.isdigit() and name.strip():
             majors.setdefault(name.strip(), int(num))
     return majors
 
@@ -245,7 +245,25 @@ def discover(
     inventory = enumerate_gpus(root, majors, backend=gpu_backend)
     gpus = inventory.gpus
     warnings = list(inventory.warnings)
-    nvidia_major = majors.get("nvidia", majors.get("nvidia-frontend", NVIDIA_MAJOR))
+    # The nvidia driver's major is fixed (nvidia.ko registers 195); a /proc/devices that
+    # says otherwise is not trusted with the number of any device node.
+    listed = majors.get("nvidia", majors.get("nvidia-frontend", NVIDIA_MAJOR))
+    if listed != NVIDIA_MAJOR:
+        raise DiscoveryError(
+            f"the nvidia driver's major must be {NVIDIA_MAJOR}",
+            path=root.proc("devices"),
+            field="nvidia",
+            value=listed,
+        )
+    nvidia_major = NVIDIA_MAJOR
+    for g in gpus:
+        if g.minor > NVIDIA_MODESET_MINOR - 1:
+            raise DiscoveryError(
+                "GPU device minor out of range (0-253; 254 and 255 are modeset and nvidiactl)",
+                path=os.path.join(g.proc_dir, "information"),
+                field="Device Minor",
+                value=g.minor,
+            )
     control = [device_node(root, "/dev/nvidiactl", nvidia_major, NVIDIACTL_MINOR)]
     uvm_major = majors.get("nvidia-uvm")
     if uvm_major is not None:
