@@ -241,11 +241,17 @@ def _cmd_edit(ns: Any) -> int:
 
     result = edit_bundle(ns.bundle, host_root_from(ns), dry_run=ns.dry_run)
     if result.plan is None:
-        print(
-            f"ocihook: nothing requested in {result.bundle.config_path} "
-            "(NVIDIA_VISIBLE_DEVICES unset, empty or void); config.json unchanged",
-            file=sys.stderr,
+        hooks = result.bundle.config.get("hooks")
+        created = hooks.get("createContainer") if isinstance(hooks, dict) else None
+        edited = isinstance(created, list) and any(
+            isinstance(h, dict) and "create-container" in (h.get("args") or []) for h in created
         )
+        why = (
+            "already edited by ocihook"
+            if edited
+            else "nothing requested: NVIDIA_VISIBLE_DEVICES unset, empty or void"
+        )
+        print(f"ocihook: {result.bundle.config_path}: {why}; unchanged", file=sys.stderr)
         return 0
     # An interactive command: what could not be given is always said (hooks stay quiet
     # unless -v, their stderr goes to the runtime's log).
