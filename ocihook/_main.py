@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from .hostroot import HostRoot
 
 FAST_COMMANDS = ("edit", "hook")
-#: Hook stages that inject into the container being created (state pid = host pid).
-INJECT_STAGES = ("prestart", "createRuntime")
+#: Hook stages that inject into the container being created.
+INJECT_STAGES = ("prestart", "createRuntime", "createContainer")
 
 
 def _print_error(err: OcihookError) -> None:
@@ -294,7 +294,11 @@ def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
             return 0
         from .appliers.live import inject
 
-        plan = inject(state, b, request, host_root_from(ns), cgroups=not ns.no_cgroups)
+        if ns.no_cgroups:
+            print("ocihook: --no-cgroups: no device cgroup rules added", file=sys.stderr)
+        plan = inject(
+            state, b, request, host_root_from(ns), cgroups=not ns.no_cgroups, stage=ns.stage
+        )
         _warn(plan.warnings, ns.verbose)
         return 0
     from .appliers import live

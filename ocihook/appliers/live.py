@@ -321,6 +321,26 @@ def update_ldcache_hook(bundle: Bundle, libraries: Sequence[str]) -> None:
     create_container_hook(bundle, (), libraries)
 
 
+def _status_field(name: str) -> list[str]:
+    """A field of ``/proc/self/status`` as words (``proc(5)``)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key == name:
+                return value.split()
+    return []
+
+
+def _parent_pid() -> int:
+    """The host pid of the hook's parent: in ``createContainer`` the runtime's process
+    inside the new container, whose host pid the state does not give (runc says 1, crun
+    0). ``os.getppid()`` would answer in the container's pid namespace; the ``PPid`` of
+    ``/proc/self/status`` answers in the namespace of the procfs mounted at ``/proc``,
+    which before ``pivot_root`` is still the host's."""
+    words = _status_field("PPid")
+    return int(words[0]) if words and words[0].isdigit() else 0
+
+
 def inject(
     state: State,
     bundle: Bundle,
@@ -328,22 +348,27 @@ def inject(
     root: HostRoot,
     *,
     cgroups: bool = True,
+    stage: str = "prestart",
 ) -> Plan:
     """Hook mode: give the container being created what ``request`` asks for.
 
     Args:
-        state: the state JSON of a ``prestart``/``createRuntime`` hook (``pid`` = host pid
-            of the container init).
+        state: the state JSON the runtime wrote on stdin.
         bundle: the container's bundle.
         request: what it asks for (not void).
         root: the host to read.
-        cgroups: add cgroup v1 device rules (off for rootless containers).
+        cgroups: add device cgroup rules (off for rootless containers).
+        stage: ``prestart`` or ``createRuntime`` (runtime namespaces; ``state.pid`` is the
+            host pid of the container init, whose mount namespace is entered), or
+            ``createContainer`` (already in the container's mount namespace, before
+            ``pivot_root``; the host pid is the hook's parent — runc reports 1 and crun 0
+            in the state; OCI runtime-spec ``config.md`` "POSIX-platform Hooks").
 
     Returns:
         The plan that was applied.
 
     Raises:
-        StateError: ``pid`` is 0 (the runtime gave no process to enter).
+        StateError: no usable container process (see :func:`_check_container_pid`).
         RequestError, DiscoveryError: as in planning.
         ApplyError: a step failed; everything done was undone first.
     """
@@ -353,15 +378,21 @@ def inject(
     from ..plan import links_to_mounts
     from .spec import layout_for_rootfs, occupied_links
 
-    if state.pid <= 1:
-        raise StateError(
-            "the state has no host pid of the container process",
-            path="<stdin>",
-            field="pid",
-            value=state.pid,
-            hint="register ocihook as a prestart or createRuntime hook",
-        )
-    _check_container_pid(state.pid)
+    inside = stage == "createContainer"
+    if inside:
+        pid = _parent_pid()
+        _check_inside_container(pid)
+    else:
+        pid = state.pid
+        if pid <= 1:
+            raise StateError(
+                "the state has no host pid of the container process",
+                path="<stdin>",
+                field="pid",
+                value=pid,
+                hint="use the createContainer stage with this runtime, or prestart",
+            )
+        _check_container_pid(pid)
     host = discover(root, capabilities=request.capabilities & SUPPORTED_CAPABILITIES)
     try:
         plan = make_plan(host, request, layout_for_rootfs(bundle.rootfs))
@@ -375,7 +406,7 @@ def inject(
     root_fd = -1
     try:
         if cgroups and edits.cgroup_rules:
-            _allow_devices(device_cgroup_dir(state.pid), edits.cgroup_rules, undo)
+            _allow_devices(device_cgroup_dir(pid), edits.cgroup_rules, undo)
         for m in edits.mounts:
             try:
                 tree_fds.append(
@@ -389,25 +420,28 @@ def inject(
                 )
             except OSError as e:
                 raise ApplyError(f"cannot clone driver file: {e.strerror}", path=m.source) from None
-        host_ns = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
-        ns_path = _proc_path(HostRoot(), state.pid, "ns/mnt")
-        try:
-            ns_fd = os.open(ns_path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as e:
-            raise ApplyError(
-                f"cannot open the container's mount namespace: {e.strerror}", path=ns_path
-            ) from None
-        try:
-            _linux.setns(ns_fd, _linux.CLONE_NEWNS)
-        except OSError as e:
-            raise ApplyError(f"cannot enter mount namespace: {e.strerror}", path=ns_path) from None
-        finally:
-            os.close(ns_fd)
-        undo.append(lambda: _linux.setns(host_ns, _linux.CLONE_NEWNS))
+        if not inside:
+            host_ns = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+            ns_path = _proc_path(HostRoot(), pid, "ns/mnt")
+            try:
+                ns_fd = os.open(ns_path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError as e:
+                raise ApplyError(
+                    f"cannot open the container's mount namespace: {e.strerror}", path=ns_path
+                ) from None
+            try:
+                _linux.setns(ns_fd, _linux.CLONE_NEWNS)
+            except OSError as e:
+                raise ApplyError(
+                    f"cannot enter mount namespace: {e.strerror}", path=ns_path
+                ) from None
+            finally:
+                os.close(ns_fd)
+            undo.append(lambda: _linux.setns(host_ns, _linux.CLONE_NEWNS))
         root_fd = pathsafe.open_root(bundle.rootfs)
         _apply_in_container(root_fd, bundle.rootfs, plan, tree_fds, undo)
-        # Success: back to the host namespace, keep the changes.
-        _linux.setns(host_ns, _linux.CLONE_NEWNS)
+        if not inside:  # success: back to the host namespace, keep the changes
+            _linux.setns(host_ns, _linux.CLONE_NEWNS)
         undo.clear()
     except BaseException:
         _run_undo(undo)
@@ -420,6 +454,35 @@ def inject(
         if host_ns >= 0:
             os.close(host_ns)
     return plan
+
+
+def _check_inside_container(pid: int) -> None:
+    """For ``createContainer``: ocihook must already be in the container's namespaces —
+    its parent's mount namespace, and a pid namespace of the container's own (``NSpid``
+    of ``/proc/self/status`` has two levels or more) — never in the host's.
+
+    Raises:
+        StateError: run outside a container's createContainer stage, or for a container
+            that shares the host's pid namespace (use prestart for those).
+    """
+    from ..errors import StateError
+
+    try:
+        ours = os.stat("/proc/self/ns/mnt").st_ino
+        parent = os.stat(f"/proc/{pid}/ns/mnt").st_ino
+        levels = len(_status_field("NSpid"))
+    except OSError as e:
+        raise StateError(
+            f"cannot inspect the container process: {e.strerror}", field="pid", value=pid
+        ) from None
+    if pid <= 1 or ours != parent or levels < 2:
+        raise StateError(
+            "ocihook hook createContainer must run as a container's createContainer hook, "
+            "in the container's own pid namespace",
+            field="pid",
+            value=pid,
+            hint="register it under hooks.createContainer, or use the prestart stage",
+        )
 
 
 def _check_container_pid(pid: int) -> None:
