@@ -383,9 +383,56 @@ def run_fast(argv: Sequence[str], stdin: bytes | None = None) -> int:
         return exit_code_for(e)
 
 
+#: Variables that make a process load or run other code: the dynamic loader's
+#: (``ld.so(8)``) and the interpreter's (ignored under ``-I``, which a registration might
+#: lack). A hook must not run with them (CVE-2025-23266: an image's ``LD_PRELOAD`` reached
+#: the NVIDIA toolkit's hook through an inherited environment).
+POISON_VARIABLES = frozenset(
+    {
+        "LD_PRELOAD",
+        "LD_AUDIT",
+        "LD_LIBRARY_PATH",
+        "PYTHONPATH",
+        "PYTHONHOME",
+        "PYTHONSTARTUP",
+        "PYTHONUSERBASE",
+        "PYTHONPLATLIBDIR",
+        "PYTHONINSPECT",
+    }
+)
+
+
+def _poisoned_environment() -> list[str]:
+    """Names of code-loading variables set (non-empty) in this process's environment."""
+    import os
+
+    return sorted(k for k in POISON_VARIABLES if os.environ.get(k))
+
+
+def _refuse_poisoned_hook() -> int | None:
+    """Exit code 9 and a one-line error when a hook runs with an inherited environment
+    that sets code-loading variables (:data:`POISON_VARIABLES`; it was registered without
+    ``env``): it does no host-side work then. ``None`` when the environment is clean."""
+    bad = _poisoned_environment()
+    if not bad:
+        return None
+    print(
+        "ocihook: error[poisoned-environment]: refusing to run a hook whose environment sets "
+        + ", ".join(bad)
+        + "; hint: register the hook with an explicit env (see packaging/), "
+        "as inherited variables can come from the container image",
+        file=sys.stderr,
+    )
+    return 9
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Console-script entry point. Returns the process exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] == "hook":
+        refused = _refuse_poisoned_hook()
+        if refused is not None:
+            return refused
     if len(args) >= 2 and args[0] == "hook" and args[1] in INJECT_STAGES:
         code, stdin = _void_hook_exit(args)
         if code is not None:

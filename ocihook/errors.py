@@ -22,6 +22,8 @@ code  class                     meaning
 6     :class:`DiscoveryError`   the host (driver root / dev root) lacks a usable driver
 7     :class:`ApplyError`       applying the edits failed; everything done was undone
 8     :class:`LdCacheError`     an ``ld.so.cache`` file is malformed
+9     -                         a hook was started with code-loading variables
+                                (``LD_PRELOAD``, ``PYTHONPATH``...) in its environment
 ====  ========================  =====================================================
 """
 

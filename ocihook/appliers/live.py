@@ -130,10 +130,55 @@ def _write_cgroup(path: str, text: str) -> None:
         os.close(fd)
 
 
+def _list_permits(listing: Sequence[str], rule: CgroupRule) -> bool:
+    """Whether a cgroup v1 ``devices.list`` (lines ``c 195:0 rw``, ``a *:* rwm``) already
+    allows ``rule``'s access (kernel ``security/device_cgroup.c``: the list shows the
+    allowed exceptions, or ``a *:* rwm`` for a cgroup that allows everything)."""
+    for line in listing:
+        parts = line.split()
+        if len(parts) != 3:
+            continue
+        kind, numbers, access = parts
+        major, _, minor = numbers.partition(":")
+        if kind not in ("a", rule.type):
+            continue
+        if kind != "a":
+            if major != "*" and (rule.major is None or major != str(rule.major)):
+                continue
+            if minor != "*" and (rule.minor is None or minor != str(rule.minor)):
+                continue
+        if set(rule.access) <= set(access):
+            return True
+    return False
+
+
 def _allow_devices(cgroup_dir: str, rules: Sequence[CgroupRule], undo: list[_Undo]) -> None:
+    """Allow ``rules`` in the cgroup v1 ``devices`` directory of the container.
+
+    A rule the cgroup already allows is not written (and so never denied again on undo:
+    the undo must not take away access the container had before ocihook ran). The
+    hierarchy's root is refused: a container in the root devices cgroup would make these
+    writes change every process's device access.
+
+    Raises:
+        ApplyError: the cgroup is the hierarchy root, or a write failed.
+    """
     allow = os.path.join(cgroup_dir, "devices.allow")
     deny = os.path.join(cgroup_dir, "devices.deny")
+    if not os.path.exists(os.path.join(cgroup_dir, "..", "devices.list")):
+        raise ApplyError(
+            "the container process is in the root devices cgroup",
+            path=cgroup_dir,
+            hint="a container must have a cgroup of its own; is the state's pid a container?",
+        )
+    try:
+        with open(os.path.join(cgroup_dir, "devices.list")) as f:
+            listing = f.read().splitlines()
+    except OSError as e:
+        raise ApplyError(f"cannot read the device cgroup: {e.strerror}", path=cgroup_dir) from None
     for rule in rules:
+        if _list_permits(listing, rule):
+            continue
         text = _rule_text(rule)
         try:
             _write_cgroup(allow, text)
@@ -378,6 +423,12 @@ def inject(
     from ..plan import links_to_mounts
     from .spec import layout_for_rootfs, occupied_links
 
+    if not os.path.isdir(bundle.rootfs):
+        raise ApplyError(
+            "the container rootfs is not a directory",
+            path=bundle.rootfs,
+            hint="check root.path in the bundle's config.json",
+        )
     inside = stage == "createContainer"
     if inside:
         pid = _parent_pid()
