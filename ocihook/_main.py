@@ -116,6 +116,17 @@ COMMANDS: tuple[tuple[tuple[str, ...], str, tuple[Option, ...]], ...] = (
         (
             Option("--link", action="append", metavar="TARGET::LINK", help="link to create"),
             Option("--lib", action="append", metavar="PATH", help="container path of a library"),
+            Option(
+                "--mask-proc",
+                metavar="HOST_DIR",
+                help="mask /proc/driver/nvidia with copies from HOST_DIR",
+            ),
+            Option(
+                "--proc-gpu",
+                action="append",
+                metavar="BUS_ID",
+                help="gpus/ entry of HOST_DIR to show (with --mask-proc)",
+            ),
         ),
     ),
     (
@@ -304,7 +315,12 @@ def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
     from .appliers import live
 
     if ns.stage == "create-container":
-        live.create_container_hook(b, ns.link, ns.lib)
+        from .plan import ProcMask
+
+        mask = None
+        if ns.mask_proc:
+            mask = ProcMask(host_dir=ns.mask_proc, gpu_dirs=tuple(ns.proc_gpu))
+        live.create_container_hook(b, ns.link, ns.lib, mask)
     elif ns.stage == "create-symlinks":
         live.create_symlinks_hook(b, ns.link)
     elif ns.stage == "update-ldcache":

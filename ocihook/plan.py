@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
     from typing import Any
 
+    from .discovery.gpus import HostDeviceNode
     from .discovery.nvidia import NvidiaHost
 
 __all__ = [
@@ -46,15 +47,27 @@ __all__ = [
     "Hook",
     "Mount",
     "Plan",
+    "ProcMask",
     "Symlink",
     "links_to_mounts",
     "make_plan",
 ]
 
+#: Development links libnvidia-container makes beside the soname links
+#: (``src/nvc_container.c``): ``libcuda.so`` for linkers, ``libnvidia-opticalflow.so``
+#: which the Optical Flow SDK opens by that name.
+_DEVELOPMENT_LINKS = (
+    ("libcuda.so.1", "libcuda.so"),
+    ("libnvidia-opticalflow.so.1", "libnvidia-opticalflow.so"),
+)
+
 #: Options of driver file bind mounts (libnvidia-container ``src/nvc_mount.c``).
 LIBRARY_MOUNT_OPTIONS = ("ro", "nosuid", "nodev", "bind")
 
 _TRIPLETS = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu"}
+_TRIPLETS32 = {"x86_64": "i386-linux-gnu", "aarch64": "arm-linux-gnueabihf"}
+#: Options of IPC sockets and directories (libnvidia-container ``src/nvc_mount.c``).
+IPC_MOUNT_OPTIONS = ("nosuid", "nodev", "noexec", "bind")
 
 
 class DeviceNode(Record):
@@ -129,6 +142,22 @@ class Hook(Record):
     timeout: int | None = None
 
 
+class ProcMask(Record):
+    """Hide the host's ``/proc/driver/nvidia`` from the container (libnvidia-container
+    ``src/nvc_mount.c``): a tmpfs over it holding copies of ``params`` (with
+    ``ModifyDeviceFiles: 0``, so the driver inside does not recreate device files),
+    ``version`` and ``registry``, and the ``gpus/<bus id>`` directories of the selected
+    GPUs only, bind-mounted read-only, nosuid, nodev, noexec.
+
+    Attributes:
+        host_dir: host path of ``/proc/driver/nvidia`` (under the dev root).
+        gpu_dirs: names of the ``gpus/`` entries to show (``0000:3b:00.0``).
+    """
+
+    host_dir: str
+    gpu_dirs: tuple[str, ...] = ()
+
+
 class ContainerEdits(Record):
     """Everything to change in a container, in CDI's "container edits" terms.
 
@@ -142,7 +171,8 @@ class ContainerEdits(Record):
         ldcache_libraries: container paths of the mounted libraries that must be entered
             in the container's ``/etc/ld.so.cache`` (after ``symlinks``).
         hooks: further hooks to register (none yet; the spec applier adds its own for
-            ``symlinks`` and ``ldcache_libraries``).
+            ``symlinks``, ``ldcache_libraries`` and ``proc_mask``).
+        proc_mask: how to mask ``/proc/driver/nvidia`` (after everything else), or ``None``.
     """
 
     env: tuple[str, ...] = ()
@@ -152,6 +182,7 @@ class ContainerEdits(Record):
     symlinks: tuple[Symlink, ...] = ()
     ldcache_libraries: tuple[str, ...] = ()
     hooks: tuple[Hook, ...] = ()
+    proc_mask: ProcMask | None = None
 
     def is_empty(self) -> bool:
         """True when there is nothing to change."""
@@ -163,6 +194,7 @@ class ContainerEdits(Record):
             or self.symlinks
             or self.ldcache_libraries
             or self.hooks
+            or self.proc_mask
         )
 
 
@@ -172,17 +204,25 @@ class ContainerLayout(Record):
     Attributes:
         libdir: 64-bit library directory: ``/usr/lib/x86_64-linux-gnu`` when the rootfs
             has ``/etc/debian_version``, else ``/usr/lib64``.
+        libdir32: 32-bit library directory (compat32): ``/usr/lib/i386-linux-gnu`` on
+            Debian images, else ``/usr/lib32``.
+        bindir: where driver binaries go: ``/usr/bin``.
     """
 
     libdir: str = "/usr/lib64"
+    libdir32: str = "/usr/lib32"
+    bindir: str = "/usr/bin"
 
     @classmethod
     def for_image(cls, is_debian: bool, machine: str | None = None) -> ContainerLayout:
         """The layout for an image; ``is_debian`` = the rootfs has ``/etc/debian_version``."""
         machine = machine or os.uname().machine
         if is_debian and machine in _TRIPLETS:
-            return cls(libdir=f"/usr/lib/{_TRIPLETS[machine]}")
-        return cls(libdir="/usr/lib64")
+            return cls(
+                libdir=f"/usr/lib/{_TRIPLETS[machine]}",
+                libdir32=f"/usr/lib/{_TRIPLETS32[machine]}",
+            )
+        return cls()
 
 
 class Plan(Record):
@@ -250,6 +290,9 @@ class Plan(Record):
                     {"stage": h.stage, "path": h.path, "args": list(h.args), "env": list(h.env)}
                     for h in e.hooks
                 ],
+                "procMask": None
+                if e.proc_mask is None
+                else {"hostDir": e.proc_mask.host_dir, "gpuDirs": list(e.proc_mask.gpu_dirs)},
             },
             "warnings": list(self.warnings),
         }
@@ -283,35 +326,57 @@ def make_plan(host: NvidiaHost, request: Request, layout: ContainerLayout) -> Pl
         )
     capabilities = tuple(sorted(request.capabilities & SUPPORTED_CAPABILITIES))
 
+    def node(hn: HostDeviceNode) -> DeviceNode:
+        return DeviceNode(
+            hn.path, hn.host_path, hn.major, hn.minor, "c", hn.file_mode, hn.uid, hn.gid
+        )
+
+    graphics = "graphics" in capabilities or "display" in capabilities
     nodes: list[DeviceNode] = []
     for hn in host.control_nodes:
         if hn.path != "/dev/nvidiactl" and "compute" not in capabilities:
             continue  # nvidia-uvm* serve CUDA only
-        nodes.append(
-            DeviceNode(hn.path, hn.host_path, hn.major, hn.minor, "c", hn.file_mode, hn.uid, hn.gid)
-        )
+        nodes.append(node(hn))
+    if "display" in capabilities and host.modeset is not None:
+        nodes.append(node(host.modeset))
+    links: list[Symlink] = []
     for gpu in gpus:
         gn = host.gpu_nodes.get(gpu.minor)
         if gn is None:  # pragma: no cover - discovery builds one node per GPU
             raise RequestError("GPU has no device node", value=gpu.device_path)
-        nodes.append(
-            DeviceNode(gn.path, gn.host_path, gn.major, gn.minor, "c", gn.file_mode, gn.uid, gn.gid)
-        )
+        nodes.append(node(gn))
+        dri = host.dri.get(gpu.bus_id) if graphics else None
+        if dri is not None:
+            nodes.extend(node(n) for n in dri.nodes)
+            links.extend(Symlink(link=link, target=target) for link, target in dri.links)
     rules = tuple(CgroupRule(True, n.type, n.major, n.minor, "rw") for n in nodes)
 
     mounts: list[Mount] = []
-    links: list[Symlink] = []
     ld_libs: list[str] = []
     for lib in host.libraries_for(capabilities):
-        dest = f"{layout.libdir}/{lib.name}"
+        libdir = layout.libdir if lib.elf_class == 64 else layout.libdir32
+        dest = f"{libdir}/{lib.name}"
         mounts.append(Mount(source=lib.host_path, destination=dest))
         if lib.soname != lib.name:
-            links.append(Symlink(link=f"{layout.libdir}/{lib.soname}", target=lib.name))
-            ld_libs.append(f"{layout.libdir}/{lib.soname}")
+            links.append(Symlink(link=f"{libdir}/{lib.soname}", target=lib.name))
+            ld_libs.append(f"{libdir}/{lib.soname}")
         else:
             ld_libs.append(dest)
-        if lib.soname == "libcuda.so.1":
-            links.append(Symlink(link=f"{layout.libdir}/libcuda.so", target="libcuda.so.1"))
+        for soname, dev in _DEVELOPMENT_LINKS:
+            if lib.soname == soname:
+                links.append(Symlink(link=f"{libdir}/{dev}", target=soname))
+    for f in host.files_for(capabilities):
+        if f.kind == "binary":
+            name = f.path.rsplit("/", 1)[-1]
+            mounts.append(Mount(source=f.host_path, destination=f"{layout.bindir}/{name}"))
+        elif f.kind == "ipc":
+            mounts.append(Mount(f.host_path, f.path, IPC_MOUNT_OPTIONS))
+        else:  # firmware, configuration files, the application profile: where they are
+            mounts.append(Mount(source=f.host_path, destination=f.path))
+    proc_mask = ProcMask(
+        host_dir=host.root.proc("driver/nvidia"),
+        gpu_dirs=tuple(os.path.basename(g.proc_dir) for g in gpus),
+    )
 
     edits = ContainerEdits(
         env=("NVIDIA_VISIBLE_DEVICES=void",),
@@ -320,6 +385,7 @@ def make_plan(host: NvidiaHost, request: Request, layout: ContainerLayout) -> Pl
         mounts=tuple(mounts),
         symlinks=tuple(links),
         ldcache_libraries=tuple(ld_libs),
+        proc_mask=proc_mask,
     )
     return Plan(
         driver_version=host.driver_version,
@@ -383,5 +449,6 @@ def links_to_mounts(plan: Plan, occupied: Iterable[str]) -> Plan:
         symlinks=tuple(links),
         ldcache_libraries=e.ldcache_libraries,
         hooks=e.hooks,
+        proc_mask=e.proc_mask,
     )
     return Plan(plan.driver_version, plan.gpus, plan.capabilities, edits, plan.warnings)

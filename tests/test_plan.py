@@ -96,13 +96,21 @@ def test_debian_layout(host: NvidiaHost) -> None:
     assert all(m.destination.startswith("/usr/lib/x86_64-linux-gnu/") for m in plan.edits.mounts)
 
 
-def test_unsupported_capability_is_a_warning(host: NvidiaHost) -> None:
+def test_every_capability_is_planned(host: NvidiaHost) -> None:
     req = request_from_env(
-        {"NVIDIA_VISIBLE_DEVICES": "0", "NVIDIA_DRIVER_CAPABILITIES": "video,compute"}
+        {"NVIDIA_VISIBLE_DEVICES": "0", "NVIDIA_DRIVER_CAPABILITIES": "video,compute,display"}
     )
     plan = make_plan(host, req, ContainerLayout())
-    assert plan.capabilities == ("compute",)
-    assert any("video" in w for w in plan.warnings)
+    assert plan.capabilities == ("compute", "display", "video")
+    assert not any("not provided" in w for w in plan.warnings)
+    paths = [n.path for n in plan.edits.device_nodes]
+    assert "/dev/nvidia-modeset" in paths  # display
+    assert "/dev/dri/card1" in paths and "/dev/dri/renderD128" in paths  # GPU 0's DRM nodes
+    links = {s.link: s.target for s in plan.edits.symlinks}
+    assert links["/dev/dri/by-path/pci-0000:07:00.0-card"] == "../card1"
+    assert plan.edits.proc_mask is not None
+    assert plan.edits.proc_mask.gpu_dirs == ("0000:07:00.0",)
+    jsonschema.validate(plan.to_dict(), SCHEMA)
 
 
 def test_unknown_gpu(host: NvidiaHost) -> None:

@@ -275,15 +275,6 @@ def test_diff_compares_documents_not_formatting(sim: simhost.SimulatedHost, tmp_
     assert (b / "config.json").read_bytes() == before
 
 
-def test_unprovided_capability_is_reported(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
-    bundle = _bundle(
-        tmp_path, ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=video,compute"]
-    )
-    proc = _run_cli("edit", "-b", bundle, "--driver-root", sim.root, "--dev-root", sim.root)
-    assert proc.returncode == 0
-    assert "not provided by this ocihook version: video" in proc.stderr.decode()
-
-
 def test_missing_driver_root_is_named(tmp_path: Any) -> None:
     bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
     proc = _run_cli("edit", "-b", bundle, "--driver-root", str(tmp_path / "nope"))

@@ -34,7 +34,7 @@ from .. import ldcache
 from ..bundle import Bundle, State
 from ..errors import ApplyError, OcihookError, RequestError
 from ..hostroot import HostRoot
-from ..plan import CgroupRule, Plan, make_plan
+from ..plan import CgroupRule, Plan, ProcMask, make_plan
 from ..request import Request
 
 __all__ = [
@@ -310,14 +310,18 @@ def _parse_links(links: Sequence[str]) -> list[tuple[str, str]]:
 
 
 def create_container_hook(
-    bundle: Bundle, links: Sequence[str] = (), libraries: Sequence[str] = ()
+    bundle: Bundle,
+    links: Sequence[str] = (),
+    libraries: Sequence[str] = (),
+    proc_mask: ProcMask | None = None,
 ) -> None:
     """createContainer hook: create ``TARGET::LINK`` links inside the bundle's rootfs, then
     enter ``libraries`` in its ``/etc/ld.so.cache``; if a step fails, the links made and
     the cache are restored before :class:`ApplyError` is raised.
 
     Runs in the container's mount namespace before ``pivot_root``, so the rootfs is at
-    its host path. Every link is made relative to an in-root directory descriptor.
+    its host path. Every link is made relative to an in-root directory descriptor. Last,
+    with ``proc_mask``, ``/proc/driver/nvidia`` is masked (:func:`mask_proc_driver`).
 
     Raises:
         ApplyError: malformed ``--link``, a link that cannot be created (a directory in the
@@ -329,14 +333,26 @@ def create_container_hook(
     root_fd = pathsafe.open_root(bundle.rootfs)
     created: list[str] = []
     replaced: list[tuple[str, str]] = []
+    undo: list[_Undo] = []
+    gpu_fds: dict[str, int] = {}
     try:
         for target, link in pairs:
             previous = pathsafe.symlink_in_root(root_fd, link, target, created=created)
             if previous is not None:
                 replaced.append((link, previous))
         if libraries:
-            write_ldcache(root_fd, libraries)
+            old = write_ldcache(root_fd, libraries)
+            if old is None:
+                undo.append(_partial(pathsafe.remove_in_root, root_fd, "/etc/ld.so.cache"))
+            else:
+                undo.append(
+                    _partial(pathsafe.write_file_in_root, root_fd, "/etc/ld.so.cache", old, 0o644)
+                )
+        if proc_mask is not None:
+            gpu_fds = clone_gpu_proc_dirs(proc_mask)
+            mask_proc_driver(root_fd, read_proc_files(proc_mask.host_dir), gpu_fds, undo)
     except (OSError, OcihookError) as e:
+        _run_undo(undo)
         for link, previous in reversed(replaced):
             try:  # noqa: SIM105 (contextlib is not imported on this path)
                 pathsafe.symlink_in_root(root_fd, link, previous)
@@ -351,6 +367,8 @@ def create_container_hook(
             raise
         raise ApplyError(f"cannot change the container: {e.strerror}", path=bundle.rootfs) from None
     finally:
+        for fd in gpu_fds.values():
+            os.close(fd)
         os.close(root_fd)
 
 
@@ -453,11 +471,16 @@ def inject(
     edits = plan.edits
     undo: list[_Undo] = []
     tree_fds: list[int] = []
+    gpu_fds: dict[str, int] = {}
+    proc_files: dict[str, bytes] = {}
     host_ns = -1
     root_fd = -1
     try:
         if cgroups and edits.cgroup_rules:
             _allow_devices(device_cgroup_dir(pid), edits.cgroup_rules, undo)
+        if edits.proc_mask is not None:
+            proc_files = read_proc_files(edits.proc_mask.host_dir)
+            gpu_fds = clone_gpu_proc_dirs(edits.proc_mask)
         for m in edits.mounts:
             try:
                 tree_fds.append(
@@ -491,6 +514,8 @@ def inject(
             undo.append(lambda: _linux.setns(host_ns, _linux.CLONE_NEWNS))
         root_fd = pathsafe.open_root(bundle.rootfs)
         _apply_in_container(root_fd, bundle.rootfs, plan, tree_fds, undo)
+        if edits.proc_mask is not None:
+            mask_proc_driver(root_fd, proc_files, gpu_fds, undo)
         if not inside:  # success: back to the host namespace, keep the changes
             _linux.setns(host_ns, _linux.CLONE_NEWNS)
         undo.clear()
@@ -498,7 +523,7 @@ def inject(
         _run_undo(undo)
         raise
     finally:
-        for fd in tree_fds:
+        for fd in (*tree_fds, *gpu_fds.values()):
             os.close(fd)
         if root_fd >= 0:
             os.close(root_fd)
@@ -534,6 +559,134 @@ def _check_inside_container(pid: int) -> None:
             value=pid,
             hint="register it under hooks.createContainer, or use the prestart stage",
         )
+
+
+PROC_DRIVER = "/proc/driver/nvidia"
+#: The files of /proc/driver/nvidia copied into the mask (libnvidia-container).
+PROC_FILES = ("params", "version", "registry")
+
+
+def read_proc_files(host_dir: str) -> dict[str, bytes]:
+    """Contents for the masked ``/proc/driver/nvidia``: the host's ``params`` with
+    ``ModifyDeviceFiles: 0`` (the driver inside must not recreate device files; NVIDIA
+    driver ``nv-procfs``), ``version`` and ``registry`` as they are. Missing files are
+    left out."""
+    out: dict[str, bytes] = {}
+    for name in PROC_FILES:
+        try:
+            fd = os.open(os.path.join(host_dir, name), os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            data = os.read(fd, 1 << 16)
+        finally:
+            os.close(fd)
+        if name == "params":
+            lines = [
+                b"ModifyDeviceFiles: 0" if ln.startswith(b"ModifyDeviceFiles:") else ln
+                for ln in data.splitlines()
+            ]
+            data = b"\n".join(lines) + b"\n"
+        out[name] = data
+    return out
+
+
+def clone_gpu_proc_dirs(mask: ProcMask) -> dict[str, int]:
+    """Detached read-only, nosuid, nodev, noexec clones of the selected GPUs' host
+    ``gpus/<bus id>`` directories (``open_tree``), by name; made where the host paths are
+    visible (the host namespace, or the container's before ``pivot_root``)."""
+    from .. import _linux
+
+    fds: dict[str, int] = {}
+    try:
+        for name in mask.gpu_dirs:
+            path = os.path.join(mask.host_dir, "gpus", name)
+            if os.path.isdir(path):
+                fds[name] = _linux.bind_mount_detached(
+                    path, readonly=True, nosuid=True, nodev=True, noexec=True
+                )
+    except OSError as e:
+        for fd in fds.values():
+            os.close(fd)
+        raise ApplyError(f"cannot clone a GPU's proc directory: {e.strerror}", path=path) from None
+    return fds
+
+
+def mask_proc_driver(
+    root_fd: int, files: dict[str, bytes], gpu_fds: dict[str, int], undo: list[_Undo]
+) -> bool:
+    """Mask the container's ``/proc/driver/nvidia`` (see :class:`ocihook.plan.ProcMask`):
+    a tmpfs mounted on it (resolved inside the rootfs), the ``files`` written there, the
+    ``gpu_fds`` clones attached under ``gpus/``, then the tmpfs made read-only. Runs in the
+    container's mount namespace. Returns False (nothing done) when the container's procfs
+    has no ``/proc/driver/nvidia`` (no driver to hide).
+
+    Raises:
+        ApplyError: a step failed (the undo list detaches the tmpfs).
+    """
+    from .. import _linux
+    from .. import pathsafe as ps
+
+    directory = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+    try:
+        target = ps.open_in_root(root_fd, PROC_DRIVER, directory)
+    except ApplyError as e:
+        if isinstance(e.__cause__, (FileNotFoundError, NotADirectoryError)):
+            return False
+        raise
+    try:
+        _linux.mount(
+            "tmpfs",
+            f"/proc/self/fd/{target}",
+            "tmpfs",
+            _linux.MS_NOSUID | _linux.MS_NODEV | _linux.MS_NOEXEC,
+            "mode=0555,size=1m",
+        )
+    except OSError as e:
+        raise ApplyError(f"cannot mask {PROC_DRIVER}: {e.strerror}", path=PROC_DRIVER) from None
+    finally:
+        os.close(target)
+    undo.append(_partial(_detach, root_fd, PROC_DRIVER))
+    top = ps.open_in_root(root_fd, PROC_DRIVER, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name, data in files.items():
+            fd = os.open(
+                name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444, dir_fd=top
+            )
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+        if gpu_fds:
+            os.mkdir("gpus", 0o555, dir_fd=top)
+            gpus = os.open("gpus", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=top)
+            try:
+                for name, tree in gpu_fds.items():
+                    os.mkdir(name, 0o555, dir_fd=gpus)
+                    point = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=gpus)
+                    try:
+                        _linux.attach_mount(tree, point)
+                    finally:
+                        os.close(point)
+            finally:
+                os.close(gpus)
+        _linux.mount(
+            None,
+            f"/proc/self/fd/{top}",
+            None,
+            _linux.MS_REMOUNT
+            | _linux.MS_BIND
+            | _linux.MS_RDONLY
+            | _linux.MS_NOSUID
+            | _linux.MS_NODEV
+            | _linux.MS_NOEXEC,
+            None,
+        )
+    except OSError as e:
+        raise ApplyError(f"cannot mask {PROC_DRIVER}: {e.strerror}", path=PROC_DRIVER) from None
+    finally:
+        os.close(top)
+    return True
 
 
 def _check_container_pid(pid: int) -> None:

@@ -72,21 +72,27 @@ HOOK_TIMEOUT = 30
 
 
 def realize_hooks(edits: ContainerEdits, command: Sequence[str]) -> tuple[Hook, ...]:
-    """The createContainer hook that carries out ``edits.symlinks`` and
-    ``edits.ldcache_libraries`` inside the container — one hook, so that a failure in the
-    second step undoes the first — followed by ``edits.hooks``.
+    """The createContainer hook that carries out ``edits.symlinks``,
+    ``edits.ldcache_libraries`` and ``edits.proc_mask`` inside the container — one hook, so
+    that a failure in a later step undoes the earlier ones — followed by ``edits.hooks``.
+    (``/proc/driver/nvidia`` cannot be masked through ``config.json``: runtimes refuse
+    mounts inside ``/proc``.)
 
     Args:
         edits: the container edits.
         command: argv prefix of ocihook (see :func:`hook_command`).
     """
     hooks: list[Hook] = []
-    if edits.symlinks or edits.ldcache_libraries:
+    if edits.symlinks or edits.ldcache_libraries or edits.proc_mask:
         args = [*command, "hook", "create-container"]
         for s in edits.symlinks:
             args += ["--link", f"{s.target}::{s.link}"]
         for lib in edits.ldcache_libraries:
             args += ["--lib", lib]
+        if edits.proc_mask is not None:
+            args += ["--mask-proc", edits.proc_mask.host_dir]
+            for name in edits.proc_mask.gpu_dirs:
+                args += ["--proc-gpu", name]
         hooks.append(Hook("createContainer", command[0], tuple(args), HOOK_ENV, HOOK_TIMEOUT))
     return (*hooks, *edits.hooks)
 

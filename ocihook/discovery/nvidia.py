@@ -68,7 +68,9 @@ NVIDIA_MODESET_MINOR = 254
 
 #: The driver capabilities this version of ocihook puts in a plan; discovery finds the
 #: files of every capability (see :mod:`ocihook.discovery.driverfiles`).
-SUPPORTED_CAPABILITIES: frozenset[str] = frozenset({"utility", "compute"})
+SUPPORTED_CAPABILITIES: frozenset[str] = frozenset(
+    {"compat32", "compute", "display", "graphics", "ngx", "utility", "video"}
+)
 
 
 def _is_version(token: str) -> bool:
