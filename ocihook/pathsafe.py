@@ -47,6 +47,7 @@ from .errors import ApplyError, DiscoveryError
 
 __all__ = [
     "MAX_LINKS",
+    "create_file_at",
     "create_file_in_root",
     "makedirs_in_root",
     "mknod_in_root",
@@ -523,23 +524,41 @@ def create_file_in_root(
     _check_name(name, path, "make the file")
     try:
         parent_fd = _makedirs(root_fd, parent, 0o755, created)
+    except OSError as err:
+        raise _error("make the file", path, err) from err
+    try:
+        return create_file_at(parent_fd, parent, name, mode, created=created)
+    finally:
+        os.close(parent_fd)
+
+
+def create_file_at(
+    parent_fd: int, parent: str, name: str, mode: int = 0o644, *, created: list[str] | None = None
+) -> int:
+    """:func:`create_file_in_root` for a parent directory already opened inside the root
+    (a descriptor from :func:`makedirs_in_root`; ``parent`` is its container path, for
+    messages and ``created``): many mount targets in one directory then cost one lookup.
+
+    Raises:
+        ApplyError: as :func:`create_file_in_root`.
+    """
+    path = _join(parent, name)
+    _check_name(name, path, "make the file")
+    try:
         try:
-            try:
-                fd = os.open(
-                    name,
-                    os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                    mode,
-                    dir_fd=parent_fd,
-                )
-            except FileExistsError:
-                pass
-            else:
-                os.close(fd)
-                if created is not None:
-                    created.append(_join(parent, name))
-            fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
-        finally:
-            os.close(parent_fd)
+            fd = os.open(
+                name,
+                os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                mode,
+                dir_fd=parent_fd,
+            )
+        except FileExistsError:
+            pass
+        else:
+            os.close(fd)
+            if created is not None:
+                created.append(path)
+        fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
         st_mode = os.fstat(fd).st_mode
     except OSError as err:
         raise _error("make the file", path, err) from err

@@ -753,13 +753,22 @@ def _apply_in_container(
                     )
                 finally:
                     os.close(parent_fd)
-        for m, tree_fd in zip(edits.mounts, tree_fds, strict=True):
-            target_fd = ps.create_file_in_root(root_fd, m.destination, created=created)
-            try:
-                _linux.attach_mount(tree_fd, target_fd)
-            finally:
-                os.close(target_fd)
-            undo.append(_partial(_detach, root_fd, m.destination))
+        parents: dict[str, int] = {}  # one in-root lookup per target directory
+        try:
+            for m, tree_fd in zip(edits.mounts, tree_fds, strict=True):
+                parent, _, name = m.destination.rpartition("/")
+                parent = parent or "/"
+                if parent not in parents:
+                    parents[parent] = ps.makedirs_in_root(root_fd, parent, created=created)
+                target_fd = ps.create_file_at(parents[parent], parent, name, created=created)
+                try:
+                    _linux.attach_mount(tree_fd, target_fd)
+                finally:
+                    os.close(target_fd)
+                undo.append(_partial(_detach, root_fd, m.destination))
+        finally:
+            for fd in parents.values():
+                os.close(fd)
         for s in edits.symlinks:
             previous = ps.symlink_in_root(root_fd, s.link, s.target, created=created)
             if previous is not None:
