@@ -510,3 +510,82 @@ def attach_mount(tree_fd: int, target_fd: int) -> None:
         OSError: ``EINVAL``, ``ENOTDIR``/``EISDIR`` (type mismatch), ``EPERM``.
     """
     move_mount(tree_fd, "", target_fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH)
+
+
+# --- bpf(2) ---------------------------------------------------------------------------------
+# Added for ocihook.cgroupv2 (cgroup v2 device programs). Constants from the kernel's
+# include/uapi/linux/bpf.h; system call numbers from arch/x86/entry/syscalls/syscall_64.tbl
+# (321) and include/uapi/asm-generic/unistd.h (280).
+
+SYSCALL_NUMBERS["x86_64"]["bpf"] = 321
+SYSCALL_NUMBERS["aarch64"]["bpf"] = 280
+
+# enum bpf_cmd
+BPF_PROG_LOAD: Final = 5
+BPF_PROG_ATTACH: Final = 8
+BPF_PROG_DETACH: Final = 9
+BPF_PROG_TEST_RUN: Final = 10
+BPF_PROG_GET_FD_BY_ID: Final = 13
+BPF_OBJ_GET_INFO_BY_FD: Final = 15
+BPF_PROG_QUERY: Final = 16
+# enum bpf_prog_type
+BPF_PROG_TYPE_CGROUP_DEVICE: Final = 15
+# enum bpf_attach_type
+BPF_CGROUP_DEVICE: Final = 6
+# BPF_PROG_ATTACH flags (attach_flags)
+BPF_F_ALLOW_OVERRIDE: Final = 1 << 0
+BPF_F_ALLOW_MULTI: Final = 1 << 1
+BPF_F_REPLACE: Final = 1 << 2
+
+__all__ += [
+    "BPF_CGROUP_DEVICE",
+    "BPF_F_ALLOW_MULTI",
+    "BPF_F_ALLOW_OVERRIDE",
+    "BPF_F_REPLACE",
+    "BPF_OBJ_GET_INFO_BY_FD",
+    "BPF_PROG_ATTACH",
+    "BPF_PROG_DETACH",
+    "BPF_PROG_GET_FD_BY_ID",
+    "BPF_PROG_LOAD",
+    "BPF_PROG_QUERY",
+    "BPF_PROG_TEST_RUN",
+    "BPF_PROG_TYPE_CGROUP_DEVICE",
+    "bpf",
+    "buffer_address",
+]
+
+
+def bpf(cmd: int, attr: bytearray) -> int:
+    """``bpf(2)``: run command ``cmd`` (``BPF_PROG_LOAD``, ``BPF_PROG_QUERY``, ...) with
+    ``attr`` as its ``union bpf_attr`` (the leading bytes of the command's member, laid out
+    by the caller; ``len(attr)`` is passed as the size). The kernel writes its outputs
+    (``prog_cnt``, ``info_len``, ...) into ``attr`` in place. Pointers inside ``attr`` are
+    addresses from :func:`buffer_address`.
+
+    Returns the call's non-negative result: a new file descriptor for the commands that make
+    one (close-on-exec), 0 for the others.
+
+    Raises:
+        OSError: the ``errno`` of the call (``EPERM`` without ``CAP_BPF``/``CAP_SYS_ADMIN``,
+            ``EINVAL``, ``EACCES`` from the verifier, ``ENOSPC``, ``ENOENT``, ``E2BIG`` when
+            ``attr`` has non-zero bytes the kernel does not know, ...).
+    """
+    lib = _libc()
+    ctypes = lib.ctypes
+    if not attr:
+        raise OSError(errno.EINVAL, "bpf: empty attribute buffer")
+    buf = (ctypes.c_char * len(attr)).from_buffer(attr)
+    ret = lib.call("bpf", _long(cmd), ctypes.byref(buf), _long(len(attr)))
+    if ret < 0:
+        raise _fail()
+    return ret
+
+
+def buffer_address(buf: bytearray) -> int:
+    """The address of the first byte of ``buf`` (0 for an empty one), to put in a
+    ``union bpf_attr`` pointer field. The address is valid while ``buf`` lives and is not
+    resized; keep a reference to ``buf`` until the call that uses it returns."""
+    if not buf:
+        return 0
+    ctypes = _libc().ctypes
+    return int(ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf)))

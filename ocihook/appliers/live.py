@@ -187,6 +187,37 @@ def _allow_devices(cgroup_dir: str, rules: Sequence[CgroupRule], undo: list[_Und
         undo.append(_partial(_write_cgroup, deny, text))
 
 
+def _allow_in_cgroups(pid: int, rules: Sequence[CgroupRule], undo: list[_Undo]) -> None:
+    """Let the container of ``pid`` use the devices of ``rules`` on both cgroup versions.
+
+    cgroup v1 (its ``devices`` controller): ``devices.allow`` (:func:`_allow_devices`).
+    cgroup v2: the eBPF device program(s) attached to the container's cgroup get allow
+    rules prepended (:func:`ocihook.cgroupv2.add_device_rules`: the new program is
+    attached before the old one is detached). On the hybrid layout both apply — the
+    kernel runs the cgroup2 programs, then the v1 check — and whichever has nothing
+    (no v1 controller, or no program attached) is skipped. A cgroup2 root is never
+    touched.
+
+    Raises:
+        ApplyError: neither version controls the process's devices, or a step failed.
+    """
+    from .. import cgroupv2
+
+    cg2 = cgroupv2.container_cgroup2_dir(pid)
+    if cg2 is not None and not os.path.exists(os.path.join(cg2, "..", "cgroup.controllers")):
+        cg2 = None  # the hierarchy's root: not the container's own cgroup
+    try:
+        v1: str | None = device_cgroup_dir(pid)
+    except ApplyError:
+        if cg2 is None:
+            raise
+        v1 = None
+    if v1 is not None:
+        _allow_devices(v1, rules, undo)
+    if cg2 is not None:
+        undo.append(cgroupv2.add_device_rules(cg2, rules))
+
+
 def _run_undo(undo: list[_Undo]) -> None:
     for fn in reversed(undo):
         try:  # noqa: SIM105 (contextlib is not imported on this path)
@@ -477,7 +508,7 @@ def inject(
     root_fd = -1
     try:
         if cgroups and edits.cgroup_rules:
-            _allow_devices(device_cgroup_dir(pid), edits.cgroup_rules, undo)
+            _allow_in_cgroups(pid, edits.cgroup_rules, undo)
         if edits.proc_mask is not None:
             proc_files = read_proc_files(edits.proc_mask.host_dir)
             gpu_fds = clone_gpu_proc_dirs(edits.proc_mask)
