@@ -5,6 +5,7 @@ Also: environment hygiene, 16 concurrent containers, bad input."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -353,3 +354,55 @@ def test_process_in_the_root_devices_cgroup_is_refused(
             f.write("c 195:0 rw")
     finally:
         os.rmdir(probe)
+
+
+def test_pure_cgroup2_host_through_runcs_own_device_program(
+    sim: simhost.SimulatedHost, bundle_factory: Callable[..., str], tmp_path: Any
+) -> None:
+    """A pure cgroup v2 host, made in a private mount namespace by binding a child of the
+    cgroup2 mount over /sys/fs/cgroup: runc attaches its own eBPF device program, and the
+    hook extends it. The requested GPU opens with ENXIO (allowed, no driver); an
+    unrequested GPU node the container makes itself stays EPERM."""
+    need_root_and("runc", "unshare")
+    unified = "/sys/fs/cgroup/unified"
+    if not os.path.isfile(os.path.join(unified, "cgroup.controllers")):
+        pytest.skip("no cgroup2 mount at /sys/fs/cgroup/unified")
+    script = (
+        "echo OPEN0 $(cat /dev/nvidia0 2>&1 | head -n 1); "
+        "busybox mknod /dev/nvidia5 c 195 5; echo OPEN5 $(cat /dev/nvidia5 2>&1 | head -n 1)"
+    )
+    bundle = bundle_factory(["sh", "-c", script], ["NVIDIA_VISIBLE_DEVICES=0"])
+    cfg = Path(bundle, "config.json")
+    doc = json.loads(cfg.read_text())
+    for key in ("bounding", "effective", "permitted"):
+        doc["process"]["capabilities"][key].append("CAP_MKNOD")
+    doc["hooks"] = {"prestart": [_hook("prestart", sim.root)]}
+    cfg.write_text(json.dumps(doc))
+    child = os.path.join(unified, f"ocihook-v2-{os.getpid()}")
+    os.makedirs(child, exist_ok=True)
+    state = tmp_path / "state"
+    try:
+        proc = subprocess.run(
+            [
+                "unshare",
+                "-m",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                f"mount --bind {child} /sys/fs/cgroup && "
+                f"exec runc --root {state} run -b {bundle} v2-{os.getpid()}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
+    finally:
+        for d in sorted(Path(child).glob("**/"), key=lambda p: -len(p.parts)):
+            with contextlib.suppress(OSError):
+                d.rmdir()
+    assert proc.returncode == 0, proc.stderr
+    view = _view(proc.stdout)
+    assert view["OPEN0"] == ["cat: can't open '/dev/nvidia0': No such device or address"]
+    assert "Operation not permitted" in view["OPEN5"][0]

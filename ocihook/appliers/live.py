@@ -187,6 +187,14 @@ def _allow_devices(cgroup_dir: str, rules: Sequence[CgroupRule], undo: list[_Und
         undo.append(_partial(_write_cgroup, deny, text))
 
 
+def _own_v1_cgroup(v1: str) -> bool:
+    """Whether ``v1`` is a cgroup v1 devices directory of the container's own: it exists
+    and is not the hierarchy's root."""
+    return os.path.isfile(os.path.join(v1, "devices.list")) and os.path.isfile(
+        os.path.join(v1, "..", "devices.list")
+    )
+
+
 def _allow_in_cgroups(pid: int, rules: Sequence[CgroupRule], undo: list[_Undo]) -> None:
     """Let the container of ``pid`` use the devices of ``rules`` on both cgroup versions.
 
@@ -212,6 +220,8 @@ def _allow_in_cgroups(pid: int, rules: Sequence[CgroupRule], undo: list[_Undo]) 
         if cg2 is None:
             raise
         v1 = None
+    if v1 is not None and cg2 is not None and not _own_v1_cgroup(v1):
+        v1 = None  # a cgroup2 container whose v1 membership is the host's root: leave it
     if v1 is not None:
         _allow_devices(v1, rules, undo)
     if cg2 is not None:
