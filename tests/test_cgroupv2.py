@@ -604,34 +604,6 @@ def test_verifier_refusal_carries_the_log(cg2_mount: str) -> None:
         cgroupv2.load_program(uninit)
 
 
-def test_prog_test_run_support(cg2_mount: str) -> None:
-    """BPF_PROG_TEST_RUN would be the simplest oracle; say whether the kernel has it."""
-    fd = load(cgroupv2.allow_rules_program([R("c", 195, 0, "rw")], None))
-    try:
-        results = []
-        for acc, minor in ((6, 0), (6, 1), (1, 0)):
-            ctx = bytearray(struct.pack("=III", acc << 16 | 2, 195, minor))
-            attr = bytearray(72)
-            struct.pack_into("=I", attr, 0, fd)
-            struct.pack_into("=II", attr, 40, len(ctx), 0)
-            struct.pack_into("=Q", attr, 48, _linux.buffer_address(ctx))
-            try:
-                _linux.bpf(_linux.BPF_PROG_TEST_RUN, attr)
-            except OSError as e:
-                if e.errno in (524, errno.EOPNOTSUPP, errno.EINVAL):  # 524: ENOTSUPP
-                    reason = (
-                        f"BPF_PROG_TEST_RUN is not supported for cgroup device programs "
-                        f"(errno {e.errno}); behaviour is tested through a real cgroup"
-                    )
-                    print(f"SKIP: {reason}")
-                    pytest.skip(reason)
-                raise
-            results.append(struct.unpack_from("=I", attr, 4)[0])
-        assert results == [1, 0, 0]
-    finally:
-        os.close(fd)
-
-
 @pytest.mark.parametrize("base_kind", ["deny", "runc"])
 @pytest.mark.parametrize("type_", ["a", "b", "c"])
 def test_every_rule_field_combination(lab: tuple[Lab, Prober], type_: str, base_kind: str) -> None:
