@@ -74,6 +74,7 @@ __all__ = [
     "move_mount",
     "open_tree",
     "openat2",
+    "set_fs_ids",
     "setns",
     "syscall_number",
     "umount2",
@@ -203,6 +204,13 @@ class _Libc:
         self.setns = lib.setns
         self.setns.argtypes = (ctypes.c_int, ctypes.c_int)
         self.setns.restype = ctypes.c_int
+
+        self.setfsuid = lib.setfsuid
+        self.setfsuid.argtypes = (ctypes.c_uint,)
+        self.setfsuid.restype = ctypes.c_int
+        self.setfsgid = lib.setfsgid
+        self.setfsgid.argtypes = (ctypes.c_uint,)
+        self.setfsgid.restype = ctypes.c_int
 
         self.unshare = lib.unshare
         self.unshare.argtypes = (ctypes.c_int,)
@@ -589,3 +597,23 @@ def buffer_address(buf: bytearray) -> int:
         return 0
     ctypes = _libc().ctypes
     return int(ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf)))
+
+
+def set_fs_ids(uid: int, gid: int) -> tuple[int, int]:
+    """Set the filesystem user and group ids of the calling thread (``setfsuid(2)``,
+    ``setfsgid(2)``) and return the previous ``(uid, gid)``.
+
+    Files created afterwards belong to ``uid:gid``: a container with a user namespace
+    only accepts new files whose owner is mapped in it (else ``EOVERFLOW``). Changing the
+    filesystem uid from 0 drops ``CAP_MKNOD``, ``CAP_DAC_OVERRIDE`` and the other file
+    capabilities from the effective set until it is set back to 0 (capabilities(7)).
+
+    Raises:
+        OSError: ``EPERM`` when the ids did not change (the calls report no errno).
+    """
+    lib = _libc()
+    old_gid = int(lib.setfsgid(gid))
+    old_uid = int(lib.setfsuid(uid))
+    if int(lib.setfsuid(uid)) != uid or int(lib.setfsgid(gid)) != gid:
+        raise OSError(errno.EPERM, "setfsuid/setfsgid did not take effect")
+    return old_uid, old_gid

@@ -406,3 +406,50 @@ def test_pure_cgroup2_host_through_runcs_own_device_program(
     view = _view(proc.stdout)
     assert view["OPEN0"] == ["cat: can't open '/dev/nvidia0': No such device or address"]
     assert "Operation not permitted" in view["OPEN5"][0]
+
+
+def test_user_namespace_container(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
+    """A container with a user namespace (root mapped to host uid 100000): its /dev does
+    not allow mknod, so the hook bind-mounts the host's nodes and creates files as the
+    container's root. The requested GPU opens with ENXIO, its libraries resolve, and the
+    soname link belongs to the container's root."""
+    need_root_and("runc")
+    if not sim.dev_nodes:
+        pytest.skip("the simulated host has no /dev nodes (not root)")
+    script = (
+        "echo OPEN $(cat /dev/nvidia0 2>&1 | head -n 1); "
+        "echo LINK $(readlink /usr/lib64/libcuda.so.1); "
+        "echo OWNER $(stat -c '%u' /usr/lib64/libcuda.so.1)"
+    )
+    import tempfile
+
+    from ocihook.demo import make_busybox_bundle
+
+    # the mapped root must be able to reach the rootfs: not below pytest's 0700 tmp dir
+    top = tempfile.mkdtemp(prefix="ocihook-userns-", dir="/tmp")
+    os.chmod(top, 0o755)
+    request_cleanup = top
+    bundle = make_busybox_bundle(
+        os.path.join(top, "bundle"), ["sh", "-c", script], ["NVIDIA_VISIBLE_DEVICES=0"]
+    )
+    cfg = Path(bundle, "config.json")
+    doc = json.loads(cfg.read_text())
+    doc["linux"]["namespaces"].append({"type": "user"})
+    doc["linux"]["uidMappings"] = [{"containerID": 0, "hostID": 100000, "size": 65536}]
+    doc["linux"]["gidMappings"] = [{"containerID": 0, "hostID": 100000, "size": 65536}]
+    doc["hooks"] = {"prestart": [_hook("prestart", sim.root)]}
+    cfg.write_text(json.dumps(doc))
+    subprocess.run(
+        ["chown", "-R", "-h", "100000:100000", os.path.join(bundle, "rootfs")], check=True
+    )
+    try:
+        proc = _run("runc", bundle, str(tmp_path / "state"), f"userns-{os.getpid()}")
+    finally:
+        shutil.rmtree(request_cleanup, ignore_errors=True)
+    assert proc.returncode == 0, proc.stderr
+    view = _view(proc.stdout)
+    assert view["OPEN"] == ["cat: can't open '/dev/nvidia0': No such device or address"]
+    assert view["LINK"] == [f"libcuda.so.{sim.driver_version}"]
+    assert view["OWNER"] == ["0"]  # the container's root, host uid 100000
+    with open("/proc/self/mountinfo") as f:
+        assert bundle not in f.read()

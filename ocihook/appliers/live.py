@@ -510,8 +510,10 @@ def inject(
         raise e.with_path(bundle.config_path) from None
     plan = links_to_mounts(plan, occupied_links(bundle.rootfs, plan))
     edits = plan.edits
+    root_ids = None if inside else _container_root_ids(pid)
     undo: list[_Undo] = []
     tree_fds: list[int] = []
+    node_fds: list[int] | None = None
     gpu_fds: dict[str, int] = {}
     proc_files: dict[str, bytes] = {}
     host_ns = -1
@@ -535,6 +537,22 @@ def inject(
                 )
             except OSError as e:
                 raise ApplyError(f"cannot clone driver file: {e.strerror}", path=m.source) from None
+        if root_ids is not None:
+            node_fds = []
+            for n in edits.device_nodes:
+                try:
+                    node_fds.append(
+                        _linux.bind_mount_detached(
+                            n.host_path, readonly=False, nosuid=True, nodev=False, noexec=True
+                        )
+                    )
+                except OSError as e:
+                    raise ApplyError(
+                        f"cannot clone the host device node: {e.strerror}",
+                        path=n.host_path,
+                        hint="a container with a user namespace gets the host's nodes "
+                        "bind-mounted; they must exist under the dev root",
+                    ) from None
         if not inside:
             host_ns = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
             ns_path = _proc_path(HostRoot(), pid, "ns/mnt")
@@ -554,7 +572,14 @@ def inject(
                 os.close(ns_fd)
             undo.append(lambda: _linux.setns(host_ns, _linux.CLONE_NEWNS))
         root_fd = pathsafe.open_root(bundle.rootfs)
-        _apply_in_container(root_fd, bundle.rootfs, plan, tree_fds, undo)
+        if root_ids is not None:  # files the container's user namespace can own
+            old_ids = _linux.set_fs_ids(*root_ids)
+            try:
+                _apply_in_container(root_fd, bundle.rootfs, plan, tree_fds, undo, node_fds)
+            finally:
+                _linux.set_fs_ids(*old_ids)
+        else:
+            _apply_in_container(root_fd, bundle.rootfs, plan, tree_fds, undo)
         if edits.proc_mask is not None:
             mask_proc_driver(root_fd, proc_files, gpu_fds, undo)
         if not inside:  # success: back to the host namespace, keep the changes
@@ -564,13 +589,39 @@ def inject(
         _run_undo(undo)
         raise
     finally:
-        for fd in (*tree_fds, *gpu_fds.values()):
+        for fd in (*tree_fds, *gpu_fds.values(), *(node_fds or ())):
             os.close(fd)
         if root_fd >= 0:
             os.close(root_fd)
         if host_ns >= 0:
             os.close(host_ns)
     return plan
+
+
+def _container_root_ids(pid: int) -> tuple[int, int] | None:
+    """The host uid and gid of the container's root when the container has a user
+    namespace of its own (``/proc/<pid>/uid_map``, ``gid_map``: ``inside outside count``
+    lines, ``user_namespaces(7)``), else ``None``.
+
+    Raises:
+        ApplyError: the namespace maps no root.
+    """
+    try:
+        if os.stat(f"/proc/{pid}/ns/user").st_ino == os.stat("/proc/self/ns/user").st_ino:
+            return None
+        ids = []
+        for name in ("uid_map", "gid_map"):
+            with open(f"/proc/{pid}/{name}") as f:
+                for line in f:
+                    inside, outside, _count = (int(x) for x in line.split())
+                    if inside == 0:
+                        ids.append(outside)
+                        break
+    except (OSError, ValueError) as e:
+        raise ApplyError(f"cannot read the container's user namespace: {e}") from None
+    if len(ids) != 2:
+        raise ApplyError("the container's user namespace maps no root user", value=pid)
+    return ids[0], ids[1]
 
 
 def _check_inside_container(pid: int) -> None:
@@ -757,10 +808,20 @@ def _check_container_pid(pid: int) -> None:
 
 
 def _apply_in_container(
-    root_fd: int, rootfs: str, plan: Plan, tree_fds: Sequence[int], undo: list[_Undo]
+    root_fd: int,
+    rootfs: str,
+    plan: Plan,
+    tree_fds: Sequence[int],
+    undo: list[_Undo],
+    node_fds: Sequence[int] | None = None,
 ) -> None:
     """The container-side steps of :func:`inject`; runs inside the container's mount
-    namespace and records undo actions (run in reverse order) for every change."""
+    namespace and records undo actions (run in reverse order) for every change.
+
+    ``node_fds`` (a container with a user namespace): detached clones of the host's device
+    nodes, bind-mounted onto new files in the container's ``/dev`` instead of ``mknod``,
+    which a user namespace's ``/dev`` does not allow (runc does the same for such
+    containers)."""
     from .. import _linux
     from .. import pathsafe as ps
 
@@ -773,7 +834,20 @@ def _apply_in_container(
 
     undo.append(remove_created)
     try:
-        for node in edits.device_nodes:
+        if node_fds is not None:
+            for node, tree in zip(edits.device_nodes, node_fds, strict=True):
+                parent, _, name = node.path.rpartition("/")
+                parent_fd = ps.makedirs_in_root(root_fd, parent or "/", created=created)
+                try:
+                    target = ps.create_file_at(parent_fd, parent, name, 0o644, created=created)
+                finally:
+                    os.close(parent_fd)
+                try:
+                    _linux.attach_mount(tree, target)
+                finally:
+                    os.close(target)
+                undo.append(_partial(_detach, root_fd, node.path))
+        for node in () if node_fds is not None else edits.device_nodes:
             ps.mknod_in_root(
                 root_fd,
                 node.path,
