@@ -288,3 +288,65 @@ def test_spec_mode_hook_failure_removes_its_links(
     proc = run_container(bundle, state_root=str(tmp_path / "runc"), timeout=30)
     assert proc.returncode != 0
     assert not any(p.is_symlink() for p in Path(bundle, "rootfs/usr/lib64").iterdir())
+
+
+def test_directory_swapped_for_a_link_between_check_and_use(tmp_path: Any) -> None:
+    """The image swaps a directory for a link to a host directory after ocihook looked it
+    up: the file is made through the descriptor it already holds, never on the host."""
+    from ocihook import pathsafe
+
+    rootfs = tmp_path / "rootfs"
+    (rootfs / "usr/lib64").mkdir(parents=True)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    root_fd = pathsafe.open_root(str(rootfs))
+    try:
+        parent_fd = pathsafe.makedirs_in_root(root_fd, "/usr/lib64")
+        try:
+            (rootfs / "usr/lib64").rename(rootfs / "usr/old")
+            (rootfs / "usr/lib64").symlink_to(victim)
+            fd = pathsafe.create_file_at(parent_fd, "/usr/lib64", "libcuda.so.1")
+            os.close(fd)
+        finally:
+            os.close(parent_fd)
+    finally:
+        os.close(root_fd)
+    assert list(victim.iterdir()) == []
+    assert (rootfs / "usr/old/libcuda.so.1").is_file()
+
+
+def test_fifo_where_a_library_should_be_does_not_block(
+    sim: simhost.SimulatedHost, tmp_path: Any
+) -> None:
+    root = _copy(sim, tmp_path)
+    lib = Path(root, f"usr/lib/x86_64-linux-gnu/libnvidia-ptxjitcompiler.so.{sim.driver_version}")
+    lib.unlink()
+    os.mkfifo(lib)
+    h = discover(HostRoot.single(root))  # returns: the FIFO is never opened for reading
+    assert "libnvidia-ptxjitcompiler.so.1" not in {x.soname for x in h.libraries}
+    assert any("libnvidia-ptxjitcompiler" in w for w in h.warnings)
+
+
+def test_hook_applied_twice_gives_the_same_container(
+    sim: simhost.SimulatedHost, bundle_factory: Callable[..., str], tmp_path: Any
+) -> None:
+    need_root_and("runc")
+    script = "ls -l /dev/nvidia0 /usr/lib64/libcuda.so.1; grep -c libcuda /proc/self/mountinfo"
+    bundle = bundle_factory(["sh", "-c", script], ["NVIDIA_VISIBLE_DEVICES=0"])
+    _register_hook(bundle, sim.root)
+    cfg = Path(bundle, "config.json")
+    doc = json.loads(cfg.read_text())
+    once = run_container(bundle, state_root=str(tmp_path / "r1"))
+    doc["hooks"]["prestart"] = doc["hooks"]["prestart"] * 2
+    cfg.write_text(json.dumps(doc))
+    twice = run_container(bundle, state_root=str(tmp_path / "r2"))
+    assert once.returncode == 0 and twice.returncode == 0, twice.stderr
+    strip = [
+        ln.split(None, 5)[-1] if ln.startswith(("c", "l")) else ln
+        for ln in once.stdout.splitlines()
+    ]
+    strip2 = [
+        ln.split(None, 5)[-1] if ln.startswith(("c", "l")) else ln
+        for ln in twice.stdout.splitlines()
+    ]
+    assert strip == strip2  # the same nodes, links and number of libcuda mounts

@@ -727,6 +727,18 @@ def mask_proc_driver(
             return False
         raise
     try:
+        parent = ps.open_in_root(root_fd, os.path.dirname(PROC_DRIVER), directory)
+    except ApplyError:
+        os.close(target)
+        raise
+    try:
+        masked = os.fstat(target).st_dev != os.fstat(parent).st_dev
+    finally:
+        os.close(parent)
+    if masked and os.path.exists(f"/proc/self/fd/{target}/params"):
+        os.close(target)  # a tmpfs of ours is there already (the hook ran twice)
+        return False
+    try:
         _linux.mount(
             "tmpfs",
             f"/proc/self/fd/{target}",
@@ -877,6 +889,8 @@ def _apply_in_container(
                     parents[parent] = ps.makedirs_in_root(root_fd, parent, created=created)
                 target_fd = ps.create_file_at(parents[parent], parent, name, created=created)
                 try:
+                    if _same_file(target_fd, tree_fd):
+                        continue  # mounted there already (the hook ran twice): idempotent
                     _linux.attach_mount(tree_fd, target_fd)
                 finally:
                     os.close(target_fd)
@@ -899,6 +913,13 @@ def _apply_in_container(
             f"cannot change the container: {e.strerror}",
             path=e.filename if isinstance(e.filename, str) else rootfs,
         ) from None
+
+
+def _same_file(a: int, b: int) -> bool:
+    """Whether two descriptors name the same file (a bind mount shows its source's
+    device and inode)."""
+    sa, sb = os.fstat(a), os.fstat(b)
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
 
 def _detach(root_fd: int, path: str) -> None:
