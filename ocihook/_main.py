@@ -449,16 +449,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         refused = _refuse_poisoned_hook()
         if refused is not None:
             return refused
-    if len(args) >= 2 and args[0] == "hook" and args[1] in INJECT_STAGES:
-        code, stdin = _void_hook_exit(args)
-        if code is not None:
-            return code
-        return run_fast(args, stdin)
-    if args and args[0] in FAST_COMMANDS:
-        return run_fast(args)
-    from .cli import cli_main
+    try:
+        if len(args) >= 2 and args[0] == "hook" and args[1] in INJECT_STAGES:
+            code, stdin = _void_hook_exit(args)
+            if code is not None:
+                return code
+            return run_fast(args, stdin)
+        if args and args[0] in FAST_COMMANDS:
+            return run_fast(args)
+        from .cli import cli_main
 
-    return cli_main(args)
+        return cli_main(args)
+    except BrokenPipeError:
+        # The reader went away (``ocihook list | head``): the work is done, only the
+        # printing stopped. Quiet, and no second error when Python flushes at exit.
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

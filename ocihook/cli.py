@@ -54,10 +54,17 @@ def _root(
     )
 
 
+class _PipeClosed(Exception):
+    """Standard output was closed by its reader; carried past click, which turns EPIPE
+    into exit status 1."""
+
+
 class _Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except BrokenPipeError:
+            raise _PipeClosed() from None
         except OcihookError as e:
             click.echo(f"ocihook: error[{e.reference}]: {e}", err=True)
             ctx.exit(exit_code_for(e))
@@ -279,10 +286,20 @@ def simhost(dest: str, gpus: int, no_dev_nodes: bool) -> None:
 
 
 def cli_main(args: Sequence[str]) -> int:
-    """Run the click CLI with ``args`` and return the exit code."""
+    """Run the click CLI with ``args`` and return the exit code. A closed standard output
+    (``ocihook list | head``) propagates as :class:`BrokenPipeError` (exit 0 in
+    :func:`ocihook._main.main`), not click's exit 1."""
     try:
-        cli.main(args=list(args), prog_name="ocihook", standalone_mode=True)
+        result = cli.main(args=list(args), prog_name="ocihook", standalone_mode=False)
+    except _PipeClosed:
+        raise BrokenPipeError() from None
+    except click.exceptions.ClickException as e:
+        e.show()
+        return e.exit_code
+    except click.exceptions.Abort:
+        click.echo("Aborted!", err=True)
+        return 1
     except SystemExit as e:
         code = e.code
         return code if isinstance(code, int) else (0 if code is None else 1)
-    return 0
+    return result if isinstance(result, int) else 0

@@ -78,3 +78,22 @@ def test_list_unknown_device(sim: simhost.SimulatedHost) -> None:
     proc = _cli("list", "-d", "9", *_roots(sim.root))
     assert proc.returncode == 5
     assert "no such GPU" in proc.stderr and "'9'" in proc.stderr
+
+
+def test_closed_stdout_is_not_an_error(sim: simhost.SimulatedHost) -> None:
+    """`ocihook list | head -1`: the reader goes away; exit 0, no traceback."""
+    for args in (["list"], ["info"], ["edit", "--dry-run", "--diff", "-b", "/nonexistent"]):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ocihook", *args, *_roots(sim.root)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()  # the reader is gone before anything is written: EPIPE
+        err = proc.stderr.read().decode()
+        code = proc.wait(timeout=60)
+        if args[0] == "edit":
+            assert code == 3  # no bundle there: a real error still counts
+            continue
+        assert code == 0, err
+        assert "Traceback" not in err
