@@ -234,6 +234,8 @@ def test_sixteen_concurrent_containers_get_their_own_gpus(
     [
         ({"id": "x", "pid": 999999, "bundle": "@B"}, 4, "cannot inspect the container process"),
         ({"id": "x", "pid": 5, "bundle": "/nonexistent-bundle"}, 3, "config.json not found"),
+        # a runtime that gives no pid (not runc-compatible for this stage)
+        ({"id": "x", "bundle": "@B", "status": "created"}, 4, "no host pid"),
     ],
 )
 def test_bad_state_leaves_nothing(
