@@ -44,6 +44,7 @@ from ..errors import DiscoveryError, RequestError
 from ..hostroot import HostRoot, read_text
 from ..pathsafe import resolve_in_root
 from .gpus import HostDeviceNode, canonical_bus_id, device_node
+from .nvidia import parse_char_majors
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ __all__ = [
     "modeset_node",
     "mofed_nodes",
     "nvswitch_nodes",
-    "parse_char_majors",
+    "parse_char_majors",  # re-exported from ocihook.discovery.nvidia
     "parse_misc",
     "parse_sysfs_dev",
     "sysfs_bus_id",
@@ -240,31 +241,6 @@ def parse_misc(text: str) -> dict[str, int]:
         if len(fields) == 2 and fields[0].isascii() and fields[0].isdigit():
             minors.setdefault(fields[1], int(fields[0]))
     return minors
-
-
-def parse_char_majors(text: str) -> dict[str, tuple[int, ...]]:
-    """Return *every* character major of a ``/proc/devices`` text, by driver name.
-
-    Unlike :func:`ocihook.discovery.nvidia.parse_devices` (first major per name), this keeps
-    all of them in file order: a driver may register several regions under one name
-    (``infiniband_verbs``: the fixed 231 and a dynamic one). Only the "Character devices:"
-    section is read.
-    """
-    majors: dict[str, list[int]] = {}
-    in_char = False
-    for line in text.splitlines():
-        s = line.strip()
-        if s.endswith(":"):
-            in_char = s == "Character devices:"
-            continue
-        if not in_char or not s:
-            continue
-        num, _, name = s.partition(" ")
-        if num.isascii() and num.isdigit() and name.strip():
-            found = majors.setdefault(name.strip(), [])
-            if int(num) not in found:
-                found.append(int(num))
-    return {name: tuple(nums) for name, nums in majors.items()}
 
 
 def sysfs_bus_id(bus_id: str) -> str:

@@ -55,6 +55,7 @@ __all__ = [
     "HostDeviceNode",
     "NvidiaHost",
     "discover",
+    "parse_char_majors",
     "parse_devices",
     "parse_driver_version",
     "parse_gpu_information",
@@ -168,13 +169,12 @@ def parse_driver_version(text: str, *, path: str | None = None) -> str:
     )
 
 
-def parse_devices(text: str) -> dict[str, int]:
-    """Return the character device majors of a ``/proc/devices`` text, by driver name.
-
-    Only the "Character devices:" section is read (block majors are a different number
-    space). When one name appears twice the first major wins.
-    """
-    majors: dict[str, int] = {}
+def parse_char_majors(text: str) -> dict[str, tuple[int, ...]]:
+    """Return *every* character major of a ``/proc/devices`` text, by driver name, in
+    file order: a driver may register several regions under one name
+    (``infiniband_verbs``: the fixed 231 and a dynamic one). Only the "Character
+    devices:" section is read (block majors are a different number space)."""
+    majors: dict[str, list[int]] = {}
     in_char = False
     for line in text.splitlines():
         s = line.strip()
@@ -185,8 +185,16 @@ def parse_devices(text: str) -> dict[str, int]:
             continue
         num, _, name = s.partition(" ")
         if num.isascii() and num.isdigit() and name.strip():
-            majors.setdefault(name.strip(), int(num))
-    return majors
+            found = majors.setdefault(name.strip(), [])
+            if int(num) not in found:
+                found.append(int(num))
+    return {name: tuple(nums) for name, nums in majors.items()}
+
+
+def parse_devices(text: str) -> dict[str, int]:
+    """Return the character device majors of a ``/proc/devices`` text, by driver name;
+    when one name has several, the first (see :func:`parse_char_majors`)."""
+    return {name: nums[0] for name, nums in parse_char_majors(text).items()}
 
 
 # -- discovery (reads files) ---------------------------------------------------------------
