@@ -29,7 +29,7 @@ import os
 
 from ._record import Record
 from .errors import RequestError
-from .request import Request, select_gpus
+from .request import Request, select_devices
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
 if TYPE_CHECKING:
@@ -317,7 +317,11 @@ def make_plan(host: NvidiaHost, request: Request, layout: ContainerLayout) -> Pl
 
     if request.is_void:
         return Plan(host.driver_version, (), (), ContainerEdits())
-    gpus = select_gpus(request, host.gpus)
+    selections = select_devices(request, host.gpus)
+    gpus: list[Any] = []
+    for sel in selections:
+        if sel.gpu not in gpus:
+            gpus.append(sel.gpu)
     warnings = list(host.warnings)
     unsupported = sorted(request.capabilities - SUPPORTED_CAPABILITIES)
     if unsupported:
@@ -340,6 +344,9 @@ def make_plan(host: NvidiaHost, request: Request, layout: ContainerLayout) -> Pl
     if "display" in capabilities and host.modeset is not None:
         nodes.append(node(host.modeset))
     links: list[Symlink] = []
+    for sel in selections:
+        if sel.mig is not None:  # a MIG device: its GPU and compute instance capabilities
+            nodes.extend(node(n) for n in sel.mig.nodes if node(n) not in nodes)
     for gpu in gpus:
         gn = host.gpu_nodes.get(gpu.minor)
         if gn is None:  # pragma: no cover - discovery builds one node per GPU

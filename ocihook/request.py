@@ -20,6 +20,7 @@ toolkit. Parsing is pure: no file or host access.
 
 from __future__ import annotations
 
+from ._record import Record
 from .errors import RequestError
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
     from typing import Any, Literal
 
-    from .discovery.nvidia import Gpu
+    from .discovery.gpus import Gpu, MigDevice
 
     VisibleKind = Literal["void", "none", "all", "list"]
 
@@ -35,10 +36,13 @@ __all__ = [
     "ALL_CAPABILITIES",
     "DEFAULT_CAPABILITIES",
     "Request",
+    "Selection",
+    "classify_device",
     "env_from_spec",
     "parse_env",
     "request_from_env",
     "request_from_spec",
+    "select_devices",
     "select_gpus",
 ]
 
@@ -187,17 +191,63 @@ def request_from_env(env: Mapping[str, str], *, source: str = "process.env") -> 
         return Request(kind="none", capabilities=capabilities, source=source)
     devices: list[str] = []
     for item in items:
-        if (item.isascii() and item.isdigit() and len(item) <= 6) or _is_gpu_uuid(item):
-            if item not in devices:
-                devices.append(item)
-            continue
-        raise RequestError(
-            "unsupported GPU identifier",
-            field=field_devices,
-            value=item,
-            hint="use all, none, void, GPU indices (0,1) or GPU UUIDs (GPU-...)",
-        )
+        if classify_device(item) is None:
+            raise RequestError(
+                "unsupported GPU identifier",
+                field=field_devices,
+                value=item,
+                hint="use all, none, void, GPU indices (0,1), GPU UUIDs (GPU-...), PCI bus "
+                "ids (0000:3b:00.0), MIG devices (0:1 or MIG-...)",
+            )
+        if item not in devices:
+            devices.append(item)
     return Request(kind="list", devices=tuple(devices), capabilities=capabilities, source=source)
+
+
+def _is_hex(text: str, length: int) -> bool:
+    return len(text) == length and set(text.lower()) <= _HEX
+
+
+def _is_bus_id(text: str) -> bool:
+    """``0000:3b:00.0``, ``00000000:3B:00.0`` or ``3b:00.0`` (domain 0)."""
+    parts = text.split(":")
+    if len(parts) == 2:
+        parts = ["0000", *parts]
+    if len(parts) != 3 or len(parts[0]) not in (4, 8) or not _is_hex(parts[0], len(parts[0])):
+        return False
+    dev, _, fn = parts[2].partition(".")
+    return _is_hex(parts[1], 2) and _is_hex(dev, 2) and fn in tuple("01234567")
+
+
+def classify_device(item: str) -> str | None:
+    """The kind of one ``NVIDIA_VISIBLE_DEVICES`` entry, or ``None`` when it is none:
+
+    ``"index"`` (decimal, 6 digits at most), ``"uuid"`` (``GPU-`` UUID, any case),
+    ``"bus-id"`` (PCI address), ``"mig-index"`` (``i:j``: MIG device ``j`` of GPU ``i``),
+    ``"mig-uuid"`` (``MIG-<uuid>`` or the older ``MIG-GPU-<uuid>/<gi>/<ci>``), ``"cdi"``
+    (a fully qualified CDI device name ``vendor/class=name``). NVIDIA Container Toolkit
+    ``internal/config/image`` and go-nvlib's device identifiers."""
+    if item.isascii() and item.isdigit() and len(item) <= 6:
+        return "index"
+    if _is_gpu_uuid(item):
+        return "uuid"
+    i, sep, j = item.partition(":")
+    if sep and all(x.isascii() and x.isdigit() and len(x) <= 6 for x in (i, j)):
+        return "mig-index"
+    if item.lower().startswith("mig-"):
+        rest = item[4:]
+        if _is_gpu_uuid(rest.split("/", 1)[0]) and rest.count("/") == 2:
+            gi, ci = rest.split("/")[1:]
+            if gi.isascii() and gi.isdigit() and ci.isascii() and ci.isdigit():
+                return "mig-uuid"
+        if _is_gpu_uuid("GPU-" + rest):
+            return "mig-uuid"
+    if _is_bus_id(item):
+        return "bus-id"
+    vendor_class, eq, name = item.partition("=")
+    if eq and "/" in vendor_class and name:
+        return "cdi"
+    return None
 
 
 def env_from_spec(config: Mapping[str, Any], *, path: str | None = None) -> dict[str, str]:
@@ -236,37 +286,119 @@ def request_from_spec(config: Mapping[str, Any], *, path: str | None = None) -> 
         raise
 
 
-def select_gpus(request: Request, gpus: Sequence[Gpu]) -> tuple[Gpu, ...]:
-    """Resolve a request's device list against the host's GPUs.
+class Selection(Record):
+    """One requested device: a whole ``gpu``, or MIG device ``mig`` of it."""
+
+    gpu: Gpu
+    mig: MigDevice | None = None
+
+
+def _mig_by_index(gpu: Gpu, j: int) -> MigDevice | None:
+    """MIG device ``j`` of ``gpu``: NVML's index when known (the NVML backend), else the
+    position in (GPU instance, compute instance) order, which is the order NVML lists
+    them in on drivers seen so far."""
+    for pos, mig in enumerate(gpu.mig_devices):
+        if (mig.nvml_index if mig.nvml_index is not None else pos) == j:
+            return mig
+    return None
+
+
+def select_devices(request: Request, gpus: Sequence[Gpu]) -> tuple[Selection, ...]:
+    """Resolve a request's device list against the host's GPUs and MIG devices.
 
     Args:
         request: the container's request.
         gpus: the host's GPUs in index order.
 
     Returns:
-        The selected GPUs in request order (``all``: index order; ``none``/``void``: empty).
+        The selected devices in request order, each once (``all``: every GPU in index
+        order; ``none``/``void``: empty).
 
     Raises:
-        RequestError: an index or UUID that matches no GPU; the message lists what exists.
+        RequestError: an identifier that matches nothing (the message lists what exists),
+            or a CDI name (CDI requests need the CDI registry, not yet in this version).
     """
     if request.kind == "all":
-        return tuple(gpus)
+        return tuple(Selection(g) for g in gpus)
     if request.kind != "list":
         return ()
-    by_index = {str(g.index): g for g in gpus}
+    by_index = {g.index: g for g in gpus}
     by_uuid = {g.uuid.lower(): g for g in gpus}
-    selected: list[Gpu] = []
+    by_bus = {g.bus_id.lower(): g for g in gpus}
+    field = f"{request.source}[{ENV_VISIBLE_DEVICES}]"
+    selected: list[Selection] = []
     for item in request.devices:
-        # digits were checked to be ASCII when the request was parsed
-        gpu = by_index.get(str(int(item))) if item.isdigit() else by_uuid.get(item.lower())
-        if gpu is None:
-            have = ", ".join(f"{g.index} ({g.uuid})" for g in gpus) or "no GPUs"
+        kind = classify_device(item)
+        found: Selection | None = None
+        if kind == "index":
+            gpu = by_index.get(int(item))
+            found = Selection(gpu) if gpu else None
+        elif kind == "uuid":
+            gpu = by_uuid.get(item.lower())
+            found = Selection(gpu) if gpu else None
+        elif kind == "bus-id":
+            parts = item.lower().split(":")
+            if len(parts) == 2:
+                parts = ["0", *parts]
+            key = f"{int(parts[0], 16):08x}:{parts[1]}:{parts[2]}"
+            gpu = by_bus.get(key)
+            found = Selection(gpu) if gpu else None
+        elif kind == "mig-index":
+            i, j = (int(x) for x in item.split(":"))
+            gpu = by_index.get(i)
+            mig = _mig_by_index(gpu, j) if gpu else None
+            found = Selection(gpu, mig) if gpu and mig else None
+        elif kind == "mig-uuid":
+            found = _mig_by_uuid(item, gpus)
+        elif kind == "cdi":
             raise RequestError(
-                "no such GPU",
-                field=f"{request.source}[{ENV_VISIBLE_DEVICES}]",
+                "CDI device names are not supported by this ocihook version",
+                field=field,
                 value=item,
-                hint=f"this host has {have}",
+                hint="request the GPU by index or UUID",
             )
-        if gpu not in selected:
-            selected.append(gpu)
+        if found is None:
+            have = ", ".join(f"{g.index} ({g.uuid})" for g in gpus) or "no GPUs"
+            migs = [
+                f"{g.index}:{m.nvml_index if m.nvml_index is not None else pos}"
+                for g in gpus
+                for pos, m in enumerate(g.mig_devices)
+            ]
+            if migs:
+                have += "; MIG devices " + ", ".join(migs)
+            raise RequestError("no such GPU", field=field, value=item, hint=f"this host has {have}")
+        if found not in selected:
+            selected.append(found)
     return tuple(selected)
+
+
+def _mig_by_uuid(item: str, gpus: Sequence[Gpu]) -> Selection | None:
+    """``MIG-<uuid>`` (NVML's MIG UUID) or ``MIG-GPU-<uuid>/<gi>/<ci>`` (the older form
+    naming the parent GPU and the instance ids)."""
+    rest = item[4:]
+    if "/" in rest:
+        parent, gi, ci = rest.split("/")
+        for g in gpus:
+            if g.uuid.lower() == parent.lower():
+                for m in g.mig_devices:
+                    if (m.gi, m.ci) == (int(gi), int(ci)):
+                        return Selection(g, m)
+        return None
+    for g in gpus:
+        for m in g.mig_devices:
+            if m.uuid is not None and m.uuid.lower() == item.lower():
+                return Selection(g, m)
+    return None
+
+
+def select_gpus(request: Request, gpus: Sequence[Gpu]) -> tuple[Gpu, ...]:
+    """The GPUs of :func:`select_devices` (MIG devices give their parent), each once.
+
+    Raises:
+        RequestError: see :func:`select_devices`.
+    """
+    out: list[Gpu] = []
+    for sel in select_devices(request, gpus):
+        if sel.gpu not in out:
+            out.append(sel.gpu)
+    return tuple(out)

@@ -9,6 +9,9 @@ NVIDIA driver and eight GPUs, for the demo and the tests on machines without a G
 * ``proc/devices`` with the ``nvidia``, ``nvidia-uvm`` and ``nvidia-caps`` majors;
 * ``sys/module/nvidia/version``;
 * ``sys/bus/pci/devices/<bus id>/drm/{cardN,renderDN}/dev`` for each GPU;
+* MIG: ``proc/driver/nvidia-caps/mig-minors``, the ``capabilities`` files, and GPU 1
+  split into two GPU instances (MIG devices ``1:0`` and ``1:1``), with their
+  ``dev/nvidia-caps`` nodes when root;
 * ``dev/nvidiactl``, ``dev/nvidia-uvm``, ``dev/nvidia-uvm-tools``, ``dev/nvidia<minor>``,
   ``dev/nvidia-modeset`` and ``dev/dri/{cardN,renderDN,by-path/...}`` made with ``mknod``
   when running as root (skipped otherwise; spec mode does not need them);
@@ -62,6 +65,18 @@ _ABI_FLAGS = {"x86_64": 0x0303, "aarch64": 0x0A03}
 NVIDIA_MAJOR = 195
 UVM_MAJOR = 237
 CAPS_MAJOR = 240
+#: GPU instances of the MIG-enabled GPU (index 1), each with compute instance 0.
+MIG_INSTANCES = (1, 2)
+
+
+def _gi_minor(gpu_minor: int, gi: int) -> int:
+    """The driver's minor of ``gpu<gpu_minor>/gi<gi>/access`` (``mig-minors``)."""
+    return 3 + gpu_minor * 135 + gi * 9
+
+
+def _cap_file(minor: int, mode: int) -> str:
+    """A ``capabilities`` access file as the driver writes it."""
+    return f"DeviceFileMinor: {minor}\nDeviceFileMode: {mode}\nDeviceFileModify: 1\n"
 
 
 class SimulatedGpu(Record):
@@ -198,6 +213,31 @@ def build(
     )
     _write(os.path.join(root, "sys/module/nvidia/version"), driver_version + "\n", 0o444)
 
+    # MIG: the driver's static minor table (config 1, monitor 2, then per GPU minor 15 GPU
+    # instances of 9 minors: the GI's, then its 8 compute instances'), and GPU 1 split into
+    # two GPU instances with one compute instance each (capability files as the driver
+    # writes them, nvidia-caps major in /proc/devices).
+    table = ["config 1", "monitor 2"]
+    for m in range(8):
+        for gi in range(15):
+            table.append(f"gpu{m}/gi{gi}/access {_gi_minor(m, gi)}")
+            table.extend(
+                f"gpu{m}/gi{gi}/ci{ci}/access {_gi_minor(m, gi) + 1 + ci}" for ci in range(8)
+            )
+    _write(os.path.join(proc, "driver/nvidia-caps/mig-minors"), "\n".join(table) + "\n", 0o444)
+    caps = os.path.join(proc, "driver/nvidia/capabilities")
+    _write(os.path.join(caps, "mig/config"), _cap_file(1, 0o400), 0o444)
+    _write(os.path.join(caps, "mig/monitor"), _cap_file(2, 0o444), 0o444)
+    mig_gpu = sim_gpus[1] if len(sim_gpus) > 1 else None
+    mig_minors: list[int] = []
+    if mig_gpu is not None:
+        for gi in MIG_INSTANCES:
+            g_minor, c_minor = _gi_minor(mig_gpu.minor, gi), _gi_minor(mig_gpu.minor, gi) + 1
+            base = os.path.join(caps, f"gpu{mig_gpu.minor}/mig/gi{gi}")
+            _write(os.path.join(base, "access"), _cap_file(g_minor, 0o444), 0o444)
+            _write(os.path.join(base, "ci0/access"), _cap_file(c_minor, 0o444), 0o444)
+            mig_minors += [g_minor, c_minor]
+
     # sysfs: the DRM card and render nodes of each GPU (drivers/gpu/drm/drm_sysfs.c)
     for g in sim_gpus:
         pci = os.path.join(root, f"sys/bus/pci/devices/0000:{g.bus_id[9:]}/drm")
@@ -217,6 +257,9 @@ def build(
                     f"../{name}", os.path.join(dev, f"dri/by-path/pci-0000:{g.bus_id[9:]}-{kind}")
                 )
         _mknod(os.path.join(dev, "nvidiactl"), NVIDIA_MAJOR, 255)
+        for m in (1, 2, *mig_minors):
+            _mknod(os.path.join(dev, f"nvidia-caps/nvidia-cap{m}"), CAPS_MAJOR, m)
+            os.chmod(os.path.join(dev, f"nvidia-caps/nvidia-cap{m}"), 0o444 if m != 1 else 0o400)
         _mknod(os.path.join(dev, "nvidia-uvm"), UVM_MAJOR, 0)
         _mknod(os.path.join(dev, "nvidia-uvm-tools"), UVM_MAJOR, 1)
         for g in sim_gpus:

@@ -237,3 +237,37 @@ def test_hook_mode_bad_request_stops_the_start(
         assert f.read() == before
     assert not os.path.exists(os.path.join(bundle, "rootfs/usr/lib64"))
     _host_mounts_clean(bundle)
+
+
+@pytest.mark.parametrize("mode", ["spec", "hook"])
+def test_mig_device(sim: Any, bundle_factory: Callable[..., str], tmp_path: Any, mode: str) -> None:
+    """MIG device 1:0: the container gets GPU 1's node and that instance's capability
+    nodes (c <nvidia-caps>:<minor>), and no other instance's."""
+    need_root_and("runc")
+    from ocihook.simhost import CAPS_MAJOR, MIG_INSTANCES
+
+    script = (
+        "for n in /dev/nvidia*  /dev/nvidia-caps/*; do echo NODE $n $(stat -c '%t:%T' $n); done"
+    )
+    bundle = bundle_factory(
+        ["sh", "-c", script], ["NVIDIA_VISIBLE_DEVICES=1:0", "NVIDIA_DRIVER_CAPABILITIES=utility"]
+    )
+    if mode == "spec":
+        assert edit_bundle(bundle, HostRoot.single(sim.root)).written
+    else:
+        _register_hook(bundle, sim.root)
+    proc = run_container(bundle, state_root=str(tmp_path / "runc"))
+    assert proc.returncode == 0, proc.stderr
+    minor1 = sim.gpus[1].minor
+    gi = 3 + minor1 * 135 + MIG_INSTANCES[0] * 9
+    nodes = {
+        line.split()[1]: line.split()[2]
+        for line in _lines(proc.stdout, "NODE") and proc.stdout.splitlines()
+    }
+    assert nodes == {
+        "/dev/nvidia-caps": "0:0" if False else nodes.get("/dev/nvidia-caps", ""),
+        "/dev/nvidiactl": "c3:ff",
+        f"/dev/nvidia{minor1}": f"c3:{minor1:x}",
+        f"/dev/nvidia-caps/nvidia-cap{gi}": f"{CAPS_MAJOR:x}:{gi:x}",
+        f"/dev/nvidia-caps/nvidia-cap{gi + 1}": f"{CAPS_MAJOR:x}:{gi + 1:x}",
+    }

@@ -137,3 +137,31 @@ def test_exactly_the_requested_gpus(host: NvidiaHost, indices: list[int], caps: 
     assert make_plan(host, request_from_env(env), ContainerLayout()) == plan
     if indices:
         jsonschema.validate(plan.to_dict(), SCHEMA)
+
+
+def test_mig_device_request(host: NvidiaHost, sim: simhost.SimulatedHost) -> None:
+    """MIG device 1:1 (GPU 1's second GPU instance): the parent's node and exactly that
+    instance's two capability nodes; by the older MIG-GPU-<uuid>/<gi>/<ci> name too."""
+    gpu1 = sim.gpus[1]
+    gi = simhost.MIG_INSTANCES[1]
+    g_minor = 3 + gpu1.minor * 135 + gi * 9
+    want = {
+        ("/dev/nvidia1", 195, gpu1.minor),
+        (f"/dev/nvidia-caps/nvidia-cap{g_minor}", simhost.CAPS_MAJOR, g_minor),
+        (f"/dev/nvidia-caps/nvidia-cap{g_minor + 1}", simhost.CAPS_MAJOR, g_minor + 1),
+    }
+    for name in ("1:1", f"MIG-{gpu1.uuid}/{gi}/0"):
+        req = request_from_env(
+            {"NVIDIA_VISIBLE_DEVICES": name, "NVIDIA_DRIVER_CAPABILITIES": "utility"}
+        )
+        plan = make_plan(host, req, ContainerLayout())
+        got = {(n.path, n.major, n.minor) for n in plan.edits.device_nodes} - {
+            ("/dev/nvidiactl", 195, 255)
+        }
+        assert got == want, name
+        assert {(r.major, r.minor) for r in plan.edits.cgroup_rules} == {
+            (m, n) for _p, m, n in want
+        } | {(195, 255)}
+    with pytest.raises(RequestError) as ei:
+        make_plan(host, request_from_env({"NVIDIA_VISIBLE_DEVICES": "1:5"}), ContainerLayout())
+    assert "1:0" in str(ei.value) and "1:1" in str(ei.value)  # the hint lists MIG devices

@@ -67,7 +67,7 @@ def test_unknown_gpu_lists_what_exists() -> None:
     assert UUIDS[0] in str(ei.value) and "0 (" in str(ei.value)
 
 
-@pytest.mark.parametrize("bad", ["0-1", "GPU-123", "nvidia.com/gpu=0", "-1", "0x1"])
+@pytest.mark.parametrize("bad", ["0-1", "GPU-123", "-1", "0x1", "1:2:3", "MIG-x", "3b:00"])
 def test_malformed_device_entries(bad: str) -> None:
     with pytest.raises(RequestError) as ei:
         request_from_env({"NVIDIA_VISIBLE_DEVICES": bad})
@@ -141,3 +141,37 @@ def test_arbitrary_text_never_crashes(value: str) -> None:
     except RequestError:
         return
     assert r.kind in {"void", "none", "all", "list"}
+
+
+def test_cdi_names_are_refused_for_now() -> None:
+    r = request_from_env({"NVIDIA_VISIBLE_DEVICES": "nvidia.com/gpu=0"})
+    with pytest.raises(RequestError, match="CDI device names"):
+        select_gpus(r, GPUS)
+
+
+@pytest.mark.parametrize(
+    ("item", "kind"),
+    [
+        ("0", "index"),
+        ("GPU-11111111-2222-3333-4444-555555555555", "uuid"),
+        ("0000:01:00.0", "bus-id"),
+        ("00000000:01:00.0", "bus-id"),
+        ("01:00.0", "bus-id"),
+        ("0:1", "mig-index"),
+        ("MIG-11111111-2222-3333-4444-555555555555", "mig-uuid"),
+        ("MIG-GPU-11111111-2222-3333-4444-555555555555/1/0", "mig-uuid"),
+        ("nvidia.com/gpu=0", "cdi"),
+        ("x", None),
+        ("0:", None),
+        ("MIG-GPU-1/1/0", None),
+    ],
+)
+def test_classify(item: str, kind: str | None) -> None:
+    from ocihook.request import classify_device
+
+    assert classify_device(item) == kind
+
+
+def test_bus_ids_select() -> None:
+    r = request_from_env({"NVIDIA_VISIBLE_DEVICES": "0000:02:00.0,00000000:00:00.0"})
+    assert [g.index for g in select_gpus(r, GPUS)] == [2, 0]
