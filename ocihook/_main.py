@@ -329,9 +329,10 @@ def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
 
 
 #: Byte strings of which at least one occurs in the config.json of any container that can
-#: ask for a GPU: the request variables and the legacy CUDA image marker. A config.json
+#: ask for a GPU: the request variables, the legacy CUDA image marker, Docker Swarm's
+#: resource variables and the device-mount directory. A config.json
 #: holding none of them (and no JSON ``\u`` escape that could spell one) asks for nothing.
-REQUEST_MARKERS = (b"NVIDIA_", b"CUDA_VERSION")
+REQUEST_MARKERS = (b"NVIDIA_", b"CUDA_VERSION", b"DOCKER_RESOURCE_", b"nvidia-container-devices")
 
 
 def _bundle_from_state(stdin: bytes) -> str | None:

@@ -33,7 +33,7 @@ from .request import Request, select_devices
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
     from typing import Any
 
     from .discovery.gpus import HostDeviceNode
@@ -298,13 +298,21 @@ class Plan(Record):
         }
 
 
-def make_plan(host: NvidiaHost, request: Request, layout: ContainerLayout) -> Plan:
+def make_plan(
+    host: NvidiaHost,
+    request: Request,
+    layout: ContainerLayout,
+    extra_nodes: Sequence[HostDeviceNode] = (),
+) -> Plan:
     """Compute the container edits for ``request`` on ``host``. No I/O.
 
     Args:
         host: discovery result.
         request: what the container asks for.
         layout: where libraries go in the image.
+        extra_nodes: further device nodes the request asks for (MIG management, IMEX
+            channels, feature-gated sets; see
+            :func:`ocihook.appliers.spec.request_device_nodes`).
 
     Returns:
         A :class:`Plan`; for a void request its edits are empty.
@@ -356,6 +364,9 @@ def make_plan(host: NvidiaHost, request: Request, layout: ContainerLayout) -> Pl
         if dri is not None:
             nodes.extend(node(n) for n in dri.nodes)
             links.extend(Symlink(link=link, target=target) for link, target in dri.links)
+    for extra in extra_nodes:
+        if node(extra) not in nodes:
+            nodes.append(node(extra))
     rules = tuple(CgroupRule(True, n.type, n.major, n.minor, "rw") for n in nodes)
 
     mounts: list[Mount] = []

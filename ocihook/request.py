@@ -35,10 +35,13 @@ if TYPE_CHECKING:
 __all__ = [
     "ALL_CAPABILITIES",
     "DEFAULT_CAPABILITIES",
+    "VOLUME_MOUNT_DIR",
     "Request",
+    "RequestPolicy",
     "Selection",
     "classify_device",
     "env_from_spec",
+    "is_privileged",
     "parse_env",
     "request_from_env",
     "request_from_spec",
@@ -68,59 +71,46 @@ def _is_gpu_uuid(text: str) -> bool:
     return [len(g) for g in groups] == [8, 4, 4, 4, 12] and all(set(g) <= _HEX for g in groups)
 
 
-class Request:
+class Request(Record):
     """A container's GPU request. Immutable.
 
     Attributes:
         kind: ``"void"`` (not a GPU container: do nothing), ``"none"`` (driver files and
             control nodes, no GPU), ``"all"`` (every GPU) or ``"list"`` (``devices``).
-        devices: with ``kind == "list"``, the requested ids in request order: decimal
-            indices (``"0"``) and UUIDs (``"GPU-..."`` as written).
+        devices: with ``kind == "list"``, the requested ids in request order (see
+            :func:`classify_device` for their forms).
         capabilities: requested driver capability names (subset of
             :data:`ALL_CAPABILITIES`).
-        source: where the request came from, for messages (``"process.env"``).
+        source: where the request came from, for messages (``"process.env"``,
+            ``"mounts"``, or the swarm resource variable).
+        mig_config, mig_monitor: ``NVIDIA_MIG_CONFIG_DEVICES`` / ``NVIDIA_MIG_MONITOR_DEVICES``
+            is ``all`` (privileged containers only).
+        imex_channels: ``NVIDIA_IMEX_CHANNELS`` entries (channel numbers or ``all``).
+        features: the feature-gated device sets asked for with ``enabled``: ``gds``,
+            ``mofed``, ``nvswitch``, ``gdrcopy``.
+        privileged: whether the container has ``CAP_SYS_ADMIN`` in its bounding set.
     """
 
-    __slots__ = ("capabilities", "devices", "kind", "source")
     kind: VisibleKind
-    devices: tuple[str, ...]
-    capabilities: frozenset[str]
-    source: str
-
-    def __init__(
-        self,
-        kind: VisibleKind,
-        devices: tuple[str, ...] = (),
-        capabilities: frozenset[str] = DEFAULT_CAPABILITIES,
-        source: str = "process.env",
-    ) -> None:
-        object.__setattr__(self, "kind", kind)
-        object.__setattr__(self, "devices", tuple(devices))
-        object.__setattr__(self, "capabilities", frozenset(capabilities))
-        object.__setattr__(self, "source", source)
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError("Request is immutable")
-
-    def _key(self) -> tuple[str, tuple[str, ...], frozenset[str], str]:
-        return (self.kind, self.devices, self.capabilities, self.source)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Request) and self._key() == other._key()
-
-    def __hash__(self) -> int:
-        return hash(self._key())
-
-    def __repr__(self) -> str:
-        return (
-            f"Request(kind={self.kind!r}, devices={self.devices!r}, "
-            f"capabilities={sorted(self.capabilities)!r}, source={self.source!r})"
-        )
+    devices: tuple[str, ...] = ()
+    capabilities: frozenset[str] = DEFAULT_CAPABILITIES
+    source: str = "process.env"
+    mig_config: bool = False
+    mig_monitor: bool = False
+    imex_channels: tuple[str, ...] = ()
+    features: frozenset[str] = frozenset()
+    privileged: bool = False
 
     @property
     def is_void(self) -> bool:
         """True when the container asks for nothing at all."""
         return self.kind == "void"
+
+    def replace(self, **changes: Any) -> Request:
+        """A copy with ``changes`` applied."""
+        values = {name: getattr(self, name) for name in self.__fields__}
+        values.update(changes)
+        return Request(**values)
 
 
 def parse_env(env: Iterable[str]) -> dict[str, str]:
@@ -271,19 +261,161 @@ def env_from_spec(config: Mapping[str, Any], *, path: str | None = None) -> dict
     return parse_env(env)
 
 
-def request_from_spec(config: Mapping[str, Any], *, path: str | None = None) -> Request:
-    """The :class:`Request` of an OCI ``config.json`` document (its ``process.env``).
+class RequestPolicy(Record):
+    """What an operator lets containers ask by, and how (toolkit ``config.toml`` keys).
+
+    Attributes:
+        accept_env_unprivileged: honour ``NVIDIA_VISIBLE_DEVICES`` from containers without
+            ``CAP_SYS_ADMIN`` (``accept-nvidia-visible-devices-envvar-when-unprivileged``,
+            default true); when false such a request counts as none.
+        accept_volume_mounts: read the device list from mounts under
+            ``/var/run/nvidia-container-devices`` (``accept-nvidia-visible-devices-as-volume-
+            mounts``, default false) — the way for clusters that cannot trust env.
+        swarm_resource: names of variables Docker Swarm sets for generic resources
+            (``swarm-resource``, e.g. ``DOCKER_RESOURCE_GPU``); the first set one is read
+            before ``NVIDIA_VISIBLE_DEVICES``.
+    """
+
+    accept_env_unprivileged: bool = True
+    accept_volume_mounts: bool = False
+    swarm_resource: tuple[str, ...] = ()
+
+
+#: Where device requests as volume mounts point (``/dev/null`` mounted at
+#: ``<dir>/<device>``; NVIDIA Container Toolkit ``internal/config/image``).
+VOLUME_MOUNT_DIR = "/var/run/nvidia-container-devices"
+
+
+def is_privileged(config: Mapping[str, Any]) -> bool:
+    """Whether the container keeps ``CAP_SYS_ADMIN`` in its bounding set (the toolkit's
+    test for a privileged container)."""
+    process = config.get("process")
+    caps = process.get("capabilities") if isinstance(process, dict) else None
+    bounding = caps.get("bounding") if isinstance(caps, dict) else None
+    return isinstance(bounding, list) and "CAP_SYS_ADMIN" in bounding
+
+
+def _devices_from_mounts(config: Mapping[str, Any]) -> list[str]:
+    """Device names requested as volume mounts, in mount order. ``cdi/<vendor>/<class>/<name>``
+    becomes the CDI name ``vendor/class=name``; ``imex/<n>`` entries are IMEX channels and
+    are left out here."""
+    out: list[str] = []
+    mounts = config.get("mounts")
+    if not isinstance(mounts, list):
+        return out
+    prefix = VOLUME_MOUNT_DIR + "/"
+    for m in mounts:
+        dest = m.get("destination") if isinstance(m, dict) else None
+        if not isinstance(dest, str) or not dest.startswith(prefix):
+            continue
+        name = dest[len(prefix) :]
+        if name.startswith("imex/"):
+            continue
+        if name.startswith("cdi/") and name.count("/") == 3:
+            _cdi, vendor, cls, dev = name.split("/")
+            name = f"{vendor}/{cls}={dev}"
+        if name and name not in out:
+            out.append(name)
+    return out
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    return env.get(name, "").strip().lower() == "enabled"
+
+
+def request_from_spec(
+    config: Mapping[str, Any], *, path: str | None = None, policy: RequestPolicy | None = None
+) -> Request:
+    """The :class:`Request` of an OCI ``config.json`` document, from every source the
+    NVIDIA Container Toolkit reads, in its order of precedence: device mounts under
+    :data:`VOLUME_MOUNT_DIR` (when the policy accepts them), the swarm resource variable,
+    then ``NVIDIA_VISIBLE_DEVICES`` (ignored for unprivileged containers when the policy
+    says so). ``NVIDIA_DRIVER_CAPABILITIES``, ``NVIDIA_MIG_CONFIG_DEVICES``,
+    ``NVIDIA_MIG_MONITOR_DEVICES`` (``all``, privileged containers only),
+    ``NVIDIA_IMEX_CHANNELS`` and ``NVIDIA_GDS``/``MOFED``/``NVSWITCH``/``GDRCOPY``
+    (``enabled``) come from the environment.
 
     Raises:
         SpecError: ``process.env`` is malformed.
-        RequestError: the request itself is malformed (see :func:`request_from_env`).
+        RequestError: the request is malformed, or asks MIG management of an unprivileged
+            container.
     """
+    policy = policy or RequestPolicy()
     try:
-        return request_from_env(env_from_spec(config, path=path))
+        env = env_from_spec(config, path=path)
+        privileged = is_privileged(config)
+        request = request_from_env(env)
+        from_mounts = _devices_from_mounts(config) if policy.accept_volume_mounts else []
+        swarm = next((v for v in policy.swarm_resource if env.get(v)), None)
+        if from_mounts:
+            override = request_from_env(
+                {**env, ENV_VISIBLE_DEVICES: ",".join(from_mounts)}, source="mounts"
+            )
+            request = override
+        elif swarm is not None:
+            request = request_from_env({**env, ENV_VISIBLE_DEVICES: env[swarm]}, source=swarm)
+        elif not privileged and not policy.accept_env_unprivileged and not request.is_void:
+            request = Request(kind="void", source="process.env (unprivileged: ignored)")
+        extras = _extras(env, privileged, config if policy.accept_volume_mounts else None)
+        if request.is_void and not any(extras.values()):
+            return request
+        if request.is_void:  # only extras: a GPU-less container with driver access
+            request = request_from_env({**env, ENV_VISIBLE_DEVICES: "none"})
+        return request.replace(privileged=privileged, **extras)
     except RequestError as e:
         if path is not None:
             e.with_path(path)
         raise
+
+
+def _extras(
+    env: Mapping[str, str], privileged: bool, config: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    mig = {}
+    for key, var in (
+        ("mig_config", "NVIDIA_MIG_CONFIG_DEVICES"),
+        ("mig_monitor", "NVIDIA_MIG_MONITOR_DEVICES"),
+    ):
+        value = env.get(var, "").strip()
+        if not value:
+            mig[key] = False
+            continue
+        if value != "all":
+            raise RequestError("only 'all' is supported", field=f"process.env[{var}]", value=value)
+        if not privileged:
+            raise RequestError(
+                "MIG management is for privileged containers only",
+                field=f"process.env[{var}]",
+                value=value,
+                hint="run the container with CAP_SYS_ADMIN (privileged), or drop the variable",
+            )
+        mig[key] = True
+    channels = [c.strip() for c in env.get("NVIDIA_IMEX_CHANNELS", "").split(",") if c.strip()]
+    if config is not None:
+        mounts = config.get("mounts")
+        for m in mounts if isinstance(mounts, list) else ():
+            dest = m.get("destination") if isinstance(m, dict) else None
+            if isinstance(dest, str) and dest.startswith(VOLUME_MOUNT_DIR + "/imex/"):
+                channels.append(dest.rsplit("/", 1)[1])
+    for c in channels:
+        if c != "all" and not (c.isascii() and c.isdigit() and len(c) <= 7):
+            raise RequestError(
+                "malformed IMEX channel",
+                field="process.env[NVIDIA_IMEX_CHANNELS]",
+                value=c,
+                hint="use channel numbers (0,1) or all",
+            )
+    features = frozenset(
+        name
+        for name, var in (
+            ("gds", "NVIDIA_GDS"),
+            ("mofed", "NVIDIA_MOFED"),
+            ("nvswitch", "NVIDIA_NVSWITCH"),
+            ("gdrcopy", "NVIDIA_GDRCOPY"),
+        )
+        if _flag(env, var)
+    )
+    return {**mig, "imex_channels": tuple(dict.fromkeys(channels)), "features": features}
 
 
 class Selection(Record):

@@ -480,7 +480,7 @@ def inject(
     from ..discovery.nvidia import SUPPORTED_CAPABILITIES, discover
     from ..errors import StateError
     from ..plan import links_to_mounts
-    from .spec import layout_for_rootfs, occupied_links
+    from .spec import layout_for_rootfs, occupied_links, request_device_nodes
 
     if not os.path.isdir(bundle.rootfs):
         raise ApplyError(
@@ -505,7 +505,8 @@ def inject(
         _check_container_pid(pid)
     host = discover(root, capabilities=request.capabilities & SUPPORTED_CAPABILITIES)
     try:
-        plan = make_plan(host, request, layout_for_rootfs(bundle.rootfs))
+        extra = request_device_nodes(host, request)
+        plan = make_plan(host, request, layout_for_rootfs(bundle.rootfs), extra)
     except RequestError as e:
         raise e.with_path(bundle.config_path) from None
     plan = links_to_mounts(plan, occupied_links(bundle.rootfs, plan))

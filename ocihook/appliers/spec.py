@@ -37,6 +37,9 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
 
+    from ..discovery.gpus import HostDeviceNode
+    from ..discovery.nvidia import NvidiaHost
+
 __all__ = [
     "HOOK_ENV",
     "HOOK_PROGRAM",
@@ -48,6 +51,7 @@ __all__ = [
     "layout_for_rootfs",
     "occupied_links",
     "realize_hooks",
+    "request_device_nodes",
 ]
 
 #: Environment given to every hook ocihook registers: nothing from the container.
@@ -208,6 +212,43 @@ def apply_plan(
     return doc
 
 
+def request_device_nodes(host: NvidiaHost, request: Request) -> tuple[HostDeviceNode, ...]:
+    """The device nodes a request asks for beyond GPUs, read from the host: the MIG
+    ``config``/``monitor`` capability nodes (privileged containers; checked when the
+    request was read), IMEX channels, and the NVSwitch, GDRCopy, GDS and MOFED sets
+    (:mod:`ocihook.discovery.devices`).
+
+    Raises:
+        DiscoveryError: a node is not the device it should be.
+        RequestError: an IMEX channel out of range.
+    """
+    out: list[HostDeviceNode] = []
+    if request.mig_config or request.mig_monitor:
+        from ..discovery.gpus import mig_management_nodes
+
+        wanted = {1} if request.mig_config else set()
+        wanted |= {2} if request.mig_monitor else set()
+        mgmt = mig_management_nodes(host.root, host.majors)
+        out += [n for n in mgmt if n.minor in wanted]
+    if request.imex_channels or request.features:
+        from ..discovery import devices
+
+        if request.imex_channels:
+            channels: Any = (
+                "all" if "all" in request.imex_channels else [int(c) for c in request.imex_channels]
+            )
+            out += devices.imex_channel_nodes(host.root, host.majors, channels)
+        if "nvswitch" in request.features:
+            out += devices.nvswitch_nodes(host.root, host.majors)
+        if "gdrcopy" in request.features:
+            out += devices.gdrcopy_nodes(host.root, host.majors)
+        if "gds" in request.features:
+            out += devices.gds_nodes(host.root, host.majors)
+        if "mofed" in request.features:
+            out += devices.mofed_nodes(host.root)
+    return tuple(out)
+
+
 def occupied_links(rootfs: str, plan: Plan) -> set[str]:
     """The link paths of ``plan`` where the image in ``rootfs`` has a regular file (not
     a link, which is replaced): see :func:`ocihook.plan.links_to_mounts`. Paths are
@@ -293,7 +334,8 @@ def edit_bundle(
         return EditResult(bundle, request, None, bundle.raw, bundle.raw, False)
     host = discover(root, capabilities=request.capabilities & SUPPORTED_CAPABILITIES)
     try:
-        plan = make_plan(host, request, layout_for_rootfs(bundle.rootfs))
+        extra = request_device_nodes(host, request)
+        plan = make_plan(host, request, layout_for_rootfs(bundle.rootfs), extra)
     except RequestError as e:
         raise e.with_path(bundle.config_path) from None
     plan = links_to_mounts(plan, occupied_links(bundle.rootfs, plan))
