@@ -117,6 +117,11 @@ COMMANDS: tuple[tuple[tuple[str, ...], str, tuple[Option, ...]], ...] = (
             Option("--link", action="append", metavar="TARGET::LINK", help="link to create"),
             Option("--lib", action="append", metavar="PATH", help="container path of a library"),
             Option(
+                "--cuda-compat",
+                metavar="DIR::HOST_MAJOR",
+                help="use the image's CUDA compat libraries in DIR if newer than HOST_MAJOR",
+            ),
+            Option(
                 "--mask-proc",
                 metavar="HOST_DIR",
                 help="mask /proc/driver/nvidia with copies from HOST_DIR",
@@ -315,12 +320,20 @@ def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
     from .appliers import live
 
     if ns.stage == "create-container":
-        from .plan import ProcMask
+        from .plan import CudaCompat, ProcMask
 
         mask = None
         if ns.mask_proc:
             mask = ProcMask(host_dir=ns.mask_proc, gpu_dirs=tuple(ns.proc_gpu))
-        live.create_container_hook(b, ns.link, ns.lib, mask)
+        compat = None
+        if ns.cuda_compat:
+            directory, _, major = ns.cuda_compat.rpartition("::")
+            if not directory.startswith("/") or not major.isdigit():
+                from .errors import ApplyError
+
+                raise ApplyError("--cuda-compat must be DIR::HOST_MAJOR", value=ns.cuda_compat)
+            compat = CudaCompat(directory, int(major))
+        live.create_container_hook(b, ns.link, ns.lib, mask, compat)
     elif ns.stage == "create-symlinks":
         live.create_symlinks_hook(b, ns.link)
     elif ns.stage == "update-ldcache":

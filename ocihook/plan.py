@@ -43,6 +43,7 @@ __all__ = [
     "CgroupRule",
     "ContainerEdits",
     "ContainerLayout",
+    "CudaCompat",
     "DeviceNode",
     "Hook",
     "Mount",
@@ -158,6 +159,17 @@ class ProcMask(Record):
     gpu_dirs: tuple[str, ...] = ()
 
 
+class CudaCompat(Record):
+    """CUDA forward compatibility (NVIDIA's ``cuda-compat`` packages in the image): when the
+    image's ``directory`` holds a ``libcuda.so.<version>`` of a newer driver branch than
+    the host's (``host_major``), the libraries there take precedence in the container's
+    ``ld.so.cache``. Image files are only read (never mounted over host paths, never run).
+    """
+
+    directory: str = "/usr/local/cuda/compat"
+    host_major: int = 0
+
+
 class ContainerEdits(Record):
     """Everything to change in a container, in CDI's "container edits" terms.
 
@@ -173,6 +185,8 @@ class ContainerEdits(Record):
         hooks: further hooks to register (none yet; the spec applier adds its own for
             ``symlinks``, ``ldcache_libraries`` and ``proc_mask``).
         proc_mask: how to mask ``/proc/driver/nvidia`` (after everything else), or ``None``.
+        cuda_compat: CUDA forward compatibility from the image (with ``compute``), or
+            ``None``.
     """
 
     env: tuple[str, ...] = ()
@@ -183,6 +197,7 @@ class ContainerEdits(Record):
     ldcache_libraries: tuple[str, ...] = ()
     hooks: tuple[Hook, ...] = ()
     proc_mask: ProcMask | None = None
+    cuda_compat: CudaCompat | None = None
 
     def is_empty(self) -> bool:
         """True when there is nothing to change."""
@@ -293,6 +308,9 @@ class Plan(Record):
                 "procMask": None
                 if e.proc_mask is None
                 else {"hostDir": e.proc_mask.host_dir, "gpuDirs": list(e.proc_mask.gpu_dirs)},
+                "cudaCompat": None
+                if e.cuda_compat is None
+                else {"dir": e.cuda_compat.directory, "hostMajor": e.cuda_compat.host_major},
             },
             "warnings": list(self.warnings),
         }
@@ -303,6 +321,8 @@ def make_plan(
     request: Request,
     layout: ContainerLayout,
     extra_nodes: Sequence[HostDeviceNode] = (),
+    *,
+    cuda_compat: bool = True,
 ) -> Plan:
     """Compute the container edits for ``request`` on ``host``. No I/O.
 
@@ -313,6 +333,8 @@ def make_plan(
         extra_nodes: further device nodes the request asks for (MIG management, IMEX
             channels, feature-gated sets; see
             :func:`ocihook.appliers.spec.request_device_nodes`).
+        cuda_compat: use the image's CUDA forward-compatibility libraries when newer
+            (the operator's ``cuda-compat`` setting: ``ldconfig`` or ``disabled``).
 
     Returns:
         A :class:`Plan`; for a void request its edits are empty.
@@ -404,6 +426,9 @@ def make_plan(
         symlinks=tuple(links),
         ldcache_libraries=tuple(ld_libs),
         proc_mask=proc_mask,
+        cuda_compat=CudaCompat(host_major=int(host.driver_version.split(".")[0]))
+        if "compute" in capabilities and cuda_compat
+        else None,
     )
     return Plan(
         driver_version=host.driver_version,
@@ -468,5 +493,6 @@ def links_to_mounts(plan: Plan, occupied: Iterable[str]) -> Plan:
         ldcache_libraries=e.ldcache_libraries,
         hooks=e.hooks,
         proc_mask=e.proc_mask,
+        cuda_compat=e.cuda_compat,
     )
     return Plan(plan.driver_version, plan.gpus, plan.capabilities, edits, plan.warnings)

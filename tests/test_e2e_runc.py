@@ -271,3 +271,42 @@ def test_mig_device(sim: Any, bundle_factory: Callable[..., str], tmp_path: Any,
         f"/dev/nvidia-caps/nvidia-cap{gi}": f"{CAPS_MAJOR:x}:{gi:x}",
         f"/dev/nvidia-caps/nvidia-cap{gi + 1}": f"{CAPS_MAJOR:x}:{gi + 1:x}",
     }
+
+
+@pytest.mark.parametrize("mode", ["spec", "hook"])
+@pytest.mark.parametrize(("compat_version", "used"), [("560.35.03", True), ("545.23.08", False)])
+def test_cuda_forward_compat(
+    sim: Any,
+    bundle_factory: Callable[..., str],
+    tmp_path: Any,
+    mode: str,
+    compat_version: str,
+    used: bool,
+) -> None:
+    """An image with /usr/local/cuda/compat: its libcuda takes precedence in the
+    container's ld.so.cache only when it is of a newer driver branch than the host's
+    (550 here); nothing of the image is mounted or run."""
+    need_root_and("runc", "ldconfig")
+    from ocihook._elfwrite import make_shared_object
+
+    bundle = bundle_factory(["sh", "-c", "exit 0"], ["NVIDIA_VISIBLE_DEVICES=0"])
+    compat = os.path.join(bundle, "rootfs/usr/local/cuda/compat")
+    os.makedirs(compat)
+    with open(os.path.join(compat, f"libcuda.so.{compat_version}"), "wb") as f:
+        f.write(make_shared_object("libcuda.so.1"))
+    os.symlink(f"libcuda.so.{compat_version}", os.path.join(compat, "libcuda.so.1"))
+    if mode == "spec":
+        assert edit_bundle(bundle, HostRoot.single(sim.root)).written
+    else:
+        _register_hook(bundle, sim.root)
+    proc = run_container(bundle, state_root=str(tmp_path / "runc"))
+    assert proc.returncode == 0, proc.stderr
+    out = subprocess.run(
+        ["ldconfig", "-p", "-C", os.path.join(bundle, "rootfs/etc/ld.so.cache")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    lines = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("libcuda.so.1 ")]
+    want = "/usr/local/cuda/compat/libcuda.so.1" if used else "/usr/lib64/libcuda.so.1"
+    assert lines == [f"libcuda.so.1 (libc6,x86-64) => {want}"]

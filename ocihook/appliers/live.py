@@ -34,7 +34,7 @@ from .. import ldcache
 from ..bundle import Bundle, State
 from ..errors import ApplyError, OcihookError, RequestError
 from ..hostroot import HostRoot
-from ..plan import CgroupRule, Plan, ProcMask, make_plan
+from ..plan import CgroupRule, CudaCompat, Plan, ProcMask, make_plan
 from ..request import Request
 
 __all__ = [
@@ -267,7 +267,81 @@ def _open_regular(root_fd: int, path: str) -> int | None:
     return fd
 
 
-def write_ldcache(root_fd: int, libraries: Sequence[str]) -> bytes | None:
+def _entry_for(root_fd: int, path: str, *, soname_dir: str | None = None) -> ldcache.CacheEntry:
+    """The ``ld.so.cache`` entry of the library at container ``path`` (read as a regular
+    file inside the rootfs with :mod:`ocihook.elfscan`, never loaded).
+
+    Raises:
+        ApplyError: missing, not an ELF library of a known machine, or a soname that is
+            not a plain file name.
+    """
+    from ..elfscan import ELF_MACHINE_NAMES, dynamic_names, identify
+
+    fd = _open_regular(root_fd, path)
+    if fd is None:
+        raise ApplyError("library not found in the container", path=path)
+    try:
+        ident = identify(fd)
+        names = dynamic_names(fd)
+    finally:
+        os.close(fd)
+    machine = ELF_MACHINE_NAMES.get(ident[1]) if ident else None
+    if ident is None or machine is None:
+        raise ApplyError("not an ELF library of a known machine", path=path)
+    soname = (names[0] if names else None) or os.path.basename(path)
+    if "/" in soname or soname in (".", "..") or "\0" in soname:
+        raise ApplyError("the library's soname is not a file name", path=path, value=soname)
+    directory = soname_dir or os.path.dirname(path)
+    return ldcache.CacheEntry(soname, f"{directory}/{soname}", ldcache.abi_flags(ident[0], machine))
+
+
+def cuda_compat_entries(root_fd: int, compat: CudaCompat) -> list[ldcache.CacheEntry]:
+    """``ld.so.cache`` entries for the image's CUDA forward-compatibility libraries, when
+    its ``libcuda.so.<version>`` is of a newer driver branch than the host's (NVIDIA CUDA
+    compatibility guide: forward compatibility needs a newer user-mode driver than the
+    kernel one). Empty otherwise. Each entry names the soname link when the image has
+    one, else the file.
+    """
+    import stat
+
+    from .. import pathsafe
+
+    try:
+        dir_fd = pathsafe.open_in_root(
+            root_fd, compat.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+        )
+    except ApplyError:
+        return []
+    try:
+        names = sorted(os.listdir(dir_fd))
+        regular = {
+            n
+            for n in names
+            if stat.S_ISREG(os.stat(n, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+        }
+    finally:
+        os.close(dir_fd)
+    newest = 0
+    for n in regular:
+        version = n[len("libcuda.so.") :] if n.startswith("libcuda.so.") else ""
+        head = version.split(".")[0]
+        if version.count(".") >= 1 and head.isascii() and head.isdigit():
+            newest = max(newest, int(head))
+    if newest <= compat.host_major:
+        return []
+    out = []
+    for n in sorted(regular):
+        if n.startswith("lib") and ".so." in n:
+            entry = _entry_for(root_fd, f"{compat.directory}/{n}")
+            if entry.soname not in names:  # no soname link in the image: the file itself
+                entry = ldcache.CacheEntry(n, f"{compat.directory}/{n}", entry.flags)
+            out.append(entry)
+    return out
+
+
+def write_ldcache(
+    root_fd: int, libraries: Sequence[str], compat: CudaCompat | None = None
+) -> bytes | None:
     """Enter ``libraries`` in the container's ``/etc/ld.so.cache``, keeping its entries.
 
     Args:
@@ -275,6 +349,7 @@ def write_ldcache(root_fd: int, libraries: Sequence[str]) -> bytes | None:
         libraries: container paths of libraries (soname links or files) to add; each is
             opened inside the rootfs as a regular file and its soname, class and machine
             read with :mod:`ocihook.elfscan` (never loaded or executed).
+        compat: CUDA forward compatibility to apply (:func:`cuda_compat_entries`).
 
     Returns:
         The previous cache bytes (``None`` when there was none), for rollback.
@@ -287,27 +362,10 @@ def write_ldcache(root_fd: int, libraries: Sequence[str]) -> bytes | None:
             replaced, not merged.
     """
     from .. import pathsafe
-    from ..elfscan import ELF_MACHINE_NAMES, dynamic_names, identify
 
-    added: list[ldcache.CacheEntry] = []
-    for lib in libraries:
-        fd = _open_regular(root_fd, lib)
-        if fd is None:
-            raise ApplyError("library not found in the container", path=lib)
-        try:
-            ident = identify(fd)
-            names = dynamic_names(fd)
-        finally:
-            os.close(fd)
-        machine = ELF_MACHINE_NAMES.get(ident[1]) if ident else None
-        if ident is None or machine is None:
-            raise ApplyError("not an ELF library of a known machine", path=lib)
-        soname = (names[0] if names else None) or os.path.basename(lib)
-        if "/" in soname or soname in (".", "..") or "\0" in soname:
-            raise ApplyError("the library's soname is not a file name", path=lib, value=soname)
-        directory = os.path.dirname(lib)
-        flags = ldcache.abi_flags(ident[0], machine)
-        added.append(ldcache.CacheEntry(soname, f"{directory}/{soname}", flags))
+    added = [_entry_for(root_fd, lib) for lib in libraries]
+    if compat is not None:  # after the host's: the same sonames are replaced
+        added += cuda_compat_entries(root_fd, compat)
     old: bytes | None = None
     fd = _open_regular(root_fd, "/etc/ld.so.cache")
     if fd is not None:
@@ -355,6 +413,7 @@ def create_container_hook(
     links: Sequence[str] = (),
     libraries: Sequence[str] = (),
     proc_mask: ProcMask | None = None,
+    cuda_compat: CudaCompat | None = None,
 ) -> None:
     """createContainer hook: create ``TARGET::LINK`` links inside the bundle's rootfs, then
     enter ``libraries`` in its ``/etc/ld.so.cache``; if a step fails, the links made and
@@ -382,7 +441,7 @@ def create_container_hook(
             if previous is not None:
                 replaced.append((link, previous))
         if libraries:
-            old = write_ldcache(root_fd, libraries)
+            old = write_ldcache(root_fd, libraries, cuda_compat)
             if old is None:
                 undo.append(_partial(pathsafe.remove_in_root, root_fd, "/etc/ld.so.cache"))
             else:
@@ -904,7 +963,7 @@ def _apply_in_container(
             if previous is not None:
                 undo.append(_partial(ps.symlink_in_root, root_fd, s.link, previous))
         if edits.ldcache_libraries:
-            old = write_ldcache(root_fd, edits.ldcache_libraries)
+            old = write_ldcache(root_fd, edits.ldcache_libraries, edits.cuda_compat)
             if old is None:
                 undo.append(lambda: ps.remove_in_root(root_fd, "/etc/ld.so.cache"))
             else:

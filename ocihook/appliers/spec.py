@@ -93,6 +93,9 @@ def realize_hooks(edits: ContainerEdits, command: Sequence[str]) -> tuple[Hook, 
             args += ["--link", f"{s.target}::{s.link}"]
         for lib in edits.ldcache_libraries:
             args += ["--lib", lib]
+        if edits.cuda_compat is not None:
+            c = edits.cuda_compat
+            args += ["--cuda-compat", f"{c.directory}::{c.host_major}"]
         if edits.proc_mask is not None:
             args += ["--mask-proc", edits.proc_mask.host_dir]
             for name in edits.proc_mask.gpu_dirs:
