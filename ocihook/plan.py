@@ -323,6 +323,7 @@ def make_plan(
     extra_nodes: Sequence[HostDeviceNode] = (),
     *,
     cuda_compat: bool = True,
+    check_requirements: bool = True,
 ) -> Plan:
     """Compute the container edits for ``request`` on ``host``. No I/O.
 
@@ -335,13 +336,16 @@ def make_plan(
             :func:`ocihook.appliers.spec.request_device_nodes`).
         cuda_compat: use the image's CUDA forward-compatibility libraries when newer
             (the operator's ``cuda-compat`` setting: ``ldconfig`` or ``disabled``).
+        check_requirements: check ``request.requirements`` against the host and the
+            selected GPUs (the operator's ``disable-require`` turns it off).
 
     Returns:
         A :class:`Plan`; for a void request its edits are empty.
 
     Raises:
-        RequestError: a requested GPU does not exist; a requested capability the host
-            cannot provide is reported in ``warnings`` instead.
+        RequestError: a requested GPU does not exist, or an ``NVIDIA_REQUIRE_*``
+            requirement is not met (:func:`ocihook.requirements.check`); a requested
+            capability the host cannot provide is reported in ``warnings`` instead.
     """
     from .discovery.nvidia import SUPPORTED_CAPABILITIES
 
@@ -352,6 +356,16 @@ def make_plan(
     for sel in selections:
         if sel.gpu not in gpus:
             gpus.append(sel.gpu)
+    if request.requirements and check_requirements:
+        from .requirements import check
+
+        check(
+            request.requirements,
+            cuda_version=host.cuda_version,
+            driver_version=host.driver_version,
+            gpus=gpus,
+            source=request.source,
+        )
     warnings = list(host.warnings)
     unsupported = sorted(request.capabilities - SUPPORTED_CAPABILITIES)
     if unsupported:

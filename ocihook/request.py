@@ -89,6 +89,8 @@ class Request(Record):
         features: the feature-gated device sets asked for with ``enabled``: ``gds``,
             ``mofed``, ``nvswitch``, ``gdrcopy``.
         privileged: whether the container has ``CAP_SYS_ADMIN`` in its bounding set.
+        requirements: the ``NVIDIA_REQUIRE_*`` requirements, ``(variable, Requirement)``
+            (:mod:`ocihook.requirements`), checked when the plan is made.
     """
 
     kind: VisibleKind
@@ -100,6 +102,7 @@ class Request(Record):
     imex_channels: tuple[str, ...] = ()
     features: frozenset[str] = frozenset()
     privileged: bool = False
+    requirements: tuple[tuple[str, Any], ...] = ()
 
     @property
     def is_void(self) -> bool:
@@ -159,7 +162,8 @@ def request_from_env(env: Mapping[str, str], *, source: str = "process.env") -> 
     Raises:
         RequestError: an unknown capability or a malformed device entry.
     """
-    legacy = "CUDA_VERSION" in env and "NVIDIA_REQUIRE_CUDA" not in env
+    # a legacy CUDA image (toolkit IsLegacy): CUDA_VERSION set, NVIDIA_REQUIRE_CUDA empty
+    legacy = bool(env.get("CUDA_VERSION")) and not env.get("NVIDIA_REQUIRE_CUDA")
     raw = env.get(ENV_VISIBLE_DEVICES)
     field_devices = f"{source}[{ENV_VISIBLE_DEVICES}]"
     if raw is None:
@@ -175,10 +179,13 @@ def request_from_env(env: Mapping[str, str], *, source: str = "process.env") -> 
         field_name=f"{source}[{ENV_DRIVER_CAPABILITIES}]",
     )
     lowered = [s.lower() for s in items]
+    from .requirements import requirements_from_env
+
+    reqs = tuple(requirements_from_env(env, source=source))
     if "all" in lowered:
-        return Request(kind="all", capabilities=capabilities, source=source)
+        return Request(kind="all", capabilities=capabilities, source=source, requirements=reqs)
     if lowered == ["none"]:
-        return Request(kind="none", capabilities=capabilities, source=source)
+        return Request(kind="none", capabilities=capabilities, source=source, requirements=reqs)
     devices: list[str] = []
     for item in items:
         if classify_device(item) is None:
@@ -191,7 +198,13 @@ def request_from_env(env: Mapping[str, str], *, source: str = "process.env") -> 
             )
         if item not in devices:
             devices.append(item)
-    return Request(kind="list", devices=tuple(devices), capabilities=capabilities, source=source)
+    return Request(
+        kind="list",
+        devices=tuple(devices),
+        capabilities=capabilities,
+        source=source,
+        requirements=reqs,
+    )
 
 
 def _is_hex(text: str, length: int) -> bool:

@@ -310,3 +310,77 @@ def test_cuda_forward_compat(
     lines = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("libcuda.so.1 ")]
     want = "/usr/local/cuda/compat/libcuda.so.1" if used else "/usr/lib64/libcuda.so.1"
     assert lines == [f"libcuda.so.1 (libc6,x86-64) => {want}"]
+
+
+@pytest.mark.parametrize(
+    ("env", "needles"),
+    [
+        (
+            ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_DRIVER=driver>=560 driver<400"],
+            ["unsatisfied condition: driver>=560", "550.127.05", "NVIDIA_REQUIRE_DRIVER"],
+        ),
+        (
+            [
+                "NVIDIA_VISIBLE_DEVICES=0",
+                "CUDA_VERSION=12.4.1",
+                "NVIDIA_REQUIRE_CUDA=",
+                "NVIDIA_REQUIRE_ARCH=arch>=99",
+            ],
+            ["arch>=99"],
+        ),
+        (
+            ["NVIDIA_VISIBLE_DEVICES=none", "NVIDIA_MIG_CONFIG_DEVICES=all"],
+            ["privileged containers only", "NVIDIA_MIG_CONFIG_DEVICES"],
+        ),
+    ],
+    ids=["requirement", "arch-unknown-passes", "privileged-only"],
+)
+@pytest.mark.parametrize("mode", ["spec", "hook"])
+def test_refusals_stop_the_start(
+    sim: Any,
+    bundle_factory: Callable[..., str],
+    tmp_path: Any,
+    mode: str,
+    env: list[str],
+    needles: list[str],
+) -> None:
+    """An unmet requirement or a privileged-only request stops the container start with a
+    message naming the term, the host's value and what to do; config.json and the rootfs
+    are left as they were. (arch is unknown with the procfs backend: it passes.)"""
+    need_root_and("runc")
+    bundle = bundle_factory(["sh", "-c", "exit 0"], env)
+    cfg = os.path.join(bundle, "config.json")
+    passes = needles == ["arch>=99"]
+    if mode == "spec":
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "ocihook",
+                "edit",
+                "-b",
+                bundle,
+                "--driver-root",
+                sim.root,
+                "--dev-root",
+                sim.root,
+            ],
+            capture_output=True,
+            text=True,
+        )
+        err, code = proc.stderr, proc.returncode
+    else:
+        _register_hook(bundle, sim.root)
+        with open(cfg, "rb") as f:
+            before = f.read()
+        proc = run_container(bundle, state_root=str(tmp_path / "runc"))
+        err, code = proc.stderr, proc.returncode
+        with open(cfg, "rb") as f:
+            assert f.read() == before
+    if passes:
+        assert code == 0, err
+        return
+    assert code != 0
+    for n in needles:
+        assert n in err, (n, err)
+    assert not os.path.exists(os.path.join(bundle, "rootfs/usr/lib64"))
