@@ -539,7 +539,7 @@ def inject(
     from ..discovery.nvidia import SUPPORTED_CAPABILITIES, discover
     from ..errors import StateError
     from ..plan import links_to_mounts
-    from .spec import layout_for_rootfs, occupied_links, request_device_nodes
+    from .spec import layout_for_rootfs, log_plan, occupied_links, request_device_nodes
 
     if not os.path.isdir(bundle.rootfs):
         raise ApplyError(
@@ -569,6 +569,7 @@ def inject(
     except RequestError as e:
         raise e.with_path(bundle.config_path) from None
     plan = links_to_mounts(plan, occupied_links(bundle.rootfs, plan))
+    log_plan(request, plan, f"hook {stage}")
     edits = plan.edits
     root_ids = None if inside else _container_root_ids(pid)
     undo: list[_Undo] = []
@@ -645,8 +646,11 @@ def inject(
         if not inside:  # success: back to the host namespace, keep the changes
             _linux.setns(host_ns, _linux.CLONE_NEWNS)
         undo.clear()
-    except BaseException:
+    except BaseException as e:
         _run_undo(undo)
+        from .. import log
+
+        log.error("hook failed, changes undone", error=str(e) or type(e).__name__)
         raise
     finally:
         for fd in (*tree_fds, *gpu_fds.values(), *(node_fds or ())):

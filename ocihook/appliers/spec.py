@@ -49,6 +49,7 @@ __all__ = [
     "edit_bundle",
     "hook_command",
     "layout_for_rootfs",
+    "log_plan",
     "occupied_links",
     "realize_hooks",
     "request_device_nodes",
@@ -215,6 +216,37 @@ def apply_plan(
     return doc
 
 
+def log_plan(request: Request, plan: Plan, mode: str) -> None:
+    """Log the decisions behind ``plan`` at debug level (:mod:`ocihook.log`): what was
+    asked, which GPUs were chosen, every device node, cgroup rule, mount and link."""
+    from .. import log
+
+    log.debug(
+        "request",
+        mode=mode,
+        kind=request.kind,
+        devices=",".join(request.devices) or "-",
+        source=request.source,
+        capabilities=",".join(sorted(request.capabilities)),
+    )
+    log.debug(
+        "gpus chosen",
+        gpus=",".join(f"{i}:{u}:minor{m}" for i, u, m in plan.gpus) or "-",
+        capabilities=",".join(plan.capabilities),
+    )
+    e = plan.edits
+    for n in e.device_nodes:
+        log.debug("device node", path=n.path, major=n.major, minor=n.minor, host=n.host_path)
+    for r in e.cgroup_rules:
+        log.debug("cgroup rule", type=r.type, major=r.major, minor=r.minor, access=r.access)
+    for m in e.mounts:
+        log.debug("mount", destination=m.destination, source=m.source, options=",".join(m.options))
+    for s in e.symlinks:
+        log.debug("link", link=s.link, target=s.target)
+    for w in plan.warnings:
+        log.info("warning", text=w)
+
+
 def request_device_nodes(host: NvidiaHost, request: Request) -> tuple[HostDeviceNode, ...]:
     """The device nodes a request asks for beyond GPUs, read from the host: the MIG
     ``config``/``monitor`` capability nodes (privileged containers; checked when the
@@ -342,6 +374,7 @@ def edit_bundle(
     except RequestError as e:
         raise e.with_path(bundle.config_path) from None
     plan = links_to_mounts(plan, occupied_links(bundle.rootfs, plan))
+    log_plan(request, plan, "spec")
     doc = apply_plan(bundle.config, plan, command=command, path=bundle.config_path)
     if dry_run:
         after = dump_json(doc)

@@ -1,0 +1,91 @@
+"""The operator's log: every decision ocihook makes for a container, one line each.
+
+A hook's stderr reaches the runtime's log only when the hook fails, so an operator who
+wants to know "why did this container get (or not get) GPU 3?" reads the file named by
+the ``log-file`` setting (:mod:`ocihook.config`). Lines look like::
+
+    2026-12-01T00:15:16Z debug pid=4242 container=c1 request kind=list devices=3 source=process.env
+
+Records below the configured level (``debug`` < ``info`` < ``warning`` < ``error``) cost a
+comparison. The file is opened in append mode for each line (``O_APPEND``: lines of
+concurrent hooks do not interleave within a line), so nothing is held open between
+containers. The standard :mod:`logging` package is not used: importing it costs more than
+this whole module on a container's start path. Failing to write the log never fails a
+container start.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["LEVELS", "configure", "debug", "error", "info", "warning"]
+
+LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
+
+_path: str | None = None
+_threshold = LEVELS["info"]
+_context: dict[str, str] = {}
+
+
+def configure(path: str | None, level: str = "info", **context: str) -> None:
+    """Log to ``path`` (nothing when ``None`` or empty) from ``level`` up; ``context``
+    (e.g. ``container="c1"``) is added to every line.
+
+    Raises:
+        ValueError: an unknown level.
+    """
+    global _path, _threshold
+    if level not in LEVELS:
+        raise ValueError(f"unknown log level {level!r}; use one of {', '.join(LEVELS)}")
+    _path = path or None
+    _threshold = LEVELS[level]
+    _context.clear()
+    _context.update(context)
+
+
+def _quote(value: object) -> str:
+    text = str(value)
+    if not text or any(c in text for c in ' "=\n'):
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    return text
+
+
+def _emit(level: str, message: str, fields: dict[str, object]) -> None:
+    if _path is None or LEVELS[level] < _threshold:
+        return
+    import time
+
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    parts = [stamp, level, f"pid={os.getpid()}"]
+    parts += [f"{k}={_quote(v)}" for k, v in _context.items()]
+    parts.append(message)
+    parts += [f"{k}={_quote(v)}" for k, v in fields.items()]
+    line = (" ".join(parts) + "\n").encode("utf-8", "replace")
+    try:
+        fd = os.open(_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o640)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass  # the log is for the operator; it must never fail a container start
+
+
+def debug(message: str, **fields: object) -> None:
+    """Log a decision at debug level (see the module docstring)."""
+    _emit("debug", message, fields)
+
+
+def info(message: str, **fields: object) -> None:
+    """Log at info level."""
+    _emit("info", message, fields)
+
+
+def warning(message: str, **fields: object) -> None:
+    """Log at warning level."""
+    _emit("warning", message, fields)
+
+
+def error(message: str, **fields: object) -> None:
+    """Log at error level."""
+    _emit("error", message, fields)
