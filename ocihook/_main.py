@@ -66,13 +66,14 @@ class Option:
 
 
 ROOT_OPTIONS = (
-    Option("--driver-root", default="/", help="root of the user-space driver (/)"),
-    Option("--dev-root", default="/", help="root holding dev/, proc/, sys/ (/)"),
     Option(
-        "--ldcache",
-        default="/etc/ld.so.cache",
-        help="ld.so.cache path inside the driver root (/etc/ld.so.cache)",
+        "--config",
+        metavar="PATH",
+        help="configuration file (default $OCIHOOK_CONFIG for edit, /etc/ocihook/config.toml)",
     ),
+    Option("--driver-root", help="root of the user-space driver (config; /)"),
+    Option("--dev-root", help="root holding dev/, proc/, sys/ (config; /)"),
+    Option("--ldcache", help="ld.so.cache path inside the driver root (config; /etc/ld.so.cache)"),
     Option(
         "--library-path",
         action="append",
@@ -198,17 +199,37 @@ def _parse_fast(argv: Sequence[str]) -> Namespace | None:
     return Namespace(**values)
 
 
-def host_root_from(ns: Any) -> HostRoot:
-    """The :class:`HostRoot` named by parsed root options."""
+def load_settings(ns: Any, *, trust_environment: bool) -> Any:
+    """The operator's configuration for a fast command (:mod:`ocihook.config`): ``--config``,
+    else ``$OCIHOOK_CONFIG`` — only when ``trust_environment`` (never for hooks: a
+    createContainer hook registered without ``env`` inherits the image's environment) —,
+    else ``/etc/ocihook/config.toml`` when it exists. Also points :mod:`ocihook.log` at the
+    configured file.
+
+    Raises:
+        ConfigError: the file is unreadable or wrong.
+    """
+    from . import log
+    from .config import load_config
+
+    cfg = load_config(ns.config, environ=None if trust_environment else {})
+    log.configure(cfg.log_file or None, cfg.log_level)
+    return cfg
+
+
+def host_root_from(ns: Any, cfg: Any = None) -> HostRoot:
+    """The :class:`HostRoot` of the configuration with the root options given on the
+    command line on top."""
     import os
 
     from .hostroot import HostRoot
 
+    base = cfg.host_root() if cfg is not None else HostRoot()
     return HostRoot(
-        driver_root=os.path.abspath(ns.driver_root),
-        dev_root=os.path.abspath(ns.dev_root),
-        ldcache=ns.ldcache,
-        library_dirs=tuple(ns.library_path),
+        driver_root=os.path.abspath(ns.driver_root) if ns.driver_root else base.driver_root,
+        dev_root=os.path.abspath(ns.dev_root) if ns.dev_root else base.dev_root,
+        ldcache=ns.ldcache or base.ldcache,
+        library_dirs=(*ns.library_path, *base.library_dirs),
     )
 
 
@@ -253,9 +274,12 @@ def _read_stdin() -> bytes:
 
 
 def _cmd_edit(ns: Any) -> int:
-    from .appliers.spec import edit_bundle
+    from .appliers.spec import edit_bundle, options_from_config
 
-    result = edit_bundle(ns.bundle, host_root_from(ns), dry_run=ns.dry_run)
+    cfg = load_settings(ns, trust_environment=True)
+    result = edit_bundle(
+        ns.bundle, host_root_from(ns, cfg), dry_run=ns.dry_run, options=options_from_config(cfg)
+    )
     if result.plan is None:
         hooks = result.bundle.config.get("hooks")
         created = hooks.get("createContainer") if isinstance(hooks, dict) else None
@@ -303,17 +327,30 @@ def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
     state = _bundle.parse_state(_read_stdin() if stdin is None else stdin)
     b = _bundle.load_bundle(state.bundle, hint="the bundle comes from the state JSON on stdin")
     if ns.stage in INJECT_STAGES:
+        from . import log
+        from .appliers.spec import options_from_config
         from .request import request_from_spec
 
-        request = request_from_spec(b.config, path=b.config_path)
+        cfg = load_settings(ns, trust_environment=False)
+        log.configure(cfg.log_file or None, cfg.log_level, container=state.id)
+        options = options_from_config(cfg)
+        request = request_from_spec(b.config, path=b.config_path, policy=options.policy)
         if request.is_void:
+            log.debug("nothing requested", source=request.source)
             return 0
         from .appliers.live import inject
 
-        if ns.no_cgroups:
+        cgroups = options.cgroups and not ns.no_cgroups
+        if not cgroups:
             print("ocihook: --no-cgroups: no device cgroup rules added", file=sys.stderr)
         plan = inject(
-            state, b, request, host_root_from(ns), cgroups=not ns.no_cgroups, stage=ns.stage
+            state,
+            b,
+            request,
+            host_root_from(ns, cfg),
+            cgroups=cgroups,
+            stage=ns.stage,
+            options=options,
         )
         _warn(plan.warnings, ns.verbose)
         return 0
@@ -393,7 +430,31 @@ def _void_hook_exit(argv: Sequence[str]) -> tuple[int | None, bytes]:
         return None, stdin
     if b"\\u" in raw or any(marker in raw for marker in REQUEST_MARKERS):
         return None, stdin
+    if _config_markers(argv, raw):
+        return None, stdin
     return 0, stdin
+
+
+def _config_markers(argv: Sequence[str], raw: bytes) -> bool:
+    """Whether the operator's configuration makes more requests possible (swarm resource
+    names, annotation prefixes, device mounts) and ``raw`` holds one of them. The file is
+    parsed only when it can set those keys at all (:func:`ocihook.config.config_may_set`);
+    a broken file is reported by the full command."""
+    from .config import REQUEST_DETECTION_KEYS, config_may_set, load_config
+
+    path = None
+    for i, arg in enumerate(argv):
+        if arg == "--config" and i + 1 < len(argv):
+            path = argv[i + 1]
+        elif arg.startswith("--config="):
+            path = arg.split("=", 1)[1]
+    try:
+        if not config_may_set(REQUEST_DETECTION_KEYS, path, environ={}):
+            return False
+        markers = load_config(path, environ={}).extra_request_markers()
+    except OcihookError:
+        return True  # let the full command say what is wrong
+    return any(m in raw for m in markers)
 
 
 def run_fast(argv: Sequence[str], stdin: bytes | None = None) -> int:

@@ -27,30 +27,43 @@ def _root_options(f: Any) -> Any:
         help="Directory in the driver root to search for libraries ld.so.cache lacks.",
     )(f)
     f = click.option(
-        "--ldcache",
-        default="/etc/ld.so.cache",
-        show_default=True,
-        help="ld.so.cache path inside the driver root.",
+        "--ldcache", default=None, help="ld.so.cache path inside the driver root [config]."
     )(f)
+    f = click.option("--dev-root", default=None, help="Root holding dev/, proc/, sys/ [config].")(f)
+    f = click.option("--driver-root", default=None, help="Root of the user-space driver [config].")(
+        f
+    )
     f = click.option(
-        "--dev-root", default="/", show_default=True, help="Root holding dev/, proc/, sys/."
-    )(f)
-    f = click.option(
-        "--driver-root", default="/", show_default=True, help="Root of the user-space driver."
+        "--config",
+        "config_path",
+        default=None,
+        metavar="PATH",
+        help="Configuration file (default: $OCIHOOK_CONFIG, /etc/ocihook/config.toml).",
     )(f)
     return f
 
 
 def _root(
-    driver_root: str, dev_root: str, ldcache: str, library_path: tuple[str, ...] = ()
+    driver_root: str | None,
+    dev_root: str | None,
+    ldcache: str | None,
+    library_path: tuple[str, ...] = (),
+    config_path: str | None = None,
 ) -> HostRoot:
+    """The host to read: the configuration's roots with the command line's on top."""
     import os
 
+    from . import log
+    from .config import load_config
+
+    cfg = load_config(config_path)
+    log.configure(cfg.log_file or None, cfg.log_level)
+    base = cfg.host_root()
     return HostRoot(
-        os.path.abspath(driver_root),
-        os.path.abspath(dev_root),
-        ldcache=ldcache,
-        library_dirs=tuple(library_path),
+        os.path.abspath(driver_root) if driver_root else base.driver_root,
+        os.path.abspath(dev_root) if dev_root else base.dev_root,
+        ldcache=ldcache or base.ldcache,
+        library_dirs=(*library_path, *base.library_dirs),
     )
 
 
@@ -135,9 +148,10 @@ def _info_dict(host: Any) -> dict[str, Any]:
 @_BACKEND_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def info(
-    driver_root: str,
-    dev_root: str,
-    ldcache: str,
+    config_path: str | None,
+    driver_root: str | None,
+    dev_root: str | None,
+    ldcache: str | None,
     library_path: tuple[str, ...],
     gpu_backend: str,
     as_json: bool,
@@ -146,7 +160,7 @@ def info(
     from .discovery.nvidia import discover
 
     host = discover(
-        _root(driver_root, dev_root, ldcache, library_path),
+        _root(driver_root, dev_root, ldcache, library_path, config_path),
         capabilities=(),
         gpu_backend=gpu_backend,
     )
@@ -184,9 +198,10 @@ def info(
 @click.option("--compat32", is_flag=True, help="Include the 32-bit libraries.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def list_cmd(
-    driver_root: str,
-    dev_root: str,
-    ldcache: str,
+    config_path: str | None,
+    driver_root: str | None,
+    dev_root: str | None,
+    ldcache: str | None,
     library_path: tuple[str, ...],
     gpu_backend: str,
     devices: tuple[str, ...],
@@ -203,7 +218,9 @@ def list_cmd(
     from .discovery.nvidia import discover
     from .request import request_from_env, select_gpus
 
-    host = discover(_root(driver_root, dev_root, ldcache, library_path), gpu_backend=gpu_backend)
+    host = discover(
+        _root(driver_root, dev_root, ldcache, library_path, config_path), gpu_backend=gpu_backend
+    )
     wanted = request_from_env(
         {"NVIDIA_VISIBLE_DEVICES": ",".join(devices) or "all"}, source="--device"
     )
@@ -240,7 +257,12 @@ def list_cmd(
 @_root_options
 @click.option("-b", "--bundle", default=".", show_default=True, help="Bundle directory.")
 def plan(
-    driver_root: str, dev_root: str, ldcache: str, library_path: tuple[str, ...], bundle: str
+    config_path: str | None,
+    driver_root: str | None,
+    dev_root: str | None,
+    ldcache: str | None,
+    library_path: tuple[str, ...],
+    bundle: str,
 ) -> None:
     """Print the plan (container edits) for a bundle as JSON, without changing anything."""
     from .appliers.spec import layout_for_rootfs
@@ -251,7 +273,7 @@ def plan(
 
     b = load_bundle(bundle)
     request = request_from_spec(b.config, path=b.config_path)
-    host = discover(_root(driver_root, dev_root, ldcache, library_path))
+    host = discover(_root(driver_root, dev_root, ldcache, library_path, config_path))
     p = make_plan(host, request, layout_for_rootfs(b.rootfs))
     click.echo(json.dumps(p.to_dict(), indent=2))
 
@@ -283,6 +305,45 @@ def simhost(dest: str, gpus: int, no_dev_nodes: bool) -> None:
 
     host = sim.build(dest, gpus=gpus, make_dev_nodes=False if no_dev_nodes else None)
     click.echo(host.root)
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps(str(value))  # a JSON string is a TOML basic string
+
+
+@cli.group()
+def config() -> None:
+    """The operator's configuration file (/etc/ocihook/config.toml)."""
+
+
+@config.command()
+@click.option(
+    "--config",
+    "config_path",
+    default=None,
+    metavar="PATH",
+    help="Configuration file (default: $OCIHOOK_CONFIG, /etc/ocihook/config.toml).",
+)
+def show(config_path: str | None) -> None:
+    """Print the effective configuration as TOML (every key, defaults filled in)."""
+    from .config import load_config
+
+    cfg = load_config(config_path)
+    click.echo(f"# effective configuration; file: {cfg.source or '(none: built-in defaults)'}")
+    for key, value in cfg.as_dict().items():
+        click.echo(f"{key} = {_toml_value(value)}")
+
+
+@config.command()
+def default() -> None:
+    """Print the default configuration file, every key commented and explained."""
+    from importlib.resources import files
+
+    click.echo(files("ocihook").joinpath("schemas/config.toml.example").read_text(), nl=False)
 
 
 def cli_main(args: Sequence[str]) -> int:

@@ -24,14 +24,20 @@ code  class                     meaning
 8     :class:`LdCacheError`     an ``ld.so.cache`` file is malformed
 9     -                         a hook was started with code-loading variables
                                 (``LD_PRELOAD``, ``PYTHONPATH``...) in its environment
+10    :class:`ConfigError`      the configuration file is missing, unreadable or wrong
 ====  ========================  =====================================================
 """
 
 from __future__ import annotations
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 __all__ = [
     "EXIT_CODES",
     "ApplyError",
+    "ConfigError",
     "DiscoveryError",
     "LdCacheError",
     "OcihookError",
@@ -145,6 +151,22 @@ class LdCacheError(DiscoveryError):
         super().__init__(message, **kwargs)  # type: ignore[arg-type]
 
 
+class ConfigError(OcihookError):
+    """The operator's configuration file (:mod:`ocihook.config`) is missing (when named
+    explicitly), unreadable, not TOML, or has an unknown key or a bad value.
+
+    ``path`` is the file, ``field`` the key as a dotted path (``library-path[1]``),
+    ``value`` the value found and ``hint`` the valid keys or values. ``line`` is the line
+    of a TOML syntax error (1-based), else ``None``.
+    """
+
+    reference = "bad-config"
+
+    def __init__(self, message: str, *, line: int | None = None, **kwargs: Any) -> None:
+        self.line = line
+        super().__init__(message, **kwargs)
+
+
 class ApplyError(OcihookError):
     """Applying container edits failed. Whatever had been done is undone before this is
     raised: ``config.json`` is byte-identical and nothing is left mounted or created."""
@@ -160,6 +182,7 @@ EXIT_CODES: dict[type[OcihookError], int] = {
     DiscoveryError: 6,
     ApplyError: 7,
     LdCacheError: 8,
+    ConfigError: 10,
 }
 
 

@@ -324,6 +324,7 @@ def make_plan(
     *,
     cuda_compat: bool = True,
     check_requirements: bool = True,
+    supported: frozenset[str] | None = None,
 ) -> Plan:
     """Compute the container edits for ``request`` on ``host``. No I/O.
 
@@ -338,6 +339,8 @@ def make_plan(
             (the operator's ``cuda-compat`` setting: ``ldconfig`` or ``disabled``).
         check_requirements: check ``request.requirements`` against the host and the
             selected GPUs (the operator's ``disable-require`` turns it off).
+        supported: the driver capabilities the operator lets containers have
+            (``supported-driver-capabilities``; default: all that ocihook provides).
 
     Returns:
         A :class:`Plan`; for a void request its edits are empty.
@@ -348,6 +351,9 @@ def make_plan(
             capability the host cannot provide is reported in ``warnings`` instead.
     """
     from .discovery.nvidia import SUPPORTED_CAPABILITIES
+
+    if supported is not None:
+        SUPPORTED_CAPABILITIES = SUPPORTED_CAPABILITIES & supported
 
     if request.is_void:
         return Plan(host.driver_version, (), (), ContainerEdits())

@@ -37,6 +37,10 @@ from ..hostroot import HostRoot
 from ..plan import CgroupRule, CudaCompat, Plan, ProcMask, make_plan
 from ..request import Request
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .spec import Options
+
 __all__ = [
     "create_container_hook",
     "create_symlinks_hook",
@@ -512,6 +516,7 @@ def inject(
     *,
     cgroups: bool = True,
     stage: str = "prestart",
+    options: Options | None = None,
 ) -> Plan:
     """Hook mode: give the container being created what ``request`` asks for.
 
@@ -539,7 +544,13 @@ def inject(
     from ..discovery.nvidia import SUPPORTED_CAPABILITIES, discover
     from ..errors import StateError
     from ..plan import links_to_mounts
-    from .spec import layout_for_rootfs, log_plan, occupied_links, request_device_nodes
+    from .spec import (
+        Options,
+        layout_for_rootfs,
+        log_plan,
+        occupied_links,
+        request_device_nodes,
+    )
 
     if not os.path.isdir(bundle.rootfs):
         raise ApplyError(
@@ -565,7 +576,16 @@ def inject(
     host = discover(root, capabilities=request.capabilities & SUPPORTED_CAPABILITIES)
     try:
         extra = request_device_nodes(host, request)
-        plan = make_plan(host, request, layout_for_rootfs(bundle.rootfs), extra)
+        opts = options or Options()
+        plan = make_plan(
+            host,
+            request,
+            layout_for_rootfs(bundle.rootfs),
+            extra,
+            cuda_compat=opts.cuda_compat,
+            check_requirements=opts.check_requirements,
+            supported=opts.supported,
+        )
     except RequestError as e:
         raise e.with_path(bundle.config_path) from None
     plan = links_to_mounts(plan, occupied_links(bundle.rootfs, plan))

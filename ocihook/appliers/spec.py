@@ -30,13 +30,14 @@ from ..bundle import Bundle, dump_json, load_bundle, write_json_atomic
 from ..errors import ApplyError, RequestError, SpecError
 from ..hostroot import HostRoot
 from ..plan import ContainerEdits, ContainerLayout, Hook, Plan, links_to_mounts, make_plan
-from ..request import Request, request_from_spec
+from ..request import Request, RequestPolicy, request_from_spec
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
 
+    from ..config import Config
     from ..discovery.gpus import HostDeviceNode
     from ..discovery.nvidia import NvidiaHost
 
@@ -45,12 +46,14 @@ __all__ = [
     "HOOK_PROGRAM",
     "HOOK_TIMEOUT",
     "EditResult",
+    "Options",
     "apply_plan",
     "edit_bundle",
     "hook_command",
     "layout_for_rootfs",
     "log_plan",
     "occupied_links",
+    "options_from_config",
     "realize_hooks",
     "request_device_nodes",
 ]
@@ -216,6 +219,38 @@ def apply_plan(
     return doc
 
 
+class Options(Record):
+    """The operator's settings that shape a plan (from :mod:`ocihook.config`).
+
+    Attributes:
+        policy: which request sources are honoured (:class:`ocihook.request.RequestPolicy`).
+        supported: driver capabilities containers may have (``None``: all).
+        check_requirements: check ``NVIDIA_REQUIRE_*`` (off with ``disable-require``).
+        cuda_compat: use the image's CUDA forward-compatibility libraries when newer.
+        cgroups: add device cgroup rules in hook mode (off with ``no-cgroups``).
+    """
+
+    policy: RequestPolicy = RequestPolicy()
+    supported: frozenset[str] | None = None
+    check_requirements: bool = True
+    cuda_compat: bool = True
+    cgroups: bool = True
+
+
+def options_from_config(cfg: Config) -> Options:
+    """The :class:`Options` of a loaded configuration."""
+    return Options(
+        policy=RequestPolicy(
+            accept_env_unprivileged=cfg.accept_nvidia_visible_devices_envvar_when_unprivileged,
+            accept_volume_mounts=cfg.accept_nvidia_visible_devices_as_volume_mounts,
+            swarm_resource=cfg.swarm_envvars,
+        ),
+        supported=cfg.driver_capabilities,
+        check_requirements=not cfg.disable_require,
+        cgroups=not cfg.no_cgroups,
+    )
+
+
 def log_plan(request: Request, plan: Plan, mode: str) -> None:
     """Log the decisions behind ``plan`` at debug level (:mod:`ocihook.log`): what was
     asked, which GPUs were chosen, every device node, cgroup rule, mount and link."""
@@ -343,6 +378,7 @@ def edit_bundle(
     *,
     dry_run: bool = False,
     command: Sequence[str] | None = None,
+    options: Options | None = None,
 ) -> EditResult:
     """Spec mode: give the container of ``bundle_dir`` what its ``config.json`` asks for.
 
@@ -351,6 +387,7 @@ def edit_bundle(
         root: the host to read (default the real host).
         dry_run: compute the new document but do not write it.
         command: argv prefix of ocihook for the hooks it registers.
+        options: the operator's settings (default: the built-in defaults).
 
     Returns:
         An :class:`EditResult`. A void request changes nothing (``written`` False).
@@ -363,14 +400,23 @@ def edit_bundle(
     """
     from ..discovery.nvidia import SUPPORTED_CAPABILITIES, discover
 
+    options = options or Options()
     bundle = load_bundle(bundle_dir)
-    request = request_from_spec(bundle.config, path=bundle.config_path)
+    request = request_from_spec(bundle.config, path=bundle.config_path, policy=options.policy)
     if request.is_void:
         return EditResult(bundle, request, None, bundle.raw, bundle.raw, False)
     host = discover(root, capabilities=request.capabilities & SUPPORTED_CAPABILITIES)
     try:
         extra = request_device_nodes(host, request)
-        plan = make_plan(host, request, layout_for_rootfs(bundle.rootfs), extra)
+        plan = make_plan(
+            host,
+            request,
+            layout_for_rootfs(bundle.rootfs),
+            extra,
+            cuda_compat=options.cuda_compat,
+            check_requirements=options.check_requirements,
+            supported=options.supported,
+        )
     except RequestError as e:
         raise e.with_path(bundle.config_path) from None
     plan = links_to_mounts(plan, occupied_links(bundle.rootfs, plan))
