@@ -9,7 +9,9 @@ the ``log-file`` setting (:mod:`ocihook.config`). Lines look like::
 Records below the configured level (``debug`` < ``info`` < ``warning`` < ``error``) cost a
 comparison. The file is opened in append mode for each line (``O_APPEND``: lines of
 concurrent hooks do not interleave within a line), so nothing is held open between
-containers. The standard :mod:`logging` package is not used: importing it costs more than
+containers; it is written only when it is a regular file reached without a symbolic link
+(``O_NOFOLLOW``; the hook runs as root) and opening it cannot block (``O_NONBLOCK``).
+The standard :mod:`logging` package is not used: importing it costs more than
 this whole module on a container's start path. Failing to write the log never fails a
 container start.
 """
@@ -61,10 +63,15 @@ def _emit(level: str, message: str, fields: dict[str, object]) -> None:
     parts.append(message)
     parts += [f"{k}={_quote(v)}" for k, v in fields.items()]
     line = (" ".join(parts) + "\n").encode("utf-8", "replace")
+    import stat
+
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+    flags |= os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY  # root: no link, FIFO or tty
     try:
-        fd = os.open(_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o640)
+        fd = os.open(_path, flags, 0o640)
         try:
-            os.write(fd, line)
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                os.write(fd, line)
         finally:
             os.close(fd)
     except OSError:

@@ -308,20 +308,38 @@ def is_privileged(config: Mapping[str, Any]) -> bool:
     return isinstance(bounding, list) and "CAP_SYS_ADMIN" in bounding
 
 
-def _devices_from_mounts(config: Mapping[str, Any]) -> list[str]:
-    """Device names requested as volume mounts, in mount order. ``cdi/<vendor>/<class>/<name>``
-    becomes the CDI name ``vendor/class=name``; ``imex/<n>`` entries are IMEX channels and
-    are left out here."""
+def _request_mounts(config: Mapping[str, Any]) -> list[str]:
+    """The names under :data:`VOLUME_MOUNT_DIR` of the mounts that are device requests:
+    ``/dev/null`` mounted there (source and destination cleaned, as the toolkit does). Any
+    other mount at that path — a tmpfs or emptyDir a user adds — is not a request: the
+    mount source is what a cluster's device plugin controls and a user does not."""
+    import posixpath
+
     out: list[str] = []
     mounts = config.get("mounts")
     if not isinstance(mounts, list):
         return out
     prefix = VOLUME_MOUNT_DIR + "/"
     for m in mounts:
-        dest = m.get("destination") if isinstance(m, dict) else None
-        if not isinstance(dest, str) or not dest.startswith(prefix):
+        if not isinstance(m, dict):
             continue
-        name = dest[len(prefix) :]
+        dest, source = m.get("destination"), m.get("source")
+        if not isinstance(dest, str) or not isinstance(source, str):
+            continue
+        if "/" + posixpath.normpath(source).lstrip("/") != "/dev/null":
+            continue
+        dest = "/" + posixpath.normpath(dest).lstrip("/")  # normpath keeps a leading "//"
+        if dest.startswith(prefix):
+            out.append(dest[len(prefix) :])
+    return out
+
+
+def _devices_from_mounts(config: Mapping[str, Any]) -> list[str]:
+    """Device names requested as volume mounts, in mount order. ``cdi/<vendor>/<class>/<name>``
+    becomes the CDI name ``vendor/class=name``; ``imex/<n>`` entries are IMEX channels and
+    are left out here."""
+    out: list[str] = []
+    for name in _request_mounts(config):
         if name.startswith("imex/"):
             continue
         if name.startswith("cdi/") and name.count("/") == 3:
@@ -360,16 +378,24 @@ def request_from_spec(
         request = request_from_env(env)
         from_mounts = _devices_from_mounts(config) if policy.accept_volume_mounts else []
         swarm = next((v for v in policy.swarm_resource if env.get(v)), None)
+        # the environment of an unprivileged container is not trusted when the operator
+        # says so: neither NVIDIA_VISIBLE_DEVICES, nor the swarm variables, nor the other
+        # request variables (IMEX, feature sets, MIG management)
+        env_trusted = privileged or policy.accept_env_unprivileged
         if from_mounts:
             override = request_from_env(
                 {**env, ENV_VISIBLE_DEVICES: ",".join(from_mounts)}, source="mounts"
             )
             request = override
+        elif not env_trusted:
+            request = Request(kind="void", source="process.env (unprivileged: ignored)")
         elif swarm is not None:
             request = request_from_env({**env, ENV_VISIBLE_DEVICES: env[swarm]}, source=swarm)
-        elif not privileged and not policy.accept_env_unprivileged and not request.is_void:
-            request = Request(kind="void", source="process.env (unprivileged: ignored)")
-        extras = _extras(env, privileged, config if policy.accept_volume_mounts else None)
+        extras = _extras(
+            env if env_trusted else {},
+            privileged,
+            config if policy.accept_volume_mounts else None,
+        )
         if request.is_void and not any(extras.values()):
             return request
         if request.is_void:  # only extras: a GPU-less container with driver access
@@ -405,11 +431,9 @@ def _extras(
         mig[key] = True
     channels = [c.strip() for c in env.get("NVIDIA_IMEX_CHANNELS", "").split(",") if c.strip()]
     if config is not None:
-        mounts = config.get("mounts")
-        for m in mounts if isinstance(mounts, list) else ():
-            dest = m.get("destination") if isinstance(m, dict) else None
-            if isinstance(dest, str) and dest.startswith(VOLUME_MOUNT_DIR + "/imex/"):
-                channels.append(dest.rsplit("/", 1)[1])
+        for name in _request_mounts(config):
+            if name.startswith("imex/"):
+                channels.append(name[len("imex/") :])
     for c in channels:
         if c != "all" and not (c.isascii() and c.isdigit() and len(c) <= 7):
             raise RequestError(

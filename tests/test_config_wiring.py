@@ -141,3 +141,22 @@ def test_config_show_and_default(tmp_path: Any) -> None:
     )
     bad = _cli("config", "show", "--config", _conf(tmp_path, "colour = 1\n"))
     assert bad.returncode == 10 and "field colour" in bad.stderr
+
+
+def test_log_file_never_follows_a_link_or_blocks(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("secret\n")
+    link = tmp_path / "log-link"
+    link.symlink_to(victim)
+    fifo = tmp_path / "log-fifo"
+    os.mkfifo(fifo)
+    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
+    for target in (link, fifo):
+        conf = _conf(
+            tmp_path,
+            f'driver-root = "{sim.root}"\ndev-root = "{sim.root}"\n'
+            f'log-file = "{target}"\nlog-level = "debug"\n',
+        )
+        proc = _cli("edit", "-b", bundle, "--dry-run", "--config", conf)  # would hang on a FIFO
+        assert proc.returncode == 0, proc.stderr
+    assert victim.read_text() == "secret\n"

@@ -124,3 +124,35 @@ def test_extra_nodes_in_the_plan(sim: simhost.SimulatedHost, tmp_path: Any) -> N
     paths = [n.path for n in plan.edits.device_nodes]
     assert "/dev/nvidia-caps/nvidia-cap2" in paths and "/dev/nvidia-caps/nvidia-cap1" not in paths
     assert (241, 3) in {(r.major, r.minor) for r in plan.edits.cgroup_rules}
+
+
+def test_only_dev_null_mounts_are_requests() -> None:
+    """A tmpfs (a Kubernetes emptyDir) at the request path is not a request: only
+    /dev/null mounted there is (the mount source is what the device plugin controls)."""
+    policy = RequestPolicy(accept_volume_mounts=True, accept_env_unprivileged=False)
+    cfg = _config([])
+    cfg["mounts"] = [
+        {"destination": f"{VOLUME_MOUNT_DIR}/all", "source": "tmpfs", "type": "tmpfs"},
+        {"destination": f"{VOLUME_MOUNT_DIR}/imex/3", "source": "/tmp/x", "type": "bind"},
+    ]
+    assert request_from_spec(cfg, policy=policy).is_void
+    cfg["mounts"].append(
+        {"destination": "//var/run/nvidia-container-devices/1/", "source": "/dev/./null"}
+    )
+    r = request_from_spec(cfg, policy=policy)
+    assert r.devices == ("1",) and r.imex_channels == ()
+
+
+def test_untrusted_environment_asks_for_nothing_at_all() -> None:
+    """With the environment of unprivileged containers ignored, neither the swarm
+    variable nor IMEX/feature variables bring anything."""
+    policy = RequestPolicy(accept_env_unprivileged=False, swarm_resource=("DOCKER_RESOURCE_GPU",))
+    for env in (
+        ["DOCKER_RESOURCE_GPU=all"],
+        ["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_IMEX_CHANNELS=all"],
+        ["NVIDIA_GDS=enabled", "NVIDIA_MOFED=enabled"],
+    ):
+        assert request_from_spec(_config(env), policy=policy).is_void, env
+    assert request_from_spec(
+        _config(["DOCKER_RESOURCE_GPU=1"], privileged=True), policy=policy
+    ).devices == ("1",)

@@ -299,6 +299,11 @@ def _entry_for(root_fd: int, path: str, *, soname_dir: str | None = None) -> ldc
     return ldcache.CacheEntry(soname, f"{directory}/{soname}", ldcache.abi_flags(ident[0], machine))
 
 
+#: The most libraries read from an image's CUDA compat directory (NVIDIA's cuda-compat
+#: packages ship fewer than ten): an image must not make the hook do unbounded work.
+MAX_COMPAT_LIBRARIES = 64
+
+
 def cuda_compat_entries(root_fd: int, compat: CudaCompat) -> list[ldcache.CacheEntry]:
     """``ld.so.cache`` entries for the image's CUDA forward-compatibility libraries, when
     its ``libcuda.so.<version>`` is of a newer driver branch than the host's (NVIDIA CUDA
@@ -334,12 +339,15 @@ def cuda_compat_entries(root_fd: int, compat: CudaCompat) -> list[ldcache.CacheE
     if newest <= compat.host_major:
         return []
     out = []
-    for n in sorted(regular):
-        if n.startswith("lib") and ".so." in n:
+    candidates = [n for n in sorted(regular) if n.startswith("lib") and ".so." in n]
+    for n in candidates[:MAX_COMPAT_LIBRARIES]:
+        try:
             entry = _entry_for(root_fd, f"{compat.directory}/{n}")
-            if entry.soname not in names:  # no soname link in the image: the file itself
-                entry = ldcache.CacheEntry(n, f"{compat.directory}/{n}", entry.flags)
-            out.append(entry)
+        except ApplyError:
+            continue  # not a library ld.so could use: the image's business, skipped
+        if entry.soname not in names:  # no soname link in the image: the file itself
+            entry = ldcache.CacheEntry(n, f"{compat.directory}/{n}", entry.flags)
+        out.append(entry)
     return out
 
 
