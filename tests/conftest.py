@@ -16,6 +16,21 @@ from ocihook.hostroot import HostRoot
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def modules_after(code: str) -> set[str]:
+    """The modules a fresh ``python -I`` has loaded after running ``code`` (for the
+    import-cost tests: the start path must not load heavy modules)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", code + "\nimport sys; print(' '.join(sys.modules))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return set(out.split())
+
+
 @pytest.fixture(scope="session")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> simhost.SimulatedHost:
     """The built-in simulated host (8 GPUs), built once per session."""

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
+from conftest import modules_after as _modules_after
 
 import ocihook
 
@@ -66,16 +65,6 @@ def test_unknown_name() -> None:
         assert "no_such_thing" in str(e)
     else:  # pragma: no cover
         raise AssertionError("expected AttributeError")
-
-
-def _modules_after(code: str) -> set[str]:
-    out = subprocess.run(
-        [sys.executable, "-I", "-c", code + "\nimport sys; print(' '.join(sys.modules))"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return set(out.split())
 
 
 HEAVY = {

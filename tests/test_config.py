@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import tomllib
 from collections.abc import Callable
 from typing import Any
 
 import jsonschema
 import pytest
+from conftest import modules_after as _modules_after
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -513,16 +512,6 @@ def test_extra_request_markers() -> None:
     for escaped in (spec, spec.replace("/", "\\/")):
         assert b"nvidia.cdi.k8s.io" in escaped.encode()
         assert b"nvidia-container-devices" in escaped.encode()
-
-
-def _modules_after(code: str) -> set[str]:
-    out = subprocess.run(
-        [sys.executable, "-I", "-c", code + "\nimport sys; print(' '.join(sys.modules))"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return set(out.split())
 
 
 def test_import_is_cheap() -> None:

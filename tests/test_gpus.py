@@ -10,13 +10,13 @@ from __future__ import annotations
 import importlib.util
 import os
 import stat
-import subprocess
 import sys
 from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
 import pytest
+from conftest import modules_after as _modules_after
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -685,16 +685,6 @@ def test_unknown_brand_code(tmp_path: Any, fake_nvml: ModuleType) -> None:
     root = host.write(str(tmp_path))
     fake_nvml.load(host.nvml())
     assert enumerate_gpus(root, MAJORS, backend="nvml").gpus[0].brand == "unknown"
-
-
-def _modules_after(code: str) -> set[str]:
-    out = subprocess.run(
-        [sys.executable, "-I", "-c", code + "\nimport sys; print(' '.join(sys.modules))"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return set(out.split())
 
 
 def test_gpus_module_imports_stay_cheap(root: HostRoot) -> None:
