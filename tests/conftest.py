@@ -16,6 +16,27 @@ from ocihook.hostroot import HostRoot
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def packaged_hook(stage: str, root: str) -> dict[str, Any]:
+    """ocihook's hook entry as packaging/config.json-hooks-snippet.json.in gives it, with
+    ``@PYTHON@`` replaced by this interpreter, for ``stage``, reading the simulated host
+    at ``root`` (the README's registration, so the tests exercise the documented one)."""
+    with open(os.path.join(REPO, "packaging/config.json-hooks-snippet.json.in")) as f:
+        snippet = json.loads(f.read().replace("@PYTHON@", __import__("sys").executable))
+    hook: dict[str, Any] = snippet["hooks"]["prestart"][0]
+    hook["args"] = [*hook["args"][:-1], stage, "--driver-root", root, "--dev-root", root]
+    return hook
+
+
+def register_hook(bundle: str, root: str, stage: str = "prestart") -> None:
+    """Add :func:`packaged_hook` to the bundle's ``config.json`` under ``stage``."""
+    path = os.path.join(bundle, "config.json")
+    with open(path) as f:
+        doc = json.load(f)
+    doc.setdefault("hooks", {}).setdefault(stage, []).append(packaged_hook(stage, root))
+    with open(path, "w") as f:
+        json.dump(doc, f, indent="\t")
+
+
 def modules_after(code: str) -> set[str]:
     """The modules a fresh ``python -I`` has loaded after running ``code`` (for the
     import-cost tests: the start path must not load heavy modules)."""

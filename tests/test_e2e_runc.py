@@ -16,7 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import REPO, need_root_and
+from conftest import need_root_and
+from conftest import register_hook as _register_hook
 
 from ocihook.appliers.spec import edit_bundle
 from ocihook.demo import run_container
@@ -46,21 +47,6 @@ def _with_mknod_cap(bundle: str) -> None:
         doc = json.load(f)
     for key in ("bounding", "effective", "permitted"):
         doc["process"]["capabilities"][key].append("CAP_MKNOD")
-    with open(path, "w") as f:
-        json.dump(doc, f, indent="\t")
-
-
-def _register_hook(bundle: str, root: str) -> None:
-    """Register ocihook as the README says: the packaged snippet with ``@PYTHON@`` replaced
-    by this interpreter, plus the roots of the simulated host."""
-    with open(os.path.join(REPO, "packaging/config.json-hooks-snippet.json.in")) as f:
-        snippet = json.loads(f.read().replace("@PYTHON@", sys.executable))
-    hook = snippet["hooks"]["prestart"][0]
-    hook["args"] += ["--driver-root", root, "--dev-root", root]
-    path = os.path.join(bundle, "config.json")
-    with open(path) as f:
-        doc = json.load(f)
-    doc.setdefault("hooks", {}).setdefault("prestart", []).append(hook)
     with open(path, "w") as f:
         json.dump(doc, f, indent="\t")
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, need_root_and
+from conftest import need_root_and, packaged_hook
 
 from ocihook import simhost
 
@@ -31,11 +31,7 @@ SCRIPT = (
 
 
 def _hook(stage: str, root: str, env: list[str] | None = None) -> dict[str, Any]:
-    with open(os.path.join(REPO, "packaging/config.json-hooks-snippet.json.in")) as f:
-        hook: dict[str, Any] = json.loads(f.read().replace("@PYTHON@", sys.executable))["hooks"][
-            "prestart"
-        ][0]
-    hook["args"] = [*hook["args"][:-1], stage, "--driver-root", root, "--dev-root", root]
+    hook = packaged_hook(stage, root)
     if env is not None:
         hook["env"] = env
     return hook

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, need_root_and
+from conftest import need_root_and
+from conftest import register_hook as _register_hook
 
 from ocihook import bundle as bundle_mod
 from ocihook import ldcache, simhost
@@ -166,18 +167,6 @@ def test_soname_with_a_path_is_not_used(sim: simhost.SimulatedHost, tmp_path: An
 
 
 # -- against real runc ---------------------------------------------------------------------
-
-HOOK_SNIPPET = os.path.join(REPO, "packaging/config.json-hooks-snippet.json.in")
-
-
-def _register_hook(bundle: str, root: str) -> None:
-    with open(HOOK_SNIPPET) as f:
-        hook = json.loads(f.read().replace("@PYTHON@", sys.executable))["hooks"]["prestart"][0]
-    hook["args"] += ["--driver-root", root, "--dev-root", root]
-    cfg = Path(bundle, "config.json")
-    doc = json.loads(cfg.read_text())
-    doc.setdefault("hooks", {})["prestart"] = [hook]
-    cfg.write_text(json.dumps(doc))
 
 
 def _prepare(mode: str, bundle: str, root: str) -> None:
