@@ -321,6 +321,7 @@ def make_plan(
     request: Request,
     layout: ContainerLayout,
     extra_nodes: Sequence[HostDeviceNode] = (),
+    extra_mounts: Sequence[Mount] = (),
     *,
     cuda_compat: bool = True,
     check_requirements: bool = True,
@@ -335,6 +336,8 @@ def make_plan(
         extra_nodes: further device nodes the request asks for (MIG management, IMEX
             channels, feature-gated sets; see
             :func:`ocihook.appliers.spec.request_device_nodes`).
+        extra_mounts: further mounts the request asks for (GDS's ``/etc/cufile.json`` and
+            ``/run/udev``; see :func:`ocihook.appliers.spec.request_mounts`).
         cuda_compat: use the image's CUDA forward-compatibility libraries when newer
             (the operator's ``cuda-compat`` setting: ``ldconfig`` or ``disabled``).
         check_requirements: check ``request.requirements`` against the host and the
@@ -433,6 +436,7 @@ def make_plan(
             mounts.append(Mount(f.host_path, f.path, IPC_MOUNT_OPTIONS))
         else:  # firmware, configuration files, the application profile: where they are
             mounts.append(Mount(source=f.host_path, destination=f.path))
+    mounts.extend(m for m in extra_mounts if m not in mounts)
     proc_mask = ProcMask(
         host_dir=host.root.proc("driver/nvidia"),
         gpu_dirs=tuple(os.path.basename(g.proc_dir) for g in gpus),

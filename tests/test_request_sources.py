@@ -156,3 +156,43 @@ def test_untrusted_environment_asks_for_nothing_at_all() -> None:
     assert request_from_spec(
         _config(["DOCKER_RESOURCE_GPU=1"], privileged=True), policy=policy
     ).devices == ("1",)
+
+
+def test_gds_brings_its_nodes_and_mounts(
+    sim: simhost.SimulatedHost, tmp_path: Any, bundle_factory: Any
+) -> None:
+    """NVIDIA_GDS=enabled: /dev/nvidia-fs* nodes, the driver root's /etc/cufile.json and
+    /run/udev (a directory: mounted as one in both modes)."""
+    from conftest import need_root_and, register_hook
+
+    from ocihook.appliers.spec import edit_bundle, request_mounts
+    from ocihook.demo import run_container
+
+    root = str(tmp_path / "host")
+    subprocess.run(["cp", "-a", sim.root, root], check=True)
+    devices = Path(root, "proc/devices")
+    devices.write_text(devices.read_text().replace("226 drm\n", "226 drm\n242 nvidia-fs\n"))
+    Path(root, "etc/cufile.json").write_text('{"logging": {}}\n')
+    Path(root, "run/udev/data").mkdir(parents=True)
+    Path(root, "run/udev/data/marker").write_text("udev\n")
+    host = discover(HostRoot.single(root))
+    request = request_from_spec(_config(["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_GDS=enabled"]))
+    assert [(m.destination, m.source) for m in request_mounts(host, request)] == [
+        ("/etc/cufile.json", os.path.join(root, "etc/cufile.json")),
+        ("/run/udev", os.path.join(root, "run/udev")),
+    ]
+    need_root_and("runc")
+    os.mknod(os.path.join(root, "dev/nvidia-fs0"), 0o666 | stat.S_IFCHR, os.makedev(242, 0))
+    script = "cat /etc/cufile.json /run/udev/data/marker; ls -l /dev/nvidia-fs0"
+    for mode in ("spec", "hook"):
+        bundle = bundle_factory(
+            ["sh", "-c", script], ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_GDS=enabled"]
+        )
+        if mode == "spec":
+            assert edit_bundle(bundle, HostRoot.single(root)).written
+        else:
+            register_hook(bundle, root)
+        proc = run_container(bundle, state_root=str(tmp_path / f"runc-{mode}"))
+        assert proc.returncode == 0, proc.stderr
+        assert '{"logging": {}}' in proc.stdout and "udev" in proc.stdout
+        assert "242,   0" in proc.stdout

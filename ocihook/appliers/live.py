@@ -558,6 +558,7 @@ def inject(
         log_plan,
         occupied_links,
         request_device_nodes,
+        request_mounts,
     )
 
     if not os.path.isdir(bundle.rootfs):
@@ -590,6 +591,7 @@ def inject(
             request,
             layout_for_rootfs(bundle.rootfs),
             extra,
+            request_mounts(host, request),
             cuda_compat=opts.cuda_compat,
             check_requirements=opts.check_requirements,
             supported=opts.supported,
@@ -977,9 +979,12 @@ def _apply_in_container(
             for m, tree_fd in zip(edits.mounts, tree_fds, strict=True):
                 parent, _, name = m.destination.rpartition("/")
                 parent = parent or "/"
-                if parent not in parents:
-                    parents[parent] = ps.makedirs_in_root(root_fd, parent, created=created)
-                target_fd = ps.create_file_at(parents[parent], parent, name, created=created)
+                if stat.S_ISDIR(os.fstat(tree_fd).st_mode):  # a directory (MPS pipes, udev)
+                    target_fd = ps.makedirs_in_root(root_fd, m.destination, created=created)
+                else:
+                    if parent not in parents:
+                        parents[parent] = ps.makedirs_in_root(root_fd, parent, created=created)
+                    target_fd = ps.create_file_at(parents[parent], parent, name, created=created)
                 try:
                     if _same_file(target_fd, tree_fd):
                         continue  # mounted there already (the hook ran twice): idempotent

@@ -29,7 +29,15 @@ from .._record import Record
 from ..bundle import Bundle, dump_json, load_bundle, write_json_atomic
 from ..errors import ApplyError, RequestError, SpecError
 from ..hostroot import HostRoot
-from ..plan import ContainerEdits, ContainerLayout, Hook, Plan, links_to_mounts, make_plan
+from ..plan import (
+    ContainerEdits,
+    ContainerLayout,
+    Hook,
+    Mount,
+    Plan,
+    links_to_mounts,
+    make_plan,
+)
 from ..request import Request, RequestPolicy, request_from_spec
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
@@ -56,6 +64,7 @@ __all__ = [
     "options_from_config",
     "realize_hooks",
     "request_device_nodes",
+    "request_mounts",
 ]
 
 #: Environment given to every hook ocihook registers: nothing from the container.
@@ -319,6 +328,25 @@ def request_device_nodes(host: NvidiaHost, request: Request) -> tuple[HostDevice
     return tuple(out)
 
 
+def request_mounts(host: NvidiaHost, request: Request) -> tuple[Mount, ...]:
+    """Mounts a request asks for beyond driver files: with ``NVIDIA_GDS=enabled``, the
+    driver root's ``/etc/cufile.json`` (read-only) and the dev root's ``/run/udev``
+    (read-only, nosuid, nodev, noexec), when they exist (NVIDIA Container Toolkit
+    ``internal/discover/gds.go``)."""
+    if "gds" not in request.features:
+        return ()
+    from ..pathsafe import resolve_in_root
+
+    out: list[Mount] = []
+    cufile = resolve_in_root(host.root.driver_root, "/etc/cufile.json")
+    if os.path.isfile(cufile):
+        out.append(Mount(source=cufile, destination="/etc/cufile.json"))
+    udev = resolve_in_root(host.root.dev_root, "/run/udev")
+    if os.path.isdir(udev):
+        out.append(Mount(udev, "/run/udev", ("ro", "nosuid", "nodev", "noexec", "rbind")))
+    return tuple(out)
+
+
 def occupied_links(rootfs: str, plan: Plan) -> set[str]:
     """The link paths of ``plan`` where the image in ``rootfs`` has a regular file (not
     a link, which is replaced): see :func:`ocihook.plan.links_to_mounts`. Paths are
@@ -413,6 +441,7 @@ def edit_bundle(
             request,
             layout_for_rootfs(bundle.rootfs),
             extra,
+            request_mounts(host, request),
             cuda_compat=options.cuda_compat,
             check_requirements=options.check_requirements,
             supported=options.supported,
