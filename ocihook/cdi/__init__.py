@@ -1,0 +1,62 @@
+"""Container Device Interface (CDI) support: qualified device names, annotations and spec
+files (CDI ``SPEC.md``, versions 0.3.0 to 1.1.0)."""
+
+from __future__ import annotations
+
+from .names import (
+    ANNOTATION_PREFIX,
+    CdiError,
+    annotation_key,
+    annotation_value,
+    is_qualified_name,
+    parse_annotations,
+    parse_qualified_name,
+    qualified_name,
+    validate_class,
+    validate_device_name,
+    validate_vendor,
+)
+from .spec import (
+    HOOK_NAMES,
+    KNOWN_VERSIONS,
+    ContainerEdits,
+    Device,
+    DeviceNode,
+    Hook,
+    IntelRdt,
+    Mount,
+    NetDevice,
+    Spec,
+    load_spec,
+    minimum_version,
+    spec_from_dict,
+    validate_spec,
+)
+
+__all__ = [
+    "ANNOTATION_PREFIX",
+    "HOOK_NAMES",
+    "KNOWN_VERSIONS",
+    "CdiError",
+    "ContainerEdits",
+    "Device",
+    "DeviceNode",
+    "Hook",
+    "IntelRdt",
+    "Mount",
+    "NetDevice",
+    "Spec",
+    "annotation_key",
+    "annotation_value",
+    "is_qualified_name",
+    "load_spec",
+    "minimum_version",
+    "parse_annotations",
+    "parse_qualified_name",
+    "qualified_name",
+    "spec_from_dict",
+    "validate_class",
+    "validate_device_name",
+    "validate_spec",
+    "validate_vendor",
+]

@@ -1,0 +1,652 @@
+"""CDI spec files: an immutable model, a strict loader and the validation rules.
+
+Covers CDI spec versions 0.3.0 to 1.1.0 (CDI ``SPEC.md``, "CDI JSON Specification" and its
+version table; the Go types in ``specs-go/config.go``). :func:`load_spec` reads JSON or
+YAML whatever the file name says, rejects unknown fields like the reference parser (strict
+decoding), then checks every rule of :func:`validate_spec`. Every error is a
+:class:`~ocihook.cdi.names.CdiError` naming the file, the JSON path of the field
+(``devices[0].containerEdits.mounts[1].hostPath``) and the value.
+
+``null`` in an optional field means "absent" (as Go's decoder treats it); a required
+field that is absent or ``null`` is an error. YAML aliases are refused (a small file could
+otherwise expand to gigabytes). Attribute names are the JSON names in snake case;
+:meth:`Spec.to_dict` gives back the JSON form, omitting empty optional fields.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from .._record import Record
+from .names import CdiError, validate_class, validate_device_name, validate_vendor
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = [
+    "HOOK_NAMES",
+    "KNOWN_VERSIONS",
+    "ContainerEdits",
+    "Device",
+    "DeviceNode",
+    "Hook",
+    "IntelRdt",
+    "Mount",
+    "NetDevice",
+    "Spec",
+    "load_spec",
+    "minimum_version",
+    "spec_from_dict",
+    "validate_spec",
+]
+
+#: The spec versions this module reads, oldest first (CDI ``SPEC.md``, version table;
+#: ``pkg/cdi/version.go``). 0.1.0 and 0.2.0 are rejected.
+KNOWN_VERSIONS: tuple[str, ...] = (
+    "0.3.0",
+    "0.4.0",
+    "0.5.0",
+    "0.6.0",
+    "0.7.0",
+    "0.8.0",
+    "1.0.0",
+    "1.1.0",
+)
+#: Valid ``hooks[].hookName`` values (CDI ``SPEC.md``, "OCI Hooks"; OCI runtime-spec
+#: ``config.md`` "POSIX-platform Hooks").
+HOOK_NAMES: tuple[str, ...] = (
+    "prestart",
+    "createRuntime",
+    "createContainer",
+    "startContainer",
+    "poststart",
+    "poststop",
+)
+_NODE_TYPES = ("", "b", "c", "u", "p")
+_U32 = (0, 2**32 - 1)
+_I64 = (0, 2**63 - 1)
+_TIMEOUT = (1, 2**31 - 1)
+
+Annotations = tuple[tuple[str, str], ...]
+
+
+class DeviceNode(Record):
+    """A device node to create in the container (CDI ``SPEC.md``, "Device Nodes")."""
+
+    path: str
+    host_path: str = ""
+    type: str = ""
+    major: int | None = None
+    minor: int | None = None
+    file_mode: int | None = None
+    permissions: str = ""
+    uid: int | None = None
+    gid: int | None = None
+
+
+class Mount(Record):
+    """A mount to add to the container (CDI ``SPEC.md``, "Mounts")."""
+
+    host_path: str
+    container_path: str
+    options: tuple[str, ...] = ()
+    type: str = ""
+
+
+class Hook(Record):
+    """An OCI hook to add to the container (CDI ``SPEC.md``, "OCI Hooks")."""
+
+    hook_name: str
+    path: str
+    args: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
+    timeout: int | None = None
+
+
+class IntelRdt(Record):
+    """Intel RDT settings (CDI ``SPEC.md``, "Intel RDT"; 0.7.0+). ``schemata`` and
+    ``enable_monitoring`` need 1.1.0; ``enable_cmt``/``enable_mbm`` exist only before
+    1.1.0."""
+
+    clos_id: str = ""
+    l3_cache_schema: str = ""
+    mem_bw_schema: str = ""
+    schemata: tuple[str, ...] = ()
+    enable_monitoring: bool = False
+    enable_cmt: bool = False
+    enable_mbm: bool = False
+
+
+class NetDevice(Record):
+    """A host network interface to move into the container (CDI ``SPEC.md``, "Network
+    Devices"; 1.1.0+)."""
+
+    host_interface_name: str
+    name: str
+
+
+class ContainerEdits(Record):
+    """Edits to the container's OCI spec (CDI ``SPEC.md``, "Container Edits")."""
+
+    env: tuple[str, ...] = ()
+    device_nodes: tuple[DeviceNode, ...] = ()
+    hooks: tuple[Hook, ...] = ()
+    mounts: tuple[Mount, ...] = ()
+    intel_rdt: IntelRdt | None = None
+    additional_gids: tuple[int, ...] = ()
+    net_devices: tuple[NetDevice, ...] = ()
+
+    def is_empty(self) -> bool:
+        """Whether these edits change nothing."""
+        return self == _EMPTY_EDITS
+
+
+_EMPTY_EDITS = ContainerEdits()
+
+
+class Device(Record):
+    """One device of a spec (CDI ``SPEC.md``, "Devices"). ``annotations`` is a tuple of
+    ``(key, value)`` pairs in file order."""
+
+    name: str
+    container_edits: ContainerEdits
+    annotations: Annotations = ()
+
+
+class Spec(Record):
+    """A CDI spec file (CDI ``SPEC.md``, "CDI JSON Specification"). ``version`` is as
+    declared (a leading ``v`` kept); ``annotations`` a tuple of ``(key, value)`` pairs."""
+
+    version: str
+    kind: str
+    devices: tuple[Device, ...]
+    container_edits: ContainerEdits = _EMPTY_EDITS
+    annotations: Annotations = ()
+
+    @property
+    def vendor(self) -> str:
+        """The vendor part of :attr:`kind`."""
+        return self.kind.partition("/")[0]
+
+    @property
+    def device_class(self) -> str:
+        """The class part of :attr:`kind`."""
+        return self.kind.partition("/")[2]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The spec as JSON-ready data (JSON field names, empty optional fields left out);
+        :func:`spec_from_dict` of the result gives back an equal :class:`Spec`."""
+        out = _dump(self)
+        assert isinstance(out, dict)
+        return out
+
+
+# -- field tables: (attribute, JSON name, kind, required) -------------------------------
+# kind: "str", "bool", "strs", ("int", lo, hi), ("ints", lo, hi), "annotations",
+#       a Record class, or ("list", RecordClass).
+
+_FIELDS: dict[type[Record], tuple[tuple[str, str, Any, bool], ...]] = {
+    DeviceNode: (
+        ("path", "path", "str", True),
+        ("host_path", "hostPath", "str", False),
+        ("type", "type", "str", False),
+        ("major", "major", ("int", *_I64), False),
+        ("minor", "minor", ("int", *_I64), False),
+        ("file_mode", "fileMode", ("int", *_U32), False),
+        ("permissions", "permissions", "str", False),
+        ("uid", "uid", ("int", *_U32), False),
+        ("gid", "gid", ("int", *_U32), False),
+    ),
+    Mount: (
+        ("host_path", "hostPath", "str", True),
+        ("container_path", "containerPath", "str", True),
+        ("options", "options", "strs", False),
+        ("type", "type", "str", False),
+    ),
+    Hook: (
+        ("hook_name", "hookName", "str", True),
+        ("path", "path", "str", True),
+        ("args", "args", "strs", False),
+        ("env", "env", "strs", False),
+        ("timeout", "timeout", ("int", *_TIMEOUT), False),
+    ),
+    IntelRdt: (
+        ("clos_id", "closID", "str", False),
+        ("l3_cache_schema", "l3CacheSchema", "str", False),
+        ("mem_bw_schema", "memBwSchema", "str", False),
+        ("schemata", "schemata", "strs", False),
+        ("enable_monitoring", "enableMonitoring", "bool", False),
+        ("enable_cmt", "enableCMT", "bool", False),
+        ("enable_mbm", "enableMBM", "bool", False),
+    ),
+    NetDevice: (
+        ("host_interface_name", "hostInterfaceName", "str", True),
+        ("name", "name", "str", True),
+    ),
+    ContainerEdits: (
+        ("env", "env", "strs", False),
+        ("device_nodes", "deviceNodes", ("list", DeviceNode), False),
+        ("hooks", "hooks", ("list", Hook), False),
+        ("mounts", "mounts", ("list", Mount), False),
+        ("intel_rdt", "intelRdt", IntelRdt, False),
+        ("additional_gids", "additionalGids", ("ints", *_U32), False),
+        ("net_devices", "netDevices", ("list", NetDevice), False),
+    ),
+    Device: (
+        ("name", "name", "str", True),
+        ("annotations", "annotations", "annotations", False),
+        ("container_edits", "containerEdits", ContainerEdits, True),
+    ),
+    Spec: (
+        ("version", "cdiVersion", "str", True),
+        ("kind", "kind", "str", True),
+        ("annotations", "annotations", "annotations", False),
+        ("devices", "devices", ("list", Device), True),
+        ("container_edits", "containerEdits", ContainerEdits, False),
+    ),
+}
+
+
+def _join(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def _type_name(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def _expect(value: object, want: type | tuple[type, ...], name: str, where: str) -> None:
+    ok = isinstance(value, want) and not (isinstance(value, bool) and bool not in _tuple(want))
+    if not ok:
+        raise CdiError(
+            f"wrong type: expected {name}, found {_type_name(value)}", field=where, value=value
+        )
+
+
+def _tuple(want: type | tuple[type, ...]) -> tuple[type, ...]:
+    return want if isinstance(want, tuple) else (want,)
+
+
+def _load_int(value: object, lo: int, hi: int, where: str) -> int:
+    _expect(value, int, "an integer", where)
+    assert isinstance(value, int)
+    if not lo <= value <= hi:
+        raise CdiError(f"integer out of range [{lo}, {hi}]", field=where, value=value)
+    return value
+
+
+def _load_value(kind: Any, value: object, where: str) -> object:
+    if kind == "str":
+        _expect(value, str, "a string", where)
+        return value
+    if kind == "bool":
+        _expect(value, bool, "a boolean", where)
+        return value
+    if kind == "strs":
+        _expect(value, list, "an array of strings", where)
+        assert isinstance(value, list)
+        for i, item in enumerate(value):
+            _expect(item, str, "a string", f"{where}[{i}]")
+        return tuple(value)
+    if kind == "annotations":
+        _expect(value, dict, "an object of strings", where)
+        assert isinstance(value, dict)
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise CdiError("annotation key is not a string", field=where, value=key)
+            _expect(item, str, "a string", f"{where}[{json.dumps(key)}]")
+        return tuple(value.items())
+    if isinstance(kind, tuple) and kind[0] == "int":
+        return _load_int(value, kind[1], kind[2], where)
+    if isinstance(kind, tuple) and kind[0] == "ints":
+        _expect(value, list, "an array of integers", where)
+        assert isinstance(value, list)
+        return tuple(_load_int(v, kind[1], kind[2], f"{where}[{i}]") for i, v in enumerate(value))
+    if isinstance(kind, tuple) and kind[0] == "list":
+        _expect(value, list, "an array of objects", where)
+        assert isinstance(value, list)
+        return tuple(_load_record(kind[1], v, f"{where}[{i}]") for i, v in enumerate(value))
+    return _load_record(kind, value, where)
+
+
+def _load_record(cls: type[Record], data: object, where: str) -> Record:
+    _expect(data, dict, "an object", where or "(document)")
+    assert isinstance(data, dict)
+    table = _FIELDS[cls]
+    known = {json_name for _, json_name, _, _ in table}
+    for key in data:
+        if not isinstance(key, str):
+            raise CdiError("field name is not a string", field=where or None, value=key)
+        if key not in known:
+            raise CdiError(
+                "unknown field",
+                field=_join(where, key),
+                hint="known fields here: " + ", ".join(sorted(known)),
+            )
+    kwargs: dict[str, object] = {}
+    for attr, json_name, kind, required in table:
+        value = data.get(json_name)
+        if value is None:
+            if required:
+                raise CdiError("required field missing", field=_join(where, json_name))
+            continue
+        kwargs[attr] = _load_value(kind, value, _join(where, json_name))
+    return cls(**kwargs)
+
+
+def _dump(record: Record) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for attr, json_name, kind, required in _FIELDS[type(record)]:
+        value = getattr(record, attr)
+        if not required and (value is None or value == "" or value == () or value is False):
+            continue
+        if kind == "annotations":
+            out[json_name] = dict(value)
+        elif isinstance(kind, tuple) and kind[0] == "list":
+            out[json_name] = [_dump(v) for v in value]
+        elif isinstance(value, Record):
+            if json_name == "containerEdits" and not required and value == _EMPTY_EDITS:
+                continue
+            out[json_name] = _dump(value)
+        elif isinstance(value, tuple):
+            out[json_name] = list(value)
+        else:
+            out[json_name] = value
+    return out
+
+
+# -- decoding ---------------------------------------------------------------------------
+
+_yaml_loader: Any = None
+
+
+def _yaml_load(text: str) -> object:
+    global _yaml_loader
+    import yaml  # only for specs that are not JSON
+
+    if _yaml_loader is None:
+
+        class _NoAliasLoader(yaml.SafeLoader):
+            def compose_node(self, parent: Any, index: Any) -> Any:
+                if self.check_event(yaml.AliasEvent):
+                    mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+                    raise yaml.composer.ComposerError(
+                        None, None, "YAML aliases are not allowed in CDI specs", mark
+                    )
+                return super().compose_node(parent, index)
+
+        _yaml_loader = _NoAliasLoader
+    return yaml.load(text, Loader=_yaml_loader)  # a SafeLoader subclass
+
+
+def _decode(data: bytes | str, path: str) -> object:
+    if isinstance(data, bytes):
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise CdiError(f"not UTF-8 text: {err.reason} at byte {err.start}", path=path) from None
+    else:
+        text = data
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as err:
+        json_err = str(err)
+    import yaml
+
+    try:
+        return _yaml_load(text)
+    except (yaml.YAMLError, ValueError, RecursionError, TypeError, OverflowError) as err:
+        detail = " ".join(str(err).split())[:300]
+        raise CdiError(
+            f"neither JSON ({json_err[:200]}) nor YAML ({detail})",
+            path=path,
+        ) from None
+
+
+# -- validation -------------------------------------------------------------------------
+
+_VERSION_RE = re.compile(r"v?(\d+)\.(\d+)\.(\d+)")
+_DNS_LABEL = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
+_DNS_SUBDOMAIN_RE = re.compile(rf"{_DNS_LABEL}(?:\.{_DNS_LABEL})*")
+_K8S_NAME_RE = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_PERMISSIONS_RE = re.compile(r"none|[rwm]*")
+# Linux dev_valid_name (net/core/dev.c), restricted to printable ASCII.
+_IFNAME_RE = re.compile(r"(?!\.\.?\Z)[!-.0-9;-~]{1,15}")
+
+
+def _version_tuple(version: str) -> tuple[int, int, int] | None:
+    m = _VERSION_RE.fullmatch(version)
+    if m is None:
+        return None
+    return int(m[1]), int(m[2]), int(m[3])
+
+
+def _fail(message: str, field: str, value: object = None, hint: str | None = None) -> CdiError:
+    return CdiError(message, field=field, value=value, hint=hint)
+
+
+def _check_version(version: str) -> tuple[int, int, int]:
+    parsed = _version_tuple(version)
+    if parsed is None:
+        raise _fail("invalid version: not MAJOR.MINOR.PATCH", "cdiVersion", version)
+    if parsed < (0, 3, 0):
+        raise _fail("the spec version must be at least v0.3.0", "cdiVersion", version)
+    if version.removeprefix("v") not in KNOWN_VERSIONS:
+        raise _fail(
+            "unsupported version",
+            "cdiVersion",
+            version,
+            hint="known versions: " + ", ".join(KNOWN_VERSIONS),
+        )
+    return parsed
+
+
+def _check_annotations(annotations: Annotations, where: str) -> None:
+    """Kubernetes annotation keys: ``[prefix/]name``, prefix a DNS subdomain of at most 253
+    characters, name at most 63 (k8s ``apimachinery`` ``ValidateAnnotations``)."""
+    for key, _value in annotations:
+        field = f"{where}[{json.dumps(key)}]"
+        prefix, slash, name = key.rpartition("/")
+        if slash and (len(prefix) > 253 or _DNS_SUBDOMAIN_RE.fullmatch(prefix) is None):
+            raise _fail(
+                "invalid annotation key: prefix must be a DNS subdomain (lowercase "
+                "alphanumerics, '-' and '.', at most 253 characters)",
+                field,
+                key,
+            )
+        if len(name) > 63 or _K8S_NAME_RE.fullmatch(name) is None:
+            raise _fail(
+                "invalid annotation key: name must be 1 to 63 alphanumerics, '-', '_' or "
+                "'.', alphanumeric at both ends",
+                field,
+                key,
+            )
+
+
+def _check_env(env: tuple[str, ...], where: str) -> None:
+    for i, entry in enumerate(env):
+        if entry.find("=") <= 0:
+            raise _fail("invalid environment variable: expected KEY=value", f"{where}[{i}]", entry)
+
+
+def _check_edits(edits: ContainerEdits, where: str, version: tuple[int, int, int]) -> None:
+    _check_env(edits.env, _join(where, "env"))
+    for i, node in enumerate(edits.device_nodes):
+        at = f"{_join(where, 'deviceNodes')}[{i}]"
+        if not node.path:
+            raise _fail("device node path is empty", f"{at}.path", node.path)
+        if node.type not in _NODE_TYPES:
+            raise _fail(
+                "invalid device node type", f"{at}.type", node.type, hint="one of b, c, u, p"
+            )
+        if _PERMISSIONS_RE.fullmatch(node.permissions) is None:
+            raise _fail(
+                "invalid device node permissions",
+                f"{at}.permissions",
+                node.permissions,
+                hint="'none' or letters from 'rwm'",
+            )
+    for i, hook in enumerate(edits.hooks):
+        at = f"{_join(where, 'hooks')}[{i}]"
+        if hook.hook_name not in HOOK_NAMES:
+            raise _fail(
+                "invalid hook name", f"{at}.hookName", hook.hook_name, hint=", ".join(HOOK_NAMES)
+            )
+        if not hook.path:
+            raise _fail("hook path is empty", f"{at}.path", hook.path)
+        _check_env(hook.env, f"{at}.env")
+    for i, mount in enumerate(edits.mounts):
+        at = f"{_join(where, 'mounts')}[{i}]"
+        if not mount.host_path:
+            raise _fail("mount hostPath is empty", f"{at}.hostPath", mount.host_path)
+        if not mount.container_path:
+            raise _fail("mount containerPath is empty", f"{at}.containerPath", "")
+    rdt = edits.intel_rdt
+    if rdt is not None and version >= (1, 1, 0):
+        for attr, name in (("enable_cmt", "enableCMT"), ("enable_mbm", "enableMBM")):
+            if getattr(rdt, attr):
+                raise _fail(
+                    "unknown field (removed in CDI 1.1.0)",
+                    f"{_join(where, 'intelRdt')}.{name}",
+                    hint="use enableMonitoring",
+                )
+    for i, dev in enumerate(edits.net_devices):
+        at = f"{_join(where, 'netDevices')}[{i}]"
+        for attr, name in (("host_interface_name", "hostInterfaceName"), ("name", "name")):
+            value = getattr(dev, attr)
+            if _IFNAME_RE.fullmatch(value) is None:
+                raise _fail(
+                    "invalid network interface name",
+                    f"{at}.{name}",
+                    value,
+                    hint="1 to 15 printable ASCII characters, no '/', ':' or blank, "
+                    "not '.' or '..'",
+                )
+
+
+def validate_spec(spec: Spec, *, path: str | None = None) -> None:
+    """Check every rule of CDI ``SPEC.md`` on ``spec``; raise :class:`CdiError` (with
+    ``path`` = ``path``, ``field`` = the JSON path, ``value``) at the first violation.
+
+    Rules: a known version ≥ 0.3.0 and ≥ :func:`minimum_version`; ``kind`` is
+    ``vendor/class`` with valid parts; at least one device; device names valid and unique;
+    each device's edits non-empty; annotation keys follow Kubernetes rules; env entries
+    ``KEY=value``; device node ``path`` non-empty, ``type`` in b/c/u/p/"", ``permissions``
+    "", ``none`` or from ``rwm``; mounts name both paths; hooks have a known ``hookName``
+    and a ``path``; net device names are valid Linux interface names; ``enableCMT`` and
+    ``enableMBM`` only before 1.1.0.
+    """
+    try:
+        _validate(spec)
+    except CdiError as err:
+        if path is not None:
+            err.with_path(path)
+        raise
+
+
+def _validate(spec: Spec) -> None:
+    version = _check_version(spec.version)
+    vendor, slash, cls = spec.kind.partition("/")
+    if not slash:
+        raise _fail("invalid kind: expected vendor/class", "kind", spec.kind)
+    try:
+        validate_vendor(vendor)
+        validate_class(cls)
+    except CdiError as err:
+        raise _fail(f"invalid kind: {err.message}", "kind", spec.kind) from None
+    _check_annotations(spec.annotations, "annotations")
+    _check_edits(spec.container_edits, "containerEdits", version)
+    if not spec.devices:
+        raise _fail("a spec needs at least one device", "devices")
+    seen: set[str] = set()
+    for i, device in enumerate(spec.devices):
+        at = f"devices[{i}]"
+        try:
+            validate_device_name(device.name)
+        except CdiError as err:
+            raise _fail(err.message, f"{at}.name", device.name) from None
+        if device.name in seen:
+            raise _fail("duplicate device name", f"{at}.name", device.name)
+        seen.add(device.name)
+        _check_annotations(device.annotations, f"{at}.annotations")
+        if device.container_edits.is_empty():
+            raise _fail("a device needs non-empty containerEdits", f"{at}.containerEdits")
+        _check_edits(device.container_edits, f"{at}.containerEdits", version)
+    required = minimum_version(spec)
+    if version < _version_tuple(required):  # type: ignore[operator]
+        raise _fail(
+            f"the spec content needs CDI version {required} or later",
+            "cdiVersion",
+            spec.version,
+            hint=f"declare cdiVersion {required}",
+        )
+
+
+def _all_edits(spec: Spec) -> list[ContainerEdits]:
+    return [spec.container_edits, *(d.container_edits for d in spec.devices)]
+
+
+def minimum_version(spec: Spec) -> str:
+    """The oldest CDI version that can express ``spec`` (``"0.3.0"`` ... ``"1.1.0"``, no
+    ``v``), by the rules of ``pkg/cdi/version.go`` checked newest first: netDevices or
+    intelRdt ``schemata``/``enableMonitoring`` → 1.1.0; any intelRdt or additionalGids →
+    0.7.0; annotations or a ``.`` in the class → 0.6.0; a device name starting with a digit
+    or a device node ``hostPath`` → 0.5.0; a mount ``type`` → 0.4.0; else 0.3.0.
+    Generators must write this version (older consumers reject newer ones).
+    """
+    edits = _all_edits(spec)
+    if any(
+        e.net_devices
+        or (e.intel_rdt is not None and (e.intel_rdt.schemata or e.intel_rdt.enable_monitoring))
+        for e in edits
+    ):
+        return "1.1.0"
+    if any(e.intel_rdt is not None or e.additional_gids for e in edits):
+        return "0.7.0"
+    if spec.annotations or any(d.annotations for d in spec.devices) or "." in spec.device_class:
+        return "0.6.0"
+    if any(d.name[:1].isdigit() for d in spec.devices) or any(
+        n.host_path for e in edits for n in e.device_nodes
+    ):
+        return "0.5.0"
+    if any(m.type for e in edits for m in e.mounts):
+        return "0.4.0"
+    return "0.3.0"
+
+
+def spec_from_dict(data: object, *, path: str | None = None) -> Spec:
+    """Build and validate a :class:`Spec` from decoded JSON/YAML data (a ``dict``).
+    Unknown fields, wrong types and rule violations raise :class:`CdiError`."""
+    try:
+        spec = _load_record(Spec, data, "")
+    except CdiError as err:
+        if path is not None:
+            err.with_path(path)
+        raise
+    assert isinstance(spec, Spec)
+    validate_spec(spec, path=path)
+    return spec
+
+
+def load_spec(data: bytes | str, *, path: str) -> Spec:
+    """Parse a CDI spec file's content (UTF-8 JSON or YAML, whatever ``path`` ends with;
+    YAML is imported only when the text is not JSON) and validate it.
+
+    ``path`` names the file in errors. Raises :class:`CdiError` and nothing else, for any
+    input. Source: CDI ``SPEC.md``; the reference ``pkg/cdi/spec.go`` (strict decoding).
+    """
+    return spec_from_dict(_decode(data, path), path=path)
