@@ -165,7 +165,6 @@ def _this_machine() -> str:
     :mod:`platform` for the same answer costs milliseconds on every container start)."""
     global _MACHINE
     if _MACHINE is None:
-
         _MACHINE = os.uname().machine
     return _MACHINE
 
