@@ -3,6 +3,7 @@ files (CDI ``SPEC.md``, versions 0.3.0 to 1.1.0)."""
 
 from __future__ import annotations
 
+from .inject import inject_devices
 from .names import (
     ANNOTATION_PREFIX,
     CdiError,
@@ -16,6 +17,7 @@ from .names import (
     validate_device_name,
     validate_vendor,
 )
+from .registry import DEFAULT_SPEC_DIRS, Registry, RegistryDevice
 from .spec import (
     HOOK_NAMES,
     KNOWN_VERSIONS,
@@ -35,6 +37,7 @@ from .spec import (
 
 __all__ = [
     "ANNOTATION_PREFIX",
+    "DEFAULT_SPEC_DIRS",
     "HOOK_NAMES",
     "KNOWN_VERSIONS",
     "CdiError",
@@ -45,9 +48,12 @@ __all__ = [
     "IntelRdt",
     "Mount",
     "NetDevice",
+    "Registry",
+    "RegistryDevice",
     "Spec",
     "annotation_key",
     "annotation_value",
+    "inject_devices",
     "is_qualified_name",
     "load_spec",
     "minimum_version",

@@ -1,0 +1,174 @@
+"""A registry of CDI devices loaded from spec directories (the reference "cache").
+
+Rules (CDI ``SPEC.md``, "CDI spec file location"; reference ``pkg/cdi/cache.go``
+``Cache.refresh`` and ``pkg/cdi/spec-dirs.go`` ``scanSpecDirs``):
+
+* spec directories are given lowest priority first (default ``/etc/cdi`` then
+  ``/var/run/cdi``); the index of a directory in that list is its priority;
+* only the regular files directly inside a directory whose name ends in ``.json`` or
+  ``.yaml`` are read, in name order; a missing directory is skipped;
+* a file that cannot be read or fails :func:`~ocihook.cdi.spec.load_spec` is recorded in
+  :attr:`Registry.errors` and the other files still load;
+* a device name met again at a higher priority replaces the earlier one; met again at the
+  same priority, every copy at that priority is dropped and the name is recorded in
+  :attr:`Registry.conflicts`.
+
+One deliberate difference from ``cache.go``: there a same-priority conflict at a lower
+priority also removes a device that a higher-priority directory defines; here the
+higher-priority definition wins (the documented "later dir wins" rule).
+
+File access happens only in :meth:`Registry.load`; :meth:`Registry.from_specs` builds a
+registry from already-parsed specs (for tests and callers that read files themselves).
+"""
+
+from __future__ import annotations
+
+import os
+
+from .._record import Record
+from .names import CdiError
+from .spec import Device, Spec, load_spec
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+
+__all__ = ["DEFAULT_SPEC_DIRS", "Registry", "RegistryDevice"]
+
+#: Default spec directories, lowest priority first (CDI ``SPEC.md``; ``cache.go``
+#: ``DefaultSpecDirs``).
+DEFAULT_SPEC_DIRS: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi")
+_SPEC_EXTENSIONS = (".json", ".yaml")
+
+
+class RegistryDevice(Record):
+    """One resolvable device: its qualified name (``vendor/class=name``), the spec and
+    device that define it, the spec file's path and its priority (directory index)."""
+
+    qualified_name: str
+    spec: Spec
+    device: Device
+    path: str
+    priority: int
+
+
+class Registry:
+    """CDI devices by qualified name, built by :meth:`load` or :meth:`from_specs`.
+
+    Attributes:
+        specs: every spec that loaded, as ``(priority, path, Spec)`` in load order.
+        errors: spec file path -> the :class:`CdiError` that stopped it loading.
+        conflicts: qualified name -> the paths of the same-priority specs that all define
+            it (none of them is used).
+    """
+
+    __slots__ = ("_devices", "conflicts", "errors", "specs")
+
+    def __init__(
+        self,
+        specs: Sequence[tuple[int, str, Spec]],
+        devices: Mapping[str, RegistryDevice],
+        errors: Mapping[str, CdiError],
+        conflicts: Mapping[str, tuple[str, ...]],
+    ) -> None:
+        self.specs: tuple[tuple[int, str, Spec], ...] = tuple(specs)
+        self._devices: dict[str, RegistryDevice] = dict(devices)
+        self.errors: dict[str, CdiError] = dict(errors)
+        self.conflicts: dict[str, tuple[str, ...]] = dict(conflicts)
+
+    # -- building -----------------------------------------------------------------------
+
+    @classmethod
+    def from_specs(
+        cls,
+        specs: Iterable[tuple[int, str, Spec]],
+        errors: Mapping[str, CdiError] | None = None,
+    ) -> Registry:
+        """Build a registry from parsed specs, each ``(priority, path, Spec)`` in load
+        order (higher priority wins; see the module docstring for conflicts). ``errors``
+        (path -> error) is kept as :attr:`errors`. No file access."""
+        spec_list = list(specs)
+        chosen: dict[str, RegistryDevice] = {}
+        clashes: dict[str, list[str]] = {}  # name -> paths at the chosen priority
+        for priority, path, spec in spec_list:
+            for device in spec.devices:
+                name = f"{spec.kind}={device.name}"
+                entry = RegistryDevice(name, spec, device, path, priority)
+                old = chosen.get(name)
+                if old is None or priority > old.priority:
+                    chosen[name] = entry
+                    clashes.pop(name, None)
+                elif priority == old.priority:
+                    paths = clashes.setdefault(name, [old.path])
+                    paths.append(path)
+        conflicts = {name: tuple(paths) for name, paths in clashes.items()}
+        devices = {name: e for name, e in chosen.items() if name not in conflicts}
+        return cls(spec_list, devices, dict(errors or {}), conflicts)
+
+    @classmethod
+    def load(cls, spec_dirs: Sequence[str] = DEFAULT_SPEC_DIRS) -> Registry:
+        """Read every ``*.json`` / ``*.yaml`` file directly in ``spec_dirs`` (lowest
+        priority first) with :func:`load_spec` and build the registry. Never raises for a
+        bad file or a missing directory: broken files go to :attr:`errors`.
+        Source: ``pkg/cdi/spec-dirs.go`` ``scanSpecDirs``, ``pkg/cdi/cache.go``."""
+        specs: list[tuple[int, str, Spec]] = []
+        errors: dict[str, CdiError] = {}
+        for priority, directory in enumerate(spec_dirs):
+            try:
+                names = sorted(os.listdir(directory))
+            except FileNotFoundError:
+                continue
+            except OSError as err:
+                errors[directory] = CdiError(
+                    f"cannot list CDI spec directory: {err.strerror}", path=directory
+                )
+                continue
+            for name in names:
+                if not name.endswith(_SPEC_EXTENSIONS):
+                    continue
+                path = os.path.join(directory, name)
+                try:
+                    if not os.path.isfile(path):
+                        continue
+                    with open(path, "rb") as f:
+                        data = f.read()
+                    specs.append((priority, path, load_spec(data, path=path)))
+                except OSError as err:
+                    errors[path] = CdiError(f"cannot read CDI spec file: {err.strerror}", path=path)
+                except CdiError as err:
+                    errors[path] = err
+        return cls.from_specs(specs, errors)
+
+    # -- lookups ------------------------------------------------------------------------
+
+    def resolve(self, qualified_name: str) -> RegistryDevice | None:
+        """The :class:`RegistryDevice` for ``qualified_name``, or ``None``."""
+        return self._devices.get(qualified_name)
+
+    def device(self, qualified_name: str) -> tuple[Spec, Device] | None:
+        """``(spec, device)`` for ``qualified_name`` (``vendor/class=name``), or ``None``
+        when it is unknown or conflicting."""
+        entry = self._devices.get(qualified_name)
+        return None if entry is None else (entry.spec, entry.device)
+
+    def devices(self) -> dict[str, tuple[Spec, Device]]:
+        """Every resolvable device: qualified name -> ``(spec, device)``, sorted by name."""
+        return {n: (e.spec, e.device) for n, e in sorted(self._devices.items())}
+
+    def list_devices(self) -> list[str]:
+        """The qualified names of every resolvable device, sorted."""
+        return sorted(self._devices)
+
+    def vendors(self) -> list[str]:
+        """The vendors of every loaded spec, sorted, without repeats."""
+        return sorted({spec.vendor for _, _, spec in self.specs})
+
+    def classes(self) -> list[str]:
+        """The device classes of every loaded spec, sorted, without repeats."""
+        return sorted({spec.device_class for _, _, spec in self.specs})
+
+    def __repr__(self) -> str:
+        return (
+            f"Registry({len(self._devices)} devices, {len(self.errors)} errors, "
+            f"{len(self.conflicts)} conflicts)"
+        )
