@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = [
     "EXIT_CODES",
     "ApplyError",
+    "CdiError",
     "ConfigError",
     "DiscoveryError",
     "LdCacheError",
@@ -174,6 +175,15 @@ class ApplyError(OcihookError):
     reference = "apply-failed"
 
 
+class CdiError(OcihookError):
+    """A CDI spec file, qualified device name or CDI annotation is malformed (CDI
+    ``SPEC.md``). ``path`` is the spec file (when there is one), ``field`` the JSON path
+    inside it (``devices[0].containerEdits.mounts[1].hostPath``) or the annotation key,
+    ``value`` the offending value."""
+
+    reference = "bad-cdi-spec"
+
+
 #: Exit code per error class; the most specific class listed wins.
 EXIT_CODES: dict[type[OcihookError], int] = {
     SpecError: 3,
@@ -181,6 +191,7 @@ EXIT_CODES: dict[type[OcihookError], int] = {
     RequestError: 5,
     DiscoveryError: 6,
     ApplyError: 7,
+    CdiError: 11,
     LdCacheError: 8,
     ConfigError: 10,
 }

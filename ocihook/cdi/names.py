@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 
-from ..errors import OcihookError
+from ..errors import CdiError
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
 if TYPE_CHECKING:
@@ -46,15 +46,6 @@ _DEVICE_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.:-]*[A-Za-z0-9])?")
 # Kubernetes annotation name part: alphanumerics, '-', '_', '.', alnum at both ends.
 _ANNOTATION_NAME_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?")
 _ANNOTATION_NAME_MAX = 63
-
-
-class CdiError(OcihookError):
-    """A CDI spec file, qualified device name or CDI annotation is malformed (CDI
-    ``SPEC.md``). ``path`` is the spec file (when there is one), ``field`` the JSON path
-    inside it (``devices[0].containerEdits.mounts[1].hostPath``) or the annotation key,
-    ``value`` the offending value."""
-
-    reference = "bad-cdi-spec"
 
 
 def _check(what: str, regex: re.Pattern[str], value: str, rule: str) -> str:

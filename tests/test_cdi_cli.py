@@ -1,0 +1,106 @@
+"""``ocihook cdi validate`` and ``ocihook cdi list`` run as a user would run them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+GOOD = {
+    "cdiVersion": "0.5.0",
+    "kind": "vendor.com/gpu",
+    "devices": [{"name": "0", "containerEdits": {"deviceNodes": [{"path": "/dev/vgpu0"}]}}],
+    "containerEdits": {"env": ["A=1"]},
+}
+YAML_GOOD = 'cdiVersion: "0.6.0"\nkind: other.org/net\ndevices:\n- name: eth\n  containerEdits:\n    env: [B=2]\n'
+BAD_FIELD = {
+    "cdiVersion": "0.5.0",
+    "kind": "vendor.com/gpu",
+    "devices": [{"name": "1", "containerEdits": {"deviceNodes": [{"path": "/dev/x", "bogus": 1}]}}],
+}
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ocihook", "cdi", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        check=False,
+    )
+
+
+def _write(path: Path, data: object) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    return path
+
+
+def test_validate_reports_every_file_and_exits_11(tmp_path: Path) -> None:
+    _write(tmp_path / "good.json", GOOD)
+    _write(tmp_path / "net.yaml", YAML_GOOD)
+    _write(tmp_path / "bad.json", BAD_FIELD)
+    r = _cli("validate", "good.json", "bad.json", "net.yaml", "missing.json", cwd=tmp_path)
+    assert r.returncode == 11, r.stderr
+    assert r.stdout.splitlines() == [
+        "good.json: ok: kind vendor.com/gpu, 1 devices, cdiVersion 0.5.0 (minimum 0.5.0)",
+        "net.yaml: ok: kind other.org/net, 1 devices, cdiVersion 0.6.0 (minimum 0.3.0)",
+    ]
+    err = r.stderr.splitlines()
+    assert err[0].startswith("bad.json: invalid: unknown field (file bad.json, ")
+    assert "field devices[0].containerEdits.deviceNodes[0].bogus" in err[0]
+    assert err[1] == "missing.json: invalid: cannot read: No such file or directory"
+    assert err[2] == "ocihook: error[bad-cdi-spec]: 2 of 4 CDI spec files invalid"
+
+
+def test_validate_all_good_exits_0(tmp_path: Path) -> None:
+    _write(tmp_path / "good.json", GOOD)
+    r = _cli("validate", "good.json", cwd=tmp_path)
+    assert (r.returncode, r.stderr) == (0, "")
+
+
+def test_validate_below_minimum_version_is_invalid(tmp_path: Path) -> None:
+    # intelRdt appeared in CDI 0.7.0: a spec declaring 0.3.0 and using it is invalid
+    spec = dict(GOOD, cdiVersion="0.3.0")
+    spec["containerEdits"] = {"intelRdt": {"closID": "c"}}
+    _write(tmp_path / "old.json", spec)
+    r = _cli("validate", "old.json", cwd=tmp_path)
+    assert r.returncode == 11
+    assert "old.json: invalid:" in r.stderr
+    assert "0.7.0" in r.stderr
+
+
+def test_list_priorities_errors_and_conflicts(tmp_path: Path) -> None:
+    low, high = tmp_path / "etc", tmp_path / "run"
+    _write(low / "a.json", GOOD)
+    _write(high / "net.yaml", YAML_GOOD)
+    _write(high / "bad.json", BAD_FIELD)
+    # two files at the same priority defining other.org/net=dup: dropped and reported
+    dup = {
+        "cdiVersion": "0.3.0",
+        "kind": "other.org/net",
+        "devices": [{"name": "dup", "containerEdits": {"env": ["X=1"]}}],
+    }
+    _write(high / "d1.json", dup)
+    _write(high / "d2.json", dup)
+    r = _cli("list", "--spec-dir", str(low), "--spec-dir", str(high), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["other.org/net=eth", "vendor.com/gpu=0"]
+    assert f"skipped {high / 'bad.json'}:" in r.stderr
+    assert (
+        f"skipped other.org/net=dup: defined in {high / 'd1.json'}, {high / 'd2.json'}" in r.stderr
+    )
+
+    j = _cli("list", "--json", "--spec-dir", str(low), "--spec-dir", str(high), cwd=tmp_path)
+    out = json.loads(j.stdout)
+    assert out["devices"] == ["other.org/net=eth", "vendor.com/gpu=0"]
+    assert out["vendors"] == ["other.org", "vendor.com"]
+    assert out["classes"] == ["gpu", "net"]
+    assert list(out["errors"]) == [str(high / "bad.json")]
+    assert out["conflicts"] == {"other.org/net=dup": [str(high / "d1.json"), str(high / "d2.json")]}
+
+
+def test_list_missing_dirs_is_empty(tmp_path: Path) -> None:
+    r = _cli("list", "--spec-dir", str(tmp_path / "none"), cwd=tmp_path)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
