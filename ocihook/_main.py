@@ -280,6 +280,11 @@ def _cmd_edit(ns: Any) -> int:
     result = edit_bundle(
         ns.bundle, host_root_from(ns, cfg), dry_run=ns.dry_run, options=options_from_config(cfg)
     )
+    if result.cdi_devices:
+        done = "written" if result.written else "not written (--dry-run)"
+        names = ", ".join(result.cdi_devices)
+        print(f"ocihook: {result.bundle.config_path}: CDI devices {names}; {done}", file=sys.stderr)
+        return 0
     if result.plan is None:
         hooks = result.bundle.config.get("hooks")
         created = hooks.get("createContainer") if isinstance(hooks, dict) else None

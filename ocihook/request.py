@@ -485,7 +485,7 @@ def select_devices(request: Request, gpus: Sequence[Gpu]) -> tuple[Selection, ..
 
     Raises:
         RequestError: an identifier that matches nothing (the message lists what exists),
-            or a CDI name (CDI requests need the CDI registry, not yet in this version).
+            or a CDI name (spec mode injects those from the CDI registry before this).
     """
     if request.kind == "all":
         return tuple(Selection(g) for g in gpus)
@@ -521,10 +521,11 @@ def select_devices(request: Request, gpus: Sequence[Gpu]) -> tuple[Selection, ..
             found = _mig_by_uuid(item, gpus)
         elif kind == "cdi":
             raise RequestError(
-                "CDI device names are not supported by this ocihook version",
+                "CDI device names are injected from the CDI registry by spec mode, not here",
                 field=field,
                 value=item,
-                hint="request the GPU by index or UUID",
+                hint="use spec mode (ocihook edit) or a CDI-aware runtime, or request the GPU "
+                "by index or UUID",
             )
         if found is None:
             have = ", ".join(f"{g.index} ({g.uuid})" for g in gpus) or "no GPUs"

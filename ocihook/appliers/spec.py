@@ -27,7 +27,7 @@ import sys
 
 from .._record import Record
 from ..bundle import Bundle, dump_json, load_bundle, write_json_atomic
-from ..errors import ApplyError, RequestError, SpecError
+from ..errors import ApplyError, OcihookError, RequestError, SpecError
 from ..hostroot import HostRoot
 from ..plan import (
     ContainerEdits,
@@ -237,6 +237,11 @@ class Options(Record):
         check_requirements: check ``NVIDIA_REQUIRE_*`` (off with ``disable-require``).
         cuda_compat: use the image's CUDA forward-compatibility libraries when newer.
         cgroups: add device cgroup rules in hook mode (off with ``no-cgroups``).
+        mode: ``"auto"`` (CDI when the request names CDI devices), ``"cdi"`` (every
+            requested device is a CDI device) or ``"legacy"`` (never CDI).
+        cdi_spec_dirs: CDI spec directories, lowest priority first.
+        default_kind: CDI kind given to unqualified device names in CDI requests.
+        annotation_prefixes: OCI annotation key prefixes that request CDI devices.
     """
 
     policy: RequestPolicy = RequestPolicy()
@@ -244,6 +249,10 @@ class Options(Record):
     check_requirements: bool = True
     cuda_compat: bool = True
     cgroups: bool = True
+    mode: str = "auto"
+    cdi_spec_dirs: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi")
+    default_kind: str = "nvidia.com/gpu"
+    annotation_prefixes: tuple[str, ...] = ("cdi.k8s.io/",)
 
 
 def options_from_config(cfg: Config) -> Options:
@@ -257,7 +266,82 @@ def options_from_config(cfg: Config) -> Options:
         supported=cfg.driver_capabilities,
         check_requirements=not cfg.disable_require,
         cgroups=not cfg.no_cgroups,
+        mode=cfg.mode,
+        cdi_spec_dirs=cfg.cdi_spec_dirs,
+        default_kind=cfg.default_kind,
+        annotation_prefixes=cfg.annotation_prefixes,
     )
+
+
+def cdi_device_names(config: dict[str, Any], request: Request, options: Options) -> tuple[str, ...]:
+    """The CDI devices a ``config.json`` requests (qualified names, request order, each
+    once), or ``()`` when it is for the legacy path.
+
+    Sources: ``annotations`` keys starting with one of ``options.annotation_prefixes``
+    (comma lists of qualified names, CDI ``SPEC.md`` "Annotations"), and the device list
+    of ``NVIDIA_VISIBLE_DEVICES`` when it names a CDI device (``nvidia.com/gpu=0``) or
+    ``options.mode`` is ``"cdi"``: then every entry that is not qualified gets
+    ``options.default_kind`` (``0`` -> ``nvidia.com/gpu=0``, ``all`` ->
+    ``nvidia.com/gpu=all``), as the NVIDIA Container Toolkit's CDI mode does. ``"legacy"``
+    mode returns ``()``.
+
+    Raises:
+        CdiError: a malformed annotation (``field`` = its key) or device name.
+    """
+    from ..cdi.names import is_qualified_name, parse_annotations, parse_qualified_name
+
+    if options.mode == "legacy":
+        return ()
+    annotations = config.get("annotations")
+    from_annotations: tuple[str, ...] = ()
+    if isinstance(annotations, dict):
+        _keys, from_annotations = parse_annotations(annotations, options.annotation_prefixes)
+    devices: tuple[str, ...] = ()
+    if request.kind == "all":
+        devices = ("all",)
+    elif request.kind == "list":
+        devices = request.devices
+    from_env: list[str] = []
+    if options.mode == "cdi" or any(is_qualified_name(d) for d in devices):
+        for d in devices:
+            name = d if is_qualified_name(d) else f"{options.default_kind}={d}"
+            parse_qualified_name(name)
+            from_env.append(name)
+    names: list[str] = []
+    for name in (*from_env, *from_annotations):
+        if name not in names:
+            names.append(name)
+    return tuple(names)
+
+
+def _edit_bundle_cdi(
+    bundle: Bundle, request: Request, names: tuple[str, ...], options: Options, dry_run: bool
+) -> EditResult:
+    from ..cdi.inject import inject_devices
+    from ..cdi.registry import Registry
+    from ..errors import CdiError
+
+    registry = Registry.load(options.cdi_spec_dirs)
+    try:
+        doc = inject_devices(bundle.config, registry, names)
+    except CdiError as e:
+        if registry.errors:
+            broken = ", ".join(sorted(registry.errors))
+            e.hint = f"{e.hint or ''}; CDI spec files that failed to load: {broken}".lstrip("; ")
+        raise e.with_path(bundle.config_path) from None
+    # The devices are in; a legacy hook (hook mode registered too) must not act again.
+    process = doc.setdefault("process", {})
+    env = process.setdefault("env", [])
+    _set_env(env, ["NVIDIA_VISIBLE_DEVICES=void"])
+    if dry_run:
+        return EditResult(bundle, request, None, bundle.raw, dump_json(doc), False, names)
+    try:
+        after = write_json_atomic(bundle.config_path, doc)
+    except OSError as e:
+        raise ApplyError(
+            f"cannot replace config.json: {e.strerror}", path=bundle.config_path
+        ) from None
+    return EditResult(bundle, request, None, bundle.raw, after, True, names)
 
 
 def log_plan(request: Request, plan: Plan, mode: str) -> None:
@@ -390,6 +474,8 @@ class EditResult(Record):
         before: ``config.json`` bytes before.
         after: ``config.json`` bytes after (equal to ``before`` when nothing changed).
         written: whether the file was replaced.
+        cdi_devices: the CDI devices injected from the CDI registry (then ``plan`` is
+            ``None``), in request order; ``()`` for the legacy path.
     """
 
     bundle: Bundle
@@ -398,6 +484,7 @@ class EditResult(Record):
     before: bytes
     after: bytes
     written: bool
+    cdi_devices: tuple[str, ...] = ()
 
 
 def edit_bundle(
@@ -424,6 +511,10 @@ def edit_bundle(
         SpecError: missing or malformed ``config.json``.
         RequestError: the request cannot be met (unknown GPU, unknown capability).
         DiscoveryError: the host has no usable driver.
+        CdiError: a CDI request (see :func:`cdi_device_names`) is malformed or names a
+            device no spec in ``options.cdi_spec_dirs`` defines; the devices are injected
+            from the CDI registry with :func:`ocihook.cdi.inject_devices` instead of host
+            discovery, and ``NVIDIA_VISIBLE_DEVICES`` is set to ``void``.
         ApplyError: ``config.json`` could not be replaced (it is left as it was).
     """
     from ..discovery.nvidia import SUPPORTED_CAPABILITIES, discover
@@ -431,6 +522,12 @@ def edit_bundle(
     options = options or Options()
     bundle = load_bundle(bundle_dir)
     request = request_from_spec(bundle.config, path=bundle.config_path, policy=options.policy)
+    try:
+        cdi_names = cdi_device_names(bundle.config, request, options)
+    except OcihookError as e:
+        raise e.with_path(bundle.config_path) from None
+    if cdi_names:
+        return _edit_bundle_cdi(bundle, request, cdi_names, options, dry_run)
     if request.is_void:
         return EditResult(bundle, request, None, bundle.raw, bundle.raw, False)
     host = discover(root, capabilities=request.capabilities & SUPPORTED_CAPABILITIES)
