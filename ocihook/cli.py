@@ -7,6 +7,7 @@ they appear here too so that ``ocihook --help`` lists them, and forward to it.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -351,8 +352,22 @@ def cdi() -> None:
     """Container Device Interface (CDI) spec files: list and validate."""
 
 
+def _read_regular_file(path: str) -> bytes:
+    """Read a regular file; a FIFO, device or directory raises OSError without blocking."""
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(0, "not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read()
+    finally:
+        os.close(fd)
+
+
 @cdi.command()
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.argument("files", nargs=-1, required=True)
 def validate(files: tuple[str, ...]) -> None:
     """Validate CDI spec FILES (JSON or YAML, CDI 0.3.0 to 1.1.0).
 
@@ -364,8 +379,7 @@ def validate(files: tuple[str, ...]) -> None:
     bad = 0
     for path in files:
         try:
-            with open(path, "rb") as f:
-                data = f.read()
+            data = _read_regular_file(path)
             spec = load_spec(data, path=path)
         except OSError as err:
             bad += 1

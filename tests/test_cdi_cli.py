@@ -104,3 +104,49 @@ def test_list_priorities_errors_and_conflicts(tmp_path: Path) -> None:
 def test_list_missing_dirs_is_empty(tmp_path: Path) -> None:
     r = _cli("list", "--spec-dir", str(tmp_path / "none"), cwd=tmp_path)
     assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
+
+
+def test_validate_special_files_do_not_block(tmp_path: Path) -> None:
+    """Found by review: a FIFO hung validate, /dev/zero read forever, a directory was a
+    usage error (exit 2) that skipped the other files."""
+    import os
+
+    _write(tmp_path / "good.json", GOOD)
+    os.mkfifo(tmp_path / "fifo.json")
+    (tmp_path / "dir.json").mkdir()
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ocihook",
+            "cdi",
+            "validate",
+            "good.json",
+            "fifo.json",
+            "dir.json",
+            "/dev/zero",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=False,
+        timeout=30,
+    )
+    assert r.returncode == 11
+    assert r.stdout.startswith("good.json: ok:")
+    assert r.stderr.splitlines()[:3] == [
+        "fifo.json: invalid: cannot read: not a regular file",
+        "dir.json: invalid: cannot read: not a regular file",
+        "/dev/zero: invalid: cannot read: not a regular file",
+    ]
+
+
+def test_validate_duplicate_fields(tmp_path: Path) -> None:
+    text = json.dumps(GOOD)[:-1] + ', "kind": "x/y"}'
+    _write(tmp_path / "dup.json", text)
+    _write(tmp_path / "dup.yaml", YAML_GOOD + "kind: x/y\n")
+    r = _cli("validate", "dup.json", "dup.yaml", cwd=tmp_path)
+    assert r.returncode == 11
+    err = r.stderr.splitlines()
+    assert err[0] == "dup.json: invalid: duplicate field (file dup.json, value 'kind')"
+    assert err[1].startswith("dup.yaml: invalid:") and "duplicate field 'kind'" in err[1]

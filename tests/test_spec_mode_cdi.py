@@ -190,3 +190,73 @@ def test_cli_unresolvable_exit_11(tmp_path: Path, spec_dir: Path) -> None:
     )
     assert r.returncode == 11
     assert "unresolvable CDI devices nvidia.com/gpu=7" in r.stderr
+
+
+BASE = {"ociVersion": "1.0.2", "root": {"path": "rootfs"}}
+GPU0_ENV = {"args": ["sh"], "env": ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"], "cwd": "/"}
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"process": GPU0_ENV, "linux": []}, "linux"),
+        ({"process": GPU0_ENV, "linux": "x"}, "linux"),
+        ({"process": GPU0_ENV, "linux": {"devices": {}}}, "linux.devices"),
+        ({"process": GPU0_ENV, "linux": {"devices": [1]}}, "linux.devices[0]"),
+        ({"process": GPU0_ENV, "linux": {"resources": []}}, "linux.resources"),
+        (
+            {"process": GPU0_ENV, "linux": {"resources": {"devices": "x"}}},
+            "linux.resources.devices",
+        ),
+        ({"process": {**GPU0_ENV, "user": {"uid": "5", "gid": 0}}}, "process.user.uid"),
+        ({"process": {**GPU0_ENV, "user": {"uid": 0, "gid": True}}}, "process.user.gid"),
+        ({"process": GPU0_ENV, "mounts": {}}, "mounts"),
+        ({"process": GPU0_ENV, "hooks": {"prestart": {}}}, "hooks.prestart"),
+        (
+            {"process": {"args": ["sh"], "env": []}, "annotations": ["cdi.k8s.io/x"]},
+            "annotations",
+        ),
+    ],
+)
+def test_malformed_config_json_exit_3_untouched(
+    tmp_path: Path, spec_dir: Path, extra: dict[str, Any], field: str
+) -> None:
+    """Found by review: these shapes crashed with a traceback (exit 1)."""
+    b = tmp_path / "b"
+    (b / "rootfs").mkdir(parents=True)
+    (b / "config.json").write_text(json.dumps({**BASE, **extra}))
+    before = (b / "config.json").read_bytes()
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f'cdi-spec-dirs = ["{spec_dir}"]\n')
+    r = subprocess.run(
+        [sys.executable, "-m", "ocihook", "edit", "--config", str(cfg), "-b", str(b)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert r.returncode == 3, r.stderr
+    assert "Traceback" not in r.stderr
+    assert f"field {field}" in r.stderr
+    assert (b / "config.json").read_bytes() == before
+
+
+@pytest.mark.parametrize("process", [None, {"args": ["sh"], "env": None, "cwd": "/"}])
+def test_null_process_or_env_counts_as_absent(
+    tmp_path: Path, spec_dir: Path, process: dict[str, Any] | None
+) -> None:
+    b = tmp_path / "b"
+    (b / "rootfs").mkdir(parents=True)
+    doc = {**BASE, "process": process, "annotations": {"cdi.k8s.io/x": "nvidia.com/gpu=0"}}
+    (b / "config.json").write_text(json.dumps(doc))
+    result = edit_bundle(str(b), options=Options(cdi_spec_dirs=(str(spec_dir),)))
+    after = json.loads(result.after)
+    assert after["process"]["env"] == ["NVIDIA_CDI=1", "NVIDIA_VISIBLE_DEVICES=void"]
+    assert _nodes(after) == [("/dev/nvidiactl", 255), ("/dev/nvidia0", 0)]
+
+
+def test_malformed_env_name_reported_as_written(tmp_path: Path, spec_dir: Path) -> None:
+    b = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0,nvidia.com/=1"])
+    with pytest.raises(CdiError) as info:
+        edit_bundle(str(b), options=Options(cdi_spec_dirs=(str(spec_dir),)))
+    assert info.value.value == "nvidia.com/=1"
+    assert info.value.field == "process.env[NVIDIA_VISIBLE_DEVICES]"

@@ -289,12 +289,15 @@ def cdi_device_names(config: dict[str, Any], request: Request, options: Options)
         CdiError: a malformed annotation (``field`` = its key) or device name.
     """
     from ..cdi.names import is_qualified_name, parse_annotations, parse_qualified_name
+    from ..errors import CdiError
 
     if options.mode == "legacy":
         return ()
     annotations = config.get("annotations")
     from_annotations: tuple[str, ...] = ()
-    if isinstance(annotations, dict):
+    if annotations is not None and not isinstance(annotations, dict):
+        raise SpecError("annotations must be an object", field="annotations")
+    if annotations:
         _keys, from_annotations = parse_annotations(annotations, options.annotation_prefixes)
     devices: tuple[str, ...] = ()
     if request.kind == "all":
@@ -304,14 +307,71 @@ def cdi_device_names(config: dict[str, Any], request: Request, options: Options)
     from_env: list[str] = []
     if options.mode == "cdi" or any(is_qualified_name(d) for d in devices):
         for d in devices:
-            name = d if is_qualified_name(d) else f"{options.default_kind}={d}"
-            parse_qualified_name(name)
+            # an entry with "/" or "=" is meant as a qualified name: checked as written
+            name = d if ("=" in d or "/" in d) else f"{options.default_kind}={d}"
+            try:
+                parse_qualified_name(name)
+            except CdiError as err:
+                raise CdiError(
+                    err.message, field=f"{request.source}[NVIDIA_VISIBLE_DEVICES]", value=d
+                ) from None
             from_env.append(name)
     names: list[str] = []
     for name in (*from_env, *from_annotations):
         if name not in names:
             names.append(name)
     return tuple(names)
+
+
+def _check_cdi_target(doc: dict[str, Any], path: str) -> None:
+    """Raise :class:`SpecError` (``field`` = the JSON path) when a ``config.json`` field that
+    CDI container edits change has the wrong type (runtime-spec ``config.md``,
+    ``config-linux.md``); ``null`` counts as absent."""
+
+    def want(value: object, kind: type, field: str, *, optional: bool = True) -> None:
+        if (value is None and optional) or isinstance(value, kind):
+            return
+        what = "an object" if kind is dict else "an array"
+        raise SpecError(f"{field} must be {what}", path=path, field=field)
+
+    def items(value: object, kind: type, field: str) -> None:
+        want(value, list, field)
+        for i, item in enumerate(value if isinstance(value, list) else ()):
+            want(item, kind, f"{field}[{i}]", optional=False)
+
+    process = doc.get("process")
+    want(process, dict, "process")
+    if isinstance(process, dict):
+        items(process.get("env"), str, "process.env")
+        user = process.get("user")
+        want(user, dict, "process.user")
+        if isinstance(user, dict):
+            for key in ("uid", "gid"):
+                value = user.get(key)
+                if value is not None and (type(value) is not int or value < 0):
+                    raise SpecError(
+                        f"process.user.{key} must be a non-negative integer",
+                        path=path,
+                        field=f"process.user.{key}",
+                        value=value,
+                    )
+            items(user.get("additionalGids"), int, "process.user.additionalGids")
+    linux = doc.get("linux")
+    want(linux, dict, "linux")
+    if isinstance(linux, dict):
+        items(linux.get("devices"), dict, "linux.devices")
+        resources = linux.get("resources")
+        want(resources, dict, "linux.resources")
+        if isinstance(resources, dict):
+            items(resources.get("devices"), dict, "linux.resources.devices")
+        want(linux.get("intelRdt"), dict, "linux.intelRdt")
+        want(linux.get("netDevices"), dict, "linux.netDevices")
+    items(doc.get("mounts"), dict, "mounts")
+    hooks = doc.get("hooks")
+    want(hooks, dict, "hooks")
+    if isinstance(hooks, dict):
+        for stage, entries in hooks.items():
+            items(entries, dict, f"hooks.{stage}")
 
 
 def _edit_bundle_cdi(
@@ -321,6 +381,7 @@ def _edit_bundle_cdi(
     from ..cdi.registry import Registry
     from ..errors import CdiError
 
+    _check_cdi_target(bundle.config, bundle.config_path)
     registry = Registry.load(options.cdi_spec_dirs)
     try:
         doc = inject_devices(bundle.config, registry, names)
@@ -330,9 +391,11 @@ def _edit_bundle_cdi(
             e.hint = f"{e.hint or ''}; CDI spec files that failed to load: {broken}".lstrip("; ")
         raise e.with_path(bundle.config_path) from None
     # The devices are in; a legacy hook (hook mode registered too) must not act again.
-    process = doc.setdefault("process", {})
-    env = process.setdefault("env", [])
-    _set_env(env, ["NVIDIA_VISIBLE_DEVICES=void"])
+    if not isinstance(doc.get("process"), dict):
+        doc["process"] = {}
+    if not isinstance(doc["process"].get("env"), list):
+        doc["process"]["env"] = []
+    _set_env(doc["process"]["env"], ["NVIDIA_VISIBLE_DEVICES=void"])
     if dry_run:
         return EditResult(bundle, request, None, bundle.raw, dump_json(doc), False, names)
     try:

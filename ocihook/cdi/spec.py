@@ -389,8 +389,33 @@ def _yaml_load(text: str) -> object:
                     )
                 return super().compose_node(parent, index)
 
+            def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+                seen: set[object] = set()
+                for key_node, _value in node.value:
+                    key = self.construct_object(key_node, deep=True)
+                    if isinstance(key, str) and key in seen:
+                        raise yaml.constructor.ConstructorError(
+                            None, None, f"duplicate field {key!r}", key_node.start_mark
+                        )
+                    if isinstance(key, str):
+                        seen.add(key)
+                return super().construct_mapping(node, deep=deep)
+
         _yaml_loader = _NoAliasLoader
     return yaml.load(text, Loader=_yaml_loader)  # a SafeLoader subclass
+
+
+class _DuplicateField(ValueError):
+    pass
+
+
+def _unique_fields(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateField(key)
+        out[key] = value
+    return out
 
 
 def _decode(data: bytes | str, path: str) -> object:
@@ -402,7 +427,10 @@ def _decode(data: bytes | str, path: str) -> object:
     else:
         text = data
     try:
-        return json.loads(text)
+        # A field given twice is an error, as in the reference's strict decoding.
+        return json.loads(text, object_pairs_hook=_unique_fields)
+    except _DuplicateField as err:
+        raise CdiError("duplicate field", path=path, value=err.args[0]) from None
     except (ValueError, RecursionError) as err:
         json_err = str(err)
     import yaml
