@@ -27,6 +27,21 @@ def packaged_hook(stage: str, root: str) -> dict[str, Any]:
     return hook
 
 
+def edit_cli(bundle: str, root: str, *, check: bool = False) -> Any:
+    """Run ``ocihook edit -b bundle`` against the host tree ``root`` (driver root and dev
+    root); returns the ``subprocess.CompletedProcess`` (text)."""
+    import subprocess
+    import sys
+
+    args = ["edit", "-b", bundle, "--driver-root", root, "--dev-root", root]
+    return subprocess.run(
+        [sys.executable, "-m", "ocihook", *args],
+        capture_output=True,
+        text=True,
+        check=check,
+    )
+
+
 def register_hook(bundle: str, root: str, stage: str = "prestart") -> None:
     """Add :func:`packaged_hook` to the bundle's ``config.json`` under ``stage``."""
     path = os.path.join(bundle, "config.json")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, need_root_and
+from conftest import REPO, edit_cli, need_root_and
 
 from ocihook.demo import run_container
 
@@ -72,24 +72,7 @@ def test_everything_mounted(
             link.symlink_to("busybox")
     fake = _fake_proc_hook(bundle, tmp_path)
     if mode == "spec":
-        import subprocess
-
-        p = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "ocihook",
-                "edit",
-                "-b",
-                bundle,
-                "--driver-root",
-                root,
-                "--dev-root",
-                root,
-            ],
-            capture_output=True,
-            text=True,
-        )
+        p = edit_cli(bundle, root)
         assert p.returncode == 0, p.stderr
         cfg = Path(bundle, "config.json")
         doc = json.loads(cfg.read_text())

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import need_root_and
+from conftest import edit_cli, need_root_and
 from conftest import register_hook as _register_hook
 
 from ocihook.appliers.spec import edit_bundle
@@ -338,22 +338,7 @@ def test_refusals_stop_the_start(
     cfg = os.path.join(bundle, "config.json")
     passes = needles == ["arch>=99"]
     if mode == "spec":
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "ocihook",
-                "edit",
-                "-b",
-                bundle,
-                "--driver-root",
-                sim.root,
-                "--dev-root",
-                sim.root,
-            ],
-            capture_output=True,
-            text=True,
-        )
+        proc = edit_cli(bundle, sim.root)
         err, code = proc.stderr, proc.returncode
     else:
         _register_hook(bundle, sim.root)

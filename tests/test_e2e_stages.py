@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import need_root_and, packaged_hook
+from conftest import edit_cli, need_root_and, packaged_hook
 
 from ocihook import simhost
 
@@ -196,22 +196,7 @@ def test_sixteen_concurrent_containers_get_their_own_gpus(
         if mode == "hook":
             _register(bundle, "prestart", _hook("prestart", sim.root))
         else:
-            subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "ocihook",
-                    "edit",
-                    "-b",
-                    bundle,
-                    "--driver-root",
-                    sim.root,
-                    "--dev-root",
-                    sim.root,
-                ],
-                check=True,
-                capture_output=True,
-            )
+            edit_cli(bundle, sim.root, check=True)
         jobs.append((bundle, gpu.minor, i))
 
     def run(job: tuple[str, int, int]) -> tuple[int, str, str]:

@@ -62,6 +62,18 @@ def spec_dir(tmp_path: Path) -> Path:
     return d
 
 
+def _edit_cli(bundle: Path, spec_dir: Path) -> subprocess.CompletedProcess[str]:
+    """``ocihook edit -b bundle`` with a configuration file naming ``spec_dir``."""
+    cfg = bundle.parent / "config.toml"
+    cfg.write_text(f'cdi-spec-dirs = ["{spec_dir}"]\n')
+    return subprocess.run(
+        [sys.executable, "-m", "ocihook", "edit", "--config", str(cfg), "-b", str(bundle)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
 def _nodes(doc: dict[str, Any]) -> list[tuple[str, int]]:
     return [(d["path"], d["minor"]) for d in doc["linux"]["devices"]]
 
@@ -153,14 +165,7 @@ def test_bad_annotation_names_field(tmp_path: Path, spec_dir: Path) -> None:
 
 def test_cli_edit_with_config_file(tmp_path: Path, spec_dir: Path) -> None:
     b = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"])
-    cfg = tmp_path / "config.toml"
-    cfg.write_text(f'cdi-spec-dirs = ["{spec_dir}"]\n')
-    r = subprocess.run(
-        [sys.executable, "-m", "ocihook", "edit", "--config", str(cfg), "-b", str(b)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    r = _edit_cli(b, spec_dir)
     assert r.returncode == 0, r.stderr
     assert "CDI devices nvidia.com/gpu=0; written" in r.stderr
     doc = json.loads((b / "config.json").read_text())
@@ -168,26 +173,14 @@ def test_cli_edit_with_config_file(tmp_path: Path, spec_dir: Path) -> None:
 
     b2 = tmp_path / "b2"
     b.rename(b2)
-    r = subprocess.run(
-        [sys.executable, "-m", "ocihook", "edit", "--config", str(cfg), "-b", str(b2)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    r = _edit_cli(b2, spec_dir)
     # already void after the first edit: nothing to do
     assert r.returncode == 0 and "unchanged" in r.stderr
 
 
 def test_cli_unresolvable_exit_11(tmp_path: Path, spec_dir: Path) -> None:
     b = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=7"])
-    cfg = tmp_path / "config.toml"
-    cfg.write_text(f'cdi-spec-dirs = ["{spec_dir}"]\n')
-    r = subprocess.run(
-        [sys.executable, "-m", "ocihook", "edit", "--config", str(cfg), "-b", str(b)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    r = _edit_cli(b, spec_dir)
     assert r.returncode == 11
     assert "unresolvable CDI devices nvidia.com/gpu=7" in r.stderr
 
@@ -226,14 +219,7 @@ def test_malformed_config_json_exit_3_untouched(
     (b / "rootfs").mkdir(parents=True)
     (b / "config.json").write_text(json.dumps({**BASE, **extra}))
     before = (b / "config.json").read_bytes()
-    cfg = tmp_path / "config.toml"
-    cfg.write_text(f'cdi-spec-dirs = ["{spec_dir}"]\n')
-    r = subprocess.run(
-        [sys.executable, "-m", "ocihook", "edit", "--config", str(cfg), "-b", str(b)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    r = _edit_cli(b, spec_dir)
     assert r.returncode == 3, r.stderr
     assert "Traceback" not in r.stderr
     assert f"field {field}" in r.stderr

@@ -32,9 +32,9 @@ from collections.abc import Callable, Sequence
 
 from .. import ldcache
 from ..bundle import Bundle, State
-from ..errors import ApplyError, OcihookError, RequestError
+from ..errors import ApplyError, OcihookError
 from ..hostroot import HostRoot
-from ..plan import CgroupRule, CudaCompat, Plan, ProcMask, make_plan
+from ..plan import CgroupRule, CudaCompat, Plan, ProcMask
 from ..request import Request
 
 TYPE_CHECKING = False
@@ -549,17 +549,8 @@ def inject(
         ApplyError: a step failed; everything done was undone first.
     """
     from .. import _linux, pathsafe
-    from ..discovery.nvidia import SUPPORTED_CAPABILITIES, discover
     from ..errors import StateError
-    from ..plan import links_to_mounts
-    from .spec import (
-        Options,
-        layout_for_rootfs,
-        log_plan,
-        occupied_links,
-        request_device_nodes,
-        request_mounts,
-    )
+    from .spec import Options, plan_for_bundle
 
     if not os.path.isdir(bundle.rootfs):
         raise ApplyError(
@@ -582,24 +573,7 @@ def inject(
                 hint="use the createContainer stage with this runtime, or prestart",
             )
         _check_container_pid(pid)
-    host = discover(root, capabilities=request.capabilities & SUPPORTED_CAPABILITIES)
-    try:
-        extra = request_device_nodes(host, request)
-        opts = options or Options()
-        plan = make_plan(
-            host,
-            request,
-            layout_for_rootfs(bundle.rootfs),
-            extra,
-            request_mounts(host, request),
-            cuda_compat=opts.cuda_compat,
-            check_requirements=opts.check_requirements,
-            supported=opts.supported,
-        )
-    except RequestError as e:
-        raise e.with_path(bundle.config_path) from None
-    plan = links_to_mounts(plan, occupied_links(bundle.rootfs, plan))
-    log_plan(request, plan, f"hook {stage}")
+    plan = plan_for_bundle(bundle, request, root, options or Options(), f"hook {stage}")
     edits = plan.edits
     root_ids = None if inside else _container_root_ids(pid)
     undo: list[_Undo] = []

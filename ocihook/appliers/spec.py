@@ -323,6 +323,40 @@ def cdi_device_names(config: dict[str, Any], request: Request, options: Options)
     return tuple(names)
 
 
+def plan_for_bundle(
+    bundle: Bundle, request: Request, root: HostRoot | None, options: Options, mode: str
+) -> Plan:
+    """Discover the host and make the plan that gives ``bundle``'s container what
+    ``request`` asks for (both appliers share this): device nodes and mounts the request
+    names, the container's library layout, driver links that would land on existing
+    files turned into mounts; the plan is logged under ``mode`` (``"spec"``,
+    ``"hook prestart"``, ...).
+
+    Raises:
+        DiscoveryError: the host has no usable driver.
+        RequestError: the request cannot be met (``path`` = ``config.json``).
+    """
+    from ..discovery.nvidia import SUPPORTED_CAPABILITIES, discover
+
+    host = discover(root, capabilities=request.capabilities & SUPPORTED_CAPABILITIES)
+    try:
+        plan = make_plan(
+            host,
+            request,
+            layout_for_rootfs(bundle.rootfs),
+            request_device_nodes(host, request),
+            request_mounts(host, request),
+            cuda_compat=options.cuda_compat,
+            check_requirements=options.check_requirements,
+            supported=options.supported,
+        )
+    except RequestError as e:
+        raise e.with_path(bundle.config_path) from None
+    plan = links_to_mounts(plan, occupied_links(bundle.rootfs, plan))
+    log_plan(request, plan, mode)
+    return plan
+
+
 def _check_cdi_target(doc: dict[str, Any], path: str) -> None:
     """Raise :class:`SpecError` (``field`` = the JSON path) when a ``config.json`` field that
     CDI container edits change has the wrong type (runtime-spec ``config.md``,
@@ -580,8 +614,6 @@ def edit_bundle(
             discovery, and ``NVIDIA_VISIBLE_DEVICES`` is set to ``void``.
         ApplyError: ``config.json`` could not be replaced (it is left as it was).
     """
-    from ..discovery.nvidia import SUPPORTED_CAPABILITIES, discover
-
     options = options or Options()
     bundle = load_bundle(bundle_dir)
     request = request_from_spec(bundle.config, path=bundle.config_path, policy=options.policy)
@@ -593,23 +625,7 @@ def edit_bundle(
         return _edit_bundle_cdi(bundle, request, cdi_names, options, dry_run)
     if request.is_void:
         return EditResult(bundle, request, None, bundle.raw, bundle.raw, False)
-    host = discover(root, capabilities=request.capabilities & SUPPORTED_CAPABILITIES)
-    try:
-        extra = request_device_nodes(host, request)
-        plan = make_plan(
-            host,
-            request,
-            layout_for_rootfs(bundle.rootfs),
-            extra,
-            request_mounts(host, request),
-            cuda_compat=options.cuda_compat,
-            check_requirements=options.check_requirements,
-            supported=options.supported,
-        )
-    except RequestError as e:
-        raise e.with_path(bundle.config_path) from None
-    plan = links_to_mounts(plan, occupied_links(bundle.rootfs, plan))
-    log_plan(request, plan, "spec")
+    plan = plan_for_bundle(bundle, request, root, options, "spec")
     doc = apply_plan(bundle.config, plan, command=command, path=bundle.config_path)
     if dry_run:
         after = dump_json(doc)
