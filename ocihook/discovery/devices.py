@@ -67,6 +67,7 @@ __all__ = [
     "WslDevices",
     "WslFile",
     "dri_nodes",
+    "drm_dir_nodes",
     "gdrcopy_nodes",
     "gds_nodes",
     "imex_channel_nodes",
@@ -459,7 +460,38 @@ def dri_nodes(root: HostRoot, bus_id: str) -> DriDevices:
     """
     sys_id = sysfs_bus_id(bus_id)
     canonical, _ = canonical_bus_id(bus_id, path="")
-    drm_dir = root.sys(f"bus/pci/devices/{sys_id}/drm")
+    found = drm_dir_nodes(root, root.sys(f"bus/pci/devices/{sys_id}/drm"))
+    links = tuple(
+        (f"/dev/dri/by-path/pci-{sys_id}-{kind}", f"../{os.path.basename(found[kind].path)}")
+        for kind in ("card", "render")
+        if kind in found
+    )
+    return DriDevices(
+        bus_id=canonical, card=found.get("card"), render=found.get("render"), links=links
+    )
+
+
+def drm_dir_nodes(root: HostRoot, drm_dir: str) -> dict[str, HostDeviceNode]:
+    """The DRM nodes listed in the sysfs directory ``drm_dir`` (a device's ``drm/``).
+
+    Vendor-neutral core of :func:`dri_nodes`, also used for devices that are no PCI
+    function of their own (AMD's ``amdgpu_xcp_<N>`` partition devices). The rules are
+    those of :func:`dri_nodes`: only ``card<N>`` and ``renderD<N>`` entries count, each
+    ``dev`` attribute must be ``226:N``, and the host node ``/dev/dri/<name>`` is checked
+    with :func:`~ocihook.discovery.gpus.device_node`.
+
+    Args:
+        root: where to read from.
+        drm_dir: host path of the ``drm`` directory (under the sys root).
+
+    Returns:
+        ``{"card": node, "render": node}`` with the kinds found (empty when the directory
+        does not exist).
+
+    Raises:
+        DiscoveryError: a malformed ``dev`` attribute, two nodes of one kind, or a host
+            node that is not the char device it should be.
+    """
     found: dict[str, HostDeviceNode] = {}
     for name in sorted(_listdir(drm_dir, "DRM devices")):
         entry = _drm_entry(name)
@@ -474,14 +506,7 @@ def dri_nodes(root: HostRoot, bus_id: str) -> DriDevices:
                 value=f"{os.path.basename(found[kind].path)}, {name}",
             )
         found[kind] = device_node(root, f"/dev/dri/{name}", major, minor)
-    links = tuple(
-        (f"/dev/dri/by-path/pci-{sys_id}-{kind}", f"../{os.path.basename(found[kind].path)}")
-        for kind in ("card", "render")
-        if kind in found
-    )
-    return DriDevices(
-        bus_id=canonical, card=found.get("card"), render=found.get("render"), links=links
-    )
+    return found
 
 
 # -- IMEX ---------------------------------------------------------------------------------
