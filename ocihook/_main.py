@@ -295,6 +295,7 @@ def _cmd_edit(ns: Any) -> int:
             "already edited by ocihook"
             if edited
             else "nothing requested: NVIDIA_VISIBLE_DEVICES unset, empty or void"
+            " (and no AMD_VISIBLE_DEVICES or INTEL_VISIBLE_DEVICES)"
         )
         print(f"ocihook: {result.bundle.config_path}: {why}; unchanged", file=sys.stderr)
         return 0
@@ -304,7 +305,8 @@ def _cmd_edit(ns: Any) -> int:
     _warn(result.plan.warnings if ns.verbose else important, True)
     edits = result.plan.edits
     summary = (
-        f"{len(result.plan.gpus)} GPUs, {len(edits.device_nodes)} device nodes, "
+        f"{len(result.plan.gpus) + len(result.plan.drm_gpus)} GPUs, "
+        f"{len(edits.device_nodes)} device nodes, "
         f"{len(edits.mounts)} library mounts, {len(edits.symlinks)} links"
     )
     if ns.diff:
@@ -334,13 +336,14 @@ def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
     if ns.stage in INJECT_STAGES:
         from . import log
         from .appliers.spec import options_from_config
-        from .request import request_from_spec
+        from .request import drm_requests_from_spec, request_from_spec
 
         cfg = load_settings(ns, trust_environment=False)
         log.configure(cfg.log_file or None, cfg.log_level, container=state.id)
         options = options_from_config(cfg)
         request = request_from_spec(b.config, path=b.config_path, policy=options.policy)
-        if request.is_void:
+        drm_requests = drm_requests_from_spec(b.config, path=b.config_path)
+        if request.is_void and not drm_requests:
             log.debug("nothing requested", source=request.source)
             return 0
         from .appliers.live import inject
@@ -356,6 +359,7 @@ def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
             cgroups=cgroups,
             stage=ns.stage,
             options=options,
+            drm_requests=drm_requests,
         )
         _warn(plan.warnings, ns.verbose)
         return 0
@@ -387,7 +391,14 @@ def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
 #: ask for a GPU: the request variables, the legacy CUDA image marker, Docker Swarm's
 #: resource variables and the device-mount directory. A config.json
 #: holding none of them (and no JSON ``\u`` escape that could spell one) asks for nothing.
-REQUEST_MARKERS = (b"NVIDIA_", b"CUDA_VERSION", b"DOCKER_RESOURCE_", b"nvidia-container-devices")
+REQUEST_MARKERS = (
+    b"NVIDIA_",
+    b"CUDA_VERSION",
+    b"DOCKER_RESOURCE_",
+    b"nvidia-container-devices",
+    b"AMD_VISIBLE_DEVICES",
+    b"INTEL_VISIBLE_DEVICES",
+)
 
 
 def _bundle_from_state(stdin: bytes) -> str | None:

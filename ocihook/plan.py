@@ -36,8 +36,10 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
     from typing import Any
 
+    from .discovery.drm import DrmHost
     from .discovery.gpus import HostDeviceNode
     from .discovery.nvidia import NvidiaHost
+    from .request import DrmRequest
 
 __all__ = [
     "CgroupRule",
@@ -51,7 +53,9 @@ __all__ = [
     "ProcMask",
     "Symlink",
     "links_to_mounts",
+    "make_drm_plan",
     "make_plan",
+    "merge_plans",
 ]
 
 #: Development links libnvidia-container makes beside the soname links
@@ -187,6 +191,9 @@ class ContainerEdits(Record):
         proc_mask: how to mask ``/proc/driver/nvidia`` (after everything else), or ``None``.
         cuda_compat: CUDA forward compatibility from the image (with ``compute``), or
             ``None``.
+        additional_gids: host group ids the container process must have to open the
+            device nodes (AMD/Intel: ``render``, ``video``), for
+            ``process.user.additionalGids``; never 0.
     """
 
     env: tuple[str, ...] = ()
@@ -198,6 +205,7 @@ class ContainerEdits(Record):
     hooks: tuple[Hook, ...] = ()
     proc_mask: ProcMask | None = None
     cuda_compat: CudaCompat | None = None
+    additional_gids: tuple[int, ...] = ()
 
     def is_empty(self) -> bool:
         """True when there is nothing to change."""
@@ -210,6 +218,7 @@ class ContainerEdits(Record):
             or self.ldcache_libraries
             or self.hooks
             or self.proc_mask
+            or self.additional_gids
         )
 
 
@@ -245,11 +254,13 @@ class Plan(Record):
     (schema: ``specs/plan.schema.json``).
 
     Attributes:
-        driver_version: host driver version.
-        gpus: ``(index, uuid, minor)`` of each selected GPU, in request order.
+        driver_version: host NVIDIA driver version (``""`` when no NVIDIA GPU is asked for).
+        gpus: ``(index, uuid, minor)`` of each selected NVIDIA GPU, in request order.
         capabilities: the driver capabilities provided, sorted.
         edits: the container edits.
         warnings: what was skipped, for the log.
+        drm_gpus: ``(vendor, index, id)`` of each selected AMD or Intel GPU (id: the UUID,
+            else the PCI address), in request order.
     """
 
     driver_version: str
@@ -257,11 +268,13 @@ class Plan(Record):
     capabilities: tuple[str, ...]
     edits: ContainerEdits
     warnings: tuple[str, ...] = ()
+    drm_gpus: tuple[tuple[str, int, str], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (``specs/plan.schema.json``)."""
+        """A JSON-ready dict (``specs/plan.schema.json``); ``drmGpus`` and
+        ``containerEdits.additionalGids`` only when not empty."""
         e = self.edits
-        return {
+        doc: dict[str, Any] = {
             "driverVersion": self.driver_version,
             "gpus": [{"index": i, "uuid": u, "minor": m} for i, u, m in self.gpus],
             "capabilities": list(self.capabilities),
@@ -314,6 +327,11 @@ class Plan(Record):
             },
             "warnings": list(self.warnings),
         }
+        if e.additional_gids:
+            doc["containerEdits"]["additionalGids"] = list(e.additional_gids)
+        if self.drm_gpus:
+            doc["drmGpus"] = [{"vendor": v, "index": i, "id": d} for v, i, d in self.drm_gpus]
+        return doc
 
 
 def make_plan(
@@ -518,5 +536,101 @@ def links_to_mounts(plan: Plan, occupied: Iterable[str]) -> Plan:
         hooks=e.hooks,
         proc_mask=e.proc_mask,
         cuda_compat=e.cuda_compat,
+        additional_gids=e.additional_gids,
     )
-    return Plan(plan.driver_version, plan.gpus, plan.capabilities, edits, plan.warnings)
+    return Plan(
+        plan.driver_version, plan.gpus, plan.capabilities, edits, plan.warnings, plan.drm_gpus
+    )
+
+
+def _device_node(hn: HostDeviceNode) -> DeviceNode:
+    return DeviceNode(hn.path, hn.host_path, hn.major, hn.minor, "c", hn.file_mode, hn.uid, hn.gid)
+
+
+def make_drm_plan(host: DrmHost, request: DrmRequest) -> Plan:
+    """Compute the container edits that give a container AMD or Intel GPUs. No I/O.
+
+    Vendor-neutral: ``host`` is what a DRM vendor backend found
+    (:func:`ocihook.discovery.amd.discover`, :func:`ocihook.discovery.intel.discover`).
+    The edits, as amd-container-runtime and Intel's device plugin give them:
+
+    * device nodes: the vendor's shared nodes (``/dev/kfd``) when any GPU is selected,
+      then each selected GPU's card and render node, with the host nodes' numbers, mode
+      and owner — and nothing else: the device cgroup is the isolation (KFD hides a GPU
+      whose render node the cgroup denies);
+    * one cgroup allow rule (``rw``) per node;
+    * the GPUs' links (Intel's ``/dev/dri/by-path`` links, which Level Zero reads);
+    * ``additional_gids``: the nodes' host group ids (``render``, ``video``) other than 0,
+      sorted, so that a non-root container user can open them;
+    * env ``<VARIABLE>=void`` (spec mode), so a hook registered as well does not inject a
+      second time.
+
+    Returns:
+        A :class:`Plan` with ``driver_version=""``, no NVIDIA GPUs and ``drm_gpus`` set.
+
+    Raises:
+        RequestError: an index, range or id the host does not have
+            (:func:`ocihook.request.select_drm_gpus`; the hint lists the GPUs).
+    """
+    from .request import select_drm_gpus
+
+    gpus = select_drm_gpus(request, host.gpus)
+    nodes: list[DeviceNode] = []
+    links: list[Symlink] = []
+    if gpus:
+        nodes.extend(_device_node(n) for n in host.shared_nodes)
+    for gpu in gpus:
+        nodes.extend(_device_node(n) for n in gpu.nodes if _device_node(n) not in nodes)
+        links.extend(Symlink(link=link, target=target) for link, target in gpu.links)
+    edits = ContainerEdits(
+        env=(f"{request.variable}=void",),
+        device_nodes=tuple(nodes),
+        cgroup_rules=tuple(CgroupRule(True, n.type, n.major, n.minor, "rw") for n in nodes),
+        symlinks=tuple(links),
+        additional_gids=tuple(sorted({n.gid for n in nodes} - {0})),
+    )
+    return Plan(
+        driver_version="",
+        gpus=(),
+        capabilities=(),
+        edits=edits,
+        warnings=host.warnings,
+        drm_gpus=tuple((g.vendor, g.index, g.ident) for g in gpus),
+    )
+
+
+def _merged(first: tuple[Any, ...], second: tuple[Any, ...]) -> tuple[Any, ...]:
+    return (*first, *(x for x in second if x not in first))
+
+
+def merge_plans(first: Plan, second: Plan) -> Plan:
+    """One plan that does what both do (a container asking for GPUs of several vendors).
+
+    Lists are concatenated, ``first``'s entries first, without repeats; a device node or
+    mount of ``second`` at a path ``first`` already has is dropped. The NVIDIA fields
+    (driver version, GPUs, capabilities, ``proc_mask``, ``cuda_compat``) come from
+    whichever plan has them, ``first`` preferred. No I/O.
+    """
+    a, b = first.edits, second.edits
+    paths = {n.path for n in a.device_nodes}
+    dests = {m.destination for m in a.mounts}
+    edits = ContainerEdits(
+        env=_merged(a.env, b.env),
+        device_nodes=(*a.device_nodes, *(n for n in b.device_nodes if n.path not in paths)),
+        cgroup_rules=_merged(a.cgroup_rules, b.cgroup_rules),
+        mounts=(*a.mounts, *(m for m in b.mounts if m.destination not in dests)),
+        symlinks=_merged(a.symlinks, b.symlinks),
+        ldcache_libraries=_merged(a.ldcache_libraries, b.ldcache_libraries),
+        hooks=_merged(a.hooks, b.hooks),
+        proc_mask=a.proc_mask or b.proc_mask,
+        cuda_compat=a.cuda_compat or b.cuda_compat,
+        additional_gids=tuple(sorted(set(a.additional_gids) | set(b.additional_gids))),
+    )
+    return Plan(
+        driver_version=first.driver_version or second.driver_version,
+        gpus=_merged(first.gpus, second.gpus),
+        capabilities=tuple(sorted(set(first.capabilities) | set(second.capabilities))),
+        edits=edits,
+        warnings=_merged(first.warnings, second.warnings),
+        drm_gpus=_merged(first.drm_gpus, second.drm_gpus),
+    )

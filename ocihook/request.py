@@ -35,17 +35,24 @@ if TYPE_CHECKING:
 __all__ = [
     "ALL_CAPABILITIES",
     "DEFAULT_CAPABILITIES",
+    "DRM_CDI_KINDS",
+    "DRM_VARIABLES",
     "VOLUME_MOUNT_DIR",
+    "DrmRequest",
     "Request",
     "RequestPolicy",
     "Selection",
     "classify_device",
+    "drm_request_from_env",
+    "drm_requests_from_spec",
     "env_from_spec",
+    "is_drm_cdi_name",
     "is_privileged",
     "parse_env",
     "request_from_env",
     "request_from_spec",
     "select_devices",
+    "select_drm_gpus",
     "select_gpus",
 ]
 
@@ -572,3 +579,219 @@ def select_gpus(request: Request, gpus: Sequence[Gpu]) -> tuple[Gpu, ...]:
         if sel.gpu not in out:
             out.append(sel.gpu)
     return tuple(out)
+
+
+# -- AMD and Intel ------------------------------------------------------------------------
+
+#: The variable a container names its AMD or Intel GPUs in, by vendor.
+#: ``AMD_VISIBLE_DEVICES`` is amd-container-runtime's; ``INTEL_VISIBLE_DEVICES`` is
+#: ocihook's own (Intel ships no container runtime that reads an env variable).
+DRM_VARIABLES = {"amd": "AMD_VISIBLE_DEVICES", "intel": "INTEL_VISIBLE_DEVICES"}
+#: The CDI kind of each vendor's GPUs (amd-ctk; Intel's DRA driver).
+DRM_CDI_KINDS = {"amd": "amd.com/gpu", "intel": "intel.com/gpu"}
+_VENDOR_NAMES = {"amd": "AMD", "intel": "Intel"}
+_FORMS = {
+    "amd": "'all', indices '0,1', ranges '0-3', unique ids '0x...' or UUIDs 'GPU-...'",
+    "intel": "'all', indices '0,1', ranges '0-3', 'card<N>' or PCI addresses 'DDDD:BB:DD.F'",
+}
+
+
+class DrmRequest(Record):
+    """A container's request for AMD or Intel GPUs. Immutable.
+
+    Attributes:
+        vendor: ``"amd"`` or ``"intel"``.
+        kind: ``"all"`` or ``"list"`` (a request for nothing is not made at all).
+        devices: with ``"list"``, the entries in request order, each checked to have one of
+            the vendor's forms (see :func:`drm_request_from_env`).
+        source: where it came from, for messages (``"process.env"``).
+    """
+
+    vendor: str
+    kind: str
+    devices: tuple[str, ...] = ()
+    source: str = "process.env"
+
+    @property
+    def variable(self) -> str:
+        """The variable the request was read from (``AMD_VISIBLE_DEVICES``)."""
+        return DRM_VARIABLES[self.vendor]
+
+
+def _range(item: str) -> tuple[int, int] | None:
+    """``(a, b)`` of ``a-b`` (decimal), else ``None``."""
+    first, sep, last = item.partition("-")
+    if sep and first.isascii() and first.isdigit() and last.isascii() and last.isdigit():
+        return int(first), int(last)
+    return None
+
+
+def _drm_item_ok(vendor: str, item: str) -> bool:
+    """Whether ``item`` has one of ``vendor``'s entry forms (ranges checked apart)."""
+    if item.isascii() and item.isdigit():
+        return True
+    low = item.lower()
+    if vendor == "amd":
+        if low.startswith("0x"):
+            return 2 < len(low) <= 18 and set(low[2:]) <= _HEX
+        return low.startswith("gpu-") and len(low) == 20 and set(low[4:]) <= _HEX
+    if low.startswith("card"):
+        return low[4:].isascii() and low[4:].isdigit()
+    return _is_bus_id(low)
+
+
+def is_drm_cdi_name(item: str) -> bool:
+    """Whether a ``*_VISIBLE_DEVICES`` entry is meant as a CDI name (holds ``=`` or ``/``);
+    such entries are the CDI registry's to resolve, not the host's."""
+    return "=" in item or "/" in item
+
+
+def drm_request_from_env(
+    vendor: str, env: Mapping[str, str], *, source: str = "process.env"
+) -> DrmRequest | None:
+    """Read ``vendor``'s request from a container's environment.
+
+    ``AMD_VISIBLE_DEVICES`` (amd-container-runtime's forms) and ``INTEL_VISIBLE_DEVICES``:
+    unset, empty, ``void`` or ``none`` (anywhere in the list) ask for nothing; ``all``
+    asks for every GPU; otherwise a comma list of entries, spaces around them ignored:
+
+    * indices ``2`` and ranges ``0-3`` (both ends included, first <= last), both vendors;
+    * AMD: unique ids ``0x1a2b...`` (the KFD ``unique_id`` in hex, up to 16 digits) and
+      UUIDs ``GPU-`` + 16 hex digits, any case;
+    * Intel: ``card<N>`` and PCI addresses ``DDDD:BB:DD.F``;
+    * qualified CDI names (``amd.com/gpu=0``) are left to the CDI path
+      (:func:`ocihook.appliers.spec.cdi_device_names`) and skipped here.
+
+    Args:
+        vendor: ``"amd"`` or ``"intel"``.
+        env: the container's environment (see :func:`env_from_spec`).
+        source: where ``env`` came from, for messages.
+
+    Returns:
+        A :class:`DrmRequest`, or ``None`` when nothing is asked for.
+
+    Raises:
+        RequestError: an entry of no accepted form, or a range that runs backwards
+            (``field`` = ``<source>[<variable>]``, ``value`` = the entry).
+    """
+    variable = DRM_VARIABLES[vendor]
+    raw = env.get(variable)
+    if raw is None:
+        return None
+    items = [i.strip() for i in raw.split(",") if i.strip()]
+    if not items or any(i in ("void", "none") for i in items):
+        return None
+    if "all" in items:
+        return DrmRequest(vendor, "all", (), source)
+    devices: list[str] = []
+    for item in items:
+        if is_drm_cdi_name(item):
+            continue
+        span = _range(item)
+        if span is not None and span[0] > span[1]:
+            raise RequestError(
+                f"{_VENDOR_NAMES[vendor]} GPU range runs backwards",
+                field=f"{source}[{variable}]",
+                value=item,
+                hint="write ranges low-high, e.g. 0-3",
+            )
+        if span is None and not _drm_item_ok(vendor, item):
+            raise RequestError(
+                f"malformed {_VENDOR_NAMES[vendor]} GPU entry",
+                field=f"{source}[{variable}]",
+                value=item,
+                hint=f"accepted: {_FORMS[vendor]}",
+            )
+        devices.append(item)
+    if not devices:
+        return None
+    return DrmRequest(vendor, "list", tuple(devices), source)
+
+
+def drm_requests_from_spec(
+    config: Mapping[str, Any], *, path: str | None = None
+) -> tuple[DrmRequest, ...]:
+    """The AMD and Intel requests of a ``config.json`` document, in
+    :data:`DRM_VARIABLES` order (see :func:`drm_request_from_env`).
+
+    Raises:
+        SpecError: ``process.env`` has the wrong JSON type.
+        RequestError: a malformed entry (``path`` set to ``path``).
+    """
+    env = env_from_spec(config, path=path)
+    found = []
+    for vendor in DRM_VARIABLES:
+        try:
+            req = drm_request_from_env(vendor, env)
+        except RequestError as e:
+            raise e.with_path(path) if path else e from None
+        if req is not None:
+            found.append(req)
+    return tuple(found)
+
+
+def _sysfs_bus_id(text: str) -> str:
+    """A PCI address accepted by :func:`_is_bus_id` in sysfs spelling (``0000:03:00.0``)."""
+    parts = text.lower().split(":")
+    if len(parts) == 2:
+        parts = ["0000", *parts]
+    return f"{int(parts[0], 16):04x}:{parts[1]}:{parts[2]}"
+
+
+def _drm_listing(gpus: Sequence[Any]) -> str:
+    """``0 (card1, renderD128, 0000:03:00.0, GPU-...); 1 (...)`` for error hints."""
+    parts = []
+    for g in gpus:
+        bits = [b for b in (g.card_name, g.render.path.rsplit("/", 1)[-1], g.bus_id, g.uuid) if b]
+        parts.append(f"{g.index} ({', '.join(bits)})")
+    return "; ".join(parts) or "none"
+
+
+def select_drm_gpus(request: DrmRequest, gpus: Sequence[Any]) -> tuple[Any, ...]:
+    """The GPUs ``request`` names, in request order, each once.
+
+    Args:
+        request: an AMD or Intel request.
+        gpus: the vendor's :class:`~ocihook.discovery.drm.DrmGpu` list in index order.
+
+    Returns:
+        The selected GPUs. An AMD unique id or UUID selects every partition of that GPU.
+
+    Raises:
+        RequestError: an index or range beyond the host's GPUs, or an id no GPU has; the
+            hint lists every GPU the host has (index, nodes, PCI address, UUID).
+    """
+    if request.kind == "all":
+        return tuple(gpus)
+    name = _VENDOR_NAMES[request.vendor]
+    field = f"{request.source}[{request.variable}]"
+    chosen: list[Any] = []
+
+    def missing(message: str, item: str) -> RequestError:
+        return RequestError(
+            message, field=field, value=item, hint=f"the host has {name} GPUs {_drm_listing(gpus)}"
+        )
+
+    for item in request.devices:
+        span = _range(item)
+        if item.isdigit() or span is not None:
+            first, last = span if span is not None else (int(item), int(item))
+            if last >= len(gpus):
+                raise missing(f"no {name} GPU with index {last}", item)
+            matches = list(gpus[first : last + 1])
+        else:
+            low = item.lower()
+            if low.startswith("0x"):
+                number = int(low, 16)
+                matches = [g for g in gpus if g.unique_id and int(g.unique_id, 16) == number]
+            elif low.startswith("gpu-"):
+                matches = [g for g in gpus if g.uuid and g.uuid.lower() == low]
+            elif low.startswith("card"):
+                matches = [g for g in gpus if g.card_name == low]
+            else:
+                bus = _sysfs_bus_id(low)
+                matches = [g for g in gpus if g.bus_id == bus]
+            if not matches:
+                raise missing(f"no {name} GPU matches this id", item)
+        chosen.extend(g for g in matches if g not in chosen)
+    return tuple(chosen)

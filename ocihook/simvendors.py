@@ -135,11 +135,11 @@ def _proc_devices(root: str, extra: tuple[str, ...]) -> None:
         with open(path) as f:
             text = f.read()
         head, sep, tail = text.partition("Character devices:\n")
-        chars_text, blank, rest = tail.partition("\n\n")
+        chars_text, _, rest = tail.partition("\n\n")
         lines = chars_text.splitlines()
         lines += [c for c in (*extra, "226 drm") if c not in (ln.strip() for ln in lines)]
         lines.sort(key=lambda ln: int(ln.split()[0]))
-        text = head + sep + "".join(f"{ln}\n" for ln in lines) + blank + rest
+        text = head + sep + "".join(f"{ln}\n" for ln in lines) + "\n" + rest
         _write(path, text)
         return
     _write(
@@ -274,8 +274,8 @@ def _amd_gpus(
         _write(os.path.join(root, topo, "0/properties"), _CPU_PROPERTIES)
         _write(os.path.join(root, topo, "0/gpu_id"), "0\n")
         # KFD numbers nodes in probe order: not the index order (reversed here)
-        for n, (_, props) in enumerate(reversed(kfd_nodes), start=first_kfd_node):
-            _write(os.path.join(root, topo, f"{n}/properties"), props)
+        for n, (_, text) in enumerate(reversed(kfd_nodes), start=first_kfd_node):
+            _write(os.path.join(root, topo, f"{n}/properties"), text)
             _write(os.path.join(root, topo, f"{n}/gpu_id"), f"{1000 + n * 7}\n")
             _write(os.path.join(root, topo, f"{n}/name"), "aldebaran\n")
         _link(root, "sys/class/kfd/kfd", "sys/devices/virtual/kfd/kfd")
@@ -293,9 +293,7 @@ def _dev_nodes_default(make_dev_nodes: bool | None) -> bool:
     return os.geteuid() == 0 if make_dev_nodes is None else make_dev_nodes
 
 
-def build_amd(
-    dest: str, *, kfd: bool = True, make_dev_nodes: bool | None = None
-) -> SimDrmHost:
+def build_amd(dest: str, *, kfd: bool = True, make_dev_nodes: bool | None = None) -> SimDrmHost:
     """Write the simulated MI210-class ROCm host (see the module docstring) into ``dest``.
 
     Args:
@@ -328,14 +326,14 @@ def build_intel(
     """
     root = os.path.abspath(dest)
     nodes = _dev_nodes_default(make_dev_nodes)
-    gpus = [
+    gpus: list[tuple[str, str, str, int, int, dict[str, str]]] = [
         ("0000:00:02.0", "0x46a6", "i915", 0, 128, {}),
         ("0000:03:00.0", "0x56a0", "xe", 1, 129, {}),
     ]
     skipped: list[str] = []
     if sriov:
         gpus += [
-            ("0000:4d:00.0", "0x56c0", "i915", 2, 130, {"sriov_numvfs": "2", "sriov_totalvfs": "31"}),
+            ("0000:4d:00.0", "0x56c0", "i915", 2, 130, {"sriov_numvfs": "2"}),
             ("0000:4d:00.1", "0x56c0", "i915", 3, 131, {}),
             ("0000:4d:00.2", "0x56c0", "i915", 4, 132, {}),
         ]
@@ -346,8 +344,9 @@ def build_intel(
         _drm_child(root, rel, f"card{card}", card)
         _drm_child(root, rel, f"renderD{render}", render)
         if card == 0:  # a connector: a class/drm entry that is no GPU
-            _write(os.path.join(root, rel, f"drm/card{card}/card{card}-eDP-1/status"), "connected\n")
-            _link(root, f"sys/class/drm/card{card}-eDP-1", f"{rel}/drm/card{card}/card{card}-eDP-1")
+            connector = f"{rel}/drm/card{card}/card{card}-eDP-1"
+            _write(os.path.join(root, connector, "status"), "connected\n")
+            _link(root, f"sys/class/drm/card{card}-eDP-1", connector)
             _write(os.path.join(root, rel, "drm/controlD64/dev"), "226:64\n")
         if nodes:
             _gpu_nodes(root, card, render)

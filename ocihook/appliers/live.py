@@ -39,6 +39,7 @@ from ..request import Request
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from ..request import DrmRequest
     from .spec import Options
 
 __all__ = [
@@ -525,6 +526,7 @@ def inject(
     cgroups: bool = True,
     stage: str = "prestart",
     options: Options | None = None,
+    drm_requests: Sequence[DrmRequest] = (),
 ) -> Plan:
     """Hook mode: give the container being created what ``request`` asks for.
 
@@ -539,9 +541,14 @@ def inject(
             ``createContainer`` (already in the container's mount namespace, before
             ``pivot_root``; the host pid is the hook's parent — runc reports 1 and crun 0
             in the state; OCI runtime-spec ``config.md`` "POSIX-platform Hooks").
+        options: the operator's settings.
+        drm_requests: the container's AMD and Intel requests
+            (:func:`ocihook.request.drm_requests_from_spec`).
 
     Returns:
-        The plan that was applied.
+        The plan that was applied. A live process's supplementary groups cannot change:
+        when the plan's ``additional_gids`` are not all among the process user's groups in
+        ``config.json`` (a non-root user), a warning says so.
 
     Raises:
         StateError: no usable container process (see :func:`_check_container_pid`).
@@ -573,7 +580,10 @@ def inject(
                 hint="use the createContainer stage with this runtime, or prestart",
             )
         _check_container_pid(pid)
-    plan = plan_for_bundle(bundle, request, root, options or Options(), f"hook {stage}")
+    plan = plan_for_bundle(
+        bundle, request, root, options or Options(), f"hook {stage}", drm_requests
+    )
+    plan = _check_groups(bundle, plan)
     edits = plan.edits
     root_ids = None if inside else _container_root_ids(pid)
     undo: list[_Undo] = []
@@ -664,6 +674,38 @@ def inject(
         if host_ns >= 0:
             os.close(host_ns)
     return plan
+
+
+def _check_groups(bundle: Bundle, plan: Plan) -> Plan:
+    """``plan`` with a warning added when its ``additional_gids`` are not all groups of the
+    container's process user (``process.user`` of ``config.json``): the runtime has set
+    the groups from the file it read before the hook ran, so the hook cannot add them, and
+    a non-root user will not open the nodes. uid 0 needs none of them."""
+    process = bundle.config.get("process")
+    user = process.get("user") if isinstance(process, dict) else None
+    user = user if isinstance(user, dict) else {}
+    if not plan.edits.additional_gids or user.get("uid", 0) == 0:
+        return plan
+    have = {user.get("gid", 0)}
+    extra = user.get("additionalGids")
+    if isinstance(extra, list):
+        have.update(extra)
+    missing = [g for g in plan.edits.additional_gids if g not in have]
+    if not missing:
+        return plan
+    warning = (
+        f"the container user {user.get('uid')} lacks the groups {missing} of its GPU nodes and "
+        "a hook cannot add groups to a created container: use spec mode (ocihook edit) or "
+        "list them in process.user.additionalGids"
+    )
+    return Plan(
+        plan.driver_version,
+        plan.gpus,
+        plan.capabilities,
+        plan.edits,
+        (*plan.warnings, warning),
+        plan.drm_gpus,
+    )
 
 
 def _container_root_ids(pid: int) -> tuple[int, int] | None:

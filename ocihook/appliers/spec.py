@@ -13,6 +13,8 @@ What goes into the document (OCI runtime-spec ``config.md`` / ``config-linux.md`
   runtime's default deny rule so that exactly these nodes become usable;
 * ``mounts`` — read-only, nosuid, nodev bind mounts, replacing a mount with the same
   destination;
+* ``process.user.additionalGids`` — the host group ids of AMD/Intel device nodes
+  (``render``, ``video``), each once;
 * ``hooks.createContainer`` — ``ocihook hook create-container``: the soname links, then
   the container's ``/etc/ld.so.cache``, undone together on failure; run from the host's
   interpreter with ``-I``, an explicit ``env`` (nothing from the container's environment
@@ -37,8 +39,9 @@ from ..plan import (
     Plan,
     links_to_mounts,
     make_plan,
+    merge_plans,
 )
-from ..request import Request, RequestPolicy, request_from_spec
+from ..request import DrmRequest, Request, RequestPolicy, drm_requests_from_spec, request_from_spec
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
 if TYPE_CHECKING:
@@ -225,6 +228,11 @@ def apply_plan(
                 entry["timeout"] = h.timeout
             if entry not in stage:
                 stage.append(entry)
+    if e.additional_gids:  # CDI's rule: gids already present are not repeated
+        process = _obj(doc, "process", path=path, field="process")
+        user = _obj(process, "user", path=path, field="process.user")
+        gids = _list(user, "additionalGids", path=path, field="process.user.additionalGids")
+        gids.extend(g for g in e.additional_gids if g not in gids)
     return doc
 
 
@@ -316,6 +324,7 @@ def cdi_device_names(config: dict[str, Any], request: Request, options: Options)
                     err.message, field=f"{request.source}[NVIDIA_VISIBLE_DEVICES]", value=d
                 ) from None
             from_env.append(name)
+    from_env.extend(_drm_cdi_names(config, options))
     names: list[str] = []
     for name in (*from_env, *from_annotations):
         if name not in names:
@@ -323,35 +332,80 @@ def cdi_device_names(config: dict[str, Any], request: Request, options: Options)
     return tuple(names)
 
 
+def _drm_cdi_names(config: dict[str, Any], options: Options) -> list[str]:
+    """The CDI names in ``AMD_VISIBLE_DEVICES``/``INTEL_VISIBLE_DEVICES``: when one entry is
+    a qualified name (or ``options.mode`` is ``"cdi"``), every entry is, the others given
+    the vendor's kind (``amd.com/gpu``, ``intel.com/gpu``)."""
+    from ..cdi.names import parse_qualified_name
+    from ..errors import CdiError
+    from ..request import DRM_CDI_KINDS, DRM_VARIABLES, env_from_spec, is_drm_cdi_name
+
+    env = env_from_spec(config)
+    names: list[str] = []
+    for vendor, variable in DRM_VARIABLES.items():
+        items = [i.strip() for i in env.get(variable, "").split(",") if i.strip()]
+        if not items or any(i in ("void", "none") for i in items):
+            continue
+        if options.mode != "cdi" and not any(is_drm_cdi_name(i) for i in items):
+            continue
+        for item in items:
+            name = item if is_drm_cdi_name(item) else f"{DRM_CDI_KINDS[vendor]}={item}"
+            try:
+                parse_qualified_name(name)
+            except CdiError as err:
+                raise CdiError(err.message, field=f"process.env[{variable}]", value=item) from None
+            names.append(name)
+    return names
+
+
 def plan_for_bundle(
-    bundle: Bundle, request: Request, root: HostRoot | None, options: Options, mode: str
+    bundle: Bundle,
+    request: Request,
+    root: HostRoot | None,
+    options: Options,
+    mode: str,
+    drm_requests: Sequence[DrmRequest] = (),
 ) -> Plan:
     """Discover the host and make the plan that gives ``bundle``'s container what
-    ``request`` asks for (both appliers share this): device nodes and mounts the request
-    names, the container's library layout, driver links that would land on existing
-    files turned into mounts; the plan is logged under ``mode`` (``"spec"``,
-    ``"hook prestart"``, ...).
+    ``request`` (NVIDIA) and ``drm_requests`` (AMD, Intel) ask for (both appliers share
+    this): device nodes and mounts the request names, the container's library layout,
+    driver links that would land on existing files turned into mounts; the plan is logged
+    under ``mode`` (``"spec"``, ``"hook prestart"``, ...). Each vendor's host is
+    discovered only when the container asks for its GPUs; the plans are merged with
+    :func:`ocihook.plan.merge_plans`.
 
     Raises:
-        DiscoveryError: the host has no usable driver.
+        DiscoveryError: the host has no usable driver for a requested vendor.
         RequestError: the request cannot be met (``path`` = ``config.json``).
     """
-    from ..discovery.nvidia import SUPPORTED_CAPABILITIES, discover
-
-    host = discover(root, capabilities=request.capabilities & SUPPORTED_CAPABILITIES)
+    plans: list[Plan] = []
     try:
-        plan = make_plan(
-            host,
-            request,
-            layout_for_rootfs(bundle.rootfs),
-            request_device_nodes(host, request),
-            request_mounts(host, request),
-            cuda_compat=options.cuda_compat,
-            check_requirements=options.check_requirements,
-            supported=options.supported,
-        )
+        if not request.is_void:
+            from ..discovery.nvidia import SUPPORTED_CAPABILITIES, discover
+
+            host = discover(root, capabilities=request.capabilities & SUPPORTED_CAPABILITIES)
+            plans.append(
+                make_plan(
+                    host,
+                    request,
+                    layout_for_rootfs(bundle.rootfs),
+                    request_device_nodes(host, request),
+                    request_mounts(host, request),
+                    cuda_compat=options.cuda_compat,
+                    check_requirements=options.check_requirements,
+                    supported=options.supported,
+                )
+            )
+        for drm_request in drm_requests:
+            from ..discovery.drm import discover_vendor
+            from ..plan import make_drm_plan
+
+            plans.append(make_drm_plan(discover_vendor(drm_request.vendor, root), drm_request))
     except RequestError as e:
         raise e.with_path(bundle.config_path) from None
+    plan = plans[0] if plans else Plan("", (), (), ContainerEdits())
+    for more in plans[1:]:
+        plan = merge_plans(plan, more)
     plan = links_to_mounts(plan, occupied_links(bundle.rootfs, plan))
     log_plan(request, plan, mode)
     return plan
@@ -459,6 +513,8 @@ def log_plan(request: Request, plan: Plan, mode: str) -> None:
         gpus=",".join(f"{i}:{u}:minor{m}" for i, u, m in plan.gpus) or "-",
         capabilities=",".join(plan.capabilities),
     )
+    if plan.drm_gpus:
+        log.debug("drm gpus chosen", gpus=",".join(f"{v}:{i}:{d}" for v, i, d in plan.drm_gpus))
     e = plan.edits
     for n in e.device_nodes:
         log.debug("device node", path=n.path, major=n.major, minor=n.minor, host=n.host_path)
@@ -606,8 +662,10 @@ def edit_bundle(
 
     Raises:
         SpecError: missing or malformed ``config.json``.
-        RequestError: the request cannot be met (unknown GPU, unknown capability).
-        DiscoveryError: the host has no usable driver.
+        RequestError: the request cannot be met (unknown GPU, unknown capability, an
+            ``AMD_VISIBLE_DEVICES``/``INTEL_VISIBLE_DEVICES`` entry that is malformed or
+            names no GPU of the host).
+        DiscoveryError: the host has no usable driver (for AMD: no KFD).
         CdiError: a CDI request (see :func:`cdi_device_names`) is malformed or names a
             device no spec in ``options.cdi_spec_dirs`` defines; the devices are injected
             from the CDI registry with :func:`ocihook.cdi.inject_devices` instead of host
@@ -623,9 +681,10 @@ def edit_bundle(
         raise e.with_path(bundle.config_path) from None
     if cdi_names:
         return _edit_bundle_cdi(bundle, request, cdi_names, options, dry_run)
-    if request.is_void:
+    drm_requests = drm_requests_from_spec(bundle.config, path=bundle.config_path)
+    if request.is_void and not drm_requests:
         return EditResult(bundle, request, None, bundle.raw, bundle.raw, False)
-    plan = plan_for_bundle(bundle, request, root, options, "spec")
+    plan = plan_for_bundle(bundle, request, root, options, "spec", drm_requests)
     doc = apply_plan(bundle.config, plan, command=command, path=bundle.config_path)
     if dry_run:
         after = dump_json(doc)

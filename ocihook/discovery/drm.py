@@ -26,7 +26,16 @@ if TYPE_CHECKING:
 
     from .gpus import HostDeviceNode
 
-__all__ = ["VENDORS", "DrmGpu", "DrmHost", "is_bus_id", "listdir", "read_attr"]
+__all__ = [
+    "VENDORS",
+    "DrmGpu",
+    "DrmHost",
+    "discover_vendor",
+    "is_bus_id",
+    "listdir",
+    "present_vendors",
+    "read_attr",
+]
 
 #: The vendor backends, in the order ``ocihook info`` shows them after NVIDIA.
 VENDORS = ("amd", "intel")
@@ -166,3 +175,35 @@ def read_attr(path: str) -> str | None:
     except OSError as e:
         raise DiscoveryError(f"cannot read a sysfs attribute: {e.strerror}", path=path) from None
     return data.decode("utf-8", "replace").strip()
+
+
+def discover_vendor(vendor: str, root: HostRoot | None = None) -> DrmHost:
+    """Run ``vendor``'s backend (:func:`ocihook.discovery.amd.discover` or
+    :func:`ocihook.discovery.intel.discover`), importing it only now.
+
+    Raises:
+        ValueError: ``vendor`` is not one of :data:`VENDORS`.
+        DiscoveryError: as the backend raises it.
+    """
+    if vendor == "amd":
+        from . import amd
+
+        return amd.discover(root)
+    if vendor == "intel":
+        from . import intel
+
+        return intel.discover(root)
+    raise ValueError(f"unknown GPU vendor {vendor!r}")
+
+
+def present_vendors(root: HostRoot) -> tuple[str, ...]:
+    """The vendors of :data:`VENDORS` whose kernel driver is loaded on ``root``'s host
+    (``<sys>/module/amdgpu``; ``<sys>/module/i915`` or ``xe``)."""
+    from . import amd, intel
+
+    found = []
+    if amd.is_present(root):
+        found.append("amd")
+    if intel.is_present(root):
+        found.append("intel")
+    return tuple(found)
