@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from .errors import OcihookError, exit_code_for
+from .errors import DiscoveryError, OcihookError, exit_code_for
 from .hostroot import HostRoot
 
 _PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
@@ -157,18 +157,112 @@ def info(
     gpu_backend: str,
     as_json: bool,
 ) -> None:
-    """Print the driver and CUDA versions and each GPU (like nvidia-container-cli info)."""
+    """Print the driver and CUDA versions and each GPU (like nvidia-container-cli info),
+    then the AMD and Intel GPUs when their drivers are loaded."""
     from .discovery.nvidia import discover
 
-    host = discover(
-        _root(driver_root, dev_root, ldcache, library_path, config_path),
-        capabilities=(),
-        gpu_backend=gpu_backend,
-    )
-    data = _info_dict(host)
+    root = _root(driver_root, dev_root, ldcache, library_path, config_path)
+    drm_hosts, problems = _drm_hosts(root)
+    data: dict[str, Any] = {}
+    if _want_nvidia(root, drm_hosts, problems):
+        data = _info_dict(discover(root, capabilities=(), gpu_backend=gpu_backend))
+    elif not drm_hosts:
+        raise problems[0]
+    for host in drm_hosts:
+        data[host.vendor] = _drm_info_dict(host)
     if as_json:
         click.echo(json.dumps(data, indent=2))
-        return
+    else:
+        _print_info(data)
+    for e in problems:
+        click.echo(f"ocihook: warning: {e}", err=True)
+
+
+def _want_nvidia(root: HostRoot, drm_hosts: Sequence[Any], problems: Sequence[Any]) -> bool:
+    """Whether to discover NVIDIA: its driver is loaded, or no other vendor's is (then its
+    "no driver" error is the one to show)."""
+    return os.path.exists(root.proc("driver/nvidia/version")) or not (drm_hosts or problems)
+
+
+def _drm_hosts(root: HostRoot, vendors: Sequence[str] | None = None) -> tuple[list[Any], list[Any]]:
+    """The AMD/Intel hosts whose drivers are loaded (of ``vendors``, default all), and
+    the discovery errors of those that failed (AMD without KFD)."""
+    from .discovery.drm import discover_vendor, present_vendors
+    from .errors import DiscoveryError
+
+    hosts: list[Any] = []
+    problems: list[Any] = []
+    for vendor in present_vendors(root):
+        if vendors is not None and vendor not in vendors:
+            continue
+        try:
+            hosts.append(discover_vendor(vendor, root))
+        except DiscoveryError as e:
+            problems.append(e)
+    return hosts, problems
+
+
+def _drm_info_dict(host: Any) -> dict[str, Any]:
+    return {
+        "driverVersion": host.driver_version,
+        "sharedNodes": [n.path for n in host.shared_nodes],
+        "gpus": [
+            {
+                "index": g.index,
+                "card": None if g.card is None else g.card.path,
+                "render": g.render.path,
+                "busId": g.bus_id,
+                "driver": g.driver,
+                "deviceId": g.device_id,
+                "uuid": g.uuid,
+                "uniqueId": g.unique_id,
+                "architecture": g.architecture,
+                "partition": g.partition,
+                "computePartition": g.compute_partition,
+                "memoryPartition": g.memory_partition,
+                "gids": sorted({n.gid for n in g.nodes}),
+            }
+            for g in host.gpus
+        ],
+        "warnings": list(host.warnings),
+    }
+
+
+_VENDOR_TITLES = {"amd": "AMD GPUs (amdgpu, ROCm)", "intel": "Intel GPUs (i915/xe)"}
+
+
+def _print_info(data: dict[str, Any]) -> None:
+    if "driverVersion" in data:
+        _print_nvidia_info(data)
+    for vendor, title in _VENDOR_TITLES.items():
+        host = data.get(vendor)
+        if host is None:
+            continue
+        if "driverVersion" in data or vendor != next(v for v in _VENDOR_TITLES if v in data):
+            click.echo("")
+        version = f" {host['driverVersion']}" if host["driverVersion"] else ""
+        click.echo(f"{title}{version}: {len(host['gpus'])}")
+        if host["sharedNodes"]:
+            click.echo(f"Shared nodes:   {' '.join(host['sharedNodes'])}")
+        for g in host["gpus"]:
+            click.echo("")
+            click.echo(f"Device Index:   {g['index']}")
+            click.echo(f"Card:           {g['card'] or '-'}")
+            click.echo(f"Render:         {g['render']}")
+            click.echo(f"Bus Location:   {g['busId']}")
+            click.echo(f"Driver:         {g['driver']}  device {g['deviceId'] or 'unknown'}")
+            if g["uuid"]:
+                click.echo(f"GPU UUID:       {g['uuid']}  (unique id {g['uniqueId']})")
+            if g["architecture"]:
+                click.echo(f"Architecture:   {g['architecture']}")
+            if g["partition"] is not None:
+                modes = "/".join(m for m in (g["computePartition"], g["memoryPartition"]) if m)
+                click.echo(f"Partition:      {g['partition']} ({modes})")
+        for w in host["warnings"]:
+            click.echo(f"ocihook: warning: {vendor}: {w}", err=True)
+
+
+def _print_nvidia_info(data: dict[str, Any]) -> None:
     click.echo(f"NVRM version:   {data['driverVersion']}")
     click.echo(f"CUDA version:   {data['cudaVersion'] or 'unknown (needs NVML)'}")
     for g in data["gpus"]:
@@ -197,6 +291,12 @@ def info(
 @click.option("-i", "--ipcs", is_flag=True, help="List driver IPC paths.")
 @click.option("-f", "--firmwares", is_flag=True, help="List driver firmware files.")
 @click.option("--compat32", is_flag=True, help="Include the 32-bit libraries.")
+@click.option(
+    "--vendor",
+    type=click.Choice(["nvidia", "amd", "intel"]),
+    default=None,
+    help="Only this vendor's GPUs (default: every vendor whose driver is loaded).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def list_cmd(
     config_path: str | None,
@@ -211,22 +311,79 @@ def list_cmd(
     ipcs: bool,
     firmwares: bool,
     compat32: bool,
+    vendor: str | None,
     as_json: bool,
 ) -> None:
     """List the host files a container gets (like nvidia-container-cli list): device nodes
     of the GPUs (all, or --device), then binaries, libraries, IPC paths and firmware of
-    every driver capability. Without -l/-b/-i/-f every kind is listed."""
+    every driver capability. Without -l/-b/-i/-f every kind is listed. The device nodes of
+    AMD and Intel GPUs (whose drivers are loaded) follow NVIDIA's; --device selects
+    NVIDIA GPUs, or with --vendor amd|intel (or on a host with only that vendor) that
+    vendor's, in the forms of AMD_VISIBLE_DEVICES / INTEL_VISIBLE_DEVICES."""
     from .discovery.nvidia import discover
+
+    root = _root(driver_root, dev_root, ldcache, library_path, config_path)
+    drm_hosts, problems = _drm_hosts(root, None if vendor is None else (vendor,))
+    if problems and (vendor is not None or not drm_hosts):
+        raise problems[0]
+    nvidia = vendor in (None, "nvidia") and _want_nvidia(root, drm_hosts, problems)
+    every = not (libraries or binaries or ipcs or firmwares)
+    out: dict[str, list[str]] = {"devices": []}
+    if nvidia:
+        _list_nvidia(
+            out,
+            discover(root, gpu_backend=gpu_backend),
+            devices,
+            every,
+            compat32,
+            (libraries, binaries, ipcs, firmwares),
+        )
+    elif vendor is None and not drm_hosts:
+        raise problems[0] if problems else DiscoveryError("no GPU driver found", path=root.dev_root)
+    for host in drm_hosts:
+        out["devices"] += _drm_list_nodes(host, devices if not nvidia else ())
+    if vendor is not None and vendor != "nvidia" and not drm_hosts:
+        raise DiscoveryError(f"no {vendor} GPU driver is loaded", path=root.sys("module"))
+    for e in problems:
+        click.echo(f"ocihook: warning: {e}", err=True)
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+        return
+    for paths in out.values():
+        for path in paths:
+            click.echo(path)
+
+
+def _drm_list_nodes(host: Any, devices: Sequence[str]) -> list[str]:
+    """Host paths of ``host``'s shared nodes and the nodes of its GPUs (all, or those
+    ``devices`` names in the vendor's request forms)."""
+    from .request import drm_request_from_env, select_drm_gpus
+
+    raw = ",".join(devices) or "all"
+    request = drm_request_from_env(
+        host.vendor, {f"{host.vendor.upper()}_VISIBLE_DEVICES": raw}, source="--device"
+    )
+    gpus = () if request is None else select_drm_gpus(request, host.gpus)
+    nodes = [n.host_path for n in host.shared_nodes] if gpus else []
+    nodes += [n.host_path for g in gpus for n in g.nodes if n.present]
+    return nodes
+
+
+def _list_nvidia(
+    out: dict[str, list[str]],
+    host: Any,
+    devices: Sequence[str],
+    every: bool,
+    compat32: bool,
+    kinds: tuple[bool, bool, bool, bool],
+) -> None:
     from .request import request_from_env, select_gpus
 
-    host = discover(
-        _root(driver_root, dev_root, ldcache, library_path, config_path), gpu_backend=gpu_backend
-    )
+    libraries, binaries, ipcs, firmwares = kinds
     wanted = request_from_env(
         {"NVIDIA_VISIBLE_DEVICES": ",".join(devices) or "all"}, source="--device"
     )
     selected = select_gpus(wanted, host.gpus)
-    every = not (libraries or binaries or ipcs or firmwares)
     nodes = [n.host_path for n in host.control_nodes]
     if host.modeset is not None and host.modeset.present:
         nodes.append(host.modeset.host_path)
@@ -237,7 +394,7 @@ def list_cmd(
             nodes += [n.host_path for n in dri.nodes if n.present]
         nodes += [n.host_path for m in g.mig_devices for n in m.nodes]
     classes = {64, 32} if compat32 else {64}
-    out: dict[str, list[str]] = {"devices": nodes}
+    out["devices"] = nodes
     if every or binaries:
         out["binaries"] = [f.host_path for f in host.files if f.kind == "binary"]
     if every or libraries:
@@ -246,12 +403,6 @@ def list_cmd(
         out["ipcs"] = [f.host_path for f in host.files if f.kind == "ipc"]
     if every or firmwares:
         out["firmwares"] = [f.host_path for f in host.files if f.kind == "firmware"]
-    if as_json:
-        click.echo(json.dumps(out, indent=2))
-        return
-    for paths in out.values():
-        for path in paths:
-            click.echo(path)
 
 
 @cli.command()
