@@ -193,9 +193,7 @@ def test_intel_dgpu_by_pci_address(
 
 
 @pytest.mark.parametrize("mode", ["spec", "hook"])
-def test_mixed_nvidia_and_amd(
-    mode: str, bundle_factory: Callable[..., str], tmp_path: Any
-) -> None:
+def test_mixed_nvidia_and_amd(mode: str, bundle_factory: Callable[..., str], tmp_path: Any) -> None:
     """One container asks for an NVIDIA GPU and an AMD GPU: it gets both vendors'
     nodes and nothing of the other AMD GPU."""
     need_root_and("runc")
