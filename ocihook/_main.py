@@ -133,6 +133,12 @@ COMMANDS: tuple[tuple[tuple[str, ...], str, tuple[Option, ...]], ...] = (
                 metavar="BUS_ID",
                 help="gpus/ entry of HOST_DIR to show (with --mask-proc)",
             ),
+            Option(
+                "--proc-gpus-from-devices",
+                action="store_true",
+                help="also show the gpus/ entries of the GPUs whose /dev/nvidiaN nodes "
+                "config.json gives the container (CDI specs)",
+            ),
         ),
     ),
     (
@@ -370,7 +376,11 @@ def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
 
         mask = None
         if ns.mask_proc:
-            mask = ProcMask(host_dir=ns.mask_proc, gpu_dirs=tuple(ns.proc_gpu))
+            gpu_dirs = tuple(ns.proc_gpu)
+            if ns.proc_gpus_from_devices:
+                found = live.gpu_dirs_of_devices(ns.mask_proc, b.config)
+                gpu_dirs += tuple(d for d in found if d not in gpu_dirs)
+            mask = ProcMask(host_dir=ns.mask_proc, gpu_dirs=gpu_dirs)
         compat = None
         if ns.cuda_compat:
             directory, _, major = ns.cuda_compat.rpartition("::")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
 if TYPE_CHECKING:
-    from typing import Any, ClassVar, dataclass_transform
+    from typing import Any, ClassVar, Self, dataclass_transform
 else:
 
     def dataclass_transform(**_kwargs: object) -> object:
@@ -87,6 +87,19 @@ class Record:
 
     def __delattr__(self, name: str) -> None:
         raise AttributeError(f"{type(self).__name__} is immutable")
+
+    def replace(self, **changes: Any) -> Self:
+        """A copy with ``changes`` applied (as :func:`dataclasses.replace`).
+
+        Raises:
+            TypeError: a name that is not a field.
+        """
+        values = {name: getattr(self, name) for name in self.__fields__}
+        for name, value in changes.items():
+            if name not in values:
+                raise TypeError(f"{type(self).__name__} has no field {name!r}")
+            values[name] = value
+        return type(self)(**values)
 
     def _astuple(self) -> tuple[Any, ...]:
         return tuple(getattr(self, name) for name in self.__fields__)

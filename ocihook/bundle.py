@@ -24,7 +24,15 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs millis
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["Bundle", "State", "dump_json", "load_bundle", "parse_state", "write_json_atomic"]
+__all__ = [
+    "Bundle",
+    "State",
+    "dump_json",
+    "load_bundle",
+    "parse_state",
+    "write_bytes_atomic",
+    "write_json_atomic",
+]
 
 #: Largest config.json / state JSON read, in bytes (a sane bound, not a spec rule).
 MAX_JSON_BYTES = 16 << 20
@@ -202,14 +210,25 @@ def write_json_atomic(path: str, doc: Any, *, indent: int | str | None = "\t") -
         OSError: the directory is not writable (the original is left untouched).
     """
     data = dump_json(doc, indent=indent)
+    write_bytes_atomic(path, data)
+    return data
+
+
+def write_bytes_atomic(path: str, data: bytes, *, mode: int = 0o644) -> None:
+    """Write ``data`` to ``path`` atomically (see :func:`write_json_atomic`); a new file
+    gets ``mode``, an existing one keeps its permission bits.
+
+    Raises:
+        OSError: the directory is not writable (the original is left untouched).
+    """
     directory = os.path.dirname(os.path.abspath(path))
     name = os.path.basename(path)
     dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        try:
+        try:  # noqa: SIM105 (contextlib is not imported on this path)
             mode = os.stat(name, dir_fd=dir_fd).st_mode & 0o777
         except FileNotFoundError:
-            mode = 0o644
+            pass
         # A new name of our own, as tempfile.mkstemp would make, without importing
         # tempfile, shutil and random on the container start path.
         tmp = f".{name}.{os.getpid()}.{os.urandom(6).hex()}"
@@ -230,4 +249,3 @@ def write_json_atomic(path: str, doc: Any, *, indent: int | str | None = "\t") -
             raise
     finally:
         os.close(dir_fd)
-    return data

@@ -39,6 +39,8 @@ from ..request import Request
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from ..request import DrmRequest
     from .spec import Options
 
@@ -46,6 +48,7 @@ __all__ = [
     "create_container_hook",
     "create_symlinks_hook",
     "device_cgroup_dir",
+    "gpu_dirs_of_devices",
     "inject",
     "update_ldcache_hook",
     "write_ldcache",
@@ -791,6 +794,51 @@ def read_proc_files(host_dir: str) -> dict[str, bytes]:
             data = b"\n".join(lines) + b"\n"
         out[name] = data
     return out
+
+
+def gpu_dirs_of_devices(host_dir: str, config: dict[str, Any]) -> tuple[str, ...]:
+    """The ``gpus/`` entries of ``host_dir`` (the host's ``/proc/driver/nvidia``) of the GPUs
+    whose ``/dev/nvidia<minor>`` node is in ``config``'s ``linux.devices`` — the GPUs a CDI
+    spec gave the container — matched by the ``Device Minor`` line of each entry's
+    ``information`` file (NVIDIA driver ``nv-procfs``). Sorted by name; unreadable or
+    malformed entries and malformed ``linux.devices`` items are skipped, never raised."""
+    linux = config.get("linux")
+    devices = linux.get("devices") if isinstance(linux, dict) else None
+    minors: set[str] = set()
+    for d in devices if isinstance(devices, list) else ():
+        path = d.get("path") if isinstance(d, dict) else None
+        if isinstance(path, str) and path.startswith("/dev/nvidia"):
+            number = path[len("/dev/nvidia") :]
+            if number.isascii() and number.isdigit() and d.get("type", "c") == "c":
+                minors.add(str(int(number)))
+    if not minors:
+        return ()
+    gpus = os.path.join(host_dir, "gpus")
+    try:
+        names = sorted(os.listdir(gpus))
+    except OSError:
+        return ()
+    out = []
+    for name in names:
+        try:
+            fd = os.open(
+                os.path.join(gpus, name, "information"),
+                os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW,
+            )
+        except OSError:
+            continue
+        try:
+            text = os.read(fd, 1 << 16).decode("utf-8", "replace")
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        for line in text.splitlines():
+            key, sep, value = line.partition(":")
+            if sep and key.strip() == "Device Minor" and value.strip() in minors:
+                out.append(name)
+                break
+    return tuple(out)
 
 
 def clone_gpu_proc_dirs(mask: ProcMask) -> dict[str, int]:

@@ -1,0 +1,376 @@
+"""Generate a CDI spec for the NVIDIA GPUs of a host (what ``nvidia-ctk cdi generate`` does).
+
+The spec is built from host discovery (:func:`ocihook.discovery.nvidia.discover`) and has:
+
+* one device per GPU and per MIG device, named by each requested naming strategy
+  (:data:`NAME_STRATEGIES`), and ``all`` holding every GPU. A GPU's edits hold its
+  ``/dev/nvidia<minor>`` node and, when graphics files exist, its ``/dev/dri`` card and
+  render nodes plus a hook making their ``/dev/dri/by-path`` links; a MIG device's edits
+  hold its parent's node and its GPU- and compute-instance capability nodes (NVIDIA MIG
+  user guide, "Device Nodes and Capabilities");
+* common edits for every container that gets any of the devices:
+  ``NVIDIA_VISIBLE_DEVICES=void`` (a legacy hook registered too must not act again), the
+  control nodes (``nvidiactl``, ``nvidia-uvm``, ``nvidia-uvm-tools``, ``nvidia-modeset``),
+  read-only nosuid nodev bind mounts of the driver libraries (64- and 32-bit), binaries,
+  firmware and graphics configuration files, the IPC sockets (read-write, noexec), and one
+  ``createContainer`` hook that runs ocihook's own ``hook create-container``: the soname
+  links, the container's ``ld.so.cache``, CUDA forward compatibility and the
+  ``/proc/driver/nvidia`` mask with ``ModifyDeviceFiles: 0`` (the driver inside must not
+  create device nodes), showing the ``gpus/`` entries of the GPUs the container got.
+
+Files are mounted at their paths in the driver root (as the NVIDIA Container Toolkit's
+generator does: the image layout is unknown when the spec is written); the hook enters
+them in the container's ``ld.so.cache``. Every capability's files are included
+(``nvidia-ctk`` does the same): a spec is per host, not per container.
+
+The spec declares the **minimum** ``cdiVersion`` its content needs
+(:func:`ocihook.cdi.spec.minimum_version`; CDI ``SPEC.md`` "Version"): consumers with older
+CDI libraries (podman 4.x, containerd 1.6/1.7) reject newer versions.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from .._record import Record
+from ..errors import DiscoveryError
+from .names import validate_class, validate_device_name, validate_vendor
+from .spec import ContainerEdits, Device, DeviceNode, Hook, Mount, Spec, minimum_version
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..discovery.gpus import Gpu, HostDeviceNode, MigDevice
+    from ..discovery.nvidia import NvidiaHost
+
+__all__ = [
+    "DEFAULT_NAME_STRATEGIES",
+    "NAME_STRATEGIES",
+    "generate_spec",
+    "spec_bytes",
+    "transform_root",
+]
+
+#: Device naming strategies (``nvidia-ctk cdi generate --device-name-strategy``):
+#: ``index`` -> ``0`` and MIG ``0:1``; ``uuid`` -> ``GPU-<uuid>`` and ``MIG-<uuid>`` (MIG
+#: devices without a UUID, from the procfs backend, get none); ``type-index`` -> ``gpu0``
+#: and ``mig0:1``.
+NAME_STRATEGIES = ("index", "uuid", "type-index")
+#: The strategies used when none is given: every device by index and by UUID.
+DEFAULT_NAME_STRATEGIES = ("index", "uuid")
+
+_IPC_OPTIONS = ("nosuid", "nodev", "noexec", "bind")
+_FILE_OPTIONS = ("ro", "nosuid", "nodev", "bind")
+#: Links libnvidia-container makes besides the soname links (``src/nvc_mount.c``).
+_DEVELOPMENT_LINKS = {
+    "libcuda.so.1": "libcuda.so",
+    "libnvidia-opticalflow.so.1": "libnvidia-opticalflow.so",
+}
+
+
+class _Named(Record):
+    names: tuple[str, ...]
+    edits: ContainerEdits
+
+
+def _node(n: HostDeviceNode) -> DeviceNode:
+    """A CDI device node with its number given, so that no consumer has to stat a host node
+    (the host may be a driver root / dev root of another machine's tree)."""
+    return DeviceNode(
+        path=n.path,
+        host_path=n.host_path if n.host_path != n.path else "",
+        type="c",
+        major=n.major,
+        minor=n.minor,
+        file_mode=n.file_mode,
+        permissions="rw",
+    )
+
+
+def _hook(command: Sequence[str], args: Sequence[str]) -> Hook:
+    from ..appliers.spec import HOOK_ENV, HOOK_TIMEOUT
+
+    return Hook("createContainer", command[0], (*command, *args), HOOK_ENV, HOOK_TIMEOUT)
+
+
+def _gpu_edits(
+    host: NvidiaHost, gpu: Gpu, command: Sequence[str]
+) -> tuple[list[DeviceNode], list[str]]:
+    """The nodes of one GPU and the ``TARGET::LINK`` links of its DRM nodes."""
+    nodes = [_node(host.gpu_nodes[gpu.minor])]
+    links: list[str] = []
+    dri = host.dri.get(gpu.bus_id)
+    if dri is not None:
+        nodes += [_node(n) for n in dri.nodes]
+        links += [f"{target}::{link}" for link, target in dri.links]
+    return nodes, links
+
+
+def _edits(
+    nodes: Sequence[DeviceNode], links: Sequence[str], command: Sequence[str]
+) -> ContainerEdits:
+    unique: list[DeviceNode] = []
+    for n in nodes:
+        if n not in unique:
+            unique.append(n)
+    hooks: tuple[Hook, ...] = ()
+    if links:
+        args: list[str] = ["hook", "create-symlinks"]
+        for link in dict.fromkeys(links):
+            args += ["--link", link]
+        hooks = (_hook(command, args),)
+    return ContainerEdits(device_nodes=tuple(unique), hooks=hooks)
+
+
+def _names(strategies: Sequence[str], gpu: Gpu) -> list[str]:
+    out = []
+    for s in strategies:
+        out.append({"index": str(gpu.index), "uuid": gpu.uuid, "type-index": f"gpu{gpu.index}"}[s])
+    return out
+
+
+def _mig_names(strategies: Sequence[str], gpu: Gpu, pos: int, mig: MigDevice) -> list[str]:
+    j = mig.nvml_index if mig.nvml_index is not None else pos
+    out = []
+    for s in strategies:
+        if s == "index":
+            out.append(f"{gpu.index}:{j}")
+        elif s == "type-index":
+            out.append(f"mig{gpu.index}:{j}")
+        elif mig.uuid is not None:
+            out.append(mig.uuid)
+    return out
+
+
+def _common_edits(host: NvidiaHost, command: Sequence[str], gpu_count: int) -> ContainerEdits:
+    from ..discovery.nvidia import SUPPORTED_CAPABILITIES
+
+    capabilities = sorted(SUPPORTED_CAPABILITIES)
+    nodes = [_node(n) for n in host.control_nodes]
+    if host.modeset is not None:
+        nodes.append(_node(host.modeset))
+    mounts: list[Mount] = []
+    links: list[str] = []
+    libs: list[str] = []
+    seen: set[str] = set()
+    for lib in host.libraries_for(capabilities):
+        if lib.path in seen:
+            continue
+        seen.add(lib.path)
+        mounts.append(Mount(lib.host_path, lib.path, _FILE_OPTIONS))
+        directory = os.path.dirname(lib.path)
+        soname_path = f"{directory}/{lib.soname}"
+        if lib.soname != lib.name:
+            links.append(f"{lib.name}::{soname_path}")
+        libs.append(soname_path)
+        dev = _DEVELOPMENT_LINKS.get(lib.soname)
+        if dev is not None:
+            links.append(f"{lib.soname}::{directory}/{dev}")
+    for f in host.files_for(capabilities):
+        if f.path in seen:
+            continue
+        seen.add(f.path)
+        options = _IPC_OPTIONS if f.kind == "ipc" else _FILE_OPTIONS
+        mounts.append(Mount(f.host_path, f.path, options))
+    args: list[str] = ["hook", "create-container"]
+    for link in links:
+        args += ["--link", link]
+    for lib_path in libs:
+        args += ["--lib", lib_path]
+    major = host.driver_version.split(".")[0]
+    args += ["--cuda-compat", f"/usr/local/cuda/compat::{major}"]
+    args += ["--mask-proc", host.root.proc("driver/nvidia"), "--proc-gpus-from-devices"]
+    return ContainerEdits(
+        env=("NVIDIA_VISIBLE_DEVICES=void",),
+        device_nodes=tuple(nodes),
+        hooks=(_hook(command, args),),
+        mounts=tuple(mounts),
+    )
+
+
+def generate_spec(
+    host: NvidiaHost,
+    *,
+    vendor: str = "nvidia.com",
+    device_class: str = "gpu",
+    name_strategies: Sequence[str] = DEFAULT_NAME_STRATEGIES,
+    hook_command: Sequence[str] | None = None,
+) -> Spec:
+    """The CDI spec for ``host`` (see the module docstring), at its minimum ``cdiVersion``.
+
+    Args:
+        host: discovery result; discover with every capability (the default) so that the
+            spec holds every driver file.
+        vendor, device_class: the spec's ``kind`` is ``vendor/device_class``.
+        name_strategies: naming strategies from :data:`NAME_STRATEGIES`, each giving every
+            device one name; a name two strategies give alike is listed once.
+        hook_command: argv prefix that runs ocihook
+            (default: :func:`ocihook.appliers.spec.hook_command`, this installation).
+
+    Returns:
+        A valid :class:`~ocihook.cdi.spec.Spec` (devices in index order, MIG devices after
+        their GPU, then ``all``).
+
+    Raises:
+        CdiError: a malformed ``vendor``, ``device_class`` or strategy.
+        DiscoveryError: the host has no GPU.
+    """
+    from ..appliers.spec import hook_command as default_command
+    from .names import CdiError
+
+    validate_vendor(vendor)
+    validate_class(device_class)
+    for s in name_strategies:
+        if s not in NAME_STRATEGIES:
+            raise CdiError(
+                f"unknown device name strategy (use {', '.join(NAME_STRATEGIES)})",
+                field="--device-name-strategy",
+                value=s,
+            )
+    if not name_strategies:
+        name_strategies = DEFAULT_NAME_STRATEGIES
+    if not host.gpus:
+        raise DiscoveryError(
+            "no NVIDIA GPU found: nothing to put in a CDI spec",
+            path=host.root.proc("driver/nvidia/gpus"),
+        )
+    command = tuple(hook_command or default_command())
+    devices: list[_Named] = []
+    all_nodes: list[DeviceNode] = []
+    all_links: list[str] = []
+    for gpu in host.gpus:
+        nodes, links = _gpu_edits(host, gpu, command)
+        all_nodes += nodes
+        all_links += links
+        devices.append(_Named(tuple(_names(name_strategies, gpu)), _edits(nodes, links, command)))
+        parent = _node(host.gpu_nodes[gpu.minor])
+        for pos, mig in enumerate(gpu.mig_devices):
+            names = _mig_names(name_strategies, gpu, pos, mig)
+            if names:
+                mig_nodes = [parent, *(_node(n) for n in mig.nodes)]
+                all_nodes += mig_nodes
+                devices.append(_Named(tuple(names), _edits(mig_nodes, (), command)))
+    out: list[Device] = []
+    seen: set[str] = set()
+    for d in devices:
+        for name in d.names:
+            if name not in seen:
+                seen.add(name)
+                validate_device_name(name)
+                out.append(Device(name, d.edits))
+    out.append(Device("all", _edits(all_nodes, all_links, command)))
+    spec = Spec(
+        version="0.3.0",
+        kind=f"{vendor}/{device_class}",
+        devices=tuple(out),
+        container_edits=_common_edits(host, command, len(host.gpus)),
+    )
+    return Spec(minimum_version(spec), spec.kind, spec.devices, spec.container_edits)
+
+
+def spec_bytes(spec: Spec, fmt: str) -> bytes:
+    """``spec`` as ``"json"`` (indented, final newline) or ``"yaml"`` text.
+
+    Raises:
+        ValueError: an unknown format.
+    """
+    data = spec.to_dict()
+    if fmt == "json":
+        import json
+
+        return (json.dumps(data, indent=2) + "\n").encode()
+    if fmt == "yaml":
+        import yaml
+
+        text: str = yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+        return ("---\n" + text).encode()
+    raise ValueError(f"unknown spec format {fmt!r} (use json or yaml)")
+
+
+def _swap_prefix(path: str, old: str, new: str) -> str:
+    """``path`` with the leading path ``old`` replaced by ``new`` (whole components only),
+    or ``path`` unchanged."""
+    old = old.rstrip("/") or "/"
+    new = new.rstrip("/") or "/"
+    if old == "/":
+        rest = path
+    elif path == old or path.startswith(old + "/"):
+        rest = path[len(old) :]
+    else:
+        return path
+    if not rest:
+        return new
+    return rest if new == "/" else new + rest
+
+
+def transform_root(spec: Spec, old: str, new: str, *, relative_to: str = "host") -> Spec:
+    """``spec`` with the root ``old`` of its paths replaced by ``new`` (``nvidia-ctk cdi
+    transform root``): a spec generated for a driver installed under ``/run/nvidia/driver``
+    made usable where the driver is at ``/``, or the reverse.
+
+    ``relative_to="host"`` changes host paths: mounts' and device nodes' ``hostPath``, hook
+    ``path``s and ocihook hook arguments that name host paths (``--mask-proc``).
+    ``relative_to="container"`` changes container paths: mounts' ``containerPath``, device
+    nodes' ``path`` and the container paths in ocihook's hook arguments (``--lib`` and
+    ``--link``). Only whole path components match (``/run/nvidia/driver`` does not match
+    ``/run/nvidia/driverX``). The result keeps the declared ``cdiVersion`` unless its content
+    needs a newer one.
+
+    Raises:
+        CdiError: ``old`` or ``new`` is not absolute, or ``relative_to`` is unknown.
+    """
+    from .names import CdiError
+
+    for flag, value in (("--from", old), ("--to", new)):
+        if not value.startswith("/"):
+            raise CdiError("must be an absolute path", field=flag, value=value)
+    if relative_to not in ("host", "container"):
+        raise CdiError("must be host or container", field="--relative-to", value=relative_to)
+    host = relative_to == "host"
+
+    def swap(p: str) -> str:
+        return _swap_prefix(p, old, new) if p else p
+
+    def hook(h: Hook) -> Hook:
+        args = list(h.args)
+        for i in range(1, len(args)):
+            flag = args[i - 1]
+            if (host and flag == "--mask-proc") or (not host and flag == "--lib"):
+                args[i] = swap(args[i])
+            elif not host and flag == "--link":
+                target, sep, link = args[i].partition("::")
+                if sep:
+                    target = swap(target) if target.startswith("/") else target
+                    args[i] = f"{target}::{swap(link)}"
+        path = swap(h.path) if host else h.path
+        return Hook(h.hook_name, path, tuple(args), h.env, h.timeout)
+
+    def node(n: DeviceNode) -> DeviceNode:
+        if host:
+            hp = swap(n.host_path or n.path)
+            return n.replace(host_path="" if hp == n.path else hp)
+        return n.replace(path=swap(n.path))
+
+    def mount(m: Mount) -> Mount:
+        if host:
+            return m.replace(host_path=swap(m.host_path))
+        return m.replace(container_path=swap(m.container_path))
+
+    def edits(e: ContainerEdits) -> ContainerEdits:
+        return e.replace(
+            device_nodes=tuple(node(n) for n in e.device_nodes),
+            mounts=tuple(mount(m) for m in e.mounts),
+            hooks=tuple(hook(h) for h in e.hooks),
+        )
+
+    out = spec.replace(
+        devices=tuple(d.replace(container_edits=edits(d.container_edits)) for d in spec.devices),
+        container_edits=edits(spec.container_edits),
+    )
+    from .spec import _version_tuple
+
+    need = minimum_version(out)
+    have = _version_tuple(out.version)
+    if have is None or have < (_version_tuple(need) or (0, 0, 0)):
+        out = out.replace(version=need)
+    return out
