@@ -613,7 +613,13 @@ def _spec_format(fmt: str | None, output: str | None) -> str:
     "--vendor",
     default="nvidia.com",
     show_default=True,
-    help="Vendor part of the spec's kind (nvidia is taken as nvidia.com).",
+    help="Vendor part of the spec's kind (nvidia is taken as nvidia.com); amd or intel "
+    "generate the spec of the host's AMD (amd.com/gpu) or Intel (intel.com/gpu) GPUs.",
+)
+@click.option(
+    "--additional-gids",
+    is_flag=True,
+    help="amd/intel: list the device nodes' groups in additionalGids (needs cdiVersion 0.7.0).",
 )
 @click.option(
     "--class", "device_class", default="gpu", show_default=True, help="Class part of the kind."
@@ -650,18 +656,42 @@ def generate(
     strategies: tuple[str, ...],
     fmt: str | None,
     output: str | None,
+    additional_gids: bool,
 ) -> None:
     """Generate a CDI spec for the host's NVIDIA GPUs (like nvidia-ctk cdi generate).
 
     Devices: each GPU by index and UUID, each MIG device (i:j, MIG-UUID with NVML), and
     all. Common edits: control nodes, driver libraries, binaries, firmware, IPC sockets and
     graphics files, and a hook running ocihook's hook create-container. The spec declares
-    the minimum cdiVersion its content needs."""
+    the minimum cdiVersion its content needs.
+
+    With --vendor amd or intel: the AMD (ROCm) or Intel GPUs, each by index (Intel also
+    card<N>) and all, with their card and render nodes (and /dev/kfd in the common edits),
+    like amd-ctk cdi generate."""
     from .cdi.generate import generate_spec, spec_bytes
     from .discovery.nvidia import discover
 
     if vendor == "nvidia":
         vendor = "nvidia.com"
+    drm_vendor = {"amd": "amd", "amd.com": "amd", "intel": "intel", "intel.com": "intel"}
+    if vendor in drm_vendor:
+        from .cdi.generate import generate_drm_spec
+        from .discovery.drm import discover_vendor
+        from .errors import CdiError
+
+        if device_class != "gpu" or strategies not in ((), ("index",)):
+            raise CdiError(
+                "AMD and Intel specs have class gpu and devices named by index",
+                field="--class/--device-name-strategy",
+            )
+        drm_host = discover_vendor(
+            drm_vendor[vendor], _root(driver_root, dev_root, ldcache, library_path, config_path)
+        )
+        drm_spec = generate_drm_spec(drm_host, additional_gids=additional_gids)
+        for w in drm_host.warnings:
+            click.echo(f"ocihook: warning: {w}", err=True)
+        _write_output(spec_bytes(drm_spec, _spec_format(fmt, output)), output)
+        return
     host = discover(
         _root(driver_root, dev_root, ldcache, library_path, config_path), gpu_backend=gpu_backend
     )

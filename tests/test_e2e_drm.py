@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 from conftest import edit_cli, need_root_and, register_hook
+from test_e2e_cdi import PRIVATE_RUN
+from test_e2e_podman_containerd import Podman, host_guard, podman  # noqa: F401 (fixtures)
 
 from ocihook import simvendors
 from ocihook.demo import run_container
@@ -224,4 +226,95 @@ def test_mixed_nvidia_and_amd(mode: str, bundle_factory: Callable[..., str], tmp
         ]
     ), out
     assert all("No such device or address" in x for x in _lines(out, "OPEN")), out
+    assert _lines(out, "OTHER") == ["cat: can't open '/tmp/other': Operation not permitted"]
+
+
+# -- through a CDI spec that `ocihook cdi generate --vendor amd|intel` wrote ---------------
+
+
+def _generate(vendor: str, root: str, spec_dir: Any) -> str:
+    import subprocess
+    import sys
+
+    out = os.path.join(str(spec_dir), f"{vendor}.json")
+    args = ["cdi", "generate", "--vendor", vendor, "--driver-root", root, "--dev-root", root]
+    subprocess.run([sys.executable, "-m", "ocihook", *args, "--output", out], check=True)
+    return out
+
+
+def test_spec_mode_from_generated_intel_spec(
+    intel_host: simvendors.SimDrmHost, bundle_factory: Callable[..., str], tmp_path: Any
+) -> None:
+    """INTEL_VISIBLE_DEVICES=intel.com/gpu=card1 resolved from the generated spec: the
+    card's nodes and its by-path links (made by the spec's hook), nothing of the iGPU."""
+    import subprocess
+    import sys
+
+    need_root_and("runc")
+    if not intel_host.dev_nodes:
+        pytest.skip("the Intel host was built without /dev nodes")
+    igpu, dgpu = intel_host.intel
+    spec_dir = tmp_path / "cdi"
+    spec_dir.mkdir()
+    _generate("intel", intel_host.root, spec_dir)
+    env = [f"INTEL_VISIBLE_DEVICES=intel.com/gpu=card{dgpu.card}", f"OTHER={igpu.render}"]
+    bundle = bundle_factory(["sh", "-c", SCRIPT], env)
+    _edit_config(bundle, _with_mknod)
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f'cdi-spec-dirs = ["{spec_dir}"]\n')
+    r = subprocess.run(
+        [sys.executable, "-m", "ocihook", "edit", "--config", str(cfg), "-b", bundle],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert r.returncode == 0 and f"intel.com/gpu=card{dgpu.card}" in r.stderr, r.stderr
+    out = _run(bundle, tmp_path)
+    assert _nodes(out) == {
+        f"/dev/dri/card{dgpu.card}": f"226:{dgpu.card} {simvendors.CARD_GID} 660",
+        f"/dev/dri/renderD{dgpu.render}": f"226:{dgpu.render} {simvendors.RENDER_GID} 660",
+    }, out
+    assert sorted(_lines(out, "LINK")) == [
+        f"/dev/dri/by-path/pci-{dgpu.bus_id}-card ../card{dgpu.card}",
+        f"/dev/dri/by-path/pci-{dgpu.bus_id}-render ../renderD{dgpu.render}",
+    ]
+    assert _lines(out, "OTHER") == ["cat: can't open '/tmp/other': Operation not permitted"]
+
+
+def test_podman_device_from_generated_amd_spec(
+    podman: Podman,  # noqa: F811 (fixture)
+    amd_host: simvendors.SimDrmHost,
+    bundle_factory: Callable[..., str],
+    tmp_path: Any,
+) -> None:
+    """Real podman 4 reads the generated amd.com/gpu spec (cdiVersion 0.5.0) and gives
+    ``--device amd.com/gpu=2`` exactly /dev/kfd and that GPU's nodes."""
+    import subprocess
+
+    need_root_and("podman", "runc", "unshare")
+    if not amd_host.dev_nodes:
+        pytest.skip("the AMD host was built without /dev nodes")
+    spec = _generate("amd", amd_host.root, tmp_path)
+    gpu, other = amd_host.amd[2], amd_host.amd[0]
+    rootfs = os.path.join(bundle_factory(["true"], []), "rootfs")
+    cmd = [*podman.base, "run", "--rm", "--network=none", "--cgroup-parent", podman.cgroup_parent]
+    cmd += ["--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768"]
+    cmd += ["--device", "amd.com/gpu=2", "--cap-add", "MKNOD"]
+    cmd += ["--env", f"OTHER={other.render}", "--env", f"OPEN=/dev/dri/renderD{gpu.render}"]
+    cmd += ["--rootfs", rootfs, "sh", "-c", SCRIPT]
+    proc = subprocess.run(
+        ["unshare", "--mount", "sh", "-c", PRIVATE_RUN, "sh", *cmd],
+        env={**os.environ, "SPEC": spec},
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert _nodes(out) == {
+        "/dev/kfd": f"{simvendors.KFD_MAJOR}:0 {simvendors.RENDER_GID} 660",
+        f"/dev/dri/card{gpu.card}": f"226:{gpu.card} {simvendors.CARD_GID} 660",
+        f"/dev/dri/renderD{gpu.render}": f"226:{gpu.render} {simvendors.RENDER_GID} 660",
+    }, out
+    assert "No such device or address" in _lines(out, "OPEN")[0], out
     assert _lines(out, "OTHER") == ["cat: can't open '/tmp/other': Operation not permitted"]

@@ -40,12 +40,15 @@ from .spec import ContainerEdits, Device, DeviceNode, Hook, Mount, Spec, minimum
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from ..discovery.drm import DrmGpu, DrmHost
     from ..discovery.gpus import Gpu, HostDeviceNode, MigDevice
     from ..discovery.nvidia import NvidiaHost
 
 __all__ = [
     "DEFAULT_NAME_STRATEGIES",
+    "DRM_KINDS",
     "NAME_STRATEGIES",
+    "generate_drm_spec",
     "generate_spec",
     "spec_bytes",
     "transform_root",
@@ -264,6 +267,81 @@ def generate_spec(
         kind=f"{vendor}/{device_class}",
         devices=tuple(out),
         container_edits=_common_edits(host, command, len(host.gpus)),
+    )
+    return Spec(minimum_version(spec), spec.kind, spec.devices, spec.container_edits)
+
+
+#: The CDI kind of each DRM vendor's GPUs: amd-ctk's (``/etc/cdi/amd.json``) and Intel's
+#: DRA driver's.
+DRM_KINDS = {"amd": "amd.com/gpu", "intel": "intel.com/gpu"}
+
+
+def generate_drm_spec(
+    host: DrmHost,
+    *,
+    additional_gids: bool = False,
+    hook_command: Sequence[str] | None = None,
+) -> Spec:
+    """The CDI spec for the AMD or Intel GPUs of ``host`` (what ``amd-ctk cdi generate``
+    writes for ROCm), at its minimum ``cdiVersion``.
+
+    * kind :data:`DRM_KINDS` of the vendor (``amd.com/gpu``, ``intel.com/gpu``);
+    * one device per GPU (AMD: per partition) named by its index (``0``, ``1``, ...; Intel
+      GPUs also by ``card<N>``, the name Intel's device plugin uses), holding its card and
+      render nodes with their numbers, mode and host group (``permissions`` ``rw``) and,
+      for Intel, a ``createContainer`` hook making its ``/dev/dri/by-path`` links (Level
+      Zero reads them); then ``all`` with every GPU;
+    * common edits: the shared nodes (AMD's ``/dev/kfd``) and
+      ``<VARIABLE>=void`` (``AMD_VISIBLE_DEVICES``, ``INTEL_VISIBLE_DEVICES``), so that a
+      legacy hook registered as well does not act again.
+
+    Args:
+        host: the vendor's discovery result.
+        additional_gids: also list each device's node groups (``render``, ``video``) in
+            ``additionalGids``, for non-root container users; this needs cdiVersion 0.7.0,
+            which podman 4.x and containerd 1.6/1.7 reject, so it is off by default (give
+            the user the groups with ``--group-add`` instead).
+        hook_command: argv prefix that runs ocihook (default: this installation).
+
+    Raises:
+        DiscoveryError: the host has no GPU of the vendor.
+    """
+    from ..appliers.spec import hook_command as default_command
+    from ..request import DRM_VARIABLES
+
+    if not host.gpus:
+        raise DiscoveryError(
+            f"no {host.vendor} GPU found: nothing to put in a CDI spec", path=host.root.sys("")
+        )
+    command = tuple(hook_command or default_command())
+
+    def node(n: HostDeviceNode) -> DeviceNode:
+        return _node(n).replace(gid=n.gid or None)
+
+    def edits(gpus: Sequence[DrmGpu]) -> ContainerEdits:
+        nodes = [node(n) for g in gpus for n in g.nodes]
+        links = [f"{t}::{link}" for g in gpus for link, t in g.links]
+        e = _edits(nodes, links, command)
+        if additional_gids:
+            gids = sorted({n.gid for g in gpus for n in g.nodes} - {0})
+            e = e.replace(additional_gids=tuple(gids))
+        return e
+
+    devices: list[Device] = []
+    for gpu in host.gpus:
+        names = [str(gpu.index)]
+        if host.vendor == "intel" and gpu.card_name is not None:
+            names.append(gpu.card_name)
+        for name in names:
+            validate_device_name(name)
+            devices.append(Device(name, edits([gpu])))
+    devices.append(Device("all", edits(host.gpus)))
+    common = ContainerEdits(
+        env=(f"{DRM_VARIABLES[host.vendor]}=void",),
+        device_nodes=tuple(node(n) for n in host.shared_nodes),
+    )
+    spec = Spec(
+        version="0.3.0", kind=DRM_KINDS[host.vendor], devices=tuple(devices), container_edits=common
     )
     return Spec(minimum_version(spec), spec.kind, spec.devices, spec.container_edits)
 
