@@ -489,3 +489,79 @@ def test_hook_fast_path_sees_vendor_requests() -> None:
 
     for variable in ("AMD_VISIBLE_DEVICES", "INTEL_VISIBLE_DEVICES"):
         assert any(m in variable.encode() for m in REQUEST_MARKERS)
+
+
+# -- CDI generation -----------------------------------------------------------------------
+
+
+def test_generate_amd_spec(amd_sim: simvendors.SimDrmHost) -> None:
+    from ocihook.cdi.generate import generate_drm_spec
+    from ocihook.cdi.spec import minimum_version, spec_from_dict
+
+    host = amd.discover(HostRoot.single(amd_sim.root))
+    spec = generate_drm_spec(host, hook_command=("/ocihook",))
+    assert spec.kind == "amd.com/gpu"
+    assert [d.name for d in spec.devices] == ["0", "1", "2", "3", "4", "all"]
+    assert spec.version == minimum_version(spec) == "0.5.0"  # names start with a digit
+    for gpu, dev in zip(host.gpus, spec.devices, strict=False):
+        nodes = dev.container_edits.device_nodes
+        assert [(n.path, n.major, n.minor, n.permissions) for n in nodes] == [
+            (f"/dev/dri/card{s}", 226, s, "rw")
+            for s in [gpu.card.minor]  # type: ignore[union-attr]
+        ] + [(gpu.render.path, 226, gpu.render.minor, "rw")]
+        assert dev.container_edits.hooks == () and dev.container_edits.additional_gids == ()
+        if amd_sim.dev_nodes:
+            assert [n.gid for n in nodes] == [simvendors.CARD_GID, simvendors.RENDER_GID]
+    assert len(spec.devices[-1].container_edits.device_nodes) == 10
+    common = spec.container_edits
+    assert common.env == ("AMD_VISIBLE_DEVICES=void",)
+    assert [(n.path, n.major, n.minor) for n in common.device_nodes] == [
+        ("/dev/kfd", simvendors.KFD_MAJOR, 0)
+    ]
+    assert spec_from_dict(spec.to_dict()) == spec  # valid, round-trips
+    with_gids = generate_drm_spec(host, additional_gids=True, hook_command=("/ocihook",))
+    assert with_gids.version == "0.7.0"
+    if amd_sim.dev_nodes:
+        assert with_gids.devices[0].container_edits.additional_gids == (
+            simvendors.CARD_GID,
+            simvendors.RENDER_GID,
+        )
+
+
+def test_generate_intel_spec(intel_sim: simvendors.SimDrmHost) -> None:
+    from ocihook.cdi.generate import generate_drm_spec
+
+    host = intel.discover(HostRoot.single(intel_sim.root))
+    spec = generate_drm_spec(host, hook_command=("/ocihook",))
+    assert spec.kind == "intel.com/gpu" and spec.version == "0.5.0"
+    names = [d.name for d in spec.devices]
+    assert names == ["0", "card0", "1", "card1", "2", "card3", "3", "card4", "all"]
+    dgpu = spec.devices[3].container_edits
+    assert [n.path for n in dgpu.device_nodes] == ["/dev/dri/card1", "/dev/dri/renderD129"]
+    (hook,) = dgpu.hooks
+    assert hook.hook_name == "createContainer" and hook.args[:3] == (
+        "/ocihook",
+        "hook",
+        "create-symlinks",
+    )
+    assert hook.args[3:] == (
+        "--link",
+        "../card1::/dev/dri/by-path/pci-0000:03:00.0-card",
+        "--link",
+        "../renderD129::/dev/dri/by-path/pci-0000:03:00.0-render",
+    )
+    assert spec.container_edits.device_nodes == ()
+    assert spec.container_edits.env == ("INTEL_VISIBLE_DEVICES=void",)
+
+
+def test_generate_cli_vendor(amd_sim: simvendors.SimDrmHost, tmp_path: Any) -> None:
+    out = tmp_path / "amd.json"
+    proc = _cli("cdi", "generate", "--vendor", "amd", *_roots(amd_sim.root), "--output", str(out))
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert data["kind"] == "amd.com/gpu" and data["cdiVersion"] == "0.5.0"
+    assert _cli("cdi", "validate", str(out)).returncode == 0
+    bad = _cli("cdi", "generate", "--vendor", "amd", "--class", "xcp", *_roots(amd_sim.root))
+    assert bad.returncode == 11 and "class gpu" in bad.stderr
+    none = _cli("cdi", "generate", "--vendor", "intel", *_roots(amd_sim.root))
+    assert none.returncode == 6 and "no Intel GPU driver" in none.stderr
