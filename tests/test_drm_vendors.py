@@ -505,10 +505,9 @@ def test_generate_amd_spec(amd_sim: simvendors.SimDrmHost) -> None:
     assert spec.version == minimum_version(spec) == "0.5.0"  # names start with a digit
     for gpu, dev in zip(host.gpus, spec.devices, strict=False):
         nodes = dev.container_edits.device_nodes
-        assert [(n.path, n.major, n.minor, n.permissions) for n in nodes] == [
-            (f"/dev/dri/card{s}", 226, s, "rw")
-            for s in [gpu.card.minor]  # type: ignore[union-attr]
-        ] + [(gpu.render.path, 226, gpu.render.minor, "rw")]
+        want = [(n.path, 226, n.minor, "rw") for n in gpu.nodes]
+        assert [(n.path, n.major, n.minor, n.permissions) for n in nodes] == want
+        assert [n.path for n in nodes] == [f"/dev/dri/{gpu.card_name}", gpu.render.path]
         assert dev.container_edits.hooks == () and dev.container_edits.additional_gids == ()
         if amd_sim.dev_nodes:
             assert [n.gid for n in nodes] == [simvendors.CARD_GID, simvendors.RENDER_GID]
