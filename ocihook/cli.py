@@ -419,14 +419,22 @@ def plan(
     """Print the plan (container edits) for a bundle as JSON, without changing anything."""
     from .appliers.spec import layout_for_rootfs
     from .bundle import load_bundle
+    from .discovery.drm import discover_vendor
     from .discovery.nvidia import discover
-    from .plan import make_plan
-    from .request import request_from_spec
+    from .plan import make_drm_plan, make_plan, merge_plans
+    from .request import drm_requests_from_spec, request_from_spec
 
     b = load_bundle(bundle)
     request = request_from_spec(b.config, path=b.config_path)
-    host = discover(_root(driver_root, dev_root, ldcache, library_path, config_path))
-    p = make_plan(host, request, layout_for_rootfs(b.rootfs))
+    drm_requests = drm_requests_from_spec(b.config, path=b.config_path)
+    root = _root(driver_root, dev_root, ldcache, library_path, config_path)
+    p = None
+    if not request.is_void or not drm_requests:
+        p = make_plan(discover(root), request, layout_for_rootfs(b.rootfs))
+    for r in drm_requests:
+        drm = make_drm_plan(discover_vendor(r.vendor, root), r)
+        p = drm if p is None else merge_plans(p, drm)
+    assert p is not None
     click.echo(json.dumps(p.to_dict(), indent=2))
 
 
@@ -451,12 +459,31 @@ def demo(devices: str, mode: str, workdir: str | None) -> None:
 @click.argument("dest")
 @click.option("--gpus", default=8, show_default=True, help="Number of GPUs (1-8).")
 @click.option("--no-dev-nodes", is_flag=True, help="Do not mknod /dev nodes.")
-def simhost(dest: str, gpus: int, no_dev_nodes: bool) -> None:
+@click.option(
+    "--vendor",
+    type=click.Choice(["nvidia", "amd", "amd-no-kfd", "intel", "intel-sriov", "mixed"]),
+    default="nvidia",
+    show_default=True,
+    help="Which host: NVIDIA (--gpus), the MI210-class ROCm host (with or without KFD), "
+    "the iGPU + dGPU Intel host (with an SR-IOV Flex card), or NVIDIA + AMD.",
+)
+def simhost(dest: str, gpus: int, no_dev_nodes: bool, vendor: str) -> None:
     """Write the built-in simulated GPU host into DEST."""
     from . import simhost as sim
 
-    host = sim.build(dest, gpus=gpus, make_dev_nodes=False if no_dev_nodes else None)
-    click.echo(host.root)
+    nodes = False if no_dev_nodes else None
+    if vendor == "nvidia":
+        click.echo(sim.build(dest, gpus=gpus, make_dev_nodes=nodes).root)
+        return
+    from . import simvendors
+
+    if vendor.startswith("amd"):
+        built = simvendors.build_amd(dest, kfd=vendor == "amd", make_dev_nodes=nodes)
+    elif vendor.startswith("intel"):
+        built = simvendors.build_intel(dest, sriov=vendor == "intel-sriov", make_dev_nodes=nodes)
+    else:
+        built = simvendors.build_mixed(dest, make_dev_nodes=nodes)
+    click.echo(built.root)
 
 
 def _toml_value(value: object) -> str:

@@ -564,3 +564,49 @@ def test_generate_cli_vendor(amd_sim: simvendors.SimDrmHost, tmp_path: Any) -> N
     assert bad.returncode == 11 and "class gpu" in bad.stderr
     none = _cli("cdi", "generate", "--vendor", "intel", *_roots(amd_sim.root))
     assert none.returncode == 6 and "no Intel GPU driver" in none.stderr
+
+
+def test_plan_command_and_simhost_vendor(tmp_path: Any) -> None:
+    from ocihook.demo import find_busybox, make_busybox_bundle
+
+    if find_busybox() is None:
+        pytest.skip("needs busybox")
+    made = _cli("simhost", "--vendor", "mixed", "--no-dev-nodes", str(tmp_path / "host"))
+    assert made.returncode == 0, made.stderr
+    root = made.stdout.strip()
+    env = ["AMD_VISIBLE_DEVICES=1", "NVIDIA_VISIBLE_DEVICES=0"]
+    bundle = make_busybox_bundle(str(tmp_path / "b"), ["true"], env)
+    proc = _cli("plan", "-b", bundle, *_roots(root))
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    jsonschema.validate(data, PLAN_SCHEMA)
+    assert [g["index"] for g in data["gpus"]] == [0]
+    assert [(g["vendor"], g["index"]) for g in data["drmGpus"]] == [("amd", 1)]
+    paths = [n["path"] for n in data["containerEdits"]["deviceNodes"]]
+    assert "/dev/nvidia0" in paths and paths[-3:] == [
+        "/dev/kfd",
+        "/dev/dri/card4",
+        "/dev/dri/renderD131",
+    ]
+
+
+def test_hook_mode_warns_about_groups_it_cannot_add(amd_sim: simvendors.SimDrmHost) -> None:
+    from ocihook.appliers.live import _check_groups
+    from ocihook.bundle import Bundle
+
+    plan = make_drm_plan(
+        amd.discover(HostRoot.single(amd_sim.root)), DrmRequest("amd", "list", ("0",))
+    )
+    if not plan.edits.additional_gids:
+        pytest.skip("the AMD host was built without /dev nodes (no group owners)")
+
+    def bundle(user: dict[str, Any]) -> Bundle:
+        config = {"process": {"user": user}}
+        return Bundle("/b", "/b/config.json", b"", config, "/b/rootfs")
+
+    assert _check_groups(bundle({"uid": 0, "gid": 0}), plan) == plan
+    gids = list(plan.edits.additional_gids)
+    assert _check_groups(bundle({"uid": 1000, "gid": 1000, "additionalGids": gids}), plan) == plan
+    warned = _check_groups(bundle({"uid": 1000, "gid": gids[0]}), plan)
+    assert warned.edits == plan.edits
+    assert warned.warnings[-1].startswith(f"the container user 1000 lacks the groups {gids[1:]}")
