@@ -701,6 +701,9 @@ def _check_groups(bundle: Bundle, plan: Plan) -> Plan:
         "a hook cannot add groups to a created container: use spec mode (ocihook edit) or "
         "list them in process.user.additionalGids"
     )
+    from .. import log
+
+    log.info("warning", text=warning)
     return Plan(
         plan.driver_version,
         plan.gpus,
