@@ -610,3 +610,26 @@ def test_hook_mode_warns_about_groups_it_cannot_add(amd_sim: simvendors.SimDrmHo
     warned = _check_groups(bundle({"uid": 1000, "gid": gids[0]}), plan)
     assert warned.edits == plan.edits
     assert warned.warnings[-1].startswith(f"the container user 1000 lacks the groups {gids[1:]}")
+
+
+_ENTRY = st.one_of(
+    st.text(max_size=24),
+    st.from_regex(
+        r"(0x[0-9a-fA-F]{1,18}|GPU-[0-9a-fA-F]{14,18}|card[0-9]{1,3}|[0-9]{1,3}-[0-9]{1,3})",
+        fullmatch=True,
+    ),
+    st.from_regex(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9]", fullmatch=True),
+)
+
+
+@given(st.sampled_from(["amd", "intel"]), st.lists(_ENTRY, max_size=5))
+def test_any_value_is_a_request_or_a_request_error(vendor: str, entries: list[str]) -> None:
+    gpus = [_gpu(i, 0x1000 + i) for i in range(3)]
+    value = ",".join(entries)
+    try:
+        request = drm_request_from_env(vendor, {f"{vendor.upper()}_VISIBLE_DEVICES": value})
+        if request is not None:
+            chosen = select_drm_gpus(request, gpus)
+            assert set(chosen) <= set(gpus) and len(set(chosen)) == len(chosen)
+    except RequestError as e:
+        assert e.field == f"process.env[{vendor.upper()}_VISIBLE_DEVICES]" and e.hint
