@@ -1,10 +1,11 @@
 """Entry point of the ``ocihook`` command.
 
 The commands that run on every container start — ``ocihook edit`` (spec mode) and
-``ocihook hook ...`` (hook mode) — are parsed here with :mod:`argparse` so that they never
-import click, jsonschema, PyYAML or pyelftools; importing click alone costs more than
-starting the interpreter. Every other command is a click command in
-:mod:`ocihook.cli`, which lists these fast commands in its help as well.
+``ocihook hook ...`` (hook mode) — and ``ocihook cdi generate`` (run at boot and whenever
+the driver changes) are parsed here with :mod:`argparse` so that they never import click,
+jsonschema or pyelftools; importing click alone costs more than starting the interpreter.
+Every other command is a click command in :mod:`ocihook.cli`, which lists these fast
+commands in its help as well.
 
 Errors are printed as one line, ``ocihook: error[<reference>]: <message>``, and the exit
 code comes from :data:`ocihook.errors.EXIT_CODES`.
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 
     from .hostroot import HostRoot
 
-FAST_COMMANDS = ("edit", "hook")
+FAST_COMMANDS = ("edit", "hook", "cdi generate")
 #: Hook stages that inject into the container being created.
 INJECT_STAGES = ("prestart", "createRuntime", "createContainer")
 
@@ -142,6 +143,39 @@ COMMANDS: tuple[tuple[tuple[str, ...], str, tuple[Option, ...]], ...] = (
         ),
     ),
     (
+        ("cdi", "generate"),
+        "generate a CDI spec for the host's NVIDIA GPUs (like nvidia-ctk cdi generate): each "
+        "GPU by index and UUID, MIG devices, all; common edits for control nodes, driver "
+        "files, IPC sockets and ocihook's create-container hook; the minimum cdiVersion",
+        (
+            Option(
+                "--vendor",
+                default="nvidia.com",
+                help="vendor part of the kind (nvidia.com; nvidia means nvidia.com)",
+            ),
+            Option("--class", default="gpu", help="class part of the kind (gpu)"),
+            Option(
+                "--device-name-strategy",
+                action="append",
+                metavar="{index,uuid,type-index}",
+                help="how devices are named; repeatable (index and uuid)",
+            ),
+            Option(
+                "--format",
+                metavar="{json,yaml}",
+                help="output format (from --output's extension, else yaml)",
+            ),
+            Option("--output", metavar="PATH", help="write the spec here, atomically (stdout)"),
+            Option(
+                "--gpu-backend",
+                default="auto",
+                metavar="{auto,procfs,nvml}",
+                help="GPU enumeration: NVML (nvidia-ml-py) when it works, else procfs (auto)",
+            ),
+            *ROOT_OPTIONS,
+        ),
+    ),
+    (
         ("hook", "create-symlinks"),
         "createContainer hook: create links inside the rootfs",
         (Option("--link", action="append", metavar="TARGET::LINK", help="link to create"),),
@@ -248,20 +282,23 @@ def _parser() -> argparse.ArgumentParser:
         description="GPU access for OCI containers (fast commands; `ocihook --help` lists all)",
     )
     sub = p.add_subparsers(dest="command", required=True)
-    hook_sub = None
+    groups: dict[str, Any] = {}
+    group_help = {
+        "hook": (
+            "hook mode: run as an OCI hook (state JSON on stdin)",
+            "OCI hook entry points; the runtime writes the container state JSON on stdin.",
+        ),
+        "cdi": ("Container Device Interface specs", "CDI spec commands (see ocihook --help)."),
+    }
     for words, help_text, options in COMMANDS:
         if len(words) == 1:
             cp = sub.add_parser(words[0], help=help_text, description=help_text)
         else:
-            if hook_sub is None:
-                hook = sub.add_parser(
-                    "hook",
-                    help="hook mode: run as an OCI hook (state JSON on stdin)",
-                    description="OCI hook entry points; the runtime writes the container "
-                    "state JSON on stdin.",
-                )
-                hook_sub = hook.add_subparsers(dest="stage", required=True)
-            cp = hook_sub.add_parser(words[1], help=help_text, description=help_text)
+            if words[0] not in groups:
+                short, long = group_help[words[0]]
+                group = sub.add_parser(words[0], help=short, description=long)
+                groups[words[0]] = group.add_subparsers(dest="stage", required=True)
+            cp = groups[words[0]].add_parser(words[1], help=help_text, description=help_text)
         for o in options:
             kwargs: dict[str, Any] = {"action": o.action, "help": o.help, "dest": o.dest}
             if o.action != "store_true":
@@ -329,6 +366,38 @@ def _cmd_edit(ns: Any) -> int:
         )
     elif ns.dry_run:
         print(f"ocihook: dry run, {result.bundle.config_path} unchanged; would add {summary}")
+    return 0
+
+
+def _cmd_cdi_generate(ns: Any) -> int:
+    from .cdi.generate import NAME_STRATEGIES, generate_spec, spec_bytes, write_spec
+    from .discovery.nvidia import discover
+    from .errors import CdiError
+
+    choices = {"--format": ("json", "yaml"), "--gpu-backend": ("auto", "procfs", "nvml")}
+    for flag, value in (("--format", ns.format), ("--gpu-backend", ns.gpu_backend)):
+        if value is not None and value not in choices[flag]:
+            raise CdiError(f"must be one of {', '.join(choices[flag])}", field=flag, value=value)
+    for value in ns.device_name_strategy:
+        if value not in NAME_STRATEGIES:
+            raise CdiError(
+                f"must be one of {', '.join(NAME_STRATEGIES)}",
+                field="--device-name-strategy",
+                value=value,
+            )
+    cfg = load_settings(ns, trust_environment=True)
+    host = discover(host_root_from(ns, cfg), gpu_backend=ns.gpu_backend)
+    vendor = "nvidia.com" if ns.vendor == "nvidia" else ns.vendor
+    spec = generate_spec(
+        host,
+        vendor=vendor,
+        device_class=getattr(ns, "class"),
+        name_strategies=tuple(ns.device_name_strategy),
+    )
+    for w in host.warnings:
+        print(f"ocihook: warning: {w}", file=sys.stderr)
+    fmt = ns.format or ("json" if (ns.output or "").endswith(".json") else "yaml")
+    write_spec(spec_bytes(spec, fmt), ns.output)
     return 0
 
 
@@ -483,6 +552,8 @@ def run_fast(argv: Sequence[str], stdin: bytes | None = None) -> int:
     try:
         if ns.command == "edit":
             return _cmd_edit(ns)
+        if ns.command == "cdi":
+            return _cmd_cdi_generate(ns)
         return _cmd_hook(ns, stdin)
     except OcihookError as e:
         _print_error(e)
@@ -545,7 +616,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if code is not None:
                 return code
             return run_fast(args, stdin)
-        if args and args[0] in FAST_COMMANDS:
+        if args and (args[0] in FAST_COMMANDS or " ".join(args[:2]) in FAST_COMMANDS):
             return run_fast(args)
         from .cli import cli_main
 

@@ -179,9 +179,11 @@ def request_from_env(env: Mapping[str, str], *, source: str = "process.env") -> 
         field_name=f"{source}[{ENV_DRIVER_CAPABILITIES}]",
     )
     lowered = [s.lower() for s in items]
-    from .requirements import requirements_from_env
+    reqs: tuple[tuple[str, Any], ...] = ()
+    if env.get("CUDA_VERSION") or any(k.startswith("NVIDIA_REQUIRE_") for k in env):
+        from .requirements import requirements_from_env  # 1.5 ms: only when needed
 
-    reqs = tuple(requirements_from_env(env, source=source))
+        reqs = tuple(requirements_from_env(env, source=source))
     if "all" in lowered:
         return Request(kind="all", capabilities=capabilities, source=source, requirements=reqs)
     if lowered == ["none"]:
