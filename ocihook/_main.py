@@ -119,8 +119,9 @@ COMMANDS: tuple[tuple[tuple[str, ...], str, tuple[Option, ...]], ...] = (
             Option("--lib", action="append", metavar="PATH", help="container path of a library"),
             Option(
                 "--cuda-compat",
-                metavar="DIR::HOST_MAJOR",
-                help="use the image's CUDA compat libraries in DIR if newer than HOST_MAJOR",
+                metavar="DIR::HOST_DRIVER[::HOST_CUDA]",
+                help="use the image's CUDA compat libraries in DIR if newer than the host "
+                "driver (version or branch; HOST_CUDA: the CUDA version it supports)",
             ),
             Option(
                 "--mask-proc",
@@ -362,25 +363,47 @@ def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
     from .appliers import live
 
     if ns.stage == "create-container":
-        from .plan import CudaCompat, ProcMask
+        from .plan import ProcMask
 
         mask = None
         if ns.mask_proc:
             mask = ProcMask(host_dir=ns.mask_proc, gpu_dirs=tuple(ns.proc_gpu))
         compat = None
         if ns.cuda_compat:
-            directory, _, major = ns.cuda_compat.rpartition("::")
-            if not directory.startswith("/") or not major.isdigit():
-                from .errors import ApplyError
-
-                raise ApplyError("--cuda-compat must be DIR::HOST_MAJOR", value=ns.cuda_compat)
-            compat = CudaCompat(directory, int(major))
+            compat = parse_cuda_compat_arg(ns.cuda_compat)
         live.create_container_hook(b, ns.link, ns.lib, mask, compat)
     elif ns.stage == "create-symlinks":
         live.create_symlinks_hook(b, ns.link)
     elif ns.stage == "update-ldcache":
         live.update_ldcache_hook(b, ns.lib)
     return 0
+
+
+def parse_cuda_compat_arg(value: str) -> Any:
+    """The :class:`~ocihook.plan.CudaCompat` of ``--cuda-compat DIR::HOST_DRIVER[::HOST_CUDA]``
+    (``/usr/local/cuda/compat::550.127.05::12.4``); ``DIR::HOST_MAJOR`` (``...::550``), as
+    registered by older versions, is accepted too.
+
+    Raises:
+        ApplyError: a relative ``DIR``, or versions that are not dot-separated numbers.
+    """
+    from .errors import ApplyError
+    from .plan import CudaCompat, _version_tuple
+
+    directory, _, rest = value.partition("::")
+    host, _, cuda = rest.partition("::")
+    driver_ok = (host.isascii() and host.isdigit() and len(host) <= 9) or _version_tuple(
+        host
+    ) is not None
+    cuda_ok = not cuda or _version_tuple(cuda) is not None
+    if not directory.startswith("/") or not driver_ok or not cuda_ok:
+        raise ApplyError(
+            "--cuda-compat must be DIR::HOST_DRIVER[::HOST_CUDA]",
+            field="--cuda-compat",
+            value=value,
+        )
+    major = int(host.split(".")[0])
+    return CudaCompat(directory, major, host if "." in host else "", cuda)
 
 
 #: Byte strings of which at least one occurs in the config.json of any container that can

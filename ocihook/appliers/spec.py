@@ -108,7 +108,8 @@ def realize_hooks(edits: ContainerEdits, command: Sequence[str]) -> tuple[Hook, 
             args += ["--lib", lib]
         if edits.cuda_compat is not None:
             c = edits.cuda_compat
-            args += ["--cuda-compat", f"{c.directory}::{c.host_major}"]
+            host = c.host_driver or str(c.host_major)
+            args += ["--cuda-compat", "::".join((c.directory, host, c.host_cuda)).rstrip(":")]
         if edits.proc_mask is not None:
             args += ["--mask-proc", edits.proc_mask.host_dir]
             for name in edits.proc_mask.gpu_dirs:
