@@ -74,6 +74,14 @@ supported-driver-capabilities                           ``"compat32,compute,disp
 disable-require                                         bool, ``false``: skip the
                                                         ``NVIDIA_REQUIRE_*`` checks for every
                                                         container
+cuda-compat                                             ``"ldconfig"`` or ``"disabled"``;
+                                                        ``"ldconfig"``: an image's CUDA forward
+                                                        compatibility libraries
+                                                        (``/usr/local/cuda/compat``) take
+                                                        precedence in its ``ld.so.cache`` when
+                                                        newer than the host driver (their
+                                                        ``.note.cuda.fwd_compatibility`` decides
+                                                        when present); ``"disabled"``: never
 log-file                                                path or ``""``, ``""``: also append the
                                                         hook's messages to this file
 log-level                                               ``"debug"``, ``"info"``, ``"warning"`` or
@@ -110,12 +118,13 @@ nvidia-container-runtime.mode                           ``mode`` (no ``csv``, ``
 nvidia-container-runtime.modes.cdi.spec-dirs            ``cdi-spec-dirs``
 nvidia-container-runtime.modes.cdi.default-kind         ``default-kind``
 nvidia-container-runtime.modes.cdi.annotation-prefixes  ``annotation-prefixes``
+nvidia-container-runtime.modes.legacy.cuda-compat-mode  ``cuda-compat`` (no ``mount``, ``hook``)
 -                                                       ``dev-root``, ``library-path`` (flags of
                                                         ocihook's own)
 ``nvidia-container-cli.path``, ``.environment``,        none: ocihook runs no
 ``.load-kmods``, ``.user``;                             ``nvidia-container-cli``, loads no kernel
-``nvidia-container-runtime.runtimes``, ``.modes.csv``,  module and wraps no runtime
-``.modes.legacy``; ``nvidia-container-runtime-hook``,
+``nvidia-container-runtime.runtimes``, ``.modes.csv``;  module and wraps no runtime
+``nvidia-container-runtime-hook``,
 ``nvidia-ctk``, ``features``
 ======================================================  ============================================
 
@@ -144,6 +153,7 @@ if TYPE_CHECKING:
 
     Mode = Literal["auto", "legacy", "cdi"]
     LogLevel = Literal["debug", "info", "warning", "error"]
+    CudaCompatMode = Literal["ldconfig", "disabled"]
 
 __all__ = [
     "DEFAULT_PATH",
@@ -168,6 +178,7 @@ MAX_SIZE = 1 << 20
 
 MODES = ("auto", "legacy", "cdi")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+CUDA_COMPAT_MODES = ("ldconfig", "disabled")
 #: The driver capability names (``ocihook.request.ALL_CAPABILITIES``, sorted).
 CAPABILITIES = ("compat32", "compute", "display", "graphics", "ngx", "utility", "video")
 #: Where ``accept-nvidia-visible-devices-as-volume-mounts`` reads requests from.
@@ -377,6 +388,14 @@ KEYS: dict[str, tuple[str, Callable[[str, object], None]]] = {
     "swarm-resource": ("swarm_resource", _check_swarm_resource),
     "supported-driver-capabilities": ("supported_driver_capabilities", _check_capabilities),
     "disable-require": ("disable_require", _check_bool),
+    "cuda-compat": (
+        "cuda_compat",
+        _check_enum(
+            CUDA_COMPAT_MODES,
+            " (the toolkit's mount and hook modes are not supported: image files are never "
+            "mounted over host paths)",
+        ),
+    ),
     "log-file": ("log_file", _check_path_or_empty),
     "log-level": ("log_level", _check_enum(LOG_LEVELS)),
 }
@@ -400,6 +419,7 @@ TOOLKIT_KEYS: dict[str, str | None] = {
     "nvidia-container-runtime.modes.cdi.spec-dirs": "cdi-spec-dirs",
     "nvidia-container-runtime.modes.cdi.default-kind": "default-kind",
     "nvidia-container-runtime.modes.cdi.annotation-prefixes": "annotation-prefixes",
+    "nvidia-container-runtime.modes.legacy.cuda-compat-mode": "cuda-compat",
 }
 TOOLKIT_SECTIONS = (
     "nvidia-container-cli",
@@ -510,6 +530,7 @@ class Config(Record):
     swarm_resource: str = ""
     supported_driver_capabilities: str = ",".join(CAPABILITIES)
     disable_require: bool = False
+    cuda_compat: CudaCompatMode = "ldconfig"
     log_file: str = ""
     log_level: LogLevel = "info"
     source: str | None = None
