@@ -162,11 +162,14 @@ __all__ = [
     "REQUEST_DETECTION_KEYS",
     "Config",
     "ConfigError",
+    "bytes_may_set",
     "config_from_dict",
     "config_may_set",
     "load_config",
     "load_schema",
+    "read_config_bytes",
     "resolve_config_path",
+    "scan_debug_log_file",
 ]
 
 #: The file read when neither ``--config`` nor ``OCIHOOK_CONFIG`` names one.
@@ -738,6 +741,81 @@ def load_config(path: str | None = None, *, environ: Mapping[str, str] | None = 
     return config_from_dict(_parse(data, shown), source=shown)
 
 
+def read_config_bytes(
+    path: str | None = None, *, environ: Mapping[str, str] | None = None
+) -> bytes | None:
+    """The raw bytes of the file :func:`load_config` would read (see
+    :func:`resolve_config_path`), unparsed; ``None`` when the default file is missing.
+
+    Raises:
+        ConfigError: a named file is missing; any file is unreadable, not a regular file,
+            or larger than :data:`MAX_SIZE`.
+    """
+    file, origin = resolve_config_path(path, environ=environ)
+    return _read(file, origin)
+
+
+def bytes_may_set(keys: Iterable[str], data: bytes | None) -> bool:
+    """:func:`config_may_set` on bytes already read (``None``: no file)."""
+    if data is None:
+        return False
+    return b"\\" in data or any(k.encode() in data for k in keys)
+
+
+def scan_debug_log_file(data: bytes | None) -> str | None:
+    """The ``log-file`` that receives debug records, decided from the file's bytes without
+    parsing TOML (which costs more than a no-GPU hook start): ``""`` when certainly none
+    (no file; no ``log-file`` key or no ``debug`` in the bytes; ``log-level`` not
+    ``"debug"``; ``log-file`` empty), the path when the file sets both keys on plain lines
+    (``log-file = "/var/log/ocihook.log"``, ``log-level = 'debug'``, comments allowed),
+    ``None`` when the bytes are too unusual to tell (escapes, multi-line strings,
+    sections, a key on another kind of line, a key twice, a path that is not absolute):
+    then the caller calls :func:`load_config`, which also reports what is wrong.
+
+    For the no-GPU fast exit of ``ocihook hook``: it logs why a container got no GPU only
+    when this says so, at no cost when logging is off.
+    """
+    if data is None:
+        return ""
+    if b"\\" in data:
+        return None
+    if b"debug" not in data or b"log-file" not in data:
+        return ""
+    if b"'''" in data or b'"""' in data:
+        return None
+    found: dict[bytes, bytes] = {}
+    for line in data.splitlines():
+        line = line.strip()
+        if line.startswith(b"["):
+            return None
+        if (b"log-file" not in line and b"log-level" not in line) or line.startswith(b"#"):
+            continue
+        key, _eq, rest = line.partition(b"=")
+        key, rest = key.strip(), rest.strip()
+        quote = rest[:1]
+        end = rest.find(quote, 1) if quote in (b'"', b"'") else -1
+        tail = rest[end + 1 :].strip() if end > 0 else b""
+        if end < 0 or key not in (b"log-file", b"log-level") or key in found:
+            return None
+        if tail and not tail.startswith(b"#"):
+            return None
+        value = rest[1:end]
+        if any((c < 0x20 and c != 0x09) or c == 0x7F for c in value):
+            return None
+        found[key] = value
+    if found.get(b"log-level", b"info") != b"debug":
+        return ""
+    path = found.get(b"log-file", b"")
+    if not path:
+        return ""
+    if not path.startswith(b"/"):
+        return None
+    try:
+        return path.decode()
+    except UnicodeDecodeError:
+        return None
+
+
 def config_may_set(
     keys: Iterable[str],
     path: str | None = None,
@@ -754,14 +832,11 @@ def config_may_set(
     unreadable, so that the error is reported there. Such a fast exit does not report a
     malformed file; the next container that asks for GPUs does.
     """
-    file, origin = resolve_config_path(path, environ=environ)
     try:
-        data = _read(file, origin)
+        data = read_config_bytes(path, environ=environ)
     except ConfigError:
         return True
-    if data is None:
-        return False
-    return b"\\" in data or any(k.encode() in data for k in keys)
+    return bytes_may_set(keys, data)
 
 
 def load_schema() -> dict[str, Any]:
