@@ -120,8 +120,9 @@ COMMANDS: tuple[tuple[tuple[str, ...], str, tuple[Option, ...]], ...] = (
             Option("--lib", action="append", metavar="PATH", help="container path of a library"),
             Option(
                 "--cuda-compat",
-                metavar="DIR::HOST_MAJOR",
-                help="use the image's CUDA compat libraries in DIR if newer than HOST_MAJOR",
+                metavar="DIR::HOST_DRIVER[::HOST_CUDA]",
+                help="use the image's CUDA compat libraries in DIR if newer than the host "
+                "driver (version or branch; HOST_CUDA: the CUDA version it supports)",
             ),
             Option(
                 "--mask-proc",
@@ -416,7 +417,14 @@ def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
         options = options_from_config(cfg)
         request = request_from_spec(b.config, path=b.config_path, policy=options.policy)
         if request.is_void:
-            log.debug("nothing requested", source=request.source)
+            from .request import void_reason
+
+            log.debug(
+                "nothing requested",
+                stage=ns.stage,
+                reason=void_reason(request, b.config),
+                source=request.source,
+            )
             return 0
         from .appliers.live import inject
 
@@ -437,7 +445,7 @@ def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
     from .appliers import live
 
     if ns.stage == "create-container":
-        from .plan import CudaCompat, ProcMask
+        from .plan import ProcMask
 
         mask = None
         if ns.mask_proc:
@@ -448,18 +456,40 @@ def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
             mask = ProcMask(host_dir=ns.mask_proc, gpu_dirs=gpu_dirs)
         compat = None
         if ns.cuda_compat:
-            directory, _, major = ns.cuda_compat.rpartition("::")
-            if not directory.startswith("/") or not major.isdigit():
-                from .errors import ApplyError
-
-                raise ApplyError("--cuda-compat must be DIR::HOST_MAJOR", value=ns.cuda_compat)
-            compat = CudaCompat(directory, int(major))
+            compat = parse_cuda_compat_arg(ns.cuda_compat)
         live.create_container_hook(b, ns.link, ns.lib, mask, compat)
     elif ns.stage == "create-symlinks":
         live.create_symlinks_hook(b, ns.link)
     elif ns.stage == "update-ldcache":
         live.update_ldcache_hook(b, ns.lib)
     return 0
+
+
+def parse_cuda_compat_arg(value: str) -> Any:
+    """The :class:`~ocihook.plan.CudaCompat` of ``--cuda-compat DIR::HOST_DRIVER[::HOST_CUDA]``
+    (``/usr/local/cuda/compat::550.127.05::12.4``); ``DIR::HOST_MAJOR`` (``...::550``), as
+    registered by older versions, is accepted too.
+
+    Raises:
+        ApplyError: a relative ``DIR``, or versions that are not dot-separated numbers.
+    """
+    from .errors import ApplyError
+    from .plan import CudaCompat, _version_tuple
+
+    directory, _, rest = value.partition("::")
+    host, _, cuda = rest.partition("::")
+    driver_ok = (host.isascii() and host.isdigit() and len(host) <= 9) or _version_tuple(
+        host
+    ) is not None
+    cuda_ok = not cuda or _version_tuple(cuda) is not None
+    if not directory.startswith("/") or not driver_ok or not cuda_ok:
+        raise ApplyError(
+            "--cuda-compat must be DIR::HOST_DRIVER[::HOST_CUDA]",
+            field="--cuda-compat",
+            value=value,
+        )
+    major = int(host.split(".")[0])
+    return CudaCompat(directory, major, host if "." in host else "", cuda)
 
 
 #: Byte strings of which at least one occurs in the config.json of any container that can
@@ -469,14 +499,15 @@ def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
 REQUEST_MARKERS = (b"NVIDIA_", b"CUDA_VERSION", b"DOCKER_RESOURCE_", b"nvidia-container-devices")
 
 
-def _bundle_from_state(stdin: bytes) -> str | None:
-    """The ``bundle`` of a state JSON, found without the json module, or ``None`` when
-    the text is not plainly ``"bundle": "<path without escapes>"`` exactly once."""
-    key = b'"bundle"'
-    at = stdin.find(key)
-    if at < 0 or stdin.find(key, at + 1) >= 0:
+def _state_string(stdin: bytes, key: bytes) -> str | None:
+    """The value of ``"<key>": "<value>"`` in a state JSON, found without the json module,
+    or ``None`` when the key does not occur exactly once with a plain string value (no
+    escapes, UTF-8)."""
+    quoted = b'"' + key + b'"'
+    at = stdin.find(quoted)
+    if at < 0 or stdin.find(quoted, at + 1) >= 0:
         return None
-    rest = stdin[at + len(key) :].lstrip(b" \t\r\n")
+    rest = stdin[at + len(quoted) :].lstrip(b" \t\r\n")
     if not rest.startswith(b":"):
         return None
     rest = rest[1:].lstrip(b" \t\r\n")
@@ -484,12 +515,30 @@ def _bundle_from_state(stdin: bytes) -> str | None:
         return None
     end = rest.find(b'"', 1)
     value = rest[1:end]
-    if end < 0 or b"\\" in value or not value.startswith(b"/"):
+    if end < 0 or b"\\" in value:
         return None
     try:
         return value.decode()
     except UnicodeDecodeError:
         return None
+
+
+def _bundle_from_state(stdin: bytes) -> str | None:
+    """The ``bundle`` of a state JSON, found without the json module, or ``None`` when
+    the text is not plainly ``"bundle": "<absolute path without escapes>"`` exactly once."""
+    bundle = _state_string(stdin, b"bundle")
+    return bundle if bundle is not None and bundle.startswith("/") else None
+
+
+def _config_arg(argv: Sequence[str]) -> str | None:
+    """The ``--config`` of a hook command line, or ``None``."""
+    path = None
+    for i, arg in enumerate(argv):
+        if arg == "--config" and i + 1 < len(argv):
+            path = argv[i + 1]
+        elif arg.startswith("--config="):
+            path = arg.split("=", 1)[1]
+    return path
 
 
 def _void_hook_exit(argv: Sequence[str]) -> tuple[int | None, bytes]:
@@ -500,6 +549,12 @@ def _void_hook_exit(argv: Sequence[str]) -> tuple[int | None, bytes]:
     the file contains none of :data:`REQUEST_MARKERS` (nor a ``\\u`` escape); importing
     json alone would double the cost of this path. Anything else returns ``(None,
     stdin)``: the full command then parses both files properly and decides.
+
+    The operator's configuration file is read as bytes, once, and parsed only when it
+    may widen the markers (:func:`_config_markers`) or when its bytes cannot tell whether
+    debug logging is on (:func:`ocihook.config.scan_debug_log_file`). With debug logging
+    on, the fast exit leaves one line in the log saying why the container got no GPU;
+    with it off, nothing is opened for logging.
     """
     if "-h" in argv or "--help" in argv:
         return None, b""
@@ -514,31 +569,65 @@ def _void_hook_exit(argv: Sequence[str]) -> tuple[int | None, bytes]:
         return None, stdin
     if b"\\u" in raw or any(marker in raw for marker in REQUEST_MARKERS):
         return None, stdin
-    if _config_markers(argv, raw):
+    from .config import read_config_bytes
+
+    path = _config_arg(argv)
+    try:
+        data = read_config_bytes(path, environ={})
+    except OcihookError:
+        return None, stdin  # let the full command say what is wrong
+    if _config_markers(path, data, raw):
         return None, stdin
+    if data is not None:
+        _log_fast_exit(path, data, stdin, bundle, argv[1])
     return 0, stdin
 
 
-def _config_markers(argv: Sequence[str], raw: bytes) -> bool:
-    """Whether the operator's configuration makes more requests possible (swarm resource
-    names, annotation prefixes, device mounts) and ``raw`` holds one of them. The file is
-    parsed only when it can set those keys at all (:func:`ocihook.config.config_may_set`);
-    a broken file is reported by the full command."""
-    from .config import REQUEST_DETECTION_KEYS, config_may_set, load_config
+def _config_markers(path: str | None, data: bytes | None, raw: bytes) -> bool:
+    """Whether the operator's configuration (``data``, the bytes of the file at ``path``)
+    makes more requests possible (swarm resource names, annotation prefixes, device
+    mounts) and ``raw`` holds one of them. The file is parsed only when it can set those
+    keys at all (:func:`ocihook.config.bytes_may_set`); a broken file is reported by the
+    full command."""
+    from .config import REQUEST_DETECTION_KEYS, bytes_may_set, load_config
 
-    path = None
-    for i, arg in enumerate(argv):
-        if arg == "--config" and i + 1 < len(argv):
-            path = argv[i + 1]
-        elif arg.startswith("--config="):
-            path = arg.split("=", 1)[1]
+    if not bytes_may_set(REQUEST_DETECTION_KEYS, data):
+        return False
     try:
-        if not config_may_set(REQUEST_DETECTION_KEYS, path, environ={}):
-            return False
         markers = load_config(path, environ={}).extra_request_markers()
     except OcihookError:
         return True  # let the full command say what is wrong
     return any(m in raw for m in markers)
+
+
+def _log_fast_exit(path: str | None, data: bytes, stdin: bytes, bundle: str, stage: str) -> None:
+    """Log why a container took the no-GPU fast exit, when the configuration (``data``,
+    the bytes of the file at ``path``) logs at debug level; otherwise do nothing (no file
+    is opened). The configuration is parsed only when its bytes cannot tell."""
+    from .config import scan_debug_log_file
+
+    log_file = scan_debug_log_file(data)
+    if log_file is None:
+        from .config import load_config
+
+        try:
+            cfg = load_config(path, environ={})
+        except OcihookError:
+            return  # the next container that asks for GPUs reports it
+        log_file = cfg.log_file if cfg.log_level == "debug" else ""
+    if not log_file:
+        return
+    from . import log
+
+    log.configure(log_file, "debug", container=_state_string(stdin, b"id") or "?")
+    log.debug(
+        "nothing requested",
+        stage=stage,
+        reason="NVIDIA_VISIBLE_DEVICES unset (config.json holds none of "
+        + ", ".join(m.decode() for m in REQUEST_MARKERS)
+        + ")",
+        bundle=bundle,
+    )
 
 
 def run_fast(argv: Sequence[str], stdin: bytes | None = None) -> int:

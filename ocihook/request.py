@@ -21,7 +21,7 @@ toolkit. Parsing is pure: no file or host access.
 from __future__ import annotations
 
 from ._record import Record
-from .errors import RequestError
+from .errors import OcihookError, RequestError
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
 if TYPE_CHECKING:
@@ -47,6 +47,7 @@ __all__ = [
     "request_from_spec",
     "select_devices",
     "select_gpus",
+    "void_reason",
 ]
 
 ENV_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
@@ -354,6 +355,28 @@ def _devices_from_mounts(config: Mapping[str, Any]) -> list[str]:
 
 def _flag(env: Mapping[str, str], name: str) -> bool:
     return env.get(name, "").strip().lower() == "enabled"
+
+
+def void_reason(request: Request, config: Mapping[str, Any]) -> str:
+    """Why ``request`` (void, from :func:`request_from_spec` on ``config``) asks for no
+    GPU, for the operator's log: ``"NVIDIA_VISIBLE_DEVICES=void"``, ``"... unset"``,
+    ``"... empty"``, or the unprivileged policy. Never raises."""
+    if "unprivileged" in request.source:
+        return (
+            "NVIDIA_VISIBLE_DEVICES ignored: unprivileged container and "
+            "accept-nvidia-visible-devices-envvar-when-unprivileged = false"
+        )
+    try:
+        env = env_from_spec(config)
+    except OcihookError:
+        env = {}
+    var = ENV_VISIBLE_DEVICES if request.source in ("process.env", "mounts") else request.source
+    raw = env.get(var)
+    if raw is None:
+        return f"{var} unset"
+    if not raw.strip(" ,"):
+        return f"{var} empty"
+    return f"{var}={raw}"
 
 
 def request_from_spec(
