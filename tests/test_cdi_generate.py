@@ -132,8 +132,8 @@ def test_common_edits(host: NvidiaHost, spec: Spec) -> None:
     assert f"{cdir}/libcuda.so.1" in [args[i + 1] for i, a in enumerate(args) if a == "--lib"]
     assert args[args.index("--mask-proc") + 1] == host.root.proc("driver/nvidia")
     assert "--proc-gpus-from-devices" in args
-    major = host.driver_version.split(".")[0]
-    assert args[args.index("--cuda-compat") + 1] == f"/usr/local/cuda/compat::{major}"
+    compat = f"/usr/local/cuda/compat::{host.driver_version}"
+    assert args[args.index("--cuda-compat") + 1] == compat
 
 
 def test_realistic_host_files(realistic: dict[str, Any]) -> None:

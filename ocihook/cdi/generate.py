@@ -178,8 +178,8 @@ def _common_edits(host: NvidiaHost, command: Sequence[str], gpu_count: int) -> C
         args += ["--link", link]
     for lib_path in libs:
         args += ["--lib", lib_path]
-    major = host.driver_version.split(".")[0]
-    args += ["--cuda-compat", f"/usr/local/cuda/compat::{major}"]
+    compat = "::".join(("/usr/local/cuda/compat", host.driver_version, host.cuda_version or ""))
+    args += ["--cuda-compat", compat.rstrip(":")]
     args += ["--mask-proc", host.root.proc("driver/nvidia"), "--proc-gpus-from-devices"]
     return ContainerEdits(
         env=("NVIDIA_VISIBLE_DEVICES=void",),
