@@ -6,6 +6,8 @@ the environment ocihook is installed in — never a pyenv-style shim):
 * ``bare``: ``python -I -c pass``;
 * ``hook, no GPU``: the registered hook command (``ocihook hook prestart``) on a bundle whose
   container asks for no GPU — what every non-GPU container pays;
+* ``hook, no GPU, debug log``: the same with a configuration that logs at debug level
+  (``--config``): the fast exit then appends one line saying why (no target; reported);
 * ``edit, 8 GPUs``: spec mode (``ocihook edit``) giving all 8 GPUs of the realistic 535.261.03
   host (utility+compute) to a bundle, ``config.json`` restored before each run;
 * peak memory (maximum resident set size) of each, measured by GNU ``time``.
@@ -140,9 +142,17 @@ def main() -> int:
             {"ociVersion": "1.0.2", "id": "bench", "status": "creating", "pid": 1, "bundle": nogpu}
         ).encode()
         cmd = _hook_command()
+        debug_conf = os.path.join(work, "debug.toml")
+        with open(debug_conf, "w") as f:
+            f.write(f'log-file = "{os.path.join(work, "ocihook.log")}"\nlog-level = "debug"\n')
         cases = {
             "bare": ([sys.executable, "-I", "-c", "pass"], b"", None),
             "hook, no GPU": ([*cmd, "hook", "prestart"], state, None),
+            "hook, no GPU, debug log": (
+                [*cmd, "hook", "prestart", "--config", debug_conf],
+                state,
+                None,
+            ),
             "edit, 8 GPUs": (
                 [*cmd, "edit", "-b", gpus, "--driver-root", host, "--dev-root", host],
                 b"",
@@ -176,7 +186,7 @@ def main() -> int:
     bare = results["bare"][0]
     print(f"interpreter: {sys.executable} (Python {sys.version.split()[0]})")
     print(f"host: {host_name}; {ns.runs} runs each, median wall time; edit gave {n_gpu_nodes} GPUs")
-    print(f"{'case':16} {'median ms':>10} {'ratio':>7} {'target':>7} {'peak MiB':>9}")
+    print(f"{'case':24} {'median ms':>10} {'ratio':>7} {'target':>7} {'peak MiB':>9}")
     ok = True
     figures = {}
     for name, (t, mib) in results.items():
@@ -191,7 +201,7 @@ def main() -> int:
         }
         shown = "n/a" if mib is None else f"{mib:.1f}"
         print(
-            f"{name:16} {t * 1000:10.1f} {ratio:7.2f} "
+            f"{name:24} {t * 1000:10.1f} {ratio:7.2f} "
             f"{'<=' + str(target) if target else '':>7} {shown:>9}" + ("  MISSED" if miss else "")
         )
     print(f"peak memory target: <= {MEMORY_TARGET_MIB:.0f} MiB")

@@ -17,6 +17,8 @@ Example (spec mode, from Python)::
     plan = ocihook.make_plan(host, request, ocihook.ContainerLayout())
     new_config = ocihook.apply_plan(bundle.config, plan)
 
+CDI (spec model, registry, injection, generation) is the subpackage :mod:`ocihook.cdi`.
+
 Names are loaded on first use (PEP 562), so ``import ocihook`` stays cheap on the path of
 every container start.
 """
@@ -28,12 +30,15 @@ __version__ = "0.1.0"
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
 if TYPE_CHECKING:
     from .appliers.live import inject
-    from .appliers.spec import EditResult, apply_plan, edit_bundle, hook_command
+    from .appliers.spec import EditResult, Options, apply_plan, edit_bundle, hook_command
     from .bundle import Bundle, State, load_bundle, parse_state, write_json_atomic
+    from .config import Config, load_config
     from .discovery.nvidia import DriverLibrary, Gpu, HostDeviceNode, NvidiaHost, discover
     from .errors import (
         EXIT_CODES,
         ApplyError,
+        CdiError,
+        ConfigError,
         DiscoveryError,
         LdCacheError,
         OcihookError,
@@ -60,6 +65,7 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "inject": "appliers.live",
     "EditResult": "appliers.spec",
+    "Options": "appliers.spec",
     "apply_plan": "appliers.spec",
     "edit_bundle": "appliers.spec",
     "hook_command": "appliers.spec",
@@ -73,8 +79,12 @@ _EXPORTS = {
     "HostDeviceNode": "discovery.nvidia",
     "NvidiaHost": "discovery.nvidia",
     "discover": "discovery.nvidia",
+    "Config": "config",
+    "load_config": "config",
     "EXIT_CODES": "errors",
     "ApplyError": "errors",
+    "CdiError": "errors",
+    "ConfigError": "errors",
     "DiscoveryError": "errors",
     "LdCacheError": "errors",
     "OcihookError": "errors",
@@ -102,7 +112,10 @@ __all__ = [
     "EXIT_CODES",
     "ApplyError",
     "Bundle",
+    "CdiError",
     "CgroupRule",
+    "Config",
+    "ConfigError",
     "ContainerEdits",
     "ContainerLayout",
     "DeviceNode",
@@ -117,6 +130,7 @@ __all__ = [
     "Mount",
     "NvidiaHost",
     "OcihookError",
+    "Options",
     "Plan",
     "Request",
     "RequestError",
@@ -132,6 +146,7 @@ __all__ = [
     "hook_command",
     "inject",
     "load_bundle",
+    "load_config",
     "make_plan",
     "parse_state",
     "request_from_env",

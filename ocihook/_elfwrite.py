@@ -14,8 +14,9 @@ File layout (addresses equal file offsets, base address 0)::
     .dynstr          NUL, then each distinct name once
     .dynamic         DT_NEEDED..., DT_SONAME, DT_STRTAB, DT_STRSZ, DT_NULL
     .note.ABI-tag    only with abi_tag
+    extra notes      ``note_sections``: SHT_NOTE sections not in any segment, 4-aligned
     .shstrtab
-    section headers  null, .dynstr, .dynamic, [.note.ABI-tag], .shstrtab
+    section headers  null, .dynstr, .dynamic, [.note.ABI-tag], [extra notes], .shstrtab
     padding          ``padding`` zero bytes, still inside PT_LOAD
 
 Sources: the System V ABI / ELF gABI (header, program and section header, dynamic and
@@ -33,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 
-__all__ = ["MACHINES", "make_executable", "make_shared_object"]
+__all__ = ["MACHINES", "make_executable", "make_shared_object", "pack_note"]
 
 # e_ident and e_type values (gABI).
 _ELFMAG = b"\x7fELF"
@@ -212,9 +213,14 @@ def _build(
     abi_tag: tuple[int, int, int] | None,
     endian: str,
     padding: int,
+    note_sections: Sequence[tuple[str, bytes]] = (),
 ) -> bytes:
     """Validate the options, lay the file out (see the module docstring) and pack it."""
     arch = _validate(soname, elf_class, machine, needed, abi_tag, endian, padding)
+    for section, data in note_sections:
+        _check_name("note section name", section)
+        if not isinstance(data, bytes):
+            raise ValueError(f"note section {section!r} contents must be bytes")
     lay = _layouts(elf_class, endian)
     e_flags = arch.e_flags | (arch.big_e_flags if endian == "big" else 0)
 
@@ -224,6 +230,7 @@ def _build(
         tags.append((_DT_SONAME, dynstr.add(soname)))
     shstrtab = _StringTable()
     names = {n: shstrtab.add(n) for n in (".dynstr", ".dynamic", ".note.ABI-tag", ".shstrtab")}
+    extra_names = [shstrtab.add(name) for name, _data in note_sections]
 
     # Place everything; offsets are also virtual addresses.
     phnum = 2 if abi_tag is None else 3
@@ -232,8 +239,14 @@ def _build(
     dynamic_size = (len(tags) + 3) * lay.dyn.size  # + DT_STRTAB, DT_STRSZ, DT_NULL
     note_off = _align(dynamic_off + dynamic_size, 4)
     note_size = lay.note_words.size if abi_tag is not None else 0
-    shstrtab_off = note_off + note_size
-    shnum = 4 if abi_tag is None else 5
+    extra_offs = []
+    at = note_off + note_size
+    for _name, data in note_sections:
+        at = _align(at, 4)
+        extra_offs.append(at)
+        at += len(data)
+    shstrtab_off = at
+    shnum = (4 if abi_tag is None else 5) + len(note_sections)
     shoff = _align(shstrtab_off + len(shstrtab.data), lay.word)
     total = shoff + shnum * lay.shdr.size + padding
     if total >= 2 ** (8 * lay.word):
@@ -270,6 +283,8 @@ def _build(
         sections.append(
             (names[".note.ABI-tag"], _SHT_NOTE, _SHF_ALLOC, note_off, note_size, 0, 4, 0)
         )
+    for name_at, off, (_name, data) in zip(extra_names, extra_offs, note_sections, strict=True):
+        sections.append((name_at, _SHT_NOTE, 0, off, len(data), 0, 4, 0))
     sections.append((names[".shstrtab"], _SHT_STRTAB, 0, shstrtab_off, len(shstrtab.data), 0, 1, 0))
 
     ident = struct.pack(
@@ -297,6 +312,8 @@ def _build(
     out[dynstr_off : dynstr_off + len(dynstr.data)] = dynstr.data
     out[dynamic_off : dynamic_off + dynamic_size] = dynamic
     out[note_off : note_off + note_size] = note
+    for off, (_name, data) in zip(extra_offs, note_sections, strict=True):
+        out[off : off + len(data)] = data
     out[shstrtab_off : shstrtab_off + len(shstrtab.data)] = shstrtab.data
     for i, (name, sh_type, flags, offset, size, link, align, entsize) in enumerate(sections):
         at = shoff + i * lay.shdr.size
@@ -315,6 +332,7 @@ def make_shared_object(
     abi_tag: tuple[int, int, int] | None = None,
     endian: str = "little",
     padding: int = 0,
+    note_sections: Sequence[tuple[str, bytes]] = (),
 ) -> bytes:
     """Return the bytes of a minimal ELF shared object (``ET_DYN``).
 
@@ -326,13 +344,34 @@ def make_shared_object(
     ``.note.ABI-tag`` (GNU, ``NT_GNU_ABI_TAG``, OS Linux) with its PT_NOTE, the note
     libnvidia-container checks on ``libnvidia-tls`` (e.g. ``(2, 3, 99)``). ``padding``
     zero bytes are appended inside the PT_LOAD, so the result is exactly
-    ``len(make_shared_object(..., padding=0)) + padding`` bytes long.
+    ``len(make_shared_object(..., padding=0)) + padding`` bytes long. Each
+    ``(name, contents)`` of ``note_sections`` becomes a SHT_NOTE section (4-aligned, in no
+    segment) holding ``contents`` as given (see :func:`pack_note`), e.g.
+    ``(".note.cuda.fwd_compatibility", pack_note(b"NVIDIA Corporation", 1, b"{...}"))``.
 
     Raises ``ValueError`` for an unknown machine, a class or byte order the machine does not
     have, an empty name or one containing NUL, an abi_tag that is not three 32-bit unsigned
     integers, a negative padding, or a 32-bit file that would reach 4 GiB.
     """
-    return _build(_ET_DYN, soname, elf_class, machine, needed, abi_tag, endian, padding)
+    return _build(
+        _ET_DYN, soname, elf_class, machine, needed, abi_tag, endian, padding, note_sections
+    )
+
+
+def pack_note(owner: bytes, note_type: int, desc: bytes, *, endian: str = "little") -> bytes:
+    """One ELF note (gABI "Note Section"): ``namesz``, ``descsz``, ``type`` words, then the
+    NUL-terminated ``owner`` and ``desc``, each padded to 4 bytes.
+
+    Raises ``ValueError`` for an owner containing NUL, a type outside ``[0, 2**32)`` or an
+    unknown ``endian``.
+    """
+    if b"\x00" in owner or not 0 <= note_type < 2**32 or endian not in _ELFDATA:
+        raise ValueError("owner without NUL, a 32-bit type and endian little or big needed")
+    name = owner + b"\x00"
+    head = struct.pack(
+        ("<" if endian == "little" else ">") + "III", len(name), len(desc), note_type
+    )
+    return head + name + bytes(-len(name) % 4) + desc + bytes(-len(desc) % 4)
 
 
 def make_executable(

@@ -1,10 +1,11 @@
 """Entry point of the ``ocihook`` command.
 
 The commands that run on every container start — ``ocihook edit`` (spec mode) and
-``ocihook hook ...`` (hook mode) — are parsed here with :mod:`argparse` so that they never
-import click, jsonschema, PyYAML or pyelftools; importing click alone costs more than
-starting the interpreter. Every other command is a click command in
-:mod:`ocihook.cli`, which lists these fast commands in its help as well.
+``ocihook hook ...`` (hook mode) — and ``ocihook cdi generate`` (run at boot and whenever
+the driver changes) are parsed here with :mod:`argparse` so that they never import click,
+jsonschema or pyelftools; importing click alone costs more than starting the interpreter.
+Every other command is a click command in :mod:`ocihook.cli`, which lists these fast
+commands in its help as well.
 
 Errors are printed as one line, ``ocihook: error[<reference>]: <message>``, and the exit
 code comes from :data:`ocihook.errors.EXIT_CODES`.
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 
     from .hostroot import HostRoot
 
-FAST_COMMANDS = ("edit", "hook")
+FAST_COMMANDS = ("edit", "hook", "cdi generate")
 #: Hook stages that inject into the container being created.
 INJECT_STAGES = ("prestart", "createRuntime", "createContainer")
 
@@ -119,8 +120,9 @@ COMMANDS: tuple[tuple[tuple[str, ...], str, tuple[Option, ...]], ...] = (
             Option("--lib", action="append", metavar="PATH", help="container path of a library"),
             Option(
                 "--cuda-compat",
-                metavar="DIR::HOST_MAJOR",
-                help="use the image's CUDA compat libraries in DIR if newer than HOST_MAJOR",
+                metavar="DIR::HOST_DRIVER[::HOST_CUDA]",
+                help="use the image's CUDA compat libraries in DIR if newer than the host "
+                "driver (version or branch; HOST_CUDA: the CUDA version it supports)",
             ),
             Option(
                 "--mask-proc",
@@ -139,6 +141,47 @@ COMMANDS: tuple[tuple[tuple[str, ...], str, tuple[Option, ...]], ...] = (
                 help="also show the gpus/ entries of the GPUs whose /dev/nvidiaN nodes "
                 "config.json gives the container (CDI specs)",
             ),
+        ),
+    ),
+    (
+        ("cdi", "generate"),
+        "generate a CDI spec for the host's NVIDIA GPUs (like nvidia-ctk cdi generate): each "
+        "GPU by index and UUID, MIG devices, all; common edits for control nodes, driver "
+        "files, IPC sockets and ocihook's create-container hook; the minimum cdiVersion",
+        (
+            Option(
+                "--vendor",
+                default="nvidia.com",
+                help="vendor part of the kind (nvidia.com; nvidia means nvidia.com); amd or "
+                "intel: the spec of the host's AMD (amd.com/gpu) or Intel (intel.com/gpu) "
+                "GPUs, each by index (Intel also card<N>) and all",
+            ),
+            Option(
+                "--additional-gids",
+                action="store_true",
+                help="amd/intel: list the device nodes' groups in additionalGids "
+                "(needs cdiVersion 0.7.0, which podman 4 and containerd 1.6/1.7 reject)",
+            ),
+            Option("--class", default="gpu", help="class part of the kind (gpu)"),
+            Option(
+                "--device-name-strategy",
+                action="append",
+                metavar="{index,uuid,type-index}",
+                help="how devices are named; repeatable (index and uuid)",
+            ),
+            Option(
+                "--format",
+                metavar="{json,yaml}",
+                help="output format (from --output's extension, else yaml)",
+            ),
+            Option("--output", metavar="PATH", help="write the spec here, atomically (stdout)"),
+            Option(
+                "--gpu-backend",
+                default="auto",
+                metavar="{auto,procfs,nvml}",
+                help="GPU enumeration: NVML (nvidia-ml-py) when it works, else procfs (auto)",
+            ),
+            *ROOT_OPTIONS,
         ),
     ),
     (
@@ -248,20 +291,23 @@ def _parser() -> argparse.ArgumentParser:
         description="GPU access for OCI containers (fast commands; `ocihook --help` lists all)",
     )
     sub = p.add_subparsers(dest="command", required=True)
-    hook_sub = None
+    groups: dict[str, Any] = {}
+    group_help = {
+        "hook": (
+            "hook mode: run as an OCI hook (state JSON on stdin)",
+            "OCI hook entry points; the runtime writes the container state JSON on stdin.",
+        ),
+        "cdi": ("Container Device Interface specs", "CDI spec commands (see ocihook --help)."),
+    }
     for words, help_text, options in COMMANDS:
         if len(words) == 1:
             cp = sub.add_parser(words[0], help=help_text, description=help_text)
         else:
-            if hook_sub is None:
-                hook = sub.add_parser(
-                    "hook",
-                    help="hook mode: run as an OCI hook (state JSON on stdin)",
-                    description="OCI hook entry points; the runtime writes the container "
-                    "state JSON on stdin.",
-                )
-                hook_sub = hook.add_subparsers(dest="stage", required=True)
-            cp = hook_sub.add_parser(words[1], help=help_text, description=help_text)
+            if words[0] not in groups:
+                short, long = group_help[words[0]]
+                group = sub.add_parser(words[0], help=short, description=long)
+                groups[words[0]] = group.add_subparsers(dest="stage", required=True)
+            cp = groups[words[0]].add_parser(words[1], help=help_text, description=help_text)
         for o in options:
             kwargs: dict[str, Any] = {"action": o.action, "help": o.help, "dest": o.dest}
             if o.action != "store_true":
@@ -334,6 +380,54 @@ def _cmd_edit(ns: Any) -> int:
     return 0
 
 
+def _cmd_cdi_generate(ns: Any) -> int:
+    from .cdi.generate import NAME_STRATEGIES, generate_spec, spec_bytes, write_spec
+    from .discovery.nvidia import discover
+    from .errors import CdiError
+
+    choices = {"--format": ("json", "yaml"), "--gpu-backend": ("auto", "procfs", "nvml")}
+    for flag, value in (("--format", ns.format), ("--gpu-backend", ns.gpu_backend)):
+        if value is not None and value not in choices[flag]:
+            raise CdiError(f"must be one of {', '.join(choices[flag])}", field=flag, value=value)
+    for value in ns.device_name_strategy:
+        if value not in NAME_STRATEGIES:
+            raise CdiError(
+                f"must be one of {', '.join(NAME_STRATEGIES)}",
+                field="--device-name-strategy",
+                value=value,
+            )
+    cfg = load_settings(ns, trust_environment=True)
+    fmt = ns.format or ("json" if (ns.output or "").endswith(".json") else "yaml")
+    drm_vendors = {"amd": "amd", "amd.com": "amd", "intel": "intel", "intel.com": "intel"}
+    if ns.vendor in drm_vendors:
+        from .cdi.generate import generate_drm_spec
+        from .discovery.drm import discover_vendor
+
+        if getattr(ns, "class") != "gpu" or set(ns.device_name_strategy) - {"index"}:
+            raise CdiError(
+                "AMD and Intel specs have class gpu and devices named by index",
+                field="--class/--device-name-strategy",
+            )
+        drm_host = discover_vendor(drm_vendors[ns.vendor], host_root_from(ns, cfg))
+        drm_spec = generate_drm_spec(drm_host, additional_gids=ns.additional_gids)
+        for w in drm_host.warnings:
+            print(f"ocihook: warning: {w}", file=sys.stderr)
+        write_spec(spec_bytes(drm_spec, fmt), ns.output)
+        return 0
+    host = discover(host_root_from(ns, cfg), gpu_backend=ns.gpu_backend)
+    vendor = "nvidia.com" if ns.vendor == "nvidia" else ns.vendor
+    spec = generate_spec(
+        host,
+        vendor=vendor,
+        device_class=getattr(ns, "class"),
+        name_strategies=tuple(ns.device_name_strategy),
+    )
+    for w in host.warnings:
+        print(f"ocihook: warning: {w}", file=sys.stderr)
+    write_spec(spec_bytes(spec, fmt), ns.output)
+    return 0
+
+
 def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
     from . import bundle as _bundle
 
@@ -350,7 +444,14 @@ def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
         request = request_from_spec(b.config, path=b.config_path, policy=options.policy)
         drm_requests = drm_requests_from_spec(b.config, path=b.config_path)
         if request.is_void and not drm_requests:
-            log.debug("nothing requested", source=request.source)
+            from .request import void_reason
+
+            log.debug(
+                "nothing requested",
+                stage=ns.stage,
+                reason=void_reason(request, b.config),
+                source=request.source,
+            )
             return 0
         from .appliers.live import inject
 
@@ -372,7 +473,7 @@ def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
     from .appliers import live
 
     if ns.stage == "create-container":
-        from .plan import CudaCompat, ProcMask
+        from .plan import ProcMask
 
         mask = None
         if ns.mask_proc:
@@ -383,18 +484,40 @@ def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
             mask = ProcMask(host_dir=ns.mask_proc, gpu_dirs=gpu_dirs)
         compat = None
         if ns.cuda_compat:
-            directory, _, major = ns.cuda_compat.rpartition("::")
-            if not directory.startswith("/") or not major.isdigit():
-                from .errors import ApplyError
-
-                raise ApplyError("--cuda-compat must be DIR::HOST_MAJOR", value=ns.cuda_compat)
-            compat = CudaCompat(directory, int(major))
+            compat = parse_cuda_compat_arg(ns.cuda_compat)
         live.create_container_hook(b, ns.link, ns.lib, mask, compat)
     elif ns.stage == "create-symlinks":
         live.create_symlinks_hook(b, ns.link)
     elif ns.stage == "update-ldcache":
         live.update_ldcache_hook(b, ns.lib)
     return 0
+
+
+def parse_cuda_compat_arg(value: str) -> Any:
+    """The :class:`~ocihook.plan.CudaCompat` of ``--cuda-compat DIR::HOST_DRIVER[::HOST_CUDA]``
+    (``/usr/local/cuda/compat::550.127.05::12.4``); ``DIR::HOST_MAJOR`` (``...::550``), as
+    registered by older versions, is accepted too.
+
+    Raises:
+        ApplyError: a relative ``DIR``, or versions that are not dot-separated numbers.
+    """
+    from .errors import ApplyError
+    from .plan import CudaCompat, _version_tuple
+
+    directory, _, rest = value.partition("::")
+    host, _, cuda = rest.partition("::")
+    driver_ok = (host.isascii() and host.isdigit() and len(host) <= 9) or _version_tuple(
+        host
+    ) is not None
+    cuda_ok = not cuda or _version_tuple(cuda) is not None
+    if not directory.startswith("/") or not driver_ok or not cuda_ok:
+        raise ApplyError(
+            "--cuda-compat must be DIR::HOST_DRIVER[::HOST_CUDA]",
+            field="--cuda-compat",
+            value=value,
+        )
+    major = int(host.split(".")[0])
+    return CudaCompat(directory, major, host if "." in host else "", cuda)
 
 
 #: Byte strings of which at least one occurs in the config.json of any container that can
@@ -411,14 +534,15 @@ REQUEST_MARKERS = (
 )
 
 
-def _bundle_from_state(stdin: bytes) -> str | None:
-    """The ``bundle`` of a state JSON, found without the json module, or ``None`` when
-    the text is not plainly ``"bundle": "<path without escapes>"`` exactly once."""
-    key = b'"bundle"'
-    at = stdin.find(key)
-    if at < 0 or stdin.find(key, at + 1) >= 0:
+def _state_string(stdin: bytes, key: bytes) -> str | None:
+    """The value of ``"<key>": "<value>"`` in a state JSON, found without the json module,
+    or ``None`` when the key does not occur exactly once with a plain string value (no
+    escapes, UTF-8)."""
+    quoted = b'"' + key + b'"'
+    at = stdin.find(quoted)
+    if at < 0 or stdin.find(quoted, at + 1) >= 0:
         return None
-    rest = stdin[at + len(key) :].lstrip(b" \t\r\n")
+    rest = stdin[at + len(quoted) :].lstrip(b" \t\r\n")
     if not rest.startswith(b":"):
         return None
     rest = rest[1:].lstrip(b" \t\r\n")
@@ -426,12 +550,30 @@ def _bundle_from_state(stdin: bytes) -> str | None:
         return None
     end = rest.find(b'"', 1)
     value = rest[1:end]
-    if end < 0 or b"\\" in value or not value.startswith(b"/"):
+    if end < 0 or b"\\" in value:
         return None
     try:
         return value.decode()
     except UnicodeDecodeError:
         return None
+
+
+def _bundle_from_state(stdin: bytes) -> str | None:
+    """The ``bundle`` of a state JSON, found without the json module, or ``None`` when
+    the text is not plainly ``"bundle": "<absolute path without escapes>"`` exactly once."""
+    bundle = _state_string(stdin, b"bundle")
+    return bundle if bundle is not None and bundle.startswith("/") else None
+
+
+def _config_arg(argv: Sequence[str]) -> str | None:
+    """The ``--config`` of a hook command line, or ``None``."""
+    path = None
+    for i, arg in enumerate(argv):
+        if arg == "--config" and i + 1 < len(argv):
+            path = argv[i + 1]
+        elif arg.startswith("--config="):
+            path = arg.split("=", 1)[1]
+    return path
 
 
 def _void_hook_exit(argv: Sequence[str]) -> tuple[int | None, bytes]:
@@ -442,6 +584,12 @@ def _void_hook_exit(argv: Sequence[str]) -> tuple[int | None, bytes]:
     the file contains none of :data:`REQUEST_MARKERS` (nor a ``\\u`` escape); importing
     json alone would double the cost of this path. Anything else returns ``(None,
     stdin)``: the full command then parses both files properly and decides.
+
+    The operator's configuration file is read as bytes, once, and parsed only when it
+    may widen the markers (:func:`_config_markers`) or when its bytes cannot tell whether
+    debug logging is on (:func:`ocihook.config.scan_debug_log_file`). With debug logging
+    on, the fast exit leaves one line in the log saying why the container got no GPU;
+    with it off, nothing is opened for logging.
     """
     if "-h" in argv or "--help" in argv:
         return None, b""
@@ -456,31 +604,65 @@ def _void_hook_exit(argv: Sequence[str]) -> tuple[int | None, bytes]:
         return None, stdin
     if b"\\u" in raw or any(marker in raw for marker in REQUEST_MARKERS):
         return None, stdin
-    if _config_markers(argv, raw):
+    from .config import read_config_bytes
+
+    path = _config_arg(argv)
+    try:
+        data = read_config_bytes(path, environ={})
+    except OcihookError:
+        return None, stdin  # let the full command say what is wrong
+    if _config_markers(path, data, raw):
         return None, stdin
+    if data is not None:
+        _log_fast_exit(path, data, stdin, bundle, argv[1])
     return 0, stdin
 
 
-def _config_markers(argv: Sequence[str], raw: bytes) -> bool:
-    """Whether the operator's configuration makes more requests possible (swarm resource
-    names, annotation prefixes, device mounts) and ``raw`` holds one of them. The file is
-    parsed only when it can set those keys at all (:func:`ocihook.config.config_may_set`);
-    a broken file is reported by the full command."""
-    from .config import REQUEST_DETECTION_KEYS, config_may_set, load_config
+def _config_markers(path: str | None, data: bytes | None, raw: bytes) -> bool:
+    """Whether the operator's configuration (``data``, the bytes of the file at ``path``)
+    makes more requests possible (swarm resource names, annotation prefixes, device
+    mounts) and ``raw`` holds one of them. The file is parsed only when it can set those
+    keys at all (:func:`ocihook.config.bytes_may_set`); a broken file is reported by the
+    full command."""
+    from .config import REQUEST_DETECTION_KEYS, bytes_may_set, load_config
 
-    path = None
-    for i, arg in enumerate(argv):
-        if arg == "--config" and i + 1 < len(argv):
-            path = argv[i + 1]
-        elif arg.startswith("--config="):
-            path = arg.split("=", 1)[1]
+    if not bytes_may_set(REQUEST_DETECTION_KEYS, data):
+        return False
     try:
-        if not config_may_set(REQUEST_DETECTION_KEYS, path, environ={}):
-            return False
         markers = load_config(path, environ={}).extra_request_markers()
     except OcihookError:
         return True  # let the full command say what is wrong
     return any(m in raw for m in markers)
+
+
+def _log_fast_exit(path: str | None, data: bytes, stdin: bytes, bundle: str, stage: str) -> None:
+    """Log why a container took the no-GPU fast exit, when the configuration (``data``,
+    the bytes of the file at ``path``) logs at debug level; otherwise do nothing (no file
+    is opened). The configuration is parsed only when its bytes cannot tell."""
+    from .config import scan_debug_log_file
+
+    log_file = scan_debug_log_file(data)
+    if log_file is None:
+        from .config import load_config
+
+        try:
+            cfg = load_config(path, environ={})
+        except OcihookError:
+            return  # the next container that asks for GPUs reports it
+        log_file = cfg.log_file if cfg.log_level == "debug" else ""
+    if not log_file:
+        return
+    from . import log
+
+    log.configure(log_file, "debug", container=_state_string(stdin, b"id") or "?")
+    log.debug(
+        "nothing requested",
+        stage=stage,
+        reason="NVIDIA_VISIBLE_DEVICES unset (config.json holds none of "
+        + ", ".join(m.decode() for m in REQUEST_MARKERS)
+        + ")",
+        bundle=bundle,
+    )
 
 
 def run_fast(argv: Sequence[str], stdin: bytes | None = None) -> int:
@@ -494,6 +676,8 @@ def run_fast(argv: Sequence[str], stdin: bytes | None = None) -> int:
     try:
         if ns.command == "edit":
             return _cmd_edit(ns)
+        if ns.command == "cdi":
+            return _cmd_cdi_generate(ns)
         return _cmd_hook(ns, stdin)
     except OcihookError as e:
         _print_error(e)
@@ -556,7 +740,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if code is not None:
                 return code
             return run_fast(args, stdin)
-        if args and args[0] in FAST_COMMANDS:
+        if args and (args[0] in FAST_COMMANDS or " ".join(args[:2]) in FAST_COMMANDS):
             return run_fast(args)
         from .cli import cli_main
 

@@ -610,21 +610,6 @@ def cdi_list(spec_dirs: tuple[str, ...], as_json: bool) -> None:
         click.echo(name)
 
 
-def _write_output(data: bytes, output: str | None) -> None:
-    """``data`` to standard output, or to ``output`` atomically (mode 0644 for a new file)."""
-    if output is None:
-        sys.stdout.buffer.write(data)
-        sys.stdout.flush()
-        return
-    from .bundle import write_bytes_atomic
-    from .errors import CdiError
-
-    try:
-        write_bytes_atomic(output, data)
-    except OSError as e:
-        raise CdiError(f"cannot write the CDI spec: {e.strerror}", path=output) from None
-
-
 def _spec_format(fmt: str | None, output: str | None) -> str:
     if fmt:
         return fmt
@@ -633,104 +618,13 @@ def _spec_format(fmt: str | None, output: str | None) -> str:
     return "yaml"
 
 
-@cdi.command()
-@_root_options
-@_BACKEND_OPTION
-@click.option(
-    "--vendor",
-    default="nvidia.com",
-    show_default=True,
-    help="Vendor part of the spec's kind (nvidia is taken as nvidia.com); amd or intel "
-    "generate the spec of the host's AMD (amd.com/gpu) or Intel (intel.com/gpu) GPUs.",
-)
-@click.option(
-    "--additional-gids",
-    is_flag=True,
-    help="amd/intel: list the device nodes' groups in additionalGids (needs cdiVersion 0.7.0).",
-)
-@click.option(
-    "--class", "device_class", default="gpu", show_default=True, help="Class part of the kind."
-)
-@click.option(
-    "--device-name-strategy",
-    "strategies",
-    multiple=True,
-    type=click.Choice(["index", "uuid", "type-index"]),
-    help="How devices are named; repeatable (default: index and uuid).",
-)
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["json", "yaml"]),
-    default=None,
-    help="Output format (default: from --output's extension, else yaml).",
-)
-@click.option(
-    "--output",
-    default=None,
-    metavar="PATH",
-    help="Write the spec here, atomically (default: stdout).",
-)
-def generate(
-    config_path: str | None,
-    driver_root: str | None,
-    dev_root: str | None,
-    ldcache: str | None,
-    library_path: tuple[str, ...],
-    gpu_backend: str,
-    vendor: str,
-    device_class: str,
-    strategies: tuple[str, ...],
-    fmt: str | None,
-    output: str | None,
-    additional_gids: bool,
-) -> None:
-    """Generate a CDI spec for the host's NVIDIA GPUs (like nvidia-ctk cdi generate).
+@cdi.command(context_settings=_PASS_THROUGH, add_help_option=False)
+@click.pass_context
+def generate(ctx: click.Context) -> None:
+    """Generate a CDI spec for the host's NVIDIA GPUs (see cdi generate --help)."""
+    from ._main import run_fast
 
-    Devices: each GPU by index and UUID, each MIG device (i:j, MIG-UUID with NVML), and
-    all. Common edits: control nodes, driver libraries, binaries, firmware, IPC sockets and
-    graphics files, and a hook running ocihook's hook create-container. The spec declares
-    the minimum cdiVersion its content needs.
-
-    With --vendor amd or intel: the AMD (ROCm) or Intel GPUs, each by index (Intel also
-    card<N>) and all, with their card and render nodes (and /dev/kfd in the common edits),
-    like amd-ctk cdi generate."""
-    from .cdi.generate import generate_spec, spec_bytes
-    from .discovery.nvidia import discover
-
-    if vendor == "nvidia":
-        vendor = "nvidia.com"
-    drm_vendor = {"amd": "amd", "amd.com": "amd", "intel": "intel", "intel.com": "intel"}
-    if vendor in drm_vendor:
-        from .cdi.generate import generate_drm_spec
-        from .discovery.drm import discover_vendor
-        from .errors import CdiError
-
-        if device_class != "gpu" or strategies not in ((), ("index",)):
-            raise CdiError(
-                "AMD and Intel specs have class gpu and devices named by index",
-                field="--class/--device-name-strategy",
-            )
-        drm_host = discover_vendor(
-            drm_vendor[vendor], _root(driver_root, dev_root, ldcache, library_path, config_path)
-        )
-        drm_spec = generate_drm_spec(drm_host, additional_gids=additional_gids)
-        for w in drm_host.warnings:
-            click.echo(f"ocihook: warning: {w}", err=True)
-        _write_output(spec_bytes(drm_spec, _spec_format(fmt, output)), output)
-        return
-    host = discover(
-        _root(driver_root, dev_root, ldcache, library_path, config_path), gpu_backend=gpu_backend
-    )
-    spec = generate_spec(
-        host,
-        vendor=vendor,
-        device_class=device_class,
-        name_strategies=strategies or ("index", "uuid"),
-    )
-    for w in host.warnings:
-        click.echo(f"ocihook: warning: {w}", err=True)
-    _write_output(spec_bytes(spec, _spec_format(fmt, output)), output)
+    ctx.exit(run_fast(["cdi", "generate", *ctx.args]))
 
 
 @cdi.group()
@@ -765,7 +659,7 @@ def root(
     old: str, new: str, relative_to: str, input_path: str, output: str | None, fmt: str | None
 ) -> None:
     """Replace the root of a spec's paths (a driver under /run/nvidia/driver -> /, ...)."""
-    from .cdi.generate import spec_bytes, transform_root
+    from .cdi.generate import spec_bytes, transform_root, write_spec
     from .cdi.names import CdiError
     from .cdi.spec import load_spec
 
@@ -777,7 +671,7 @@ def root(
         except OSError as e:
             raise CdiError(f"cannot read the CDI spec: {e.strerror}", path=input_path) from None
     spec = transform_root(load_spec(data, path=name), old, new, relative_to=relative_to)
-    _write_output(spec_bytes(spec, _spec_format(fmt, output)), output)
+    write_spec(spec_bytes(spec, _spec_format(fmt, output)), output)
 
 
 def cli_main(args: Sequence[str]) -> int:

@@ -74,6 +74,14 @@ supported-driver-capabilities                           ``"compat32,compute,disp
 disable-require                                         bool, ``false``: skip the
                                                         ``NVIDIA_REQUIRE_*`` checks for every
                                                         container
+cuda-compat                                             ``"ldconfig"`` or ``"disabled"``;
+                                                        ``"ldconfig"``: an image's CUDA forward
+                                                        compatibility libraries
+                                                        (``/usr/local/cuda/compat``) take
+                                                        precedence in its ``ld.so.cache`` when
+                                                        newer than the host driver (their
+                                                        ``.note.cuda.fwd_compatibility`` decides
+                                                        when present); ``"disabled"``: never
 log-file                                                path or ``""``, ``""``: also append the
                                                         hook's messages to this file
 log-level                                               ``"debug"``, ``"info"``, ``"warning"`` or
@@ -110,12 +118,13 @@ nvidia-container-runtime.mode                           ``mode`` (no ``csv``, ``
 nvidia-container-runtime.modes.cdi.spec-dirs            ``cdi-spec-dirs``
 nvidia-container-runtime.modes.cdi.default-kind         ``default-kind``
 nvidia-container-runtime.modes.cdi.annotation-prefixes  ``annotation-prefixes``
+nvidia-container-runtime.modes.legacy.cuda-compat-mode  ``cuda-compat`` (no ``mount``, ``hook``)
 -                                                       ``dev-root``, ``library-path`` (flags of
                                                         ocihook's own)
 ``nvidia-container-cli.path``, ``.environment``,        none: ocihook runs no
 ``.load-kmods``, ``.user``;                             ``nvidia-container-cli``, loads no kernel
-``nvidia-container-runtime.runtimes``, ``.modes.csv``,  module and wraps no runtime
-``.modes.legacy``; ``nvidia-container-runtime-hook``,
+``nvidia-container-runtime.runtimes``, ``.modes.csv``;  module and wraps no runtime
+``nvidia-container-runtime-hook``,
 ``nvidia-ctk``, ``features``
 ======================================================  ============================================
 
@@ -144,6 +153,7 @@ if TYPE_CHECKING:
 
     Mode = Literal["auto", "legacy", "cdi"]
     LogLevel = Literal["debug", "info", "warning", "error"]
+    CudaCompatMode = Literal["ldconfig", "disabled"]
 
 __all__ = [
     "DEFAULT_PATH",
@@ -152,11 +162,14 @@ __all__ = [
     "REQUEST_DETECTION_KEYS",
     "Config",
     "ConfigError",
+    "bytes_may_set",
     "config_from_dict",
     "config_may_set",
     "load_config",
     "load_schema",
+    "read_config_bytes",
     "resolve_config_path",
+    "scan_debug_log_file",
 ]
 
 #: The file read when neither ``--config`` nor ``OCIHOOK_CONFIG`` names one.
@@ -168,6 +181,7 @@ MAX_SIZE = 1 << 20
 
 MODES = ("auto", "legacy", "cdi")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+CUDA_COMPAT_MODES = ("ldconfig", "disabled")
 #: The driver capability names (``ocihook.request.ALL_CAPABILITIES``, sorted).
 CAPABILITIES = ("compat32", "compute", "display", "graphics", "ngx", "utility", "video")
 #: Where ``accept-nvidia-visible-devices-as-volume-mounts`` reads requests from.
@@ -377,6 +391,14 @@ KEYS: dict[str, tuple[str, Callable[[str, object], None]]] = {
     "swarm-resource": ("swarm_resource", _check_swarm_resource),
     "supported-driver-capabilities": ("supported_driver_capabilities", _check_capabilities),
     "disable-require": ("disable_require", _check_bool),
+    "cuda-compat": (
+        "cuda_compat",
+        _check_enum(
+            CUDA_COMPAT_MODES,
+            " (the toolkit's mount and hook modes are not supported: image files are never "
+            "mounted over host paths)",
+        ),
+    ),
     "log-file": ("log_file", _check_path_or_empty),
     "log-level": ("log_level", _check_enum(LOG_LEVELS)),
 }
@@ -400,6 +422,7 @@ TOOLKIT_KEYS: dict[str, str | None] = {
     "nvidia-container-runtime.modes.cdi.spec-dirs": "cdi-spec-dirs",
     "nvidia-container-runtime.modes.cdi.default-kind": "default-kind",
     "nvidia-container-runtime.modes.cdi.annotation-prefixes": "annotation-prefixes",
+    "nvidia-container-runtime.modes.legacy.cuda-compat-mode": "cuda-compat",
 }
 TOOLKIT_SECTIONS = (
     "nvidia-container-cli",
@@ -510,6 +533,7 @@ class Config(Record):
     swarm_resource: str = ""
     supported_driver_capabilities: str = ",".join(CAPABILITIES)
     disable_require: bool = False
+    cuda_compat: CudaCompatMode = "ldconfig"
     log_file: str = ""
     log_level: LogLevel = "info"
     source: str | None = None
@@ -717,6 +741,81 @@ def load_config(path: str | None = None, *, environ: Mapping[str, str] | None = 
     return config_from_dict(_parse(data, shown), source=shown)
 
 
+def read_config_bytes(
+    path: str | None = None, *, environ: Mapping[str, str] | None = None
+) -> bytes | None:
+    """The raw bytes of the file :func:`load_config` would read (see
+    :func:`resolve_config_path`), unparsed; ``None`` when the default file is missing.
+
+    Raises:
+        ConfigError: a named file is missing; any file is unreadable, not a regular file,
+            or larger than :data:`MAX_SIZE`.
+    """
+    file, origin = resolve_config_path(path, environ=environ)
+    return _read(file, origin)
+
+
+def bytes_may_set(keys: Iterable[str], data: bytes | None) -> bool:
+    """:func:`config_may_set` on bytes already read (``None``: no file)."""
+    if data is None:
+        return False
+    return b"\\" in data or any(k.encode() in data for k in keys)
+
+
+def scan_debug_log_file(data: bytes | None) -> str | None:
+    """The ``log-file`` that receives debug records, decided from the file's bytes without
+    parsing TOML (which costs more than a no-GPU hook start): ``""`` when certainly none
+    (no file; no ``log-file`` key or no ``debug`` in the bytes; ``log-level`` not
+    ``"debug"``; ``log-file`` empty), the path when the file sets both keys on plain lines
+    (``log-file = "/var/log/ocihook.log"``, ``log-level = 'debug'``, comments allowed),
+    ``None`` when the bytes are too unusual to tell (escapes, multi-line strings,
+    sections, a key on another kind of line, a key twice, a path that is not absolute):
+    then the caller calls :func:`load_config`, which also reports what is wrong.
+
+    For the no-GPU fast exit of ``ocihook hook``: it logs why a container got no GPU only
+    when this says so, at no cost when logging is off.
+    """
+    if data is None:
+        return ""
+    if b"\\" in data:
+        return None
+    if b"debug" not in data or b"log-file" not in data:
+        return ""
+    if b"'''" in data or b'"""' in data:
+        return None
+    found: dict[bytes, bytes] = {}
+    for line in data.splitlines():
+        line = line.strip()
+        if line.startswith(b"["):
+            return None
+        if (b"log-file" not in line and b"log-level" not in line) or line.startswith(b"#"):
+            continue
+        key, _eq, rest = line.partition(b"=")
+        key, rest = key.strip(), rest.strip()
+        quote = rest[:1]
+        end = rest.find(quote, 1) if quote in (b'"', b"'") else -1
+        tail = rest[end + 1 :].strip() if end > 0 else b""
+        if end < 0 or key not in (b"log-file", b"log-level") or key in found:
+            return None
+        if tail and not tail.startswith(b"#"):
+            return None
+        value = rest[1:end]
+        if any((c < 0x20 and c != 0x09) or c == 0x7F for c in value):
+            return None
+        found[key] = value
+    if found.get(b"log-level", b"info") != b"debug":
+        return ""
+    path = found.get(b"log-file", b"")
+    if not path:
+        return ""
+    if not path.startswith(b"/"):
+        return None
+    try:
+        return path.decode()
+    except UnicodeDecodeError:
+        return None
+
+
 def config_may_set(
     keys: Iterable[str],
     path: str | None = None,
@@ -733,14 +832,11 @@ def config_may_set(
     unreadable, so that the error is reported there. Such a fast exit does not report a
     malformed file; the next container that asks for GPUs does.
     """
-    file, origin = resolve_config_path(path, environ=environ)
     try:
-        data = _read(file, origin)
+        data = read_config_bytes(path, environ=environ)
     except ConfigError:
         return True
-    if data is None:
-        return False
-    return b"\\" in data or any(k.encode() in data for k in keys)
+    return bytes_may_set(keys, data)
 
 
 def load_schema() -> dict[str, Any]:

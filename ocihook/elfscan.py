@@ -6,7 +6,11 @@ reads them here from the program headers (System V gABI, "Program Header", "Note
 Section", "Dynamic Section"; glibc ``elf/elf.h`` for the GNU ABI note):
 
 * :func:`abi_tag` — the ``NT_GNU_ABI_TAG`` note (libnvidia-tls must say Linux 2.3.99);
-* :func:`dynamic_names` — DT_SONAME and the DT_NEEDED list.
+* :func:`dynamic_names` — DT_SONAME and the DT_NEEDED list;
+* :func:`cuda_compat_note` — the ``.note.cuda.fwd_compatibility`` section of a CUDA
+  forward-compatibility ``libcuda.so`` (found through the section headers, as the NVIDIA
+  Container Toolkit's ``nvidia-cdi-hook cuda-compat`` finds it), parsed by
+  :func:`parse_cuda_compat_note`.
 
 Every offset, size and count is bounded by the bytes read; a malformed file gives
 ``None`` (or empty results), never an exception. The tests check both functions against
@@ -18,7 +22,15 @@ from __future__ import annotations
 
 import struct
 
-__all__ = ["ELF_MACHINE_NAMES", "abi_tag", "dynamic_names", "identify"]
+__all__ = [
+    "ELF_MACHINE_NAMES",
+    "CudaCompatNote",
+    "abi_tag",
+    "cuda_compat_note",
+    "dynamic_names",
+    "identify",
+    "parse_cuda_compat_note",
+]
 
 #: e_machine numbers of the machines ocihook knows, by the names pyelftools and
 #: :func:`ocihook.ldcache.abi_flags` use (System V gABI).
@@ -198,3 +210,207 @@ def dynamic_names(path: str | int) -> tuple[str | None, tuple[str, ...]] | None:
             if text is not None:
                 needed.append(text)
     return soname, tuple(needed)
+
+
+# --- CUDA forward compatibility note -------------------------------------------------------
+#
+# NVIDIA's forward-compatibility ``libcuda.so.<version>`` (the ``cuda-compat-*`` packages,
+# installed in images at /usr/local/cuda/compat) carries a note section named
+# ``.note.cuda.fwd_compatibility`` (SHT_NOTE). Its one note has the owner ``"NVIDIA
+# Corporation"`` and a JSON object as descriptor, e.g. for libcuda.so.575.57.08::
+#
+#     {"Format": 1, "CUDA Version": "12.9", "Driver": [535, 550, 560, 565, 570, 575],
+#      "Device": [1, 2, 7, 8, 9, 10, 11, 12, 13, 14]}
+#
+# "Driver" lists the kernel driver branches the library can run on, "CUDA Version" is the
+# CUDA version it provides. (Facts read from the NVIDIA Container Toolkit's
+# cmd/nvidia-cdi-hook/cudacompat and its tests; the note type is not checked there either,
+# and the NUL padding around name and descriptor is ignored.)
+
+CUDA_COMPAT_SECTION = b".note.cuda.fwd_compatibility"
+CUDA_COMPAT_OWNER = b"NVIDIA Corporation"
+SHT_NOTE = 7
+#: The most bytes of the note section read: the real one is about 150 bytes.
+MAX_CUDA_COMPAT_NOTE = 64 << 10
+#: The most section headers looked at; real libraries have about 30.
+MAX_SECTIONS = 4096
+
+
+class CudaCompatNote:
+    """The parsed ``.note.cuda.fwd_compatibility`` descriptor.
+
+    Attributes:
+        format: the ``Format`` number (1 in every known library).
+        cuda_version: ``(major, minor)`` of ``"CUDA Version"``, or ``None`` when absent.
+        drivers: the kernel driver branches (``Driver``) the library supports, e.g.
+            ``(535, 550, 570)``; empty when absent.
+        devices: the ``Device`` list as written (not used by ocihook).
+    """
+
+    __slots__ = ("cuda_version", "devices", "drivers", "format")
+
+    def __init__(
+        self,
+        format: int,
+        cuda_version: tuple[int, int] | None,
+        drivers: tuple[int, ...],
+        devices: tuple[int, ...],
+    ) -> None:
+        self.format = format
+        self.cuda_version = cuda_version
+        self.drivers = drivers
+        self.devices = devices
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CudaCompatNote):
+            return NotImplemented
+        return (self.format, self.cuda_version, self.drivers, self.devices) == (
+            other.format,
+            other.cuda_version,
+            other.drivers,
+            other.devices,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.format, self.cuda_version, self.drivers, self.devices))
+
+    def __repr__(self) -> str:
+        return (
+            f"CudaCompatNote(format={self.format}, cuda_version={self.cuda_version}, "
+            f"drivers={self.drivers}, devices={self.devices})"
+        )
+
+
+def _int_list(value: object) -> tuple[int, ...] | None:
+    if not isinstance(value, list) or len(value) > 1024:
+        return None
+    if not all(type(v) is int and 0 <= v < 1 << 32 for v in value):
+        return None
+    return tuple(value)
+
+
+def parse_cuda_compat_note(data: bytes, order: str = "<", align: int = 4) -> CudaCompatNote | None:
+    """Parse the contents of a ``.note.cuda.fwd_compatibility`` section.
+
+    Args:
+        data: the section's bytes (at most :data:`MAX_CUDA_COMPAT_NOTE` are looked at).
+        order: ``struct`` byte order of the file, ``"<"`` or ``">"``.
+        align: the section's ``sh_addralign``; name and descriptor are padded to 8 bytes
+            when it is 8, else to 4 (gABI "Note Section").
+
+    Returns:
+        The first note owned by ``NVIDIA Corporation`` whose descriptor is a JSON object
+        with an integer ``Format``, a ``"CUDA Version"`` of the form ``"M.m"`` (or none)
+        and ``Driver``/``Device`` lists of integers (or none); ``None`` for anything else —
+        a truncated header, sizes that run past the data, another owner, text that is not
+        UTF-8 JSON, wrong types. Never raises: the bytes come from a container image.
+    """
+    import json
+
+    if order not in ("<", ">") or not isinstance(data, bytes | bytearray):
+        return None
+    data = bytes(data[:MAX_CUDA_COMPAT_NOTE])
+    pad = 8 if align == 8 else 4
+    off, end = 0, len(data)
+    while off + 12 <= end:
+        namesz, descsz, _type = struct.unpack_from(order + "III", data, off)
+        name_at = off + 12
+        desc_at = name_at + -(-namesz // pad) * pad
+        nxt = desc_at + -(-descsz // pad) * pad
+        if desc_at + descsz > end or namesz > end or descsz > end:
+            return None
+        if data[name_at : name_at + namesz].rstrip(b"\0") == CUDA_COMPAT_OWNER:
+            raw = data[desc_at : desc_at + descsz].strip(b"\0")
+            try:
+                doc = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError, RecursionError):
+                return None
+            return _compat_from_json(doc)
+        if nxt <= off:
+            return None
+        off = nxt
+    return None
+
+
+def _compat_from_json(doc: object) -> CudaCompatNote | None:
+    if not isinstance(doc, dict):
+        return None
+    fmt = doc.get("Format", 0)
+    if type(fmt) is not int:
+        return None
+    cuda: tuple[int, int] | None = None
+    text = doc.get("CUDA Version")
+    if text is not None:
+        if not isinstance(text, str):
+            return None
+        major, dot, minor = text.partition(".")
+        ok = dot and major.isascii() and minor.isascii() and major.isdigit() and minor.isdigit()
+        if not ok or len(text) > 16:
+            return None
+        cuda = (int(major), int(minor))
+    drivers = _int_list(doc.get("Driver", []))
+    devices = _int_list(doc.get("Device", []))
+    if drivers is None or devices is None:
+        return None
+    return CudaCompatNote(fmt, cuda, drivers, devices)
+
+
+def cuda_compat_note(path: str | int) -> CudaCompatNote | None:
+    """The CUDA forward-compatibility note of the ELF file at ``path`` (a host path or an
+    open descriptor, not closed here), or ``None`` when the file is not a readable ELF
+    file, has no ``.note.cuda.fwd_compatibility`` section of type SHT_NOTE, or the note is
+    malformed (:func:`parse_cuda_compat_note`).
+
+    Reads the ELF header, the section headers (at most :data:`MAX_SECTIONS`, extended
+    numbering of gABI "Sections" honoured), the section name table and the note (at most
+    :data:`MAX_CUDA_COMPAT_NOTE` bytes), each with one bounded ``pread``; never raises.
+    """
+    f = _File(path)
+    try:
+        head = f.read(0, 64)
+        if len(head) < 52 or head[:4] != b"\x7fELF" or head[4] not in (1, 2):
+            return None
+        if head[5] not in (1, 2):
+            return None
+        e = "<" if head[5] == 1 else ">"
+        if head[4] == 2:
+            if len(head) < 64:
+                return None
+            (shoff,) = struct.unpack_from(e + "Q", head, 40)
+            shentsize, shnum, shstrndx = struct.unpack_from(e + "HHH", head, 58)
+            sh = struct.Struct(
+                e + "IIQQQQIIQQ"
+            )  # name type flags addr offset size link info align entsize
+        else:
+            (shoff,) = struct.unpack_from(e + "I", head, 32)
+            shentsize, shnum, shstrndx = struct.unpack_from(e + "HHH", head, 46)
+            sh = struct.Struct(e + "IIIIIIIIII")
+        if shoff == 0 or shentsize < sh.size:
+            return None
+        first = f.read(shoff, sh.size)
+        if len(first) < sh.size:
+            return None
+        zero = sh.unpack(first)
+        if shnum == 0:  # extended numbering: the count is section 0's sh_size
+            shnum = zero[5]
+        if shstrndx == 0xFFFF:  # SHN_XINDEX: the index is section 0's sh_link
+            shstrndx = zero[6]
+        if not 0 < shnum <= MAX_SECTIONS or shstrndx >= shnum:
+            return None
+        table = f.read(shoff, shentsize * shnum)
+        if len(table) < shentsize * shnum:
+            return None
+        headers = [sh.unpack_from(table, i * shentsize) for i in range(shnum)]
+        strtab = headers[shstrndx]
+        names = f.read(strtab[4], min(strtab[5], MAX_CUDA_COMPAT_NOTE))
+        for h in headers:
+            if h[1] != SHT_NOTE:
+                continue
+            start = h[0]
+            if names[start : start + len(CUDA_COMPAT_SECTION) + 1] != CUDA_COMPAT_SECTION + b"\0":
+                continue
+            data = f.read(h[4], min(h[5], MAX_CUDA_COMPAT_NOTE))
+            return parse_cuda_compat_note(data, e, h[8])
+        return None
+    finally:
+        f.close()

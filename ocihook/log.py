@@ -6,6 +6,11 @@ the ``log-file`` setting (:mod:`ocihook.config`). Lines look like::
 
     2026-12-01T00:15:16Z debug pid=4242 container=c1 request kind=list devices=3 source=process.env
 
+Containers that ask for no GPU leave ``ocihook hook`` through a fast exit that parses
+neither JSON nor TOML; it logs its one line (``nothing requested ... reason=...``) only when
+:func:`ocihook.config.scan_debug_log_file` finds debug logging on from the configuration
+file's bytes, and opens nothing for logging otherwise.
+
 Records below the configured level (``debug`` < ``info`` < ``warning`` < ``error``) cost a
 comparison. The file is opened in append mode for each line (``O_APPEND``: lines of
 concurrent hooks do not interleave within a line), so nothing is held open between

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from .discovery.drm import DrmHost
     from .discovery.gpus import HostDeviceNode
     from .discovery.nvidia import NvidiaHost
+    from .elfscan import CudaCompatNote
     from .request import DrmRequest
 
 __all__ = [
@@ -163,15 +164,75 @@ class ProcMask(Record):
     gpu_dirs: tuple[str, ...] = ()
 
 
+def _version_tuple(text: str) -> tuple[int, ...] | None:
+    """``"550.127.05"`` -> ``(550, 127, 5)``; ``None`` unless dot-separated decimal numbers
+    (at least two, as driver and CUDA versions are written)."""
+    parts = text.split(".")
+    if len(parts) < 2 or len(parts) > 4 or len(text) > 32:
+        return None
+    if not all(p.isascii() and p.isdigit() for p in parts):
+        return None
+    return tuple(int(p) for p in parts)
+
+
 class CudaCompat(Record):
-    """CUDA forward compatibility (NVIDIA's ``cuda-compat`` packages in the image): when the
-    image's ``directory`` holds a ``libcuda.so.<version>`` of a newer driver branch than
-    the host's (``host_major``), the libraries there take precedence in the container's
-    ``ld.so.cache``. Image files are only read (never mounted over host paths, never run).
+    """CUDA forward compatibility (NVIDIA's ``cuda-compat`` packages in the image): the
+    libraries in the image's ``directory`` take precedence in the container's
+    ``ld.so.cache`` when :meth:`decide` says the image's ``libcuda.so.<version>`` is newer
+    than what the host's kernel driver provides. Image files are only read (never mounted
+    over host paths, never run).
+
+    Attributes:
+        directory: the image's compat directory.
+        host_major: the host driver's branch (``550``).
+        host_driver: the host driver's version (``"550.127.05"``), or ``""`` when only the
+            branch is known (a hook registered by an older ocihook).
+        host_cuda: the CUDA version the host driver supports (``"12.4"``, from NVML), or
+            ``""`` when unknown.
     """
 
     directory: str = "/usr/local/cuda/compat"
     host_major: int = 0
+    host_driver: str = ""
+    host_cuda: str = ""
+
+    def decide(self, compat_version: str, note: CudaCompatNote | None) -> tuple[bool, str]:
+        """Whether the image's compat ``libcuda.so.<compat_version>`` is to be used, and
+        why (one phrase, for the log).
+
+        The rule, in order (NVIDIA CUDA compatibility guide, "Forward Compatibility"; the
+        note's use as in the NVIDIA Container Toolkit's ``nvidia-cdi-hook cuda-compat``):
+
+        1. the library's ``.note.cuda.fwd_compatibility`` lists the kernel driver branches
+           it runs on (``Driver``) and the host's driver version is known: used when the
+           host's branch is listed and the compat version is newer than the host's
+           (``575.57.08`` on ``570.211.01`` or on ``575.10.10``: yes; on ``575.57.08``,
+           ``575.99.99`` or ``580.x``: no);
+        2. the note gives a ``CUDA Version`` and the host's is known: used when the note's
+           is newer;
+        3. otherwise (no note, a malformed one, or nothing to compare): the file-name rule,
+           used when the compat driver's branch is greater than the host's.
+        """
+        compat = _version_tuple(compat_version)
+        host = _version_tuple(self.host_driver) if self.host_driver else None
+        if note is not None and note.drivers and host is not None and compat is not None:
+            if host[0] not in note.drivers:
+                return False, f"note: host branch {host[0]} not among {list(note.drivers)}"
+            if compat <= host:
+                return False, f"note: compat {compat_version} not newer than {self.host_driver}"
+            return True, f"note: host branch {host[0]} supported, compat {compat_version} newer"
+        cuda = _version_tuple(self.host_cuda) if self.host_cuda else None
+        if note is not None and note.cuda_version is not None and cuda is not None:
+            ours = ".".join(map(str, note.cuda_version))
+            if note.cuda_version > cuda[:2]:
+                return True, f"note: CUDA {ours} newer than host CUDA {self.host_cuda}"
+            return False, f"note: CUDA {ours} not newer than host CUDA {self.host_cuda}"
+        if compat is None:
+            return False, f"no driver version in libcuda.so.{compat_version}"
+        why = "no usable note" if note is None else "note gives nothing to compare"
+        if compat[0] > self.host_major:
+            return True, f"{why}: compat branch {compat[0]} > host branch {self.host_major}"
+        return False, f"{why}: compat branch {compat[0]} <= host branch {self.host_major}"
 
 
 class ContainerEdits(Record):
@@ -323,7 +384,12 @@ class Plan(Record):
                 else {"hostDir": e.proc_mask.host_dir, "gpuDirs": list(e.proc_mask.gpu_dirs)},
                 "cudaCompat": None
                 if e.cuda_compat is None
-                else {"dir": e.cuda_compat.directory, "hostMajor": e.cuda_compat.host_major},
+                else {
+                    "dir": e.cuda_compat.directory,
+                    "hostMajor": e.cuda_compat.host_major,
+                    "hostDriver": e.cuda_compat.host_driver,
+                    "hostCuda": e.cuda_compat.host_cuda,
+                },
             },
             "warnings": list(self.warnings),
         }
@@ -468,7 +534,11 @@ def make_plan(
         symlinks=tuple(links),
         ldcache_libraries=tuple(ld_libs),
         proc_mask=proc_mask,
-        cuda_compat=CudaCompat(host_major=int(host.driver_version.split(".")[0]))
+        cuda_compat=CudaCompat(
+            host_major=int(host.driver_version.split(".")[0]),
+            host_driver=host.driver_version,
+            host_cuda=host.cuda_version or "",
+        )
         if "compute" in capabilities and cuda_compat
         else None,
     )

@@ -21,7 +21,7 @@ toolkit. Parsing is pure: no file or host access.
 from __future__ import annotations
 
 from ._record import Record
-from .errors import RequestError
+from .errors import OcihookError, RequestError
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
 if TYPE_CHECKING:
@@ -54,6 +54,7 @@ __all__ = [
     "select_devices",
     "select_drm_gpus",
     "select_gpus",
+    "void_reason",
 ]
 
 ENV_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
@@ -186,9 +187,11 @@ def request_from_env(env: Mapping[str, str], *, source: str = "process.env") -> 
         field_name=f"{source}[{ENV_DRIVER_CAPABILITIES}]",
     )
     lowered = [s.lower() for s in items]
-    from .requirements import requirements_from_env
+    reqs: tuple[tuple[str, Any], ...] = ()
+    if env.get("CUDA_VERSION") or any(k.startswith("NVIDIA_REQUIRE_") for k in env):
+        from .requirements import requirements_from_env  # 1.5 ms: only when needed
 
-    reqs = tuple(requirements_from_env(env, source=source))
+        reqs = tuple(requirements_from_env(env, source=source))
     if "all" in lowered:
         return Request(kind="all", capabilities=capabilities, source=source, requirements=reqs)
     if lowered == ["none"]:
@@ -359,6 +362,28 @@ def _devices_from_mounts(config: Mapping[str, Any]) -> list[str]:
 
 def _flag(env: Mapping[str, str], name: str) -> bool:
     return env.get(name, "").strip().lower() == "enabled"
+
+
+def void_reason(request: Request, config: Mapping[str, Any]) -> str:
+    """Why ``request`` (void, from :func:`request_from_spec` on ``config``) asks for no
+    GPU, for the operator's log: ``"NVIDIA_VISIBLE_DEVICES=void"``, ``"... unset"``,
+    ``"... empty"``, or the unprivileged policy. Never raises."""
+    if "unprivileged" in request.source:
+        return (
+            "NVIDIA_VISIBLE_DEVICES ignored: unprivileged container and "
+            "accept-nvidia-visible-devices-envvar-when-unprivileged = false"
+        )
+    try:
+        env = env_from_spec(config)
+    except OcihookError:
+        env = {}
+    var = ENV_VISIBLE_DEVICES if request.source in ("process.env", "mounts") else request.source
+    raw = env.get(var)
+    if raw is None:
+        return f"{var} unset"
+    if not raw.strip(" ,"):
+        return f"{var} empty"
+    return f"{var}={raw}"
 
 
 def request_from_spec(

@@ -10,7 +10,10 @@ EXPECTED = {
     "EXIT_CODES",
     "ApplyError",
     "Bundle",
+    "CdiError",
     "CgroupRule",
+    "Config",
+    "ConfigError",
     "ContainerEdits",
     "ContainerLayout",
     "DeviceNode",
@@ -25,6 +28,7 @@ EXPECTED = {
     "Mount",
     "NvidiaHost",
     "OcihookError",
+    "Options",
     "Plan",
     "Request",
     "RequestError",
@@ -40,6 +44,7 @@ EXPECTED = {
     "hook_command",
     "inject",
     "load_bundle",
+    "load_config",
     "make_plan",
     "parse_state",
     "request_from_env",
@@ -97,3 +102,50 @@ def test_spec_mode_path_avoids_heavy_modules() -> None:
         {"click", "jsonschema", "yaml", "elftools", "dataclasses", "typing", "argparse", "tempfile"}
         & loaded
     )
+
+
+CDI_EXPECTED = {
+    "ANNOTATION_PREFIX",
+    "DEFAULT_SPEC_DIRS",
+    "HOOK_NAMES",
+    "KNOWN_VERSIONS",
+    "CdiError",
+    "ContainerEdits",
+    "Device",
+    "DeviceNode",
+    "Hook",
+    "IntelRdt",
+    "Mount",
+    "NetDevice",
+    "Registry",
+    "RegistryDevice",
+    "Spec",
+    "annotation_key",
+    "annotation_value",
+    "generate_spec",
+    "inject_devices",
+    "is_qualified_name",
+    "load_spec",
+    "minimum_version",
+    "parse_annotations",
+    "parse_qualified_name",
+    "qualified_name",
+    "spec_bytes",
+    "spec_from_dict",
+    "transform_root",
+    "validate_class",
+    "validate_device_name",
+    "validate_spec",
+    "validate_vendor",
+    "write_spec",
+}
+
+
+def test_cdi_public_names() -> None:
+    import ocihook.cdi as cdi
+
+    assert set(cdi.__all__) == CDI_EXPECTED
+    for name in cdi.__all__:
+        value = getattr(cdi, name)
+        if callable(value):
+            assert value.__doc__, f"ocihook.cdi.{name} has no docstring"

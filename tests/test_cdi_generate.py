@@ -132,8 +132,8 @@ def test_common_edits(host: NvidiaHost, spec: Spec) -> None:
     assert f"{cdir}/libcuda.so.1" in [args[i + 1] for i, a in enumerate(args) if a == "--lib"]
     assert args[args.index("--mask-proc") + 1] == host.root.proc("driver/nvidia")
     assert "--proc-gpus-from-devices" in args
-    major = host.driver_version.split(".")[0]
-    assert args[args.index("--cuda-compat") + 1] == f"/usr/local/cuda/compat::{major}"
+    compat = f"/usr/local/cuda/compat::{host.driver_version}"
+    assert args[args.index("--cuda-compat") + 1] == compat
 
 
 def test_realistic_host_files(realistic: dict[str, Any]) -> None:
@@ -353,3 +353,16 @@ def test_gpu_dirs_of_devices(sim: Any, host: NvidiaHost) -> None:
     assert got == tuple(sorted(os.path.basename(g.proc_dir) for g in (g0, g3)))
     assert gpu_dirs_of_devices(proc, {}) == ()
     assert gpu_dirs_of_devices(str(Path(proc) / "missing"), config) == ()
+
+
+def test_generate_skips_click_and_yaml_for_json(sim: Any, tmp_path: Path) -> None:
+    """``cdi generate`` runs at boot and on every driver change: it is a fast command (no
+    click, jsonschema or pyelftools), and JSON output does not import PyYAML."""
+    from conftest import modules_after
+
+    out = tmp_path / "nvidia.json"
+    argv = ["cdi", "generate", "--driver-root", sim.root, "--dev-root", sim.root]
+    argv += ["--output", str(out)]
+    loaded = modules_after(f"from ocihook._main import main; main({argv!r})")
+    assert json.loads(out.read_text())["kind"] == "nvidia.com/gpu"
+    assert not {"click", "jsonschema", "yaml", "elftools"} & loaded

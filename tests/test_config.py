@@ -304,6 +304,8 @@ BAD: list[tuple[str, str, str, Any]] = [
     ),
     ("supported-driver-capabilities", '["compute"]', "supported-driver-capabilities", ["compute"]),
     ("disable-require", '"false"', "disable-require", "false"),
+    ("cuda-compat", '"mount"', "cuda-compat", "mount"),
+    ("cuda-compat", "false", "cuda-compat", False),
     ("log-file", '"ocihook.log"', "log-file", "ocihook.log"),
     ("log-file", "1", "log-file", 1),
     ("log-level", '"warn"', "log-level", "warn"),

@@ -108,6 +108,20 @@ def test_disable_require_and_capabilities(sim: simhost.SimulatedHost, tmp_path: 
     assert "libnvidia-ml.so" in relaxed.stdout and "libcuda.so" not in relaxed.stdout
 
 
+def test_cuda_compat_disabled(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
+    """``cuda-compat = "disabled"`` drops the ``--cuda-compat`` argument of the
+    createContainer hook that spec mode registers; the default passes the host driver."""
+    roots = f'driver-root = "{sim.root}"\ndev-root = "{sim.root}"\n'
+    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
+    argv = ("edit", "-b", bundle, "--dry-run", "--diff", "--config")
+    default = _cli(*argv, _conf(tmp_path, roots))
+    assert default.returncode == 0, default.stderr
+    assert f'"/usr/local/cuda/compat::{sim.driver_version}"' in default.stdout
+    off = _cli(*argv, _conf(tmp_path, roots + 'cuda-compat = "disabled"\n'))
+    assert off.returncode == 0, off.stderr
+    assert "--cuda-compat" not in off.stdout and "libcuda.so" in off.stdout
+
+
 def test_log_file_records_the_decisions(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
     log = tmp_path / "ocihook.log"
     conf = _conf(

@@ -260,26 +260,45 @@ def test_mig_device(sim: Any, bundle_factory: Callable[..., str], tmp_path: Any,
 
 
 @pytest.mark.parametrize("mode", ["spec", "hook"])
-@pytest.mark.parametrize(("compat_version", "used"), [("560.35.03", True), ("545.23.08", False)])
+@pytest.mark.parametrize(
+    ("compat_version", "note_drivers", "used"),
+    [
+        ("560.35.03", None, True),
+        ("545.23.08", None, False),
+        # with a .note.cuda.fwd_compatibility, its driver branches decide
+        ("550.200.01", [535, 550], True),
+        ("560.35.03", [560, 565], False),
+    ],
+)
 def test_cuda_forward_compat(
     sim: Any,
     bundle_factory: Callable[..., str],
     tmp_path: Any,
     mode: str,
     compat_version: str,
+    note_drivers: list[int] | None,
     used: bool,
 ) -> None:
     """An image with /usr/local/cuda/compat: its libcuda takes precedence in the
-    container's ld.so.cache only when it is of a newer driver branch than the host's
-    (550 here); nothing of the image is mounted or run."""
+    container's ld.so.cache only when it is newer than the host's 550.127.05 — by its
+    ``.note.cuda.fwd_compatibility`` (host branch listed, newer version) when it has one,
+    else by a newer driver branch in its file name; nothing of the image is mounted or run."""
     need_root_and("runc", "ldconfig")
-    from ocihook._elfwrite import make_shared_object
+    import json
+
+    from ocihook._elfwrite import make_shared_object, pack_note
 
     bundle = bundle_factory(["sh", "-c", "exit 0"], ["NVIDIA_VISIBLE_DEVICES=0"])
     compat = os.path.join(bundle, "rootfs/usr/local/cuda/compat")
     os.makedirs(compat)
+    notes = []
+    if note_drivers is not None:
+        desc = json.dumps({"Format": 1, "CUDA Version": "12.6", "Driver": note_drivers})
+        notes.append(
+            (".note.cuda.fwd_compatibility", pack_note(b"NVIDIA Corporation", 1, desc.encode()))
+        )
     with open(os.path.join(compat, f"libcuda.so.{compat_version}"), "wb") as f:
-        f.write(make_shared_object("libcuda.so.1"))
+        f.write(make_shared_object("libcuda.so.1", note_sections=notes))
     os.symlink(f"libcuda.so.{compat_version}", os.path.join(compat, "libcuda.so.1"))
     if mode == "spec":
         assert edit_bundle(bundle, HostRoot.single(sim.root)).written

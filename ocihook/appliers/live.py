@@ -310,14 +310,21 @@ MAX_COMPAT_LIBRARIES = 64
 
 def cuda_compat_entries(root_fd: int, compat: CudaCompat) -> list[ldcache.CacheEntry]:
     """``ld.so.cache`` entries for the image's CUDA forward-compatibility libraries, when
-    its ``libcuda.so.<version>`` is of a newer driver branch than the host's (NVIDIA CUDA
-    compatibility guide: forward compatibility needs a newer user-mode driver than the
-    kernel one). Empty otherwise. Each entry names the soname link when the image has
-    one, else the file.
+    :meth:`CudaCompat.decide <ocihook.plan.CudaCompat.decide>` says its newest
+    ``libcuda.so.<version>`` is to be used (NVIDIA CUDA compatibility guide: forward
+    compatibility needs a newer user-mode driver than the kernel one). Empty otherwise.
+    Each entry names the soname link when the image has one, else the file.
+
+    The decision reads the library's ``.note.cuda.fwd_compatibility`` note when it has one
+    (:func:`ocihook.elfscan.cuda_compat_note`: bounded reads of a regular file opened
+    inside the rootfs, links resolved within it) and falls back to the version in the file
+    name when the note is missing or malformed. The decision is logged at debug level.
     """
     import stat
 
-    from .. import pathsafe
+    from .. import log, pathsafe
+    from ..elfscan import cuda_compat_note
+    from ..plan import _version_tuple
 
     try:
         dir_fd = pathsafe.open_in_root(
@@ -334,13 +341,36 @@ def cuda_compat_entries(root_fd: int, compat: CudaCompat) -> list[ldcache.CacheE
         }
     finally:
         os.close(dir_fd)
-    newest = 0
+    versions = {}
     for n in regular:
-        version = n[len("libcuda.so.") :] if n.startswith("libcuda.so.") else ""
-        head = version.split(".")[0]
-        if version.count(".") >= 1 and head.isascii() and head.isdigit():
-            newest = max(newest, int(head))
-    if newest <= compat.host_major:
+        if n.startswith("libcuda.so."):
+            parsed = _version_tuple(n[len("libcuda.so.") :])
+            if parsed is not None:
+                versions[n] = parsed
+    if not versions:
+        log.debug(
+            "cuda compat: not used", reason="no libcuda.so.<version> file", dir=compat.directory
+        )
+        return []
+    newest = max(versions, key=lambda n: (versions[n], n))
+    note = None
+    try:
+        fd = _open_regular(root_fd, f"{compat.directory}/{newest}")
+    except ApplyError:
+        fd = None
+    if fd is not None:
+        try:
+            note = cuda_compat_note(fd)
+        finally:
+            os.close(fd)
+    used, why = compat.decide(newest[len("libcuda.so.") :], note)
+    log.debug(
+        "cuda compat: " + ("used" if used else "not used"),
+        reason=why,
+        library=f"{compat.directory}/{newest}",
+        host_driver=compat.host_driver or compat.host_major,
+    )
+    if not used:
         return []
     out = []
     candidates = [n for n in sorted(regular) if n.startswith("lib") and ".so." in n]

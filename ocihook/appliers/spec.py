@@ -111,7 +111,8 @@ def realize_hooks(edits: ContainerEdits, command: Sequence[str]) -> tuple[Hook, 
             args += ["--lib", lib]
         if edits.cuda_compat is not None:
             c = edits.cuda_compat
-            args += ["--cuda-compat", f"{c.directory}::{c.host_major}"]
+            host = c.host_driver or str(c.host_major)
+            args += ["--cuda-compat", "::".join((c.directory, host, c.host_cuda)).rstrip(":")]
         if edits.proc_mask is not None:
             args += ["--mask-proc", edits.proc_mask.host_dir]
             for name in edits.proc_mask.gpu_dirs:
@@ -243,7 +244,8 @@ class Options(Record):
         policy: which request sources are honoured (:class:`ocihook.request.RequestPolicy`).
         supported: driver capabilities containers may have (``None``: all).
         check_requirements: check ``NVIDIA_REQUIRE_*`` (off with ``disable-require``).
-        cuda_compat: use the image's CUDA forward-compatibility libraries when newer.
+        cuda_compat: use the image's CUDA forward-compatibility libraries when newer
+            (``cuda-compat = "ldconfig"``; off with ``"disabled"``).
         cgroups: add device cgroup rules in hook mode (off with ``no-cgroups``).
         mode: ``"auto"`` (CDI when the request names CDI devices), ``"cdi"`` (every
             requested device is a CDI device) or ``"legacy"`` (never CDI).
@@ -273,6 +275,7 @@ def options_from_config(cfg: Config) -> Options:
         ),
         supported=cfg.driver_capabilities,
         check_requirements=not cfg.disable_require,
+        cuda_compat=cfg.cuda_compat != "disabled",
         cgroups=not cfg.no_cgroups,
         mode=cfg.mode,
         cdi_spec_dirs=cfg.cdi_spec_dirs,

@@ -1,8 +1,10 @@
 """Container Device Interface (CDI) support: qualified device names, annotations and spec
-files (CDI ``SPEC.md``, versions 0.3.0 to 1.1.0)."""
+files (CDI ``SPEC.md``, versions 0.3.0 to 1.1.0): the spec model and its validation, a
+registry of spec directories, injection into an OCI spec, and a generator for NVIDIA hosts."""
 
 from __future__ import annotations
 
+from .generate import generate_spec, spec_bytes, transform_root, write_spec
 from .inject import inject_devices
 from .names import (
     ANNOTATION_PREFIX,
@@ -53,6 +55,7 @@ __all__ = [
     "Spec",
     "annotation_key",
     "annotation_value",
+    "generate_spec",
     "inject_devices",
     "is_qualified_name",
     "load_spec",
@@ -60,9 +63,12 @@ __all__ = [
     "parse_annotations",
     "parse_qualified_name",
     "qualified_name",
+    "spec_bytes",
     "spec_from_dict",
+    "transform_root",
     "validate_class",
     "validate_device_name",
     "validate_spec",
     "validate_vendor",
+    "write_spec",
 ]

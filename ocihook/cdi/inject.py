@@ -16,7 +16,6 @@ when the container has a user namespace.
 
 from __future__ import annotations
 
-import copy
 import os
 import posixpath
 import stat
@@ -58,6 +57,16 @@ class _Edits:
         self.additional_gids.extend(edits.additional_gids)
 
 
+def _copy_json(value: Any) -> Any:
+    """A deep copy of JSON data (dicts, lists, scalars): what :func:`copy.deepcopy` gives
+    for it, without importing :mod:`copy` on the container start path."""
+    if isinstance(value, dict):
+        return {k: _copy_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy_json(v) for v in value]
+    return value
+
+
 def inject_devices(
     oci_spec: dict[str, Any],
     registry: Registry,
@@ -95,7 +104,7 @@ def inject_devices(
             seen_specs.add(key)
             edits.append(entry.spec.container_edits)
         edits.append(entry.device.container_edits)
-    out = copy.deepcopy(oci_spec)
+    out: dict[str, Any] = _copy_json(oci_spec)
     _apply(out, edits, lstat)
     return out
 

