@@ -10,6 +10,9 @@ the environment ocihook is installed in — never a pyenv-style shim):
   (``--config``): the fast exit then appends one line saying why (no target; reported);
 * ``edit, 8 GPUs``: spec mode (``ocihook edit``) giving all 8 GPUs of the realistic 535.261.03
   host (utility+compute) to a bundle, ``config.json`` restored before each run;
+* ``edit, AMD all``: spec mode giving ``AMD_VISIBLE_DEVICES=all`` (five GPU entries and
+  ``/dev/kfd``) of the simulated MI210-class host (:func:`ocihook.simvendors.build_amd`), no
+  target of its own (reported beside the NVIDIA edit);
 * peak memory (maximum resident set size) of each, measured by GNU ``time``.
 
 Targets (issue 2): no-GPU hook <= 1.5x, 8-GPU edit <= 3x, peak memory <= 50 MiB.
@@ -138,6 +141,16 @@ def main() -> int:
         def restore() -> None:
             shutil.copy(pristine, os.path.join(gpus, "config.json"))
 
+        from ocihook import simvendors
+
+        amd_host = simvendors.build_amd(os.path.join(work, "amd"), make_dev_nodes=False).root
+        amd = bundle("amd", ["AMD_VISIBLE_DEVICES=all"])
+        amd_pristine = os.path.join(work, "amd.config.json")
+        shutil.copy(os.path.join(amd, "config.json"), amd_pristine)
+
+        def restore_amd() -> None:
+            shutil.copy(amd_pristine, os.path.join(amd, "config.json"))
+
         state = json.dumps(
             {"ociVersion": "1.0.2", "id": "bench", "status": "creating", "pid": 1, "bundle": nogpu}
         ).encode()
@@ -157,6 +170,11 @@ def main() -> int:
                 [*cmd, "edit", "-b", gpus, "--driver-root", host, "--dev-root", host],
                 b"",
                 restore,
+            ),
+            "edit, AMD all": (
+                [*cmd, "edit", "-b", amd, "--driver-root", amd_host, "--dev-root", amd_host],
+                b"",
+                restore_amd,
             ),
         }
         # warm the page cache once
