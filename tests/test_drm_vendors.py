@@ -633,3 +633,57 @@ def test_any_value_is_a_request_or_a_request_error(vendor: str, entries: list[st
             assert set(chosen) <= set(gpus) and len(set(chosen)) == len(chosen)
     except RequestError as e:
         assert e.field == f"process.env[{vendor.upper()}_VISIBLE_DEVICES]" and e.hint
+
+
+def test_cdi_mode_names_vendor_entries() -> None:
+    from ocihook.appliers.spec import cdi_device_names
+    from ocihook.request import request_from_spec
+
+    config = {
+        "process": {"env": ["AMD_VISIBLE_DEVICES=0,2", "INTEL_VISIBLE_DEVICES=intel.com/gpu=card1"]}
+    }
+    request = request_from_spec(config)
+    auto = cdi_device_names(config, request, Options())
+    assert auto == ("intel.com/gpu=card1",)  # AMD's plain entries stay with host discovery
+    cdi = cdi_device_names(config, request, Options(mode="cdi"))
+    assert cdi == ("amd.com/gpu=0", "amd.com/gpu=2", "intel.com/gpu=card1")
+    assert cdi_device_names(config, request, Options(mode="legacy")) == ()
+    bad = {"process": {"env": ["AMD_VISIBLE_DEVICES=amd.com/gpu=0,x_"]}}
+    with pytest.raises(CdiError) as e:
+        cdi_device_names(bad, request_from_spec(bad), Options())
+    assert e.value.field == "process.env[AMD_VISIBLE_DEVICES]" and e.value.value == "x_"
+
+
+def test_cdi_devices_and_host_gpus_together(amd_sim: simvendors.SimDrmHost, tmp_path: Any) -> None:
+    """Intel GPUs named by CDI and AMD GPUs by index in one container: the CDI devices are
+    injected and the AMD ones planned from the host, into one config.json."""
+    from ocihook.demo import find_busybox, make_busybox_bundle
+
+    if find_busybox() is None:
+        pytest.skip("needs busybox")
+    spec_dir = tmp_path / "cdi"
+    spec_dir.mkdir()
+    node = {"path": "/dev/dri/renderD200", "type": "c", "major": 226, "minor": 200}
+    spec = {
+        "cdiVersion": "0.5.0",
+        "kind": "intel.com/gpu",
+        "devices": [{"name": "card9", "containerEdits": {"deviceNodes": [node]}}],
+    }
+    (spec_dir / "intel.json").write_text(json.dumps(spec))
+    env = ["INTEL_VISIBLE_DEVICES=intel.com/gpu=card9", "AMD_VISIBLE_DEVICES=2"]
+    bundle = make_busybox_bundle(str(tmp_path / "b"), ["true"], env)
+    options = Options(cdi_spec_dirs=(str(spec_dir),))
+    result = edit_bundle(bundle, HostRoot.single(amd_sim.root), options=options, dry_run=True)
+    assert result.cdi_devices == ("intel.com/gpu=card9",)
+    doc = json.loads(result.after)
+    paths = [d["path"] for d in doc["linux"]["devices"]]
+    assert paths == ["/dev/dri/renderD200", "/dev/kfd", "/dev/dri/card2", "/dev/dri/renderD129"]
+    assert "AMD_VISIBLE_DEVICES=void" in doc["process"]["env"]
+    # with mode = "cdi" the AMD entries are CDI names too, and amd.com/gpu=2 is in no spec
+    with pytest.raises(CdiError, match=r"amd\.com/gpu=2"):
+        edit_bundle(
+            bundle,
+            HostRoot.single(amd_sim.root),
+            options=Options(cdi_spec_dirs=(str(spec_dir),), mode="cdi"),
+            dry_run=True,
+        )

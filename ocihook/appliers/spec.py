@@ -465,8 +465,41 @@ def _check_cdi_target(doc: dict[str, Any], path: str) -> None:
             items(entries, dict, f"hooks.{stage}")
 
 
+def _drm_requests_beside_cdi(
+    config: dict[str, Any], options: Options, path: str
+) -> tuple[DrmRequest, ...]:
+    """The AMD/Intel requests that stay with host discovery when the container also names
+    CDI devices: those of a variable that holds no CDI name (``mode = "cdi"``: none).
+
+    Raises:
+        RequestError: a malformed entry in such a variable (``path`` set).
+    """
+    from ..request import DRM_VARIABLES, drm_request_from_env, env_from_spec, is_drm_cdi_name
+
+    if options.mode == "cdi":
+        return ()
+    env = env_from_spec(config, path=path)
+    found = []
+    for vendor, variable in DRM_VARIABLES.items():
+        if any(is_drm_cdi_name(item) for item in env.get(variable, "").split(",")):
+            continue
+        try:
+            req = drm_request_from_env(vendor, env)
+        except RequestError as e:
+            raise e.with_path(path) from None
+        if req is not None:
+            found.append(req)
+    return tuple(found)
+
+
 def _edit_bundle_cdi(
-    bundle: Bundle, request: Request, names: tuple[str, ...], options: Options, dry_run: bool
+    bundle: Bundle,
+    request: Request,
+    names: tuple[str, ...],
+    options: Options,
+    dry_run: bool,
+    drm_plan: Plan | None = None,
+    command: Sequence[str] | None = None,
 ) -> EditResult:
     from ..cdi.inject import inject_devices
     from ..cdi.registry import Registry
@@ -487,6 +520,8 @@ def _edit_bundle_cdi(
     if not isinstance(doc["process"].get("env"), list):
         doc["process"]["env"] = []
     _set_env(doc["process"]["env"], ["NVIDIA_VISIBLE_DEVICES=void"])
+    if drm_plan is not None:  # AMD/Intel GPUs asked for beside the CDI devices
+        doc = apply_plan(doc, drm_plan, command=command, path=bundle.config_path)
     if dry_run:
         return EditResult(bundle, request, None, bundle.raw, dump_json(doc), False, names)
     try:
@@ -672,7 +707,8 @@ def edit_bundle(
         CdiError: a CDI request (see :func:`cdi_device_names`) is malformed or names a
             device no spec in ``options.cdi_spec_dirs`` defines; the devices are injected
             from the CDI registry with :func:`ocihook.cdi.inject_devices` instead of host
-            discovery, and ``NVIDIA_VISIBLE_DEVICES`` is set to ``void``.
+            discovery, and ``NVIDIA_VISIBLE_DEVICES`` is set to ``void``. An AMD/Intel
+            variable holding no CDI name is still planned from the host and applied too.
         ApplyError: ``config.json`` could not be replaced (it is left as it was).
     """
     options = options or Options()
@@ -683,7 +719,12 @@ def edit_bundle(
     except OcihookError as e:
         raise e.with_path(bundle.config_path) from None
     if cdi_names:
-        return _edit_bundle_cdi(bundle, request, cdi_names, options, dry_run)
+        beside = _drm_requests_beside_cdi(bundle.config, options, bundle.config_path)
+        drm_plan = None
+        if beside:
+            void = Request("void", source=request.source)
+            drm_plan = plan_for_bundle(bundle, void, root, options, "spec", beside)
+        return _edit_bundle_cdi(bundle, request, cdi_names, options, dry_run, drm_plan, command)
     drm_requests = drm_requests_from_spec(bundle.config, path=bundle.config_path)
     if request.is_void and not drm_requests:
         return EditResult(bundle, request, None, bundle.raw, bundle.raw, False)
