@@ -318,3 +318,39 @@ def test_podman_device_from_generated_amd_spec(
     }, out
     assert "No such device or address" in _lines(out, "OPEN")[0], out
     assert _lines(out, "OTHER") == ["cat: can't open '/tmp/other': Operation not permitted"]
+
+
+@pytest.mark.parametrize("runtime", ["runc", "crun"])
+@pytest.mark.parametrize("stage", ["prestart", "createRuntime", "createContainer"])
+def test_amd_hook_every_stage(
+    runtime: str,
+    stage: str,
+    amd_host: simvendors.SimDrmHost,
+    bundle_factory: Callable[..., str],
+    tmp_path: Any,
+) -> None:
+    """The live hook on each stage of runc and crun gives AMD GPU 0 (and /dev/kfd) and
+    its device cgroup denies GPU 1's render node."""
+    from test_e2e_stages import _hook, _register
+    from test_e2e_stages import _run as run_runtime
+
+    need_root_and(runtime, "unshare")
+    if not amd_host.dev_nodes:
+        pytest.skip("the AMD host was built without /dev nodes")
+    gpu, other = amd_host.amd[0], amd_host.amd[1]
+    env = ["AMD_VISIBLE_DEVICES=0", f"OTHER={other.render}", "OPEN=/dev/kfd"]
+    bundle = bundle_factory(["sh", "-c", SCRIPT], env)
+    _edit_config(bundle, _with_mknod)
+    _register(bundle, stage, _hook(stage, amd_host.root))
+    proc = run_runtime(runtime, bundle, str(tmp_path / "state"), f"amd-{runtime}-{stage}")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert sorted(_nodes(out)) == [
+        f"/dev/dri/card{gpu.card}",
+        f"/dev/dri/renderD{gpu.render}",
+        "/dev/kfd",
+    ], out
+    assert "No such device or address" in _lines(out, "OPEN")[0], out
+    assert _lines(out, "OTHER") == ["cat: can't open '/tmp/other': Operation not permitted"]
+    with open("/proc/self/mountinfo") as f:
+        assert bundle not in f.read()
