@@ -216,3 +216,20 @@ def test_cdi_edit_of_deeply_nested_config_is_no_traceback(tmp_path: Path) -> Non
         assert "A=1" in out["process"]["env"]
     else:
         assert (bundle / "config.json").read_text() == text
+
+
+def test_generate_option_missing_its_value_is_usage_error(sim: Any, tmp_path: Path) -> None:
+    """``--output --verbose``: argparse says "argument --output: expected one argument"
+    (exit 2), but the table-driven fast parser takes the next option as the value and
+    writes the spec to a file named ``--verbose`` in the working directory, exit 0."""
+    root = ["--driver-root", sim.root, "--dev-root", sim.root]
+    r = subprocess.run(
+        [sys.executable, "-m", "ocihook", "cdi", "generate", *root, "--output", "--verbose"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert r.returncode == 2, r.stderr
+    assert "--output" in r.stderr
+    assert os.listdir(tmp_path) == []
