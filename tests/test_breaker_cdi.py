@@ -233,3 +233,14 @@ def test_generate_option_missing_its_value_is_usage_error(sim: Any, tmp_path: Pa
     assert r.returncode == 2, r.stderr
     assert "--output" in r.stderr
     assert os.listdir(tmp_path) == []
+
+
+def test_unquoted_mig_style_name_reads_as_the_reference_does() -> None:
+    """``name: 1:0`` unquoted (a MIG device by index, written by hand) is the string "1:0"
+    for the reference parser (sigs.k8s.io/yaml on go-yaml, which leaves YAML 1.1 base-60
+    numbers out on purpose: go-yaml resolve.go), so podman and containerd accept the
+    spec. PyYAML's YAML 1.1 resolver makes it the integer 60, and load_spec rejects the
+    whole file ("expected a string, found int"), dropping every device in it."""
+    text = GOOD_YAML.replace("0.3.0", "0.5.0").replace("name: gpu0", "name: 1:0")
+    spec = load_spec(text, path="mig.yaml")
+    assert [d.name for d in spec.devices] == ["1:0"]
