@@ -42,9 +42,10 @@ def _warn(messages: Sequence[str], verbose: bool) -> None:
 
 class Option:
     """One option of a fast command: ``names`` (``"-b"``, ``"--bundle"``), ``action``
-    (``"store"``, ``"store_true"`` or ``"append"``), ``default``, ``help``, ``metavar``."""
+    (``"store"``, ``"store_true"`` or ``"append"``), ``default``, ``help``, ``metavar``,
+    ``choices`` (the values allowed, or ``None`` for any)."""
 
-    __slots__ = ("action", "default", "dest", "help", "metavar", "names")
+    __slots__ = ("action", "choices", "default", "dest", "help", "metavar", "names")
 
     def __init__(
         self,
@@ -53,8 +54,10 @@ class Option:
         default: object = None,
         help: str = "",
         metavar: str | None = None,
+        choices: tuple[str, ...] | None = None,
     ) -> None:
         self.names = names
+        self.choices = choices
         self.dest = names[-1].lstrip("-").replace("-", "_")
         self.action = action
         self.default = (
@@ -166,19 +169,19 @@ COMMANDS: tuple[tuple[tuple[str, ...], str, tuple[Option, ...]], ...] = (
             Option(
                 "--device-name-strategy",
                 action="append",
-                metavar="{index,uuid,type-index}",
+                choices=("index", "uuid", "type-index"),
                 help="how devices are named; repeatable (index and uuid)",
             ),
             Option(
                 "--format",
-                metavar="{json,yaml}",
+                choices=("json", "yaml"),
                 help="output format (from --output's extension, else yaml)",
             ),
             Option("--output", metavar="PATH", help="write the spec here, atomically (stdout)"),
             Option(
                 "--gpu-backend",
                 default="auto",
-                metavar="{auto,procfs,nvml}",
+                choices=("auto", "procfs", "nvml"),
                 help="GPU enumeration: NVML (nvidia-ml-py) when it works, else procfs (auto)",
             ),
             *ROOT_OPTIONS,
@@ -237,10 +240,12 @@ def _parse_fast(argv: Sequence[str]) -> Namespace | None:
             continue
         if eq:
             value = inline
-        elif rest:
+        elif rest and not rest[0].startswith("--"):
             value = rest.pop(0)
         else:
-            return None
+            return None  # argparse says what is missing
+        if opt.choices is not None and value not in opt.choices:
+            return None  # argparse names the option and its choices
         if opt.action == "append":
             values[opt.dest].append(value)
         else:
@@ -314,6 +319,8 @@ def _parser() -> argparse.ArgumentParser:
                 kwargs["default"] = o.default
             if o.metavar:
                 kwargs["metavar"] = o.metavar
+            if o.choices is not None:
+                kwargs["choices"] = o.choices
             cp.add_argument(*o.names, **kwargs)
     return p
 
@@ -382,20 +389,22 @@ def _cmd_edit(ns: Any) -> int:
 
 def _cmd_cdi_generate(ns: Any) -> int:
     from .cdi.generate import NAME_STRATEGIES, generate_spec, spec_bytes, write_spec
+    from .cdi.names import validate_class, validate_vendor
     from .discovery.nvidia import discover
     from .errors import CdiError
 
-    choices = {"--format": ("json", "yaml"), "--gpu-backend": ("auto", "procfs", "nvml")}
-    for flag, value in (("--format", ns.format), ("--gpu-backend", ns.gpu_backend)):
-        if value is not None and value not in choices[flag]:
-            raise CdiError(f"must be one of {', '.join(choices[flag])}", field=flag, value=value)
-    for value in ns.device_name_strategy:
-        if value not in NAME_STRATEGIES:
-            raise CdiError(
-                f"must be one of {', '.join(NAME_STRATEGIES)}",
-                field="--device-name-strategy",
-                value=value,
-            )
+    # --format, --gpu-backend and --device-name-strategy are checked by the parser (exit 2)
+    assert set(ns.device_name_strategy) <= set(NAME_STRATEGIES)
+    for flag, check, value in (
+        ("--vendor", validate_vendor, ns.vendor),
+        ("--class", validate_class, getattr(ns, "class")),
+    ):
+        try:
+            check(value)
+        except CdiError as e:
+            raise CdiError(e.message, field=flag, value=value, hint=e.hint) from None
+    if ns.output is not None and not ns.output:
+        raise CdiError("must name a file", field="--output", value=ns.output)
     cfg = load_settings(ns, trust_environment=True)
     fmt = ns.format or ("json" if (ns.output or "").endswith(".json") else "yaml")
     drm_vendors = {"amd": "amd", "amd.com": "amd", "intel": "intel", "intel.com": "intel"}

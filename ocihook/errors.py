@@ -96,7 +96,10 @@ class OcihookError(Exception):
         if self.field is not None:
             where.append(f"field {self.field}")
         if self.value is not None:
-            shown = repr(self.value)
+            try:
+                shown = repr(self.value)
+            except ValueError:  # an int too long to print (sys.set_int_max_str_digits)
+                shown = f"<a {self.value.bit_length()}-bit integer>"  # type: ignore[attr-defined]
             if len(shown) > 120:  # a hostile value must not flood logs
                 shown = shown[:100] + f"... ({len(shown)} characters)"
             where.append(f"value {shown}")

@@ -831,18 +831,28 @@ def read_proc_files(host_dir: str) -> dict[str, bytes]:
 
 def gpu_dirs_of_devices(host_dir: str, config: dict[str, Any]) -> tuple[str, ...]:
     """The ``gpus/`` entries of ``host_dir`` (the host's ``/proc/driver/nvidia``) of the GPUs
-    whose ``/dev/nvidia<minor>`` node is in ``config``'s ``linux.devices`` — the GPUs a CDI
-    spec gave the container — matched by the ``Device Minor`` line of each entry's
-    ``information`` file (NVIDIA driver ``nv-procfs``). Sorted by name; unreadable or
-    malformed entries and malformed ``linux.devices`` items are skipped, never raised."""
+    whose node is in ``config``'s ``linux.devices`` — the GPUs a CDI spec gave the
+    container: character devices ``195:<minor>`` (below 254, the modeset and control nodes),
+    or, for entries without a number, paths ``/dev/nvidia<minor>`` — matched by the
+    ``Device Minor`` line of each entry's ``information`` file (NVIDIA driver
+    ``nv-procfs``). Sorted by name; unreadable or malformed entries and malformed
+    ``linux.devices`` items are skipped, never raised."""
     linux = config.get("linux")
     devices = linux.get("devices") if isinstance(linux, dict) else None
     minors: set[str] = set()
     for d in devices if isinstance(devices, list) else ():
-        path = d.get("path") if isinstance(d, dict) else None
+        if not isinstance(d, dict) or d.get("type", "c") != "c":
+            continue
+        major, minor = d.get("major"), d.get("minor")
+        if major is not None or minor is not None:
+            # the node's number decides, whatever its name in the container
+            if major == 195 and type(minor) is int and 0 <= minor < 254:
+                minors.add(str(minor))
+            continue
+        path = d.get("path")
         if isinstance(path, str) and path.startswith("/dev/nvidia"):
             number = path[len("/dev/nvidia") :]
-            if number.isascii() and number.isdigit() and d.get("type", "c") == "c":
+            if number.isascii() and number.isdigit() and len(number) <= 3:
                 minors.add(str(int(number)))
     if not minors:
         return ()

@@ -393,6 +393,8 @@ def write_spec(data: bytes, output: str | None) -> None:
 def _swap_prefix(path: str, old: str, new: str) -> str:
     """``path`` with the leading path ``old`` replaced by ``new`` (whole components only),
     or ``path`` unchanged."""
+    if not path.startswith("/"):
+        return path  # not a path (a tmpfs source, ...)
     old = old.rstrip("/") or "/"
     new = new.rstrip("/") or "/"
     if old == "/":

@@ -58,13 +58,21 @@ class _Edits:
 
 
 def _copy_json(value: Any) -> Any:
-    """A deep copy of JSON data (dicts, lists, scalars): what :func:`copy.deepcopy` gives
-    for it, without importing :mod:`copy` on the container start path."""
-    if isinstance(value, dict):
-        return {k: _copy_json(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_copy_json(v) for v in value]
-    return value
+    """A deep copy of JSON data (what :func:`copy.deepcopy` gives for it, without
+    importing :mod:`copy` on the container start path): a round trip through the C JSON
+    encoder and decoder, which handles nesting as deep as :func:`json.loads` accepted.
+
+    Raises:
+        SpecError: data nested too deep to copy (``RecursionError``).
+    """
+    import json
+
+    try:
+        return json.loads(json.dumps(value))
+    except RecursionError:
+        from ..errors import SpecError
+
+        raise SpecError("config.json is nested too deeply") from None
 
 
 def inject_devices(

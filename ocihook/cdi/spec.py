@@ -378,7 +378,8 @@ def _yaml_load(text: str) -> object:
     """Parse YAML text with PyYAML's safe loader — libyaml's C parser when PyYAML has it
     (about 6x faster than the pure-Python one on a generated 8-GPU spec) — refusing
     aliases (a "billion laughs" document would make every later walk of the data
-    exponential) and mapping keys given twice (the reference decodes strictly)."""
+    exponential) and mapping keys given twice (the reference decodes strictly), and
+    reading ``1:0`` as a string, as the reference's go-yaml does (no base-60 numbers)."""
     global _yaml_loader
     import yaml  # only for specs that are not JSON
 
@@ -398,6 +399,19 @@ def _yaml_load(text: str) -> object:
                         seen.add(key)
                 return super().construct_mapping(node, deep=deep)
 
+        # YAML 1.1's base-60 numbers (``1:0`` = 60) are not numbers to the reference
+        # parser (go-yaml leaves them out on purpose; podman and containerd read ``1:0``
+        # as a string, a MIG device name): a scalar with a colon is never an int/float.
+        import re
+
+        numeric = {"tag:yaml.org,2002:int", "tag:yaml.org,2002:float"}
+        _StrictLoader.yaml_implicit_resolvers = {
+            first: [
+                (tag, re.compile(r"(?![^:]*:)" + rx.pattern, re.X) if tag in numeric else rx)
+                for tag, rx in resolvers
+            ]
+            for first, resolvers in base.yaml_implicit_resolvers.items()
+        }
         _yaml_loader = _StrictLoader
     loader = _yaml_loader(text)
     try:
