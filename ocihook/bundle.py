@@ -189,27 +189,43 @@ def dump_json(doc: Any, *, indent: int | str | None = "\t") -> bytes:
 
 
 def write_json_atomic(path: str, doc: Any, *, indent: int | str | None = "\t") -> bytes:
-    """Write ``doc`` as JSON to ``path`` atomically and return the bytes written.
+    """Write ``doc`` as JSON to ``path`` atomically (:func:`write_bytes_atomic`) and
+    return the bytes written.
+
+    Raises:
+        OSError: the directory is not writable (the original is left untouched).
+    """
+    data = dump_json(doc, indent=indent)
+    write_bytes_atomic(path, data)
+    return data
+
+
+def write_bytes_atomic(path: str, data: bytes, *, new_mode: int = 0o644) -> None:
+    """Replace ``path`` with ``data`` atomically.
 
     The new content goes to a new temporary file in the same directory (``O_EXCL |
     O_NOFOLLOW``, relative to a descriptor of the directory), gets the original file's
     permission bits through its descriptor (``fchmod``: never by path, which a link
     swapped in by the directory's owner could redirect; set-id and sticky bits dropped), is
     flushed with ``fsync``, and replaces ``path`` with ``rename(2)``: readers see the old or
-    the new file, never a mix.
+    the new file, never a mix. A new file gets ``new_mode``; the owner of a replaced file
+    is kept when this process may set it (root).
 
     Raises:
         OSError: the directory is not writable (the original is left untouched).
     """
-    data = dump_json(doc, indent=indent)
     directory = os.path.dirname(os.path.abspath(path))
     name = os.path.basename(path)
     dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
+        owner = None
         try:
-            mode = os.stat(name, dir_fd=dir_fd).st_mode & 0o777
+            st = os.stat(name, dir_fd=dir_fd)
+            mode = st.st_mode & 0o777
+            if os.geteuid() == 0 and (st.st_uid, st.st_gid) != (0, 0):
+                owner = (st.st_uid, st.st_gid)
         except FileNotFoundError:
-            mode = 0o644
+            mode = new_mode
         # A new name of our own, as tempfile.mkstemp would make, without importing
         # tempfile, shutil and random on the container start path.
         tmp = f".{name}.{os.getpid()}.{os.urandom(6).hex()}"
@@ -218,6 +234,8 @@ def write_json_atomic(path: str, doc: Any, *, indent: int | str | None = "\t") -
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
+                if owner is not None:
+                    os.fchown(f.fileno(), *owner)
                 os.fchmod(f.fileno(), mode)
                 f.flush()
                 os.fsync(f.fileno())
@@ -230,4 +248,3 @@ def write_json_atomic(path: str, doc: Any, *, indent: int | str | None = "\t") -
             raise
     finally:
         os.close(dir_fd)
-    return data
