@@ -372,11 +372,11 @@ def _asks_for_nothing(config_json: str, settings: _Settings) -> bool:
         return False
     if b"\\u" in raw or any(m in raw for m in REQUEST_MARKERS):
         return False
-    from .config import REQUEST_DETECTION_KEYS
+    from .config import REQUEST_DETECTION_KEYS, Config
 
-    if not settings.may_set(REQUEST_DETECTION_KEYS):
-        return True
-    return not any(m in raw for m in settings.get().extra_request_markers())
+    # the defaults' markers too: spec mode reads cdi.k8s.io/ annotations
+    cfg = settings.get() if settings.may_set(REQUEST_DETECTION_KEYS) else Config()
+    return not any(m in raw for m in cfg.extra_request_markers())
 
 
 class _Settings:

@@ -397,6 +397,68 @@ def test_legacy_mode_adds_the_packaged_hook_once(
     assert _config(none) == before
 
 
+@pytest.mark.parametrize("how", ["env-cdi-mode", "env-qualified", "annotation"])
+def test_cdi_requests_injected_from_the_registry(
+    stage: Stage, bundle_factory: Callable[..., str], tmp_path: Path, how: str
+) -> None:
+    """CDI requests go through spec mode's CDI injection: ``mode = "cdi"`` with an index,
+    a qualified name in auto mode, and a ``cdi.k8s.io/`` annotation alone (no NVIDIA_
+    variable at all: the byte check must still see it, with no configuration file)."""
+    from test_spec_mode_cdi import GPU_SPEC
+
+    spec_dir = tmp_path / "cdi"
+    spec_dir.mkdir()
+    (spec_dir / "nvidia.json").write_text(json.dumps(GPU_SPEC))
+    config = f'cdi-spec-dirs = ["{spec_dir}"]\n' + (
+        'mode = "cdi"\n' if how == "env-cdi-mode" else ""
+    )
+    stage.write_config(config)
+    env = {
+        "env-cdi-mode": ["NVIDIA_VISIBLE_DEVICES=1"],
+        "env-qualified": ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1"],
+        "annotation": [],
+    }[how]
+    bundle = bundle_factory(["true"], env)
+    if how == "annotation":
+        path = os.path.join(bundle, "config.json")
+        with open(path) as f:
+            doc = json.load(f)
+        doc["annotations"] = {"cdi.k8s.io/gpu": "nvidia.com/gpu=1"}
+        with open(path, "w") as f:
+            json.dump(doc, f)
+    proc = stage.run("create", "-b", bundle, "cid")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(_config(bundle))
+    assert "NVIDIA_CDI=1" in doc["process"]["env"]
+    assert "NVIDIA_VISIBLE_DEVICES=void" in doc["process"]["env"]
+    assert [d["path"] for d in doc["linux"]["devices"]] == ["/dev/nvidiactl", "/dev/nvidia1"]
+    # a device in no spec: exit 11, untouched
+    missing = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=7"])
+    before = _config(missing)
+    proc = stage.run("create", "-b", missing, "cid")
+    assert proc.returncode == 11 and _config(missing) == before, proc.stderr
+
+
+def test_annotation_request_seen_with_default_settings(
+    stage: Stage, bundle_factory: Callable[..., str], tmp_path: Path
+) -> None:
+    """An empty configuration file (every key its default, so the file is not even
+    parsed): a bundle whose only request is a cdi.k8s.io/ annotation is not passed
+    through unread (spec mode injects it; here no spec has the device, so the start stops
+    with exit 11)."""
+    bundle = bundle_factory(["true"], [])
+    path = os.path.join(bundle, "config.json")
+    with open(path) as f:
+        doc = json.load(f)
+    doc["annotations"] = {"cdi.k8s.io/gpu": "example.invalid/gpu=nonexistent"}
+    with open(path, "w") as f:
+        json.dump(doc, f)
+    stage.config.write_text("")
+    proc = stage.run("create", "-b", bundle, "cid")
+    assert proc.returncode == 11, proc.stderr
+    assert stage.called() is None
+
+
 def test_bad_request_stops_before_runc_and_is_logged(
     stage: Stage, bundle_factory: Callable[..., str], tmp_path: Path
 ) -> None:
