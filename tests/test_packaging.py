@@ -118,7 +118,7 @@ def test_service_runs_cdi_generate() -> None:
     generate = getattr(cdi, "commands", {}).get("generate")
     if generate is not None:  # the lead's command, once merged
         ctx = generate.make_context("generate", argv[3:])
-        assert ctx.params.get("output") == "/var/run/cdi/nvidia.yaml"
+        assert "/var/run/cdi/nvidia.yaml" in ctx.params.values(), ctx.params
 
 
 def test_units_verify_with_systemd(tmp_path: Path) -> None:
