@@ -547,8 +547,8 @@ def configure(
 
     Args:
         engine: one of :data:`ENGINES`.
-        path: the file (default :data:`DEFAULT_PATHS`); for ``podman`` an existing
-            directory means ``ocihook-prestart.json`` inside it.
+        path: the file (default :data:`DEFAULT_PATHS`; a symbolic link: its target);
+            for ``podman`` an existing directory means ``ocihook-prestart.json`` inside it.
         runtime_path: the wrapper's absolute path (default :func:`default_runtime_path`).
         set_as_default: make ocihook the engine's default runtime (docker, containerd,
             crio).
@@ -562,7 +562,8 @@ def configure(
     """
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}")
-    path = os.path.abspath(path or DEFAULT_PATHS[engine])
+    # a link (a config kept elsewhere) is followed: its target is edited, the link stays
+    path = os.path.realpath(path or DEFAULT_PATHS[engine])
     if engine == "podman":
         if set_as_default:
             raise ValueError(

@@ -430,6 +430,9 @@ def _report(err: OcihookError, inv: Invocation) -> None:
     ``--log-format`` (containerd's shim reads the last ``error`` entry of that file)."""
     message = f"{PROG}: error[{err.reference}]: {err}"
     print(message, file=sys.stderr)
+    from . import log
+
+    log.error(message, command=inv.command or "-")
     if not inv.log:
         return
     import time

@@ -465,6 +465,21 @@ def test_podman_reads_the_hooks_d_file(
 # --- writing ------------------------------------------------------------------------------
 
 
+def test_symlinked_config_edits_the_target(tmp_path: Path) -> None:
+    real = tmp_path / "managed" / "config.toml"
+    real.parent.mkdir()
+    real.write_text(COMMENTED)
+    real.chmod(0o640)
+    link = tmp_path / "config.toml"
+    link.symlink_to(real)
+    proc = run_configure("containerd", link)
+    assert proc.returncode == 0, proc.stderr
+    assert link.is_symlink() and os.readlink(link) == str(real)
+    assert "ocihook" in tomllib.loads(real.read_text())["plugins"][CRI]["containerd"]["runtimes"]
+    assert stat.S_IMODE(real.stat().st_mode) == 0o640
+    assert sorted(os.listdir(real.parent)) == ["config.toml"]  # no temporary file left
+
+
 def test_dry_run_writes_nothing(tmp_path: Path) -> None:
     path = tmp_path / "config.toml"
     proc = run_configure("containerd", path, "--dry-run")
