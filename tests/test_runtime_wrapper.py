@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -583,33 +584,53 @@ def _runc_script_env(sim: simhost.SimulatedHost) -> list[str]:
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("mode", ["auto", "legacy"])
-def test_e2e_runc_run_through_the_wrapper(
+@pytest.mark.parametrize(
+    ("runtime", "mode"),
+    [("runc", "auto"), ("runc", "legacy"), ("crun", "auto"), ("crun", "legacy")],
+)
+def test_e2e_run_through_the_wrapper(
+    runtime: str,
     mode: str,
     sim: simhost.SimulatedHost,
     bundle_factory: Callable[..., str],
     tmp_path: Path,
 ) -> None:
-    """``ocihook-runtime --root R run -b B id`` with the real runc: the container sees
-    GPU 0 of the simulated host (spec edits in auto mode, the prestart hook in legacy)."""
-    need_root_and("runc")
+    """``ocihook-runtime --root R run -b B id`` with the real runc, or crun chosen by
+    ``runtimes``: the container sees GPU 0 of the simulated host (spec edits in auto mode,
+    the prestart hook in legacy mode). crun refuses this machine's hybrid cgroup layout,
+    so it runs in a mount namespace without the cgroup2 mount, as test_e2e_stages does."""
+    need_root_and(runtime, "unshare")
     from test_e2e_runc import SCRIPT, _check, _with_mknod_cap
 
     config = tmp_path / "ocihook.toml"
-    config.write_text(f'driver-root = "{sim.root}"\ndev-root = "{sim.root}"\nmode = "{mode}"\n')
+    config.write_text(
+        f'driver-root = "{sim.root}"\ndev-root = "{sim.root}"\nmode = "{mode}"\n'
+        f'runtimes = ["{runtime}"]\n'
+    )
     bundle = bundle_factory(["sh", "-c", SCRIPT], _runc_script_env(sim))
     _with_mknod_cap(bundle)
     cid = f"ocihook-rt-{uuid.uuid4().hex[:8]}"
-    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "OCIHOOK_CONFIG": str(config)}
+    # first on PATH: a logging stand-in that runs the real runtime, to see which one ran
+    real = shutil.which(runtime)
+    calls = tmp_path / "calls.log"
+    _executable(
+        tmp_path / "bin" / runtime,
+        f'#!/bin/sh\necho "$0 $*" >> {calls}\nexec {real} "$@"\n',
+    )
+    env = {
+        "PATH": f"{tmp_path / 'bin'}:/usr/sbin:/usr/bin:/sbin:/bin",
+        "OCIHOOK_CONFIG": str(config),
+    }
+    args = ["--root", str(tmp_path / "state"), "run", "-b", bundle, cid]
+    cmd = [WRAPPER, *args]
+    if runtime == "crun":
+        script = "umount /sys/fs/cgroup/unified 2>/dev/null; exec " + shlex.join(cmd)
+        cmd = ["unshare", "-m", "--propagation", "private", "sh", "-c", script]
     proc = subprocess.run(
-        [WRAPPER, "--root", str(tmp_path / "runc"), "run", "-b", bundle, cid],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
+        cmd, capture_output=True, text=True, env=env, timeout=60, stdin=subprocess.DEVNULL
     )
     assert proc.returncode == 0, proc.stderr
+    assert calls.read_text() == f"{tmp_path / 'bin' / runtime} {' '.join(args)}\n"
     _check(
         proc.stdout,
         version=sim.driver_version,
