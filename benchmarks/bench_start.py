@@ -8,6 +8,9 @@ the environment ocihook is installed in — never a pyenv-style shim):
   container asks for no GPU — what every non-GPU container pays;
 * ``hook, no GPU, debug log``: the same with a configuration that logs at debug level
   (``--config``): the fast exit then appends one line saying why (no target; reported);
+* ``runtime, no GPU``: ``ocihook-runtime create`` (the console script, as an engine runs
+  it) on that bundle, exec'ing a stand-in ``runc`` (``/bin/true``) through ``env -i
+  PATH=...`` — what the wrapper runtime adds to every non-GPU container start;
 * ``edit, 8 GPUs``: spec mode (``ocihook edit``) giving all 8 GPUs of the realistic 535.261.03
   host (utility+compute) to a bundle, ``config.json`` restored before each run;
 * ``edit, AMD all``: spec mode giving ``AMD_VISIBLE_DEVICES=all`` (five GPU entries and
@@ -15,7 +18,8 @@ the environment ocihook is installed in — never a pyenv-style shim):
   target of its own (reported beside the NVIDIA edit);
 * peak memory (maximum resident set size) of each, measured by GNU ``time``.
 
-Targets (issue 2): no-GPU hook <= 1.5x, 8-GPU edit <= 3x, peak memory <= 50 MiB.
+Targets (issue 2): no-GPU hook <= 1.5x, 8-GPU edit <= 3x, peak memory <= 50 MiB; the
+wrapper runtime's no-GPU start <= 1.5x as the hook's (issue 7).
 
 Usage: ``python benchmarks/bench_start.py [--runs N] [--host DIR] [--check]``. Without
 ``--host`` the realistic host built by ``fixtures/realistic/build.py`` is used, or the
@@ -35,7 +39,7 @@ import sys
 import tempfile
 import time
 
-TARGETS = {"hook, no GPU": 1.5, "edit, 8 GPUs": 3.0}
+TARGETS = {"hook, no GPU": 1.5, "runtime, no GPU": 1.5, "edit, 8 GPUs": 3.0}
 MEMORY_TARGET_MIB = 50.0
 
 
@@ -158,12 +162,21 @@ def main() -> int:
         debug_conf = os.path.join(work, "debug.toml")
         with open(debug_conf, "w") as f:
             f.write(f'log-file = "{os.path.join(work, "ocihook.log")}"\nlog-level = "debug"\n')
+        fakebin = os.path.join(work, "bin")
+        os.makedirs(fakebin)
+        os.symlink(shutil.which("true") or "/bin/true", os.path.join(fakebin, "runc"))
+        wrapper = os.path.join(os.path.dirname(sys.executable), "ocihook-runtime")
         cases = {
             "bare": ([sys.executable, "-I", "-c", "pass"], b"", None),
             "hook, no GPU": ([*cmd, "hook", "prestart"], state, None),
             "hook, no GPU, debug log": (
                 [*cmd, "hook", "prestart", "--config", debug_conf],
                 state,
+                None,
+            ),
+            "runtime, no GPU": (
+                ["env", "-i", f"PATH={fakebin}", wrapper, "create", "-b", nogpu, "bench"],
+                b"",
                 None,
             ),
             "edit, 8 GPUs": (

@@ -743,6 +743,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         refused = _refuse_poisoned_hook()
         if refused is not None:
             return refused
+    if args[:2] == ["runtime", "exec"]:
+        from .runtime import main as runtime_main
+
+        return runtime_main(args[2:])
     try:
         if len(args) >= 2 and args[0] == "hook" and args[1] in INJECT_STAGES:
             code, stdin = _void_hook_exit(args)

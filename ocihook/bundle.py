@@ -197,14 +197,8 @@ def dump_json(doc: Any, *, indent: int | str | None = "\t") -> bytes:
 
 
 def write_json_atomic(path: str, doc: Any, *, indent: int | str | None = "\t") -> bytes:
-    """Write ``doc`` as JSON to ``path`` atomically and return the bytes written.
-
-    The new content goes to a new temporary file in the same directory (``O_EXCL |
-    O_NOFOLLOW``, relative to a descriptor of the directory), gets the original file's
-    permission bits through its descriptor (``fchmod``: never by path, which a link
-    swapped in by the directory's owner could redirect; set-id and sticky bits dropped), is
-    flushed with ``fsync``, and replaces ``path`` with ``rename(2)``: readers see the old or
-    the new file, never a mix.
+    """Write ``doc`` as JSON to ``path`` atomically (:func:`write_bytes_atomic`) and
+    return the bytes written.
 
     Raises:
         OSError: the directory is not writable (the original is left untouched).
@@ -214,9 +208,16 @@ def write_json_atomic(path: str, doc: Any, *, indent: int | str | None = "\t") -
     return data
 
 
-def write_bytes_atomic(path: str, data: bytes, *, mode: int = 0o644) -> None:
-    """Write ``data`` to ``path`` atomically (see :func:`write_json_atomic`); a new file
-    gets ``mode``, an existing one keeps its permission bits.
+def write_bytes_atomic(path: str, data: bytes, *, new_mode: int = 0o644) -> None:
+    """Replace ``path`` with ``data`` atomically.
+
+    The new content goes to a new temporary file in the same directory (``O_EXCL |
+    O_NOFOLLOW``, relative to a descriptor of the directory), gets the original file's
+    permission bits through its descriptor (``fchmod``: never by path, which a link
+    swapped in by the directory's owner could redirect; set-id and sticky bits dropped), is
+    flushed with ``fsync``, and replaces ``path`` with ``rename(2)``: readers see the old or
+    the new file, never a mix. A new file gets ``new_mode``; the owner of a replaced file
+    is kept when this process may set it (root).
 
     Raises:
         OSError: the directory is not writable (the original is left untouched).
@@ -225,10 +226,14 @@ def write_bytes_atomic(path: str, data: bytes, *, mode: int = 0o644) -> None:
     name = os.path.basename(path)
     dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        try:  # noqa: SIM105 (contextlib is not imported on this path)
-            mode = os.stat(name, dir_fd=dir_fd).st_mode & 0o777
+        owner = None
+        try:
+            st = os.stat(name, dir_fd=dir_fd)
+            mode = st.st_mode & 0o777
+            if os.geteuid() == 0 and (st.st_uid, st.st_gid) != (0, 0):
+                owner = (st.st_uid, st.st_gid)
         except FileNotFoundError:
-            pass
+            mode = new_mode
         # A new name of our own, as tempfile.mkstemp would make, without importing
         # tempfile, shutil and random on the container start path.
         tmp = f".{name}.{os.getpid()}.{os.urandom(6).hex()}"
@@ -237,6 +242,8 @@ def write_bytes_atomic(path: str, data: bytes, *, mode: int = 0o644) -> None:
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
+                if owner is not None:
+                    os.fchown(f.fileno(), *owner)
                 os.fchmod(f.fileno(), mode)
                 f.flush()
                 os.fsync(f.fileno())

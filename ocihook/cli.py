@@ -674,6 +674,86 @@ def root(
     write_spec(spec_bytes(spec, _spec_format(fmt, output)), output)
 
 
+@cli.group()
+def runtime() -> None:
+    """The wrapper runtime (ocihook-runtime) and registering ocihook with an engine."""
+
+
+@runtime.command(name="exec", context_settings=_PASS_THROUGH, add_help_option=False)
+@click.pass_context
+def runtime_exec(ctx: click.Context) -> None:
+    """Run as ocihook-runtime: edit the bundle on create/run, then exec the real runtime
+    with the same arguments (see ocihook-runtime --help)."""
+    from .runtime import main as runtime_main
+
+    ctx.exit(runtime_main(list(ctx.args)))
+
+
+@runtime.command()
+@click.option(
+    "--runtime",
+    "engine",
+    type=click.Choice(["docker", "containerd", "crio", "podman"]),
+    required=True,
+    help="The container engine to configure.",
+)
+@click.option(
+    "--config",
+    "config_path",
+    default=None,
+    metavar="PATH",
+    help="Its configuration file (default: /etc/docker/daemon.json, "
+    "/etc/containerd/config.toml, /etc/crio/crio.conf.d/99-ocihook.conf, "
+    "/usr/share/containers/oci/hooks.d/ocihook-prestart.json).",
+)
+@click.option("--dry-run", is_flag=True, help="Print the change as a diff; write nothing.")
+@click.option(
+    "--set-as-default", is_flag=True, help="Make ocihook the default runtime (not podman)."
+)
+@click.option("--cdi", is_flag=True, help="Enable CDI in the engine.")
+@click.option(
+    "--runtime-path",
+    default=None,
+    metavar="PATH",
+    help="ocihook-runtime to register (default: this installation's).",
+)
+def configure(
+    engine: str,
+    config_path: str | None,
+    dry_run: bool,
+    set_as_default: bool,
+    cdi: bool,
+    runtime_path: str | None,
+) -> None:
+    """Register ocihook with a container engine, like nvidia-ctk runtime configure:
+    docker and containerd and crio get the ocihook runtime (ocihook-runtime), podman the
+    hooks.d file. Comments and formatting of TOML files are kept; an up-to-date file is
+    left byte-identical; a malformed one is refused (exit 13) and left untouched."""
+    from .engines import configure as plan_change
+    from .engines import describe, write_change
+
+    try:
+        change = plan_change(
+            engine,
+            path=config_path,
+            runtime_path=runtime_path,
+            set_as_default=set_as_default,
+            cdi=cdi,
+        )
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    if dry_run:
+        if change.changed:
+            click.echo(change.diff(), nl=False)
+        click.echo(f"ocihook: dry run: {describe(change, dry_run=True)}", err=True)
+    else:
+        write_change(change)
+        click.echo(f"ocihook: {describe(change)}", err=True)
+    if change.changed:
+        for note in change.notes:
+            click.echo(f"ocihook: {note}", err=True)
+
+
 def cli_main(args: Sequence[str]) -> int:
     """Run the click CLI with ``args`` and return the exit code. A closed standard output
     (``ocihook list | head``) propagates as :class:`BrokenPipeError` (exit 0 in

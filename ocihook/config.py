@@ -87,6 +87,11 @@ log-file                                                path or ``""``, ``""``: 
 log-level                                               ``"debug"``, ``"info"``, ``"warning"`` or
                                                         ``"error"``; ``"info"``: the least severe
                                                         message written
+runtimes                                                [name or path], ``["runc", "crun"]``: the
+                                                        real OCI runtime ``ocihook-runtime`` runs,
+                                                        the first found: a name is looked up in
+                                                        the host's ``PATH`` (the wrapper itself
+                                                        skipped), a path is used as it is
 ======================================================  ============================================
 
 A *path* is absolute and has no NUL character. Strings are checked exactly (no spaces in
@@ -119,11 +124,12 @@ nvidia-container-runtime.modes.cdi.spec-dirs            ``cdi-spec-dirs``
 nvidia-container-runtime.modes.cdi.default-kind         ``default-kind``
 nvidia-container-runtime.modes.cdi.annotation-prefixes  ``annotation-prefixes``
 nvidia-container-runtime.modes.legacy.cuda-compat-mode  ``cuda-compat`` (no ``mount``, ``hook``)
+nvidia-container-runtime.runtimes                       ``runtimes``
 -                                                       ``dev-root``, ``library-path`` (flags of
                                                         ocihook's own)
 ``nvidia-container-cli.path``, ``.environment``,        none: ocihook runs no
-``.load-kmods``, ``.user``;                             ``nvidia-container-cli``, loads no kernel
-``nvidia-container-runtime.runtimes``, ``.modes.csv``;  module and wraps no runtime
+``.load-kmods``, ``.user``;                             ``nvidia-container-cli`` and loads no
+``nvidia-container-runtime.modes.csv``;                 kernel module
 ``nvidia-container-runtime-hook``,
 ``nvidia-ctk``, ``features``
 ======================================================  ============================================
@@ -354,6 +360,26 @@ def _check_swarm_resource(key: str, value: object) -> None:
             )
 
 
+_RUNTIME_NAME_CHARS = _ALNUM | frozenset("_.+-")
+
+
+def _check_runtimes(key: str, value: object) -> None:
+    items = _want_array(key, value)
+    if not items:
+        raise _bad(key, "empty", value, 'name at least one runtime, e.g. ["runc", "crun"]')
+    for i, item in enumerate(items):
+        where = f"{key}[{i}]"
+        text = _want_string(where, item, "a runtime name or absolute path")
+        if not (_is_path(text) or (text and all(c in _RUNTIME_NAME_CHARS for c in text))):
+            raise _bad(
+                where,
+                "not a runtime name or absolute path",
+                item,
+                "write a program name looked up in PATH (letters, digits and _ . + -) such "
+                'as "runc", or an absolute path such as "/usr/sbin/runc"',
+            )
+
+
 def _check_capabilities(key: str, value: object) -> None:
     text = _want_string(key, value, "a comma list of driver capabilities")
     if text != "all" and not all(c in CAPABILITIES for c in text.split(",")):
@@ -401,6 +427,7 @@ KEYS: dict[str, tuple[str, Callable[[str, object], None]]] = {
     ),
     "log-file": ("log_file", _check_path_or_empty),
     "log-level": ("log_level", _check_enum(LOG_LEVELS)),
+    "runtimes": ("runtimes", _check_runtimes),
 }
 
 #: The NVIDIA Container Toolkit's sectioned keys -> the ocihook key, or ``None`` when
@@ -418,7 +445,7 @@ TOOLKIT_KEYS: dict[str, str | None] = {
     "nvidia-container-runtime.debug": "log-file",
     "nvidia-container-runtime.log-level": "log-level",
     "nvidia-container-runtime.mode": "mode",
-    "nvidia-container-runtime.runtimes": None,
+    "nvidia-container-runtime.runtimes": "runtimes",
     "nvidia-container-runtime.modes.cdi.spec-dirs": "cdi-spec-dirs",
     "nvidia-container-runtime.modes.cdi.default-kind": "default-kind",
     "nvidia-container-runtime.modes.cdi.annotation-prefixes": "annotation-prefixes",
@@ -536,6 +563,7 @@ class Config(Record):
     cuda_compat: CudaCompatMode = "ldconfig"
     log_file: str = ""
     log_level: LogLevel = "info"
+    runtimes: tuple[str, ...] = ("runc", "crun")
     source: str | None = None
 
     def __post_init__(self) -> None:

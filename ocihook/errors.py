@@ -9,23 +9,29 @@ broken host without reading messages.
 
 Exit codes:
 
-====  ========================  =====================================================
-code  class                     meaning
-====  ========================  =====================================================
-0     -                         success (also: nothing was requested)
-1     -                         an unexpected internal error (a bug: please report it)
-2     -                         bad command-line usage
-3     :class:`SpecError`        ``config.json`` missing, unreadable or malformed
-4     :class:`StateError`       the hook's state JSON (stdin) missing or malformed
-5     :class:`RequestError`     the container asks for something that cannot be given
-                                (unknown GPU, unknown capability, bad syntax)
-6     :class:`DiscoveryError`   the host (driver root / dev root) lacks a usable driver
-7     :class:`ApplyError`       applying the edits failed; everything done was undone
-8     :class:`LdCacheError`     an ``ld.so.cache`` file is malformed
-9     -                         a hook was started with code-loading variables
-                                (``LD_PRELOAD``, ``PYTHONPATH``...) in its environment
-10    :class:`ConfigError`      the configuration file is missing, unreadable or wrong
-====  ========================  =====================================================
+====  ===========================  =====================================================
+code  class                        meaning
+====  ===========================  =====================================================
+0     -                            success (also: nothing was requested)
+1     -                            an unexpected internal error (a bug: please report it)
+2     -                            bad command-line usage
+3     :class:`SpecError`           ``config.json`` missing, unreadable or malformed
+4     :class:`StateError`          the hook's state JSON (stdin) missing or malformed
+5     :class:`RequestError`        the container asks for something that cannot be given
+                                   (unknown GPU, unknown capability, bad syntax)
+6     :class:`DiscoveryError`      the host (driver root / dev root) lacks a usable driver
+7     :class:`ApplyError`          applying the edits failed; everything done was undone
+8     :class:`LdCacheError`        an ``ld.so.cache`` file is malformed
+9     -                            a hook was started with code-loading variables
+                                   (``LD_PRELOAD``, ``PYTHONPATH``...) in its environment
+10    :class:`ConfigError`         the configuration file is missing, unreadable or wrong
+11    :class:`CdiError`            a CDI spec, name or annotation is malformed, or a
+                                   requested CDI device is in no spec
+12    :class:`RuntimeNotFound`     ``ocihook-runtime`` found no real OCI runtime to run
+                                   (``runtimes``), or was started by itself
+13    :class:`EngineConfigError`   ``ocihook runtime configure``: a container engine's
+                                   configuration file is malformed or cannot be written
+====  ===========================  =====================================================
 """
 
 from __future__ import annotations
@@ -40,9 +46,11 @@ __all__ = [
     "CdiError",
     "ConfigError",
     "DiscoveryError",
+    "EngineConfigError",
     "LdCacheError",
     "OcihookError",
     "RequestError",
+    "RuntimeNotFound",
     "SpecError",
     "StateError",
     "exit_code_for",
@@ -187,6 +195,25 @@ class CdiError(OcihookError):
     reference = "bad-cdi-spec"
 
 
+class RuntimeNotFound(OcihookError):
+    """``ocihook-runtime`` cannot run the real OCI runtime: none of the configuration's
+    ``runtimes`` is an executable file (names looked up in the host's ``PATH``, the
+    wrapper itself skipped), or the wrapper was started again by itself (a ``runc`` on
+    ``PATH`` that is a copy of, or a wrapper around, ``ocihook-runtime``). ``value`` is
+    the list searched, ``path`` the configuration file that set it (if any)."""
+
+    reference = "no-runtime"
+
+
+class EngineConfigError(OcihookError):
+    """``ocihook runtime configure``: a container engine's configuration file (Docker's
+    ``daemon.json``, containerd's ``config.toml``, a CRI-O drop-in, a hooks.d file) is
+    malformed, of a version ocihook does not edit, or cannot be written. ``path`` is the
+    file; it is left as it was."""
+
+    reference = "bad-engine-config"
+
+
 #: Exit code per error class; the most specific class listed wins.
 EXIT_CODES: dict[type[OcihookError], int] = {
     SpecError: 3,
@@ -197,6 +224,8 @@ EXIT_CODES: dict[type[OcihookError], int] = {
     CdiError: 11,
     LdCacheError: 8,
     ConfigError: 10,
+    RuntimeNotFound: 12,
+    EngineConfigError: 13,
 }
 
 

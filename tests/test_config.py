@@ -121,6 +121,7 @@ supported-driver-capabilities = "compute,utility"
 disable-require = true
 log-file = "/var/log/ocihook.log"
 log-level = "debug"
+runtimes = ["crun", "/usr/local/sbin/runc"]
 """
 
 
@@ -145,6 +146,7 @@ def test_full_file(tmp_path: Any) -> None:
         disable_require=True,
         log_file="/var/log/ocihook.log",
         log_level="debug",
+        runtimes=("crun", "/usr/local/sbin/runc"),
         source=path,
     )
     assert not c.ldconfig_on_host
@@ -278,6 +280,11 @@ BAD: list[tuple[str, str, str, Any]] = [
         "accept-nvidia-visible-devices-as-volume-mounts",
         0,
     ),
+    ("runtimes", '"runc"', "runtimes", "runc"),
+    ("runtimes", "[]", "runtimes", []),
+    ("runtimes", '["runc", "bin/crun"]', "runtimes[1]", "bin/crun"),
+    ("runtimes", '["run c"]', "runtimes[0]", "run c"),
+    ("runtimes", "[1]", "runtimes[0]", 1),
     ("swarm-resource", '["DOCKER_RESOURCE_GPU"]', "swarm-resource", ["DOCKER_RESOURCE_GPU"]),
     ("swarm-resource", '"A,,B"', "swarm-resource", "A,,B"),
     ("swarm-resource", '"A B"', "swarm-resource", "A B"),
@@ -607,7 +614,7 @@ def _valid_values(prop: dict[str, Any]) -> st.SearchStrategy[Any]:
     if prop["type"] == "boolean":
         return st.booleans()
     if prop["type"] == "array":
-        return st.lists(_valid_values(prop["items"]), max_size=3)
+        return st.lists(_valid_values(prop["items"]), min_size=prop.get("minItems", 0), max_size=3)
     assert prop["type"] == "string"
     pattern = prop["pattern"].removesuffix("(?!\\n)")
     return st.from_regex(pattern, fullmatch=True)
@@ -616,7 +623,7 @@ def _valid_values(prop: dict[str, Any]) -> st.SearchStrategy[Any]:
 TOKENS = [
     "", ",", " ", "\n", "\t", "\0", "/", "@", "=", ".", "-", "_", "a", "Z", "9", "é", "\u0660",
     "\u00a0", "all", "compute", "utility", "video", "nvidia.com", "gpu", "cdi.k8s.io/",
-    "DOCKER_RESOURCE_GPU", "/sbin/ldconfig", "auto", "legacy", "cdi", "info", "warn",
+    "DOCKER_RESOURCE_GPU", "/sbin/ldconfig", "auto", "legacy", "cdi", "info", "warn", "runc",
 ]  # fmt: skip
 _strings = st.one_of(
     st.lists(st.sampled_from(TOKENS), max_size=6).map("".join),
@@ -753,6 +760,13 @@ EDGES: list[tuple[str, Any]] = [
     ("mode", "auto\n"),
     ("library-path", []),
     ("library-path", ["/"]),
+    ("runtimes", []),
+    ("runtimes", ["runc\n"]),
+    ("runtimes", ["/usr/sbin/runc\n"]),
+    ("runtimes", ["bin/runc"]),
+    ("runtimes", [""]),
+    ("runtimes", ["runc", "/"]),
+    ("runtimes", ["ruñc"]),
 ]
 
 
