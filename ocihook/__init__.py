@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from .appliers.spec import EditResult, Options, apply_plan, edit_bundle, hook_command
     from .bundle import Bundle, State, load_bundle, parse_state, write_json_atomic
     from .config import Config, load_config
+    from .discovery.drm import DrmGpu, DrmHost, discover_vendor
     from .discovery.nvidia import DriverLibrary, Gpu, HostDeviceNode, NvidiaHost, discover
     from .errors import (
         EXIT_CODES,
@@ -40,9 +41,11 @@ if TYPE_CHECKING:
         CdiError,
         ConfigError,
         DiscoveryError,
+        EngineConfigError,
         LdCacheError,
         OcihookError,
         RequestError,
+        RuntimeNotFound,
         SpecError,
         StateError,
         exit_code_for,
@@ -57,9 +60,18 @@ if TYPE_CHECKING:
         Mount,
         Plan,
         Symlink,
+        make_drm_plan,
         make_plan,
+        merge_plans,
     )
-    from .request import Request, request_from_env, request_from_spec, select_gpus
+    from .request import (
+        DrmRequest,
+        Request,
+        drm_request_from_env,
+        request_from_env,
+        request_from_spec,
+        select_gpus,
+    )
 
 #: Public name -> module that defines it.
 _EXPORTS = {
@@ -74,6 +86,9 @@ _EXPORTS = {
     "load_bundle": "bundle",
     "parse_state": "bundle",
     "write_json_atomic": "bundle",
+    "DrmGpu": "discovery.drm",
+    "DrmHost": "discovery.drm",
+    "discover_vendor": "discovery.drm",
     "DriverLibrary": "discovery.nvidia",
     "Gpu": "discovery.nvidia",
     "HostDeviceNode": "discovery.nvidia",
@@ -86,9 +101,11 @@ _EXPORTS = {
     "CdiError": "errors",
     "ConfigError": "errors",
     "DiscoveryError": "errors",
+    "EngineConfigError": "errors",
     "LdCacheError": "errors",
     "OcihookError": "errors",
     "RequestError": "errors",
+    "RuntimeNotFound": "errors",
     "SpecError": "errors",
     "StateError": "errors",
     "exit_code_for": "errors",
@@ -101,7 +118,11 @@ _EXPORTS = {
     "Mount": "plan",
     "Plan": "plan",
     "Symlink": "plan",
+    "make_drm_plan": "plan",
     "make_plan": "plan",
+    "merge_plans": "plan",
+    "DrmRequest": "request",
+    "drm_request_from_env": "request",
     "Request": "request",
     "request_from_env": "request",
     "request_from_spec": "request",
@@ -121,7 +142,11 @@ __all__ = [
     "DeviceNode",
     "DiscoveryError",
     "DriverLibrary",
+    "DrmGpu",
+    "DrmHost",
+    "DrmRequest",
     "EditResult",
+    "EngineConfigError",
     "Gpu",
     "Hook",
     "HostDeviceNode",
@@ -134,6 +159,7 @@ __all__ = [
     "Plan",
     "Request",
     "RequestError",
+    "RuntimeNotFound",
     "SpecError",
     "State",
     "StateError",
@@ -141,13 +167,17 @@ __all__ = [
     "__version__",
     "apply_plan",
     "discover",
+    "discover_vendor",
+    "drm_request_from_env",
     "edit_bundle",
     "exit_code_for",
     "hook_command",
     "inject",
     "load_bundle",
     "load_config",
+    "make_drm_plan",
     "make_plan",
+    "merge_plans",
     "parse_state",
     "request_from_env",
     "request_from_spec",
