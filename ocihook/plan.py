@@ -153,7 +153,10 @@ class ProcMask(Record):
     ``src/nvc_mount.c``): a tmpfs over it holding copies of ``params`` (with
     ``ModifyDeviceFiles: 0``, so the driver inside does not recreate device files),
     ``version`` and ``registry``, and the ``gpus/<bus id>`` directories of the selected
-    GPUs only, bind-mounted read-only, nosuid, nodev, noexec.
+    GPUs only, bind-mounted read-only, nosuid, nodev, noexec. The MIG capability files
+    (``capabilities/.../access``, ``capabilities/mig/config``) of the container's
+    ``/dev/nvidia-caps`` nodes are copied in too: the hook finds them by their
+    ``DeviceFileMinor`` (:func:`ocihook.appliers.live.capability_files`).
 
     Attributes:
         host_dir: host path of ``/proc/driver/nvidia`` (under the dev root).

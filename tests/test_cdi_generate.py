@@ -366,3 +366,43 @@ def test_generate_skips_click_and_yaml_for_json(sim: Any, tmp_path: Path) -> Non
     loaded = modules_after(f"from ocihook._main import main; main({argv!r})")
     assert json.loads(out.read_text())["kind"] == "nvidia.com/gpu"
     assert not {"click", "jsonschema", "yaml", "elftools"} & loaded
+
+
+def test_capability_files_by_device_minor(tmp_path: Path) -> None:
+    """The MIG capability files whose DeviceFileMinor is one of the container's
+    nvidia-caps nodes; links are not followed, junk is skipped."""
+    from ocihook.appliers.live import capability_files, caps_minors, read_proc_files
+
+    proc = tmp_path / "nvidia"
+    gi = proc / "capabilities/gpu0/mig/gi1"
+    (gi / "ci0").mkdir(parents=True)
+    (gi / "access").write_text("DeviceFileMinor: 12\nDeviceFileMode: 292\n")
+    (gi / "ci0/access").write_text("DeviceFileMinor: 13\n")
+    (proc / "capabilities/mig").mkdir()
+    (proc / "capabilities/mig/config").write_text("DeviceFileMinor: 1\n")
+    (proc / "capabilities/mig/junk").write_text("DeviceFileMinor: x\n" + "y" * 70000)
+    secret = tmp_path / "secret"
+    secret.write_text("DeviceFileMinor: 13\n")
+    (proc / "capabilities/link").symlink_to(secret)
+    (proc / "params").write_text("ModifyDeviceFiles: 1\n")
+    got = capability_files(str(proc), {12, 13})
+    assert got == {
+        "capabilities/gpu0/mig/gi1/access": b"DeviceFileMinor: 12\nDeviceFileMode: 292\n",
+        "capabilities/gpu0/mig/gi1/ci0/access": b"DeviceFileMinor: 13\n",
+    }
+    assert capability_files(str(proc), set()) == {}
+    assert list(capability_files(str(proc), {1})) == ["capabilities/mig/config"]
+    files = read_proc_files(str(proc), {1})
+    assert files == {
+        "params": b"ModifyDeviceFiles: 0\n",
+        "capabilities/mig/config": b"DeviceFileMinor: 1\n",
+    }
+    pairs: list[tuple[object, object]] = [
+        ("/dev/nvidia-caps/nvidia-cap12", None),
+        ("/dev/nvidia-caps/nvidia-cap99", 13),
+        ("/dev/nvidia-caps/nvidia-cap" + "9" * 50, None),
+        ("/dev/nvidia0", 0),
+        (None, 5),
+        ("/dev/nvidia-caps/nvidia-capX", None),
+    ]
+    assert caps_minors(pairs) == {12, 13}

@@ -45,6 +45,8 @@ if TYPE_CHECKING:
     from .spec import Options
 
 __all__ = [
+    "capability_files",
+    "caps_minors",
     "create_container_hook",
     "create_symlinks_hook",
     "device_cgroup_dir",
@@ -496,7 +498,9 @@ def create_container_hook(
                 )
         if proc_mask is not None:
             gpu_fds = clone_gpu_proc_dirs(proc_mask)
-            mask_proc_driver(root_fd, read_proc_files(proc_mask.host_dir), gpu_fds, undo)
+            minors = caps_minors(_config_devices(bundle.config))
+            files = read_proc_files(proc_mask.host_dir, minors)
+            mask_proc_driver(root_fd, files, gpu_fds, undo)
     except (OSError, OcihookError) as e:
         _run_undo(undo)
         for link, previous in reversed(replaced):
@@ -630,7 +634,8 @@ def inject(
         if cgroups and edits.cgroup_rules:
             _allow_in_cgroups(pid, edits.cgroup_rules, undo)
         if edits.proc_mask is not None:
-            proc_files = read_proc_files(edits.proc_mask.host_dir)
+            minors = caps_minors([(n.path, n.minor) for n in edits.device_nodes])
+            proc_files = read_proc_files(edits.proc_mask.host_dir, minors)
             gpu_fds = clone_gpu_proc_dirs(edits.proc_mask)
         for m in edits.mounts:
             try:
@@ -804,21 +809,95 @@ PROC_DRIVER = "/proc/driver/nvidia"
 PROC_FILES = ("params", "version", "registry")
 
 
-def read_proc_files(host_dir: str) -> dict[str, bytes]:
-    """Contents for the masked ``/proc/driver/nvidia``: the host's ``params`` with
-    ``ModifyDeviceFiles: 0`` (the driver inside must not recreate device files; NVIDIA
-    driver ``nv-procfs``), ``version`` and ``registry`` as they are. Missing files are
+def _read_small(path: str) -> bytes | None:
+    """Up to 64 KiB of a host procfs file (no links followed, never blocking), or ``None``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 1 << 16)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def capability_files(host_dir: str, minors: set[int]) -> dict[str, bytes]:
+    """The MIG capability files under ``host_dir``'s ``capabilities/`` (the host's
+    ``/proc/driver/nvidia/capabilities``: ``gpu<N>/mig/gi<G>/access``,
+    ``gpu<N>/mig/gi<G>/ci<C>/access``, ``mig/config``, ``mig/monitor``) whose
+    ``DeviceFileMinor`` is one of ``minors`` — the ``/dev/nvidia-caps/nvidia-cap<minor>``
+    nodes the container gets — by path relative to ``host_dir``, with their contents.
+    NVML in the container reads them to find the capability node to open (libnvidia-container
+    ``src/nvc_mount.c`` mounts the same files). Directories are walked without following
+    links, at most 6 levels and 4096 entries; unreadable parts are skipped."""
+    out: dict[str, bytes] = {}
+    if not minors:
+        return out
+    budget = [4096]
+
+    def walk(rel: str, depth: int) -> None:
+        try:
+            entries = sorted(os.scandir(os.path.join(host_dir, rel)), key=lambda e: e.name)
+        except OSError:
+            return
+        for entry in entries:
+            budget[0] -= 1
+            if budget[0] < 0:
+                return
+            sub = f"{rel}/{entry.name}"
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    if depth < 6:
+                        walk(sub, depth + 1)
+                    continue
+                if not entry.is_file(follow_symlinks=False):
+                    continue
+            except OSError:
+                continue
+            data = _read_small(os.path.join(host_dir, sub))
+            for line in (data or b"").decode("ascii", "replace").splitlines():
+                key, sep, value = line.partition(":")
+                value = value.strip()
+                if sep and key.strip() == "DeviceFileMinor" and value.isascii():
+                    if value.isdigit() and len(value) <= 9 and int(value) in minors:
+                        out[sub] = data or b""
+                    break
+
+    walk("capabilities", 1)
+    return out
+
+
+def caps_minors(nodes: Sequence[tuple[object, object]]) -> set[int]:
+    """Minors of the ``/dev/nvidia-caps/nvidia-cap<minor>`` nodes among ``(path, minor)``
+    pairs (``minor`` ``None`` when not given: read from the path); malformed items are
+    skipped."""
+    out: set[int] = set()
+    prefix = "/dev/nvidia-caps/nvidia-cap"
+    for path, minor in nodes:
+        if not isinstance(path, str) or not path.startswith(prefix):
+            continue
+        if type(minor) is int and 0 <= minor < 1 << 20:
+            out.add(minor)
+        elif minor is None:
+            number = path[len(prefix) :]
+            if number.isascii() and number.isdigit() and len(number) <= 7:
+                out.add(int(number))
+    return out
+
+
+def read_proc_files(host_dir: str, cap_minors: set[int] | None = None) -> dict[str, bytes]:
+    """Contents for the masked ``/proc/driver/nvidia``, by path relative to it: the host's
+    ``params`` with ``ModifyDeviceFiles: 0`` (the driver inside must not recreate device
+    files; NVIDIA driver ``nv-procfs``), ``version`` and ``registry`` as they are, and the
+    MIG capability files of ``cap_minors`` (:func:`capability_files`). Missing files are
     left out."""
     out: dict[str, bytes] = {}
     for name in PROC_FILES:
-        try:
-            fd = os.open(os.path.join(host_dir, name), os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-        except OSError:
+        data = _read_small(os.path.join(host_dir, name))
+        if data is None:
             continue
-        try:
-            data = os.read(fd, 1 << 16)
-        finally:
-            os.close(fd)
         if name == "params":
             lines = [
                 b"ModifyDeviceFiles: 0" if ln.startswith(b"ModifyDeviceFiles:") else ln
@@ -826,7 +905,19 @@ def read_proc_files(host_dir: str) -> dict[str, bytes]:
             ]
             data = b"\n".join(lines) + b"\n"
         out[name] = data
+    out.update(capability_files(host_dir, cap_minors or set()))
     return out
+
+
+def _config_devices(config: dict[str, Any]) -> list[tuple[object, object]]:
+    """``(path, minor)`` of the character devices in ``config``'s ``linux.devices``."""
+    linux = config.get("linux")
+    devices = linux.get("devices") if isinstance(linux, dict) else None
+    return [
+        (d.get("path"), d.get("minor"))
+        for d in (devices if isinstance(devices, list) else ())
+        if isinstance(d, dict) and d.get("type", "c") == "c"
+    ]
 
 
 def gpu_dirs_of_devices(host_dir: str, config: dict[str, Any]) -> tuple[str, ...]:
@@ -905,6 +996,33 @@ def clone_gpu_proc_dirs(mask: ProcMask) -> dict[str, int]:
     return fds
 
 
+def _write_nested(top: int, rel: str, data: bytes) -> None:
+    """Create ``rel`` (``a/b/file``, directories made as needed, 0555) with ``data`` (0444)
+    below the directory ``top``, never following a link."""
+    parts = rel.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise ApplyError("a /proc/driver/nvidia file name is malformed", value=rel)
+    fds: list[int] = []
+    here = top
+    try:
+        for part in parts[:-1]:
+            try:  # noqa: SIM105 (contextlib is not imported on this path)
+                os.mkdir(part, 0o555, dir_fd=here)
+            except FileExistsError:
+                pass
+            here = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=here)
+            fds.append(here)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        fd = os.open(parts[-1], flags, 0o444, dir_fd=here)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
 def mask_proc_driver(
     root_fd: int, files: dict[str, bytes], gpu_fds: dict[str, int], undo: list[_Undo]
 ) -> bool:
@@ -955,13 +1073,7 @@ def mask_proc_driver(
     top = ps.open_in_root(root_fd, PROC_DRIVER, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for name, data in files.items():
-            fd = os.open(
-                name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444, dir_fd=top
-            )
-            try:
-                os.write(fd, data)
-            finally:
-                os.close(fd)
+            _write_nested(top, name, data)
         if gpu_fds:
             os.mkdir("gpus", 0o555, dir_fd=top)
             gpus = os.open("gpus", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=top)
