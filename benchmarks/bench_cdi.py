@@ -21,27 +21,16 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
+
+from bench_start import _realistic_root, _run_once  # same directory: run as a script
 
 TARGETS = {"inject 8 GPUs (json)": 2.0, "generate, realistic": 4.0}
 
 
 def _run(argv: list[str]) -> float:
-    start = time.perf_counter()
-    proc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    elapsed = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise SystemExit(f"{argv} failed ({proc.returncode}): {proc.stderr.decode()}")
-    return elapsed
-
-
-def _realistic_root() -> str | None:
-    cache = os.environ.get("OCIHOOK_CACHE") or os.path.expanduser("~/.cache/ocihook")
-    root = os.path.join(cache, "realistic-535.261.03", "root")
-    return root if os.path.exists(os.path.join(root, ".ocihook-fixture.json")) else None
+    return _run_once(argv, b"")
 
 
 def main() -> int:
