@@ -73,7 +73,8 @@ ROOT_OPTIONS = (
     Option(
         "--config",
         metavar="PATH",
-        help="configuration file (default $OCIHOOK_CONFIG for edit, /etc/ocihook/config.toml)",
+        help="configuration file (default: $OCIHOOK_CONFIG, except for hooks; else "
+        "/etc/ocihook/config.toml)",
     ),
     Option("--driver-root", help="root of the user-space driver (config; /)"),
     Option("--dev-root", help="root holding dev/, proc/, sys/ (config; /)"),
@@ -419,8 +420,7 @@ def _cmd_cdi_generate(ns: Any) -> int:
             )
         drm_host = discover_vendor(drm_vendors[ns.vendor], host_root_from(ns, cfg))
         drm_spec = generate_drm_spec(drm_host, additional_gids=ns.additional_gids)
-        for w in drm_host.warnings:
-            print(f"ocihook: warning: {w}", file=sys.stderr)
+        _warn(drm_host.warnings, ns.verbose)
         write_spec(spec_bytes(drm_spec, fmt), ns.output)
         return 0
     host = discover(host_root_from(ns, cfg), gpu_backend=ns.gpu_backend)
@@ -431,8 +431,7 @@ def _cmd_cdi_generate(ns: Any) -> int:
         device_class=getattr(ns, "class"),
         name_strategies=tuple(ns.device_name_strategy),
     )
-    for w in host.warnings:
-        print(f"ocihook: warning: {w}", file=sys.stderr)
+    _warn(host.warnings, ns.verbose)
     write_spec(spec_bytes(spec, fmt), ns.output)
     return 0
 

@@ -104,8 +104,11 @@ class OcihookError(Exception):
         if self.field is not None:
             where.append(f"field {self.field}")
         if self.value is not None:
+            value = self.value
+            if isinstance(value, tuple) and value and all(isinstance(v, str) for v in value):
+                value = ", ".join(value)  # several names: one list, not a Python tuple
             try:
-                shown = repr(self.value)
+                shown = repr(value)
             except ValueError:  # an int too long to print (sys.set_int_max_str_digits)
                 shown = f"<a {self.value.bit_length()}-bit integer>"  # type: ignore[attr-defined]
             if len(shown) > 120:  # a hostile value must not flood logs

@@ -22,13 +22,20 @@ def _section(title: str) -> str:
     return text[start : end if end != -1 else len(text)]
 
 
-def test_python_example_runs_and_prints_what_the_readme_says() -> None:
+def test_python_example_runs_and_prints_what_the_readme_says(tmp_path: Path) -> None:
     section = _section("Use ocihook from Python")
     code = re.search(r"```python\n(.*?)```", section, re.S)
     assert code is not None
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
     out = subprocess.run(
-        [sys.executable, "-c", code.group(1)], capture_output=True, text=True, check=True
+        [sys.executable, "-c", code.group(1)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "TMPDIR": str(tmp)},
     ).stdout
+    assert list(tmp.iterdir()) == []  # the example cleans up after itself
     promised = re.findall(r"prints `([^`]*)` and `([^`]*)`", section)
     assert promised, section
     assert out.splitlines() == list(promised[0])
