@@ -311,3 +311,93 @@ def test_amd_discovery_with_a_huge_kfd_value(tmp_path: Path) -> None:
     except OcihookError:
         return
     assert len(host.gpus) == len(built.amd)
+
+
+def test_intel_sriov_numvfs_not_a_number_is_not_a_traceback(tmp_path: Path) -> None:
+    """``sriov_numvfs`` holding ``²`` (U+00B2: ``str.isdigit()`` is true, ``int()``
+    refuses it): ``intel.discover`` (and ``ocihook info``, ``cdi generate --vendor
+    intel``) die with ``ValueError``. Expected: the attribute treated as malformed (a
+    warning, or a :class:`DiscoveryError`, exit 6)."""
+    from ocihook.discovery import intel
+
+    built = simvendors.build_intel(str(tmp_path / "intel"), sriov=True)
+    (numvfs,) = Path(built.root, "sys/devices").rglob("sriov_numvfs")
+    numvfs.write_text("\u00b2\n")
+    try:
+        host = intel.discover(HostRoot.single(built.root))
+    except OcihookError as e:
+        assert e.path is not None and "sriov_numvfs" in e.path
+    else:
+        assert host.gpus
+
+
+def test_amd_partition_dir_with_a_non_ascii_digit_is_not_a_traceback(tmp_path: Path) -> None:
+    """A platform device ``amdgpu_xcp_²`` (``isdigit()`` true, ``int()`` refuses):
+    ``amd.discover`` dies with ``ValueError``. Expected: the entry ignored, as other
+    names that are not ``amdgpu_xcp_<N>``."""
+    built = simvendors.build_amd(str(tmp_path / "amd"))
+    Path(built.root, "sys/devices/platform/amdgpu_xcp_\u00b2").mkdir()
+    host = amd.discover(HostRoot.single(built.root))
+    assert len(host.gpus) == len(built.amd)
+
+
+def test_legacy_mode_adds_the_hook_for_an_amd_request(
+    stage: Stage, tmp_path: Path, amd_sim: simvendors.SimDrmHost
+) -> None:
+    """``mode = "legacy"``: a container asking only for ``AMD_VISIBLE_DEVICES=0`` gets no
+    hook (``_add_legacy_hook`` looks only at the NVIDIA request, which is void), so it
+    starts without its GPU and without an error; ``auto`` mode edits the same bundle and
+    the hook itself serves AMD requests. Expected: the prestart hook added."""
+    stage.root = amd_sim.root
+    stage.write_config('mode = "legacy"\n')
+    bundle = tmp_path / "b"
+    (bundle / "rootfs").mkdir(parents=True)
+    doc = {
+        "ociVersion": "1.0.2",
+        "process": {"args": ["true"], "cwd": "/", "env": ["AMD_VISIBLE_DEVICES=0"]},
+        "root": {"path": "rootfs"},
+        "linux": {},
+    }
+    (bundle / "config.json").write_text(json.dumps(doc))
+    proc = stage.run("create", "-b", str(bundle), "cid")
+    assert proc.returncode == 0, proc.stderr
+    after = json.loads((bundle / "config.json").read_text())
+    prestart = after.get("hooks", {}).get("prestart", [])
+    assert [h["args"][-4:] for h in prestart] == [
+        ["hook", "prestart", "--config", str(stage.config)]
+    ]
+
+
+def test_containerd_imports_do_not_undo_the_registration(tmp_path: Path) -> None:
+    """A main ``config.toml`` with ``imports = ["conf.d/*.toml"]`` whose drop-in
+    configures the CRI plugin (``default_runtime_name = "runc"``, runc's
+    ``SystemdCgroup``). ``configure --set-as-default`` edits only the main file and says
+    "updated"; containerd's merged configuration (``config dump``) then has no
+    ``ocihook`` runtime and ``default_runtime_name = "runc"`` (containerd 1.6 replaces a
+    plugin's table by the imported one; 2.x merges keys, the drop-in still wins).
+    Expected: ocihook registered in the configuration containerd uses (a drop-in of its
+    own in an imported directory, or the import considered), or exit 13 / a note."""
+    conf_d = tmp_path / "conf.d"
+    conf_d.mkdir()
+    (conf_d / "10-base.toml").write_text(
+        "version = 2\n"
+        '[plugins."io.containerd.grpc.v1.cri".containerd]\n'
+        'default_runtime_name = "runc"\n'
+        '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n'
+        "SystemdCgroup = true\n"
+    )
+    path = tmp_path / "config.toml"
+    text = f'version = 2\nimports = ["{conf_d}/*.toml"]\n'
+    path.write_text(text)
+    proc = _configure("containerd", path, "--set-as-default")
+    notes = proc.stderr.replace(str(tmp_path), "")
+    if proc.returncode == 0 and "import" not in notes:
+        dump = tomllib.loads(_containerd_dump(path))
+        cri = dump["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]
+        assert (
+            cri["runtimes"].get("ocihook", {}).get("options", {}).get("BinaryName") == RUNTIME_PATH
+        ), path.read_text()
+        assert cri["default_runtime_name"] == "ocihook"
+    elif proc.returncode != 0:
+        assert proc.returncode == EXIT_CODES[EngineConfigError], proc.stderr
+        assert path.read_text() == text
