@@ -20,7 +20,13 @@ from test_runtime_wrapper import Stage
 
 from ocihook import simhost, simvendors
 from ocihook.discovery import amd
-from ocihook.errors import EXIT_CODES, EngineConfigError, OcihookError, RequestError
+from ocihook.errors import (
+    EXIT_CODES,
+    EngineConfigError,
+    OcihookError,
+    RequestError,
+    RuntimeNotFound,
+)
 from ocihook.hostroot import HostRoot
 from ocihook.request import drm_request_from_env, select_drm_gpus
 
@@ -55,7 +61,7 @@ def stage(tmp_path: Path, sim: simhost.SimulatedHost) -> Stage:
     return Stage(tmp_path, sim.root)
 
 
-@pytest.mark.parametrize("args", [["create", "--help"], ["run", "-h"]])
+@pytest.mark.parametrize("args", [["create", "--help"], ["run", "-h"], ["--help", "create"]])
 def test_create_help_reaches_the_real_runtime(
     stage: Stage, tmp_path: Path, args: list[str]
 ) -> None:
@@ -89,6 +95,23 @@ def test_crun_log_driver_prefix_is_not_a_file_in_the_bundle(stage: Stage, tmp_pa
     assert log.exists(), "the error did not reach crun's --log file:PATH"
     entry = json.loads(log.read_text().splitlines()[-1])
     assert entry["level"] == "error" and "config.json not found" in entry["msg"]
+
+
+def test_failed_exec_leaves_config_json_as_it_was(
+    stage: Stage, bundle_factory: Any, tmp_path: Path
+) -> None:
+    """README: "On an error config.json is left as it was, the real runtime is not run".
+    A ``runc`` whose interpreter is missing (``#!/nonexistent/sh``) passes
+    :func:`find_runtime` (an executable file) but ``execve`` fails with ENOENT after the
+    bundle was edited: exit 12 and config.json keeps the GPU edits. Expected: the
+    original bytes put back when the exec fails."""
+    Path(stage.runc).write_text("#!/nonexistent/sh\nexit 0\n")
+    bundle = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0"])
+    config = Path(bundle, "config.json")
+    before = config.read_bytes()
+    proc = stage.run("create", "-b", bundle, "cid")
+    assert proc.returncode == EXIT_CODES[RuntimeNotFound], proc.stderr
+    assert config.read_bytes() == before
 
 
 # --- runtime configure: containerd --------------------------------------------------------
