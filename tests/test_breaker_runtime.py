@@ -205,6 +205,39 @@ def test_containerd_dotted_keys_keep_runc_and_register_ocihook(tmp_path: Path) -
         assert path.read_text() == text
 
 
+def test_containerd_out_of_order_tables_with_set_as_default(tmp_path: Path) -> None:
+    """A valid containerd config whose ``[plugins."io.containerd.grpc.v1.cri".containerd]``
+    header comes after its sub-table ``...containerd.runtimes.runc.options`` and another
+    plugin's table (TOML allows it; ``config dump`` reads it). With ``--set-as-default``
+    (or ``--cdi``): ``AttributeError: 'dict' object has no attribute 'body'`` in
+    ``_key_indent`` (tomlkit gives an out-of-order table proxy), exit 1 with a traceback.
+    Expected: ``default_runtime_name = "ocihook"`` written (or exit 13)."""
+    path = tmp_path / "config.toml"
+    text = (
+        "version = 2\n"
+        '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n'
+        "SystemdCgroup = true\n"
+        '[plugins."io.containerd.internal.v1.opt"]\n'
+        'path = "/opt"\n'
+        '[plugins."io.containerd.grpc.v1.cri".containerd]\n'
+        'snapshotter = "native"\n'
+    )
+    path.write_text(text)
+    _containerd_dump(path)  # valid for containerd
+    proc = _configure("containerd", path, "--set-as-default", "--cdi")
+    assert "Traceback" not in proc.stderr, proc.stderr[-600:]
+    if proc.returncode == 0:
+        dump = tomllib.loads(_containerd_dump(path))
+        cri = dump["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]
+        assert cri["default_runtime_name"] == "ocihook"
+        assert cri["snapshotter"] == "native"
+        assert cri["runtimes"]["ocihook"]["options"]["BinaryName"] == RUNTIME_PATH
+        assert cri["runtimes"]["runc"]["options"]["SystemdCgroup"] is True
+    else:
+        assert proc.returncode == EXIT_CODES[EngineConfigError], proc.stderr
+        assert path.read_text() == text
+
+
 @pytest.mark.parametrize(
     "text",
     [
