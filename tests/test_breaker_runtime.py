@@ -457,3 +457,31 @@ def test_containerd_imports_do_not_undo_the_registration(tmp_path: Path) -> None
     elif proc.returncode != 0:
         assert proc.returncode == EXIT_CODES[EngineConfigError], proc.stderr
         assert path.read_text() == text
+
+
+def test_crio_out_of_order_tables_with_set_as_default(tmp_path: Path) -> None:
+    """The CRI-O twin of the containerd case: ``[crio.runtime]`` defined after
+    ``[crio.runtime.runtimes.runc]`` and ``[crio.api]`` (valid TOML). ``--set-as-default``
+    dies with ``AttributeError`` in ``_key_indent`` (exit 1, traceback). Expected:
+    ``crio.runtime.default_runtime = "ocihook"`` with the rest kept, or exit 13."""
+    path = tmp_path / "crio.conf"
+    text = (
+        "[crio.runtime.runtimes.runc]\n"
+        'runtime_path = "/usr/bin/runc"\n'
+        "[crio.api]\n"
+        'listen = "/x"\n'
+        "[crio.runtime]\n"
+        'cgroup_manager = "systemd"\n'
+    )
+    path.write_text(text)
+    proc = _configure("crio", path, "--set-as-default")
+    assert "Traceback" not in proc.stderr, proc.stderr[-600:]
+    if proc.returncode == 0:
+        runtime = tomllib.loads(path.read_text())["crio"]["runtime"]
+        assert runtime["default_runtime"] == "ocihook"
+        assert runtime["cgroup_manager"] == "systemd"
+        assert runtime["runtimes"]["runc"] == {"runtime_path": "/usr/bin/runc"}
+        assert runtime["runtimes"]["ocihook"]["runtime_path"] == RUNTIME_PATH
+    else:
+        assert proc.returncode == EXIT_CODES[EngineConfigError], proc.stderr
+        assert path.read_text() == text
