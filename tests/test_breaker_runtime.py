@@ -149,18 +149,26 @@ def test_containerd_runc_entry_of_the_wrong_type_is_exit_13(tmp_path: Path) -> N
     assert path.read_text() == text
 
 
-def test_containerd_inline_runtimes_table_is_edited_or_refused_with_13(tmp_path: Path) -> None:
-    """``runtimes = { runc = { runtime_type = "io.containerd.runc.v2" } }`` is a valid
-    containerd config (``config dump`` reads it). Found: tomlkit's ``ValueError: Inline
-    tables cannot contain a table`` is caught by the CLI as a usage error (exit 2, "Try
-    'ocihook runtime configure --help'"), though the command line was right. Expected:
-    the runtime added (into the inline table) or exit 13 naming the file."""
-    path = tmp_path / "config.toml"
-    text = (
-        "version = 2\n"
+@pytest.mark.parametrize(
+    "body",
+    [
         '[plugins."io.containerd.grpc.v1.cri".containerd]\n'
-        'runtimes = { runc = { runtime_type = "io.containerd.runc.v2" } }\n'
-    )
+        'runtimes = { runc = { runtime_type = "io.containerd.runc.v2" } }\n',
+        '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes]\n'
+        'ocihook = { runtime_type = "io.containerd.runc.v2" }\n',
+        'plugins = { "io.containerd.internal.v1.opt" = { path = "/opt" } }\n',
+    ],
+    ids=["inline-runtimes", "inline-ocihook-entry", "inline-plugins"],
+)
+def test_containerd_inline_tables_are_edited_or_refused_with_13(tmp_path: Path, body: str) -> None:
+    """Inline tables on the path ocihook writes (``runtimes = { runc = {...} }``, an
+    ``ocihook = {...}`` entry, ``plugins = {...}``) are valid containerd configs
+    (``config dump`` reads them). Found: tomlkit's ``ValueError: Inline tables cannot
+    contain a table`` is caught by the CLI as a usage error (exit 2, "Try 'ocihook runtime
+    configure --help'"), though the command line was right. Expected: the runtime added
+    or exit 13 naming the file, the file untouched."""
+    path = tmp_path / "config.toml"
+    text = "version = 2\n" + body
     path.write_text(text)
     _containerd_dump(path)  # valid for containerd
     proc = _configure("containerd", path)
