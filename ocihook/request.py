@@ -643,11 +643,20 @@ class DrmRequest(Record):
         return DRM_VARIABLES[self.vendor]
 
 
+def _index(text: str) -> int | None:
+    """A decimal GPU index; one of more than 9 digits counts as 10**9 (no host has that
+    many GPUs, and :func:`int` refuses over 4300 digits); ``None`` if not decimal."""
+    if not (text.isascii() and text.isdigit()):
+        return None
+    return int(text) if len(text) <= 9 else 10**9
+
+
 def _range(item: str) -> tuple[int, int] | None:
     """``(a, b)`` of ``a-b`` (decimal), else ``None``."""
     first, sep, last = item.partition("-")
-    if sep and first.isascii() and first.isdigit() and last.isascii() and last.isdigit():
-        return int(first), int(last)
+    a, b = _index(first), _index(last)
+    if sep and a is not None and b is not None:
+        return a, b
     return None
 
 
@@ -799,8 +808,11 @@ def select_drm_gpus(request: DrmRequest, gpus: Sequence[Any]) -> tuple[Any, ...]
 
     for item in request.devices:
         span = _range(item)
-        if item.isdigit() or span is not None:
-            first, last = span if span is not None else (int(item), int(item))
+        single = _index(item)
+        if span is None and single is not None:
+            span = (single, single)
+        if span is not None:
+            first, last = span
             if last >= len(gpus):
                 raise missing(f"no {name} GPU with index {last}", item)
             matches = list(gpus[first : last + 1])

@@ -118,9 +118,10 @@ class Invocation:
         log: the global ``--log`` file (``None``: not given).
         log_format: the global ``--log-format`` (``"text"`` when not given).
         config: crun's ``--config``/``-f`` file name, when given.
+        help: ``-h``/``--help`` was given (the runtime prints help; no bundle to edit).
     """
 
-    __slots__ = ("bundle", "command", "config", "log", "log_format")
+    __slots__ = ("bundle", "command", "config", "help", "log", "log_format")
 
     def __init__(
         self,
@@ -129,7 +130,9 @@ class Invocation:
         log: str | None = None,
         log_format: str = "text",
         config: str | None = None,
+        help: bool = False,
     ) -> None:
+        self.help = help
         self.command = command
         self.bundle = bundle
         self.log = log
@@ -180,6 +183,8 @@ def parse_args(args: Sequence[str]) -> Invocation:
         if not arg.startswith("-") or arg == "-":
             break
         name, value = _option(arg)
+        if name in ("help", "h"):
+            inv.help = True
         takes_value = name in GLOBAL_VALUE_OPTIONS or (
             name not in GLOBAL_FLAGS
             and i + 1 < n
@@ -206,6 +211,8 @@ def parse_args(args: Sequence[str]) -> Invocation:
         if not arg.startswith("-") or arg == "-":
             continue  # the container id
         name, value = _option(arg)
+        if name in ("help", "h"):
+            inv.help = True
         if name not in COMMAND_VALUE_OPTIONS:
             continue
         if value is None and i < n:
@@ -331,12 +338,12 @@ def _add_legacy_hook(bundle_dir: str, cfg: Config) -> bool:
     from .bundle import load_bundle, write_json_atomic
     from .config import DEFAULT_PATH as DEFAULT_CONFIG
     from .errors import ApplyError, SpecError
-    from .request import request_from_spec
+    from .request import drm_requests_from_spec, request_from_spec
 
     b = load_bundle(bundle_dir)
     options = options_from_config(cfg)
     request = request_from_spec(b.config, path=b.config_path, policy=options.policy)
-    if request.is_void:
+    if request.is_void and not drm_requests_from_spec(b.config, path=b.config_path):
         return False
     hooks = b.config.get("hooks")
     if hooks is not None and not isinstance(hooks, dict):
@@ -407,6 +414,16 @@ class _Settings:
         return ("runc", "crun"), None
 
 
+def _read_bytes(path: str) -> bytes | None:
+    """The bytes of ``path`` (to put back if the real runtime cannot be started), or
+    ``None`` when it cannot be read (the edit then reports why)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
 def prepare_bundle(bundle_dir: str, cfg: Config) -> str:
     """Give the container of ``bundle_dir`` what its ``config.json`` asks for, by
     ``cfg.mode`` (see the module docstring). Returns what was done, for the log:
@@ -425,6 +442,18 @@ def prepare_bundle(bundle_dir: str, cfg: Config) -> str:
     return "edited" if result.written else "unchanged"
 
 
+def _log_file(value: str | None) -> str | None:
+    """The file a global ``--log`` names: runc takes a path; crun also ``file:PATH`` and the
+    drivers ``journald:ID`` / ``syslog:ID``, which are not files (crun(1))."""
+    if not value:
+        return None
+    if value.startswith("file:"):
+        return value[len("file:") :] or None
+    if value.startswith(("journald:", "syslog:")):
+        return None
+    return value
+
+
 def _report(err: OcihookError, inv: Invocation) -> None:
     """Print the error, and append it to runc's ``--log`` file when one was given, in its
     ``--log-format`` (containerd's shim reads the last ``error`` entry of that file)."""
@@ -433,7 +462,8 @@ def _report(err: OcihookError, inv: Invocation) -> None:
     from . import log
 
     log.error(message, command=inv.command or "-")
-    if not inv.log:
+    path = _log_file(inv.log)
+    if path is None:
         return
     import time
 
@@ -446,7 +476,7 @@ def _report(err: OcihookError, inv: Invocation) -> None:
     else:
         line = f'time="{stamp}" level=error msg="{message.replace(chr(34), chr(39))}"'
     try:
-        fd = os.open(inv.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             os.write(fd, (line + "\n").encode())
         finally:
@@ -475,6 +505,9 @@ def main(argv: Sequence[str] | None = None, *, environ: Mapping[str, str] | None
         print(HELP, end="")
         return 0
     inv = parse_args(args)
+    original: bytes | None = None
+    done = "unchanged"
+    config_json = ""
     try:
         if env.get(EXEC_MARKER):
             raise RuntimeNotFound(
@@ -486,11 +519,13 @@ def main(argv: Sequence[str] | None = None, *, environ: Mapping[str, str] | None
         settings = _Settings(env)
         runtimes, source = settings.runtimes()
         runtime = find_runtime(runtimes, environ=env, source=source)
-        if inv.command in EDIT_COMMANDS and inv.config is None:
+        if inv.command in EDIT_COMMANDS and inv.config is None and not inv.help:
             bundle = inv.bundle_dir()
-            if not _asks_for_nothing(os.path.join(bundle, "config.json"), settings):
+            config_json = os.path.join(bundle, "config.json")
+            if not _asks_for_nothing(config_json, settings):
                 from . import log
 
+                original = _read_bytes(config_json)
                 done = prepare_bundle(bundle, settings.get())
                 log.debug(f"{PROG} {inv.command}", bundle=bundle, done=done, runtime=runtime)
     except OcihookError as e:
@@ -503,6 +538,13 @@ def main(argv: Sequence[str] | None = None, *, environ: Mapping[str, str] | None
         os.execve(runtime, [runtime, *args], env)
     except OSError as e:
         err = RuntimeNotFound(f"cannot run {runtime}: {e.strerror}", path=runtime)
+        if original is not None and done != "unchanged":  # leave config.json as it was
+            from .bundle import write_bytes_atomic
+
+            try:
+                write_bytes_atomic(config_json, original)
+            except OSError:
+                err.hint = f"config.json was edited and could not be restored: {config_json}"
         _report(err, inv)
         return exit_code_for(err)
     return 1  # pragma: no cover  (execve does not return)

@@ -102,7 +102,13 @@ def parse_kfd_properties(text: str) -> dict[str, int]:
     props: dict[str, int] = {}
     for line in text.splitlines():
         fields = line.split()
-        if len(fields) == 2 and fields[1].isascii() and fields[1].isdigit():
+        # at most 20 digits: a u64, and never more than int() accepts
+        if (
+            len(fields) == 2
+            and fields[1].isascii()
+            and fields[1].isdigit()
+            and len(fields[1]) <= 20
+        ):
             props.setdefault(fields[0], int(fields[1]))
     return props
 
@@ -136,7 +142,7 @@ def read_kfd_nodes(root: HostRoot) -> dict[int, KfdNode] | None:
         return None
     nodes: dict[int, KfdNode] = {}
     for name in listdir(topo, "the KFD topology"):
-        if not name.isdigit():
+        if not (name.isascii() and name.isdigit() and len(name) <= 9):
             continue
         path = os.path.join(topo, name, "properties")
         text = read_attr(path)
@@ -171,7 +177,10 @@ def _device_dirs(root: HostRoot) -> list[tuple[str, str | None]]:
     xcps = [
         (int(name[len(_XCP_PREFIX) :]), name)
         for name in listdir(platform, "platform devices")
-        if name.startswith(_XCP_PREFIX) and name[len(_XCP_PREFIX) :].isdigit()
+        if name.startswith(_XCP_PREFIX)
+        and name[len(_XCP_PREFIX) :].isascii()
+        and name[len(_XCP_PREFIX) :].isdigit()
+        and len(name) - len(_XCP_PREFIX) <= 9
     ]
     dirs.extend((os.path.join(platform, name), None) for _, name in sorted(xcps))
     return dirs

@@ -96,7 +96,8 @@ def discover(root: HostRoot | None = None) -> DrmHost:
             warnings.append(f"{entry}: no PCI address in its sysfs path; skipped")
             continue
         numvfs = read_attr(os.path.join(device, "sriov_numvfs"))
-        if numvfs and numvfs.isdigit() and int(numvfs) > 0:
+        # a non-zero decimal count (not int(): sysfs text is not to be trusted blindly)
+        if numvfs and numvfs.isascii() and numvfs.isdigit() and numvfs.strip("0"):
             warnings.append(
                 f"{bus_id}: SR-IOV physical function with {numvfs} virtual functions "
                 "enabled; skipped (its VFs are the GPUs)"
