@@ -42,8 +42,13 @@ podman         ``/usr/share/containers/oci/hooks.d/        the hooks.d 1.0.0 fil
 =============  ==========================================  ===================================
 
 An existing file that says the same already is left byte-identical. A file that is not
-valid JSON / TOML, or has a value of the wrong type where ocihook writes, is refused with
-:class:`~ocihook.errors.EngineConfigError` (exit 13) and left untouched. Writes are atomic
+valid JSON (RFC 8259: no ``NaN``) / TOML, or has a value of the wrong type where ocihook
+writes, is refused with :class:`~ocihook.errors.EngineConfigError` (exit 13) and left
+untouched; so is a TOML layout tomlkit cannot edit faithfully (tables written with dotted
+keys or inline on the path ocihook writes: every TOML edit is read back with
+:mod:`tomllib` and must differ from the file only by what ocihook meant to write), and a
+containerd file whose ``imports`` bring in a file that configures the CRI plugin (that
+file would override the registration: it is the one to configure). Writes are atomic
 and keep the file's mode (:func:`ocihook.bundle.write_bytes_atomic`).
 
 :mod:`tomlkit` is imported only here, only for TOML files.
@@ -166,6 +171,27 @@ def _text(before: bytes | None, path: str) -> str:
         raise EngineConfigError(f"not UTF-8 text at byte offset {e.start}", path=path) from None
 
 
+def _load_json(text: str, path: str) -> Any:
+    """``text`` as JSON (RFC 8259: ``NaN``, ``Infinity`` and ``-Infinity``, which Python's
+    :mod:`json` accepts and Go's ``encoding/json`` refuses, are errors).
+
+    Raises:
+        EngineConfigError: not valid JSON.
+    """
+
+    def constant(name: str) -> Any:
+        raise ValueError(f"{name} is not a JSON value")
+
+    try:
+        return json.loads(text, parse_constant=constant)
+    except json.JSONDecodeError as e:
+        raise EngineConfigError(
+            f"not valid JSON: {e.msg} at line {e.lineno} column {e.colno}", path=path
+        ) from None
+    except ValueError as e:
+        raise EngineConfigError(f"not valid JSON: {e}", path=path) from None
+
+
 # --- Docker -------------------------------------------------------------------------
 
 
@@ -191,17 +217,9 @@ def configure_docker(
             entry not objects.
     """
     text = _text(before, path)
-    if text.strip():
-        try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise EngineConfigError(
-                f"not valid JSON: {e.msg} at line {e.lineno} column {e.colno}", path=path
-            ) from None
-        if not isinstance(doc, dict):
-            raise EngineConfigError("daemon.json must hold a JSON object", path=path)
-    else:
-        doc = {}
+    doc = _load_json(text, path) if text.strip() else {}
+    if not isinstance(doc, dict):
+        raise EngineConfigError("daemon.json must hold a JSON object", path=path)
     new = json.loads(json.dumps(doc))
 
     def obj(parent: dict[str, Any], key: str, field: str) -> dict[str, Any]:
@@ -216,7 +234,8 @@ def configure_docker(
         new["default-runtime"] = RUNTIME_NAME
     if cdi:
         obj(new, "features", "features")["cdi"] = True
-    if new == doc and before is not None:
+    # compared as JSON text: in Python 1 == True, but dockerd's features map holds booleans
+    if json.dumps(new, sort_keys=True) == json.dumps(doc, sort_keys=True) and before is not None:
         return before, ()
     notes = ("restart dockerd to apply (systemctl restart docker)",)
     return (json.dumps(new, indent=4) + "\n").encode(), notes
@@ -250,10 +269,11 @@ def _table(parent: Any, key: str, *, path: str, field: str, super_table: bool = 
 
 
 def _key_indent(table: Any) -> str:
-    """The indentation of the first plain key of a tomlkit table (``""`` if none)."""
+    """The indentation of the first plain key of a tomlkit table (``""`` if none, or for
+    a table defined in several out-of-order parts, which tomlkit gives as a proxy)."""
     from tomlkit.items import Table
 
-    for key, item in getattr(table, "value", table).body:
+    for key, item in getattr(getattr(table, "value", table), "body", ()):
         if key is not None and not isinstance(item, Table) and hasattr(item, "trivia"):
             return str(item.trivia.indent)
     return ""
@@ -268,10 +288,85 @@ def _set(table: Any, key: str, value: object) -> None:
         return
     indent = _key_indent(table)
     table[key] = value
-    if current is None:
-        item = getattr(table, "value", table).item(key)
+    container = getattr(table, "value", table)
+    if current is None and hasattr(container, "item"):
+        item = container.item(key)
         if hasattr(item, "trivia"):
             item.trivia.indent = indent
+
+
+def _strip(doc: dict[str, Any], paths: list[tuple[str, ...]]) -> None:
+    """Remove each path of ``paths`` from ``doc`` (plain dicts), and the tables on the
+    way that are left empty by it."""
+    for keys in paths:
+        chain = [doc]
+        for key in keys[:-1]:
+            sub = chain[-1].get(key)
+            if not isinstance(sub, dict):
+                break
+            chain.append(sub)
+        else:
+            chain[-1].pop(keys[-1], None)
+            for parent, key in zip(reversed(chain[:-1]), reversed(keys[:-1]), strict=True):
+                if parent.get(key) == {}:
+                    del parent[key]
+
+
+def _check_toml(
+    before: str, after: str, wrote: dict[tuple[str, ...], object], *, path: str
+) -> None:
+    """Check the edit tomlkit made: ``after`` read by a strict TOML reader (:mod:`tomllib`)
+    holds each value of ``wrote`` (path of keys -> plain value) and, apart from those
+    paths, the same as ``before``. tomlkit keeps layout but can misplace what it adds to
+    some valid layouts (a table written with dotted keys, tables out of order): such a
+    file is refused rather than written wrong.
+
+    Raises:
+        EngineConfigError: ``before`` is not TOML for tomllib, or the edit is not as
+            meant.
+    """
+    import tomllib
+
+    try:
+        old = tomllib.loads(before)
+    except tomllib.TOMLDecodeError as e:
+        raise EngineConfigError(f"not valid TOML: {e}", path=path) from None
+    try:
+        new = tomllib.loads(after)
+    except tomllib.TOMLDecodeError:
+        new = None
+    ok = new is not None
+    for keys, value in wrote.items():
+        got: Any = new
+        for key in keys:
+            got = got.get(key) if isinstance(got, dict) else None
+        ok = ok and json.dumps(got, sort_keys=True) == json.dumps(value, sort_keys=True)
+    if ok and new is not None:
+        _strip(old, list(wrote))
+        _strip(new, list(wrote))
+        ok = json.dumps(old, sort_keys=True, default=str) == json.dumps(
+            new, sort_keys=True, default=str
+        )
+    if not ok:
+        raise EngineConfigError(
+            "cannot edit this layout of TOML and keep its meaning (tables written with "
+            "dotted keys or inline, or defined in parts)",
+            path=path,
+            field=".".join(
+                k if k.replace("_", "").isalnum() else f'"{k}"' for k in next(iter(wrote))
+            )
+            if wrote
+            else None,
+            hint="write the tables ocihook edits with [table] headers, each in one place, "
+            "or add the runtime by hand (see ocihook runtime configure --dry-run on an "
+            "empty file)",
+        )
+
+
+def _edit_error(e: Exception, path: str) -> EngineConfigError:
+    """A tomlkit error raised while editing (such as ``Inline tables cannot contain a
+    table``) as the file's error (exit 13), not a usage error."""
+    return EngineConfigError(f"cannot edit this TOML layout: {e}", path=path)
 
 
 def _style_like(new: Any, like: Any) -> None:
@@ -295,6 +390,134 @@ def _style_like(new: Any, like: Any) -> None:
 # --- containerd ------------------------------------------------------------------------
 
 
+def _edit_containerd(
+    doc: Any,
+    plugin: str,
+    *,
+    path: str,
+    runtime_path: str,
+    set_as_default: bool,
+    cdi: bool,
+) -> dict[tuple[str, ...], object]:
+    """Edit ``doc`` (tomlkit) for :func:`configure_containerd`; returns what was written
+    (path of keys -> plain value) for :func:`_check_toml`."""
+    import tomlkit
+
+    where = f'plugins."{plugin}"'
+    base = ("plugins", plugin, "containerd", "runtimes")
+    wrote: dict[tuple[str, ...], object] = {}
+    plugins = _table(doc, "plugins", path=path, field="plugins")
+    cri = _table(plugins, plugin, path=path, field=where)
+    runtimes_parent = _table(cri, "containerd", path=path, field=f"{where}.containerd")
+    runtimes = _table(runtimes_parent, "runtimes", path=path, field=f"{where}.containerd.runtimes")
+    field = f"{where}.containerd.runtimes.{RUNTIME_NAME}"
+    if RUNTIME_NAME in runtimes:
+        entry = _table(runtimes, RUNTIME_NAME, path=path, field=field)
+        if "runtime_type" not in entry:
+            _set(entry, "runtime_type", CONTAINERD_RUNTIME_TYPE)
+            wrote[(*base, RUNTIME_NAME, "runtime_type")] = CONTAINERD_RUNTIME_TYPE
+        options = _table(entry, "options", path=path, field=f"{field}.options", super_table=False)
+        _set(options, "BinaryName", runtime_path)
+        wrote[(*base, RUNTIME_NAME, "options", "BinaryName")] = runtime_path
+    else:
+        # runc's settings (SystemdCgroup, runtime_root...) carry over, as a runtime that
+        # differs from runc only by its binary; zero values are containerd's defaults
+        runc_field = f"{where}.containerd.runtimes.runc"
+        runc = _table(runtimes, "runc", path=path, field=runc_field) if "runc" in runtimes else None
+        if runc is None:
+            # a runtimes table in the file replaces containerd's built-in one (which holds
+            # runc, the default runtime): keep runc usable
+            default = tomlkit.table()
+            default["runtime_type"] = CONTAINERD_RUNTIME_TYPE
+            default.add(tomlkit.nl())
+            runtimes["runc"] = default
+            wrote[(*base, "runc")] = {"runtime_type": CONTAINERD_RUNTIME_TYPE}
+        plain: dict[str, Any] = runc.unwrap() if runc is not None else {}
+        old_options = plain.get("options", {})
+        if not isinstance(old_options, dict):
+            raise EngineConfigError(
+                f"{runc_field}.options must be a table", path=path, field=f"{runc_field}.options"
+            )
+        entry = tomlkit.table()
+        entry["runtime_type"] = CONTAINERD_RUNTIME_TYPE
+        for key, value in plain.items():
+            if key not in ("options", "runtime_type", "runtime_path") and value:
+                entry[key] = value
+        options = tomlkit.table()
+        options["BinaryName"] = runtime_path
+        for key, value in old_options.items():
+            if key != "BinaryName" and value:
+                options[key] = value
+        options.add(tomlkit.nl())
+        entry.add(tomlkit.nl())
+        entry["options"] = options
+        wrote[(*base, RUNTIME_NAME)] = entry.unwrap()
+        runtimes[RUNTIME_NAME] = entry
+        if runc is not None and hasattr(runc, "trivia"):
+            _style_like(runtimes[RUNTIME_NAME], runc)
+    if set_as_default:
+        _set(runtimes_parent, "default_runtime_name", RUNTIME_NAME)
+        wrote[("plugins", plugin, "containerd", "default_runtime_name")] = RUNTIME_NAME
+    if cdi:
+        _set(cri, "enable_cdi", True)
+        wrote[("plugins", plugin, "enable_cdi")] = True
+        if "cdi_spec_dirs" not in cri:
+            _set(cri, "cdi_spec_dirs", list(CDI_SPEC_DIRS))
+            wrote[("plugins", plugin, "cdi_spec_dirs")] = list(CDI_SPEC_DIRS)
+    return wrote
+
+
+def _containerd_imports(doc: Any, path: str) -> tuple[str, ...]:
+    """Check the files ``doc``'s ``imports`` names (containerd resolves a relative one
+    against the directory of ``path`` and expands ``*`` patterns, in sorted order:
+    ``services/server/config`` ``resolveImports``). An imported file is read after the
+    main one and its plugin tables win (containerd 1.x replaces a plugin's table by the
+    imported one, 2.x merges them key by key), so a registration written in the main
+    file is undone by an imported file that configures the CRI plugin.
+
+    Returns:
+        notes: the imports that exist but do not configure the CRI plugin now.
+
+    Raises:
+        EngineConfigError: ``imports`` is not a list of strings, or an imported file
+            configures the CRI plugin (it is to be configured instead).
+    """
+    import glob
+    import tomllib
+
+    imports = doc.get("imports")
+    if imports is None:
+        return ()
+    imports = imports.unwrap() if hasattr(imports, "unwrap") else imports
+    if not isinstance(imports, list) or not all(isinstance(i, str) for i in imports):
+        raise EngineConfigError("imports must be a list of strings", path=path, field="imports")
+    files: list[str] = []
+    for pattern in imports:
+        full = os.path.join(os.path.dirname(path), pattern)
+        files.extend(sorted(glob.glob(full)) if "*" in full else [full])
+    for name in files:
+        raw = _read(name)
+        try:
+            imported = tomllib.loads(_text(raw, name)) if raw else {}
+        except tomllib.TOMLDecodeError:
+            continue  # containerd refuses it: nothing of it wins
+        plugins = imported.get("plugins")
+        cri = [p for p in CONTAINERD_PLUGINS.values() if isinstance(plugins, dict) and p in plugins]
+        if cri:
+            raise EngineConfigError(
+                f"the imported file {name} configures the CRI plugin ({cri[0]}) and overrides "
+                "this file's runtimes",
+                path=path,
+                field="imports",
+                hint=f"register ocihook in the imported file: ocihook runtime configure "
+                f"--runtime containerd --config {name}",
+            )
+    return (
+        f"this file imports {', '.join(imports)}: a file there that configures the CRI "
+        "plugin would override this registration",
+    )
+
+
 def configure_containerd(
     before: bytes | None,
     *,
@@ -313,11 +536,15 @@ def configure_containerd(
 
     Raises:
         EngineConfigError: not TOML; config version 1 (no ``version`` but ``plugins``) or
-            unknown; a table ocihook writes into is not a table.
+            unknown; a table ocihook writes into is not a table; an imported file
+            configures the CRI plugin (:func:`_containerd_imports`); a layout tomlkit
+            cannot edit faithfully (:func:`_check_toml`).
     """
     import tomlkit
+    from tomlkit.exceptions import TOMLKitError
 
     text = _text(before, path)
+    doc_text = text
     doc = _parse_toml(text, path)
     version = doc.get("version")
     if hasattr(version, "unwrap"):
@@ -331,7 +558,8 @@ def configure_containerd(
                 hint="convert it to version 2 (containerd config migrate, or add version = 2 "
                 'and the full plugin names such as plugins."io.containerd.grpc.v1.cri")',
             )
-        doc = _parse_toml("version = 2\n" + ("\n" + text if text.strip() else ""), path)
+        doc_text = "version = 2\n" + ("\n" + text if text.strip() else "")
+        doc = _parse_toml(doc_text, path)
         version = 2
     plugin = CONTAINERD_PLUGINS.get(version) if type(version) is int else None
     if plugin is None:
@@ -342,57 +570,23 @@ def configure_containerd(
             value=version,
             hint="ocihook edits versions 2 (containerd 1.x) and 3 (containerd 2.x)",
         )
-    where = f'plugins."{plugin}"'
-    plugins = _table(doc, "plugins", path=path, field="plugins")
-    cri = _table(plugins, plugin, path=path, field=where)
-    runtimes_parent = _table(cri, "containerd", path=path, field=f"{where}.containerd")
-    runtimes = _table(runtimes_parent, "runtimes", path=path, field=f"{where}.containerd.runtimes")
-    field = f"{where}.containerd.runtimes.{RUNTIME_NAME}"
-    if RUNTIME_NAME in runtimes:
-        entry = _table(runtimes, RUNTIME_NAME, path=path, field=field)
-        if "runtime_type" not in entry:
-            _set(entry, "runtime_type", CONTAINERD_RUNTIME_TYPE)
-        options = _table(entry, "options", path=path, field=f"{field}.options", super_table=False)
-        _set(options, "BinaryName", runtime_path)
-    else:
-        # runc's settings (SystemdCgroup, runtime_root...) carry over, as a runtime that
-        # differs from runc only by its binary; zero values are containerd's defaults
-        runc = runtimes.get("runc")
-        if runc is None:
-            # a runtimes table in the file replaces containerd's built-in one (which holds
-            # runc, the default runtime): keep runc usable
-            default = tomlkit.table()
-            default["runtime_type"] = CONTAINERD_RUNTIME_TYPE
-            default.add(tomlkit.nl())
-            runtimes["runc"] = default
-        plain: dict[str, Any] = runc.unwrap() if hasattr(runc, "unwrap") else {}
-        entry = tomlkit.table()
-        entry["runtime_type"] = CONTAINERD_RUNTIME_TYPE
-        for key, value in plain.items():
-            if key not in ("options", "runtime_type", "runtime_path") and value:
-                entry[key] = value
-        options = tomlkit.table()
-        old_options = plain.get("options")
-        options["BinaryName"] = runtime_path
-        for key, value in (old_options if isinstance(old_options, dict) else {}).items():
-            if key != "BinaryName" and value:
-                options[key] = value
-        options.add(tomlkit.nl())
-        entry.add(tomlkit.nl())
-        entry["options"] = options
-        runtimes[RUNTIME_NAME] = entry
-        if runc is not None and hasattr(runc, "trivia"):
-            _style_like(runtimes[RUNTIME_NAME], runc)
-    if set_as_default:
-        _set(runtimes_parent, "default_runtime_name", RUNTIME_NAME)
-    if cdi:
-        _set(cri, "enable_cdi", True)
-        if "cdi_spec_dirs" not in cri:
-            _set(cri, "cdi_spec_dirs", list(CDI_SPEC_DIRS))
-    after = tomlkit.dumps(doc).encode()
+    import_notes = _containerd_imports(doc, path)
+    try:
+        wrote = _edit_containerd(
+            doc,
+            plugin,
+            path=path,
+            runtime_path=runtime_path,
+            set_as_default=set_as_default,
+            cdi=cdi,
+        )
+        after = tomlkit.dumps(doc).encode()
+    except (ValueError, TOMLKitError) as e:
+        raise _edit_error(e, path) from None
     if after == before:
         return after, ()
-    notes = ["restart containerd to apply (systemctl restart containerd)"]
+    _check_toml(doc_text, after.decode(), wrote, path=path)
+    notes = [*import_notes, "restart containerd to apply (systemctl restart containerd)"]
     disabled = doc.get("disabled_plugins") or []
     if any(p in (plugin, "cri") for p in disabled):
         notes.insert(
@@ -429,27 +623,40 @@ def configure_crio(
         ``(after, notes)``.
 
     Raises:
-        EngineConfigError: not TOML, or a table ocihook writes into is not a table.
+        EngineConfigError: not TOML, a table ocihook writes into is not a table, or a
+            layout tomlkit cannot edit faithfully (:func:`_check_toml`).
     """
     import tomlkit
+    from tomlkit.exceptions import TOMLKitError
 
     text = _text(before, path)
-    doc = _parse_toml(text if text.strip() else CRIO_HEADER, path)
-    crio = _table(doc, "crio", path=path, field="crio")
-    runtime = _table(crio, "runtime", path=path, field="crio.runtime")
-    runtimes = _table(runtime, "runtimes", path=path, field="crio.runtime.runtimes")
-    field = f"crio.runtime.runtimes.{RUNTIME_NAME}"
-    entry = _table(runtimes, RUNTIME_NAME, path=path, field=field, super_table=False)
-    _set(entry, "runtime_path", runtime_path)
-    if "runtime_type" not in entry:
-        _set(entry, "runtime_type", "oci")
-    if set_as_default:
-        _set(runtime, "default_runtime", RUNTIME_NAME)
-    if cdi and "cdi_spec_dirs" not in runtime:
-        _set(runtime, "cdi_spec_dirs", list(CDI_SPEC_DIRS))
-    after = tomlkit.dumps(doc).encode()
+    doc_text = text if text.strip() else CRIO_HEADER
+    doc = _parse_toml(doc_text, path)
+    base = ("crio", "runtime")
+    wrote: dict[tuple[str, ...], object] = {}
+    try:
+        crio = _table(doc, "crio", path=path, field="crio")
+        runtime = _table(crio, "runtime", path=path, field="crio.runtime")
+        runtimes = _table(runtime, "runtimes", path=path, field="crio.runtime.runtimes")
+        field = f"crio.runtime.runtimes.{RUNTIME_NAME}"
+        entry = _table(runtimes, RUNTIME_NAME, path=path, field=field, super_table=False)
+        _set(entry, "runtime_path", runtime_path)
+        wrote[(*base, "runtimes", RUNTIME_NAME, "runtime_path")] = runtime_path
+        if "runtime_type" not in entry:
+            _set(entry, "runtime_type", "oci")
+            wrote[(*base, "runtimes", RUNTIME_NAME, "runtime_type")] = "oci"
+        if set_as_default:
+            _set(runtime, "default_runtime", RUNTIME_NAME)
+            wrote[(*base, "default_runtime")] = RUNTIME_NAME
+        if cdi and "cdi_spec_dirs" not in runtime:
+            _set(runtime, "cdi_spec_dirs", list(CDI_SPEC_DIRS))
+            wrote[(*base, "cdi_spec_dirs")] = list(CDI_SPEC_DIRS)
+        after = tomlkit.dumps(doc).encode()
+    except (ValueError, TOMLKitError) as e:
+        raise _edit_error(e, path) from None
     if after == before:
         return after, ()
+    _check_toml(doc_text, after.decode(), wrote, path=path)
     return after, ("restart CRI-O to apply (systemctl restart crio)",)
 
 
@@ -490,13 +697,8 @@ def configure_hooks_d(
     want = hooks_d_document(python)
     text = _text(before, path)
     if text.strip():
-        try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise EngineConfigError(
-                f"not valid JSON: {e.msg} at line {e.lineno} column {e.colno}", path=path
-            ) from None
-        if doc == want and before is not None:
+        doc = _load_json(text, path)
+        if json.dumps(doc, sort_keys=True) == json.dumps(want, sort_keys=True) and before:
             return before, ()
     notes = (
         "podman reads hooks.d at each start; CRI-O reads the directory when it starts "
