@@ -131,6 +131,7 @@ CDI_EXPECTED = {
     "Spec",
     "annotation_key",
     "annotation_value",
+    "generate_drm_spec",
     "generate_spec",
     "inject_devices",
     "is_qualified_name",

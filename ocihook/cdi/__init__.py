@@ -4,7 +4,7 @@ registry of spec directories, injection into an OCI spec, and a generator for NV
 
 from __future__ import annotations
 
-from .generate import generate_spec, spec_bytes, transform_root, write_spec
+from .generate import generate_drm_spec, generate_spec, spec_bytes, transform_root, write_spec
 from .inject import inject_devices
 from .names import (
     ANNOTATION_PREFIX,
@@ -55,6 +55,7 @@ __all__ = [
     "Spec",
     "annotation_key",
     "annotation_value",
+    "generate_drm_spec",
     "generate_spec",
     "inject_devices",
     "is_qualified_name",

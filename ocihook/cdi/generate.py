@@ -1,4 +1,4 @@
-"""Generate a CDI spec for the NVIDIA GPUs of a host (what ``nvidia-ctk cdi generate`` does).
+"""Generate a CDI spec for the GPUs of a host (what ``nvidia-ctk cdi generate`` does).
 
 The spec is built from host discovery (:func:`ocihook.discovery.nvidia.discover`) and has:
 
@@ -23,7 +23,10 @@ generator does: the image layout is unknown when the spec is written); the hook 
 them in the container's ``ld.so.cache``. Every capability's files are included
 (``nvidia-ctk`` does the same): a spec is per host, not per container.
 
-The spec declares the **minimum** ``cdiVersion`` its content needs
+:func:`generate_drm_spec` does the same for AMD (``amd.com/gpu``) and Intel
+(``intel.com/gpu``) hosts from :func:`ocihook.discovery.drm.discover_vendor`.
+
+Every spec declares the **minimum** ``cdiVersion`` its content needs
 (:func:`ocihook.cdi.spec.minimum_version`; CDI ``SPEC.md`` "Version"): consumers with older
 CDI libraries (podman 4.x, containerd 1.6/1.7) reject newer versions.
 """
