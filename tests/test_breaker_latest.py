@@ -116,9 +116,12 @@ def test_containerd_import_glob_matching_the_file_itself(tmp_path: Path) -> None
         )
     )
     if shutil.which("containerd") is not None:
-        assert "runc" in containerd_dump(path)["plugins"]["io.containerd.grpc.v1.cri"][
-            "containerd"
-        ]["runtimes"]
+        assert (
+            "runc"
+            in containerd_dump(path)["plugins"]["io.containerd.grpc.v1.cri"]["containerd"][
+                "runtimes"
+            ]
+        )
     after, _notes = configure_containerd(
         path.read_bytes(), path=str(path), runtime_path="/opt/ocihook/bin/ocihook-runtime"
     )
@@ -193,9 +196,9 @@ def test_mask_holds_every_capability_file_read(tmp_path: Path) -> None:
     (rootfs / "proc/driver/nvidia").mkdir(parents=True)
     script = tmp_path / "mask.py"
     script.write_text(MASK_SCRIPT)
+    unshare = ["unshare", "-m", "--propagation", "private"]
     proc = subprocess.run(
-        ["unshare", "-m", "--propagation", "private", sys.executable, "-I", str(script)]
-        + [str(host), str(rootfs), str(n)],
+        [*unshare, sys.executable, "-I", str(script), str(host), str(rootfs), str(n)],
         capture_output=True,
         text=True,
         timeout=60,
