@@ -23,10 +23,12 @@ from test_runtime_wrapper import Stage, _config, stage  # noqa: F401
 
 from ocihook import simhost
 from ocihook.appliers.spec import HOOK_PROGRAM, edit_bundle
-from ocihook.engines import configure_containerd
+from ocihook.engines import configure, configure_containerd
 from ocihook.errors import EXIT_CODES, EngineConfigError
 from ocihook.hostroot import HostRoot
 from ocihook.runtime import parse_args
+
+CRI = "io.containerd.grpc.v1.cri"
 
 # --- ocihook-runtime: --help=false is not help ---------------------------------------------
 
@@ -98,17 +100,17 @@ def test_containerd_empty_imports_no_note(tmp_path: Path) -> None:
 
 
 def test_containerd_import_glob_matching_the_file_itself(tmp_path: Path) -> None:
-    """``imports = ["*.toml"]`` next to ``config.toml`` matches the main file itself;
-    containerd skips a file already loaded (``LoadConfig``: circular imports), and reads this
+    """``imports = ["<dir>/*.toml"]`` in ``<dir>/config.toml`` matches the main file itself;
+    containerd skips a file already loaded (``LoadConfig``: circular imports) and reads this
     file fine (``config dump``). ocihook refuses it as "the imported file config.toml
     configures the CRI plugin" and hints to configure that same file — a false refusal
     with a circular hint."""
     path = tmp_path / "config.toml"
     path.write_text(
         textwrap.dedent(
-            """\
+            f"""\
             version = 2
-            imports = ["*.toml"]
+            imports = ["{tmp_path}/*.toml"]
 
             [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
               runtime_type = "io.containerd.runc.v2"
@@ -116,16 +118,35 @@ def test_containerd_import_glob_matching_the_file_itself(tmp_path: Path) -> None
         )
     )
     if shutil.which("containerd") is not None:
-        assert (
-            "runc"
-            in containerd_dump(path)["plugins"]["io.containerd.grpc.v1.cri"]["containerd"][
-                "runtimes"
-            ]
-        )
+        dump = containerd_dump(path)
+        assert dump["imports"] == [str(path)]
+        assert "runc" in dump["plugins"][CRI]["containerd"]["runtimes"]
     after, _notes = configure_containerd(
         path.read_bytes(), path=str(path), runtime_path="/opt/ocihook/bin/ocihook-runtime"
     )
     assert b"runtimes.ocihook" in after
+
+
+def test_containerd_relative_import_of_a_linked_config(tmp_path: Path) -> None:
+    """``configure`` follows a linked config file to its target and resolves the relative
+    ``imports`` against the target's directory; containerd resolves them against the
+    directory of the path it was given (the link's: ``resolveImports`` joins
+    ``filepath.Dir(parent)``). An imported drop-in that configures the CRI plugin (which
+    replaces the main file's table in containerd 1.x) is then missed: the registration is
+    written and silently undone."""
+    need_root_and("containerd")
+    etc, real = tmp_path / "etc", tmp_path / "managed"
+    (etc / "conf.d").mkdir(parents=True)
+    real.mkdir()
+    (real / "config.toml").write_text('version = 2\nimports = ["conf.d/cri.toml"]\n')
+    (etc / "config.toml").symlink_to(real / "config.toml")
+    (etc / "conf.d/cri.toml").write_text(
+        f'version = 2\n[plugins."{CRI}".containerd]\ndefault_runtime_name = "runc"\n'
+    )
+    assert str(etc / "conf.d/cri.toml") in containerd_dump(etc / "config.toml")["imports"]
+    with pytest.raises(EngineConfigError) as e:
+        configure("containerd", path=str(etc / "config.toml"), runtime_path="/x/ocihook-runtime")
+    assert e.value.field == "imports"
 
 
 def test_containerd_import_with_nul_is_a_file_error(tmp_path: Path) -> None:
