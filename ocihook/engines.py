@@ -340,7 +340,9 @@ def _check_toml(
         got: Any = new
         for key in keys:
             got = got.get(key) if isinstance(got, dict) else None
-        ok = ok and json.dumps(got, sort_keys=True) == json.dumps(value, sort_keys=True)
+        ok = ok and json.dumps(got, sort_keys=True, default=str) == json.dumps(
+            value, sort_keys=True, default=str
+        )
     if ok and new is not None:
         _strip(old, list(wrote))
         _strip(new, list(wrote))
@@ -467,10 +469,12 @@ def _edit_containerd(
     return wrote
 
 
-def _containerd_imports(doc: Any, path: str) -> tuple[str, ...]:
+def _containerd_imports(doc: Any, path: str, base: str | None = None) -> tuple[str, ...]:
     """Check the files ``doc``'s ``imports`` names (containerd resolves a relative one
     against the directory of ``path`` and expands ``*`` patterns, in sorted order:
-    ``services/server/config`` ``resolveImports``). An imported file is read after the
+    ``services/server/config`` ``resolveImports``; ``base``, when given, is that
+    directory: the one of the path containerd was given, which for a linked config file
+    is not its target's). An imported file is read after the
     main one and its plugin tables win (containerd 1.x replaces a plugin's table by the
     imported one, 2.x merges them key by key), so a registration written in the main
     file is undone by an imported file that configures the CRI plugin.
@@ -491,11 +495,22 @@ def _containerd_imports(doc: Any, path: str) -> tuple[str, ...]:
     imports = imports.unwrap() if hasattr(imports, "unwrap") else imports
     if not isinstance(imports, list) or not all(isinstance(i, str) for i in imports):
         raise EngineConfigError("imports must be a list of strings", path=path, field="imports")
+    if not imports:
+        return ()
+    if any("\0" in i for i in imports):
+        raise EngineConfigError(
+            "an import names a file with a NUL byte", path=path, field="imports"
+        )
     files: list[str] = []
     for pattern in imports:
-        full = os.path.join(os.path.dirname(path), pattern)
+        full = os.path.join(base or os.path.dirname(path), pattern)
         files.extend(sorted(glob.glob(full)) if "*" in full else [full])
     for name in files:
+        try:
+            if os.path.samefile(name, path):
+                continue  # containerd does not load a file twice
+        except OSError:
+            pass
         raw = _read(name)
         try:
             imported = tomllib.loads(_text(raw, name)) if raw else {}
@@ -525,9 +540,12 @@ def configure_containerd(
     runtime_path: str,
     set_as_default: bool = False,
     cdi: bool = False,
+    import_base: str | None = None,
 ) -> tuple[bytes, tuple[str, ...]]:
     """containerd's ``config.toml`` with a CRI runtime ``ocihook`` (see the module
-    docstring), comments and layout of the rest kept. A missing or empty file becomes a
+    docstring), comments and layout of the rest kept. ``import_base``: the directory
+    relative ``imports`` are resolved against (default ``path``'s; for a linked file, the
+    link's, as containerd does). A missing or empty file becomes a
     version 2 file (containerd 1.x; 2.x reads it too). A file without ``version`` and
     without ``plugins`` gets ``version = 2``.
 
@@ -570,7 +588,7 @@ def configure_containerd(
             value=version,
             hint="ocihook edits versions 2 (containerd 1.x) and 3 (containerd 2.x)",
         )
-    import_notes = _containerd_imports(doc, path)
+    import_notes = _containerd_imports(doc, path, import_base)
     try:
         wrote = _edit_containerd(
             doc,
@@ -765,7 +783,8 @@ def configure(
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}")
     # a link (a config kept elsewhere) is followed: its target is edited, the link stays
-    path = os.path.realpath(path or DEFAULT_PATHS[engine])
+    given = os.path.abspath(path or DEFAULT_PATHS[engine])
+    path = os.path.realpath(given)
     if engine == "podman":
         if set_as_default:
             raise ValueError(
@@ -786,8 +805,14 @@ def configure(
         "containerd": configure_containerd,
         "crio": configure_crio,
     }[engine]
+    extra = {"import_base": os.path.dirname(given)} if engine == "containerd" else {}
     after, notes = edit(
-        before, path=path, runtime_path=runtime_path, set_as_default=set_as_default, cdi=cdi
+        before,
+        path=path,
+        runtime_path=runtime_path,
+        set_as_default=set_as_default,
+        cdi=cdi,
+        **extra,
     )
     return Change(engine, path, before, after, notes)
 

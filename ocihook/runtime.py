@@ -161,6 +161,16 @@ def _option(arg: str) -> tuple[str, str | None]:
     return name, (value if eq else None)
 
 
+#: The false spellings of a boolean flag's value (Go ``strconv.ParseBool``, which runc's
+#: ``urfave/cli`` uses: ``--help=false`` is not help).
+_FALSE = frozenset({"0", "f", "F", "false", "FALSE", "False"})
+
+
+def _flag_on(value: str | None) -> bool:
+    """Whether a boolean flag written ``--flag`` or ``--flag=value`` is set."""
+    return value is None or value not in _FALSE
+
+
 def parse_args(args: Sequence[str]) -> Invocation:
     """Find the command, the bundle and the log options in a runc command line, without
     changing it.
@@ -184,7 +194,7 @@ def parse_args(args: Sequence[str]) -> Invocation:
             break
         name, value = _option(arg)
         if name in ("help", "h"):
-            inv.help = True
+            inv.help = _flag_on(value)
         takes_value = name in GLOBAL_VALUE_OPTIONS or (
             name not in GLOBAL_FLAGS
             and i + 1 < n
@@ -212,7 +222,7 @@ def parse_args(args: Sequence[str]) -> Invocation:
             continue  # the container id
         name, value = _option(arg)
         if name in ("help", "h"):
-            inv.help = True
+            inv.help = _flag_on(value)
         if name not in COMMAND_VALUE_OPTIONS:
             continue
         if value is None and i < n:

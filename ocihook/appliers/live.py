@@ -996,6 +996,13 @@ def clone_gpu_proc_dirs(mask: ProcMask) -> dict[str, int]:
     return fds
 
 
+def _mask_size(files: dict[str, bytes]) -> int:
+    """Bytes for the mask's tmpfs: every file and directory takes at least a page, so
+    1 MiB plus a page per file and per directory level (tmpfs allocates as written)."""
+    pages = sum(1 + f.count("/") + len(data) // 4096 for f, data in files.items())
+    return (1 << 20) + pages * 4096
+
+
 def _write_nested(top: int, rel: str, data: bytes) -> None:
     """Create ``rel`` (``a/b/file``, directories made as needed, 0555) with ``data`` (0444)
     below the directory ``top``, never following a link."""
@@ -1063,7 +1070,7 @@ def mask_proc_driver(
             f"/proc/self/fd/{target}",
             "tmpfs",
             _linux.MS_NOSUID | _linux.MS_NODEV | _linux.MS_NOEXEC,
-            "mode=0555,size=1m",
+            f"mode=0555,size={_mask_size(files)}",
         )
     except OSError as e:
         raise ApplyError(f"cannot mask {PROC_DRIVER}: {e.strerror}", path=PROC_DRIVER) from None
