@@ -42,6 +42,26 @@ def edit_cli(bundle: str, root: str, *, check: bool = False) -> Any:
     )
 
 
+def edit_with_cdi(bundle: str, spec_dir: Any, work: Any) -> str:
+    """``ocihook edit -b bundle`` with a configuration file (written in ``work``) whose
+    ``cdi-spec-dirs`` is ``spec_dir``; asserts it wrote ``config.json`` and returns its
+    stderr."""
+    import subprocess
+    import sys
+
+    cfg = os.path.join(str(work), "config.toml")
+    with open(cfg, "w") as f:
+        f.write(f'cdi-spec-dirs = ["{spec_dir}"]\n')
+    r = subprocess.run(
+        [sys.executable, "-m", "ocihook", "edit", "--config", cfg, "-b", str(bundle)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert r.returncode == 0 and "written" in r.stderr, r.stderr
+    return r.stderr
+
+
 def register_hook(bundle: str, root: str, stage: str = "prestart") -> None:
     """Add :func:`packaged_hook` to the bundle's ``config.json`` under ``stage``."""
     path = os.path.join(bundle, "config.json")

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import need_root_and
+from conftest import edit_with_cdi, need_root_and
 from test_e2e_podman_containerd import Podman, host_guard, podman  # noqa: F401 (fixtures)
 
 from ocihook.demo import run_container
@@ -154,18 +154,6 @@ def test_podman_device_from_generated_spec(
         assert "ocihook-cdi-test" not in f.read()  # the tmpfs was private
 
 
-def _spec_mode(bundle: str, spec_dir: Path, tmp_path: Path) -> None:
-    cfg = tmp_path / "config.toml"
-    cfg.write_text(f'cdi-spec-dirs = ["{spec_dir}"]\n')
-    r = subprocess.run(
-        [sys.executable, "-m", "ocihook", "edit", "--config", str(cfg), "-b", bundle],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert r.returncode == 0 and "written" in r.stderr, r.stderr
-
-
 @pytest.mark.parametrize("how", ["env", "annotation"])
 def test_spec_mode_runc_from_generated_spec(
     how: str,
@@ -189,7 +177,7 @@ def test_spec_mode_runc_from_generated_spec(
         doc["annotations"] = {"cdi.k8s.io/gpu": f"nvidia.com/gpu={host.gpus[index].uuid}"}
     with open(path, "w") as f:
         json.dump(doc, f)
-    _spec_mode(bundle, spec_dir, tmp_path)
+    edit_with_cdi(bundle, spec_dir, tmp_path)
     proc = run_container(bundle, state_root=str(tmp_path / "runc"))
     assert proc.returncode == 0, proc.stderr
     _check(proc.stdout, host, index, os.path.join(bundle, "rootfs"))

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import edit_cli, need_root_and, register_hook
+from conftest import edit_cli, edit_with_cdi, need_root_and, register_hook
 from test_e2e_cdi import PRIVATE_RUN
 from test_e2e_podman_containerd import Podman, host_guard, podman  # noqa: F401 (fixtures)
 
@@ -247,8 +247,6 @@ def test_spec_mode_from_generated_intel_spec(
 ) -> None:
     """INTEL_VISIBLE_DEVICES=intel.com/gpu=card1 resolved from the generated spec: the
     card's nodes and its by-path links (made by the spec's hook), nothing of the iGPU."""
-    import subprocess
-    import sys
 
     need_root_and("runc")
     if not intel_host.dev_nodes:
@@ -260,15 +258,8 @@ def test_spec_mode_from_generated_intel_spec(
     env = [f"INTEL_VISIBLE_DEVICES=intel.com/gpu=card{dgpu.card}", f"OTHER={igpu.render}"]
     bundle = bundle_factory(["sh", "-c", SCRIPT], env)
     _edit_config(bundle, _with_mknod)
-    cfg = tmp_path / "config.toml"
-    cfg.write_text(f'cdi-spec-dirs = ["{spec_dir}"]\n')
-    r = subprocess.run(
-        [sys.executable, "-m", "ocihook", "edit", "--config", str(cfg), "-b", bundle],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert r.returncode == 0 and f"intel.com/gpu=card{dgpu.card}" in r.stderr, r.stderr
+    stderr = edit_with_cdi(bundle, spec_dir, tmp_path)
+    assert f"intel.com/gpu=card{dgpu.card}" in stderr, stderr
     out = _run(bundle, tmp_path)
     assert _nodes(out) == {
         f"/dev/dri/card{dgpu.card}": f"226:{dgpu.card} {simvendors.CARD_GID} 660",
