@@ -389,7 +389,7 @@ def _cmd_edit(ns: Any) -> int:
 
 
 def _cmd_cdi_generate(ns: Any) -> int:
-    from .cdi.generate import NAME_STRATEGIES, generate_spec, spec_bytes, write_spec
+    from .cdi.generate import NAME_STRATEGIES, generate_spec, spec_bytes, spec_format, write_spec
     from .cdi.names import validate_class, validate_vendor
     from .discovery.nvidia import discover
     from .errors import CdiError
@@ -407,7 +407,7 @@ def _cmd_cdi_generate(ns: Any) -> int:
     if ns.output is not None and not ns.output:
         raise CdiError("must name a file", field="--output", value=ns.output)
     cfg = load_settings(ns, trust_environment=True)
-    fmt = ns.format or ("json" if (ns.output or "").endswith(".json") else "yaml")
+    fmt = spec_format(ns.format, ns.output)
     drm_vendors = {"amd": "amd", "amd.com": "amd", "intel": "intel", "intel.com": "intel"}
     if ns.vendor in drm_vendors:
         from .cdi.generate import generate_drm_spec

@@ -610,14 +610,6 @@ def cdi_list(spec_dirs: tuple[str, ...], as_json: bool) -> None:
         click.echo(name)
 
 
-def _spec_format(fmt: str | None, output: str | None) -> str:
-    if fmt:
-        return fmt
-    if output and output.endswith(".json"):
-        return "json"
-    return "yaml"
-
-
 @cdi.command(context_settings=_PASS_THROUGH, add_help_option=False)
 @click.pass_context
 def generate(ctx: click.Context) -> None:
@@ -659,7 +651,7 @@ def root(
     old: str, new: str, relative_to: str, input_path: str, output: str | None, fmt: str | None
 ) -> None:
     """Replace the root of a spec's paths (a driver under /run/nvidia/driver -> /, ...)."""
-    from .cdi.generate import spec_bytes, transform_root, write_spec
+    from .cdi.generate import spec_bytes, spec_format, transform_root, write_spec
     from .cdi.names import CdiError
     from .cdi.spec import load_spec
 
@@ -671,7 +663,7 @@ def root(
         except OSError as e:
             raise CdiError(f"cannot read the CDI spec: {e.strerror}", path=input_path) from None
     spec = transform_root(load_spec(data, path=name), old, new, relative_to=relative_to)
-    write_spec(spec_bytes(spec, _spec_format(fmt, output)), output)
+    write_spec(spec_bytes(spec, spec_format(fmt, output)), output)
 
 
 @cli.group()

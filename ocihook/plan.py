@@ -62,7 +62,7 @@ __all__ = [
 #: Development links libnvidia-container makes beside the soname links
 #: (``src/nvc_container.c``): ``libcuda.so`` for linkers, ``libnvidia-opticalflow.so``
 #: which the Optical Flow SDK opens by that name.
-_DEVELOPMENT_LINKS = (
+DEVELOPMENT_LINKS = (
     ("libcuda.so.1", "libcuda.so"),
     ("libnvidia-opticalflow.so.1", "libnvidia-opticalflow.so"),
 )
@@ -512,7 +512,7 @@ def make_plan(
             ld_libs.append(f"{libdir}/{lib.soname}")
         else:
             ld_libs.append(dest)
-        for soname, dev in _DEVELOPMENT_LINKS:
+        for soname, dev in DEVELOPMENT_LINKS:
             if lib.soname == soname:
                 links.append(Symlink(link=f"{libdir}/{dev}", target=soname))
     for f in host.files_for(capabilities):

@@ -498,7 +498,8 @@ def create_container_hook(
                 )
         if proc_mask is not None:
             gpu_fds = clone_gpu_proc_dirs(proc_mask)
-            minors = caps_minors(_config_devices(bundle.config))
+            devices = _config_devices(bundle.config)
+            minors = caps_minors([(d.get("path"), d.get("minor")) for d in devices])
             files = read_proc_files(proc_mask.host_dir, minors)
             mask_proc_driver(root_fd, files, gpu_fds, undo)
     except (OSError, OcihookError) as e:
@@ -857,13 +858,9 @@ def capability_files(host_dir: str, minors: set[int]) -> dict[str, bytes]:
             except OSError:
                 continue
             data = _read_small(os.path.join(host_dir, sub))
-            for line in (data or b"").decode("ascii", "replace").splitlines():
-                key, sep, value = line.partition(":")
-                value = value.strip()
-                if sep and key.strip() == "DeviceFileMinor" and value.isascii():
-                    if value.isdigit() and len(value) <= 9 and int(value) in minors:
-                        out[sub] = data or b""
-                    break
+            value = _info_value(data, "DeviceFileMinor")
+            if value.isascii() and value.isdigit() and len(value) <= 9 and int(value) in minors:
+                out[sub] = data or b""
 
     walk("capabilities", 1)
     return out
@@ -909,12 +906,21 @@ def read_proc_files(host_dir: str, cap_minors: set[int] | None = None) -> dict[s
     return out
 
 
-def _config_devices(config: dict[str, Any]) -> list[tuple[object, object]]:
-    """``(path, minor)`` of the character devices in ``config``'s ``linux.devices``."""
+def _info_value(data: bytes | None, key: str) -> str:
+    """The value of ``key`` in a driver procfs file of ``Key: value`` lines (as
+    :func:`ocihook.discovery.gpus.parse_gpu_information` reads them), ``""`` if absent."""
+    from ..discovery.gpus import parse_gpu_information
+
+    return parse_gpu_information((data or b"").decode("utf-8", "replace")).get(key, "")
+
+
+def _config_devices(config: dict[str, Any]) -> list[dict[str, Any]]:
+    """The character device entries of ``config``'s ``linux.devices`` (malformed ones
+    left out)."""
     linux = config.get("linux")
     devices = linux.get("devices") if isinstance(linux, dict) else None
     return [
-        (d.get("path"), d.get("minor"))
+        d
         for d in (devices if isinstance(devices, list) else ())
         if isinstance(d, dict) and d.get("type", "c") == "c"
     ]
@@ -928,12 +934,8 @@ def gpu_dirs_of_devices(host_dir: str, config: dict[str, Any]) -> tuple[str, ...
     ``Device Minor`` line of each entry's ``information`` file (NVIDIA driver
     ``nv-procfs``). Sorted by name; unreadable or malformed entries and malformed
     ``linux.devices`` items are skipped, never raised."""
-    linux = config.get("linux")
-    devices = linux.get("devices") if isinstance(linux, dict) else None
     minors: set[str] = set()
-    for d in devices if isinstance(devices, list) else ():
-        if not isinstance(d, dict) or d.get("type", "c") != "c":
-            continue
+    for d in _config_devices(config):
         major, minor = d.get("major"), d.get("minor")
         if major is not None or minor is not None:
             # the node's number decides, whatever its name in the container
@@ -954,24 +956,9 @@ def gpu_dirs_of_devices(host_dir: str, config: dict[str, Any]) -> tuple[str, ...
         return ()
     out = []
     for name in names:
-        try:
-            fd = os.open(
-                os.path.join(gpus, name, "information"),
-                os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW,
-            )
-        except OSError:
-            continue
-        try:
-            text = os.read(fd, 1 << 16).decode("utf-8", "replace")
-        except OSError:
-            continue
-        finally:
-            os.close(fd)
-        for line in text.splitlines():
-            key, sep, value = line.partition(":")
-            if sep and key.strip() == "Device Minor" and value.strip() in minors:
-                out.append(name)
-                break
+        data = _read_small(os.path.join(gpus, name, "information"))
+        if _info_value(data, "Device Minor") in minors:
+            out.append(name)
     return tuple(out)
 
 

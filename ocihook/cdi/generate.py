@@ -38,6 +38,7 @@ from collections.abc import Sequence
 
 from .._record import Record
 from ..errors import DiscoveryError
+from ..plan import DEVELOPMENT_LINKS, IPC_MOUNT_OPTIONS, LIBRARY_MOUNT_OPTIONS
 from .names import validate_class, validate_device_name, validate_vendor
 from .spec import ContainerEdits, Device, DeviceNode, Hook, Mount, Spec, minimum_version
 
@@ -54,6 +55,7 @@ __all__ = [
     "generate_drm_spec",
     "generate_spec",
     "spec_bytes",
+    "spec_format",
     "transform_root",
     "write_spec",
 ]
@@ -66,13 +68,8 @@ NAME_STRATEGIES = ("index", "uuid", "type-index")
 #: The strategies used when none is given: every device by index and by UUID.
 DEFAULT_NAME_STRATEGIES = ("index", "uuid")
 
-_IPC_OPTIONS = ("nosuid", "nodev", "noexec", "bind")
-_FILE_OPTIONS = ("ro", "nosuid", "nodev", "bind")
-#: Links libnvidia-container makes besides the soname links (``src/nvc_mount.c``).
-_DEVELOPMENT_LINKS = {
-    "libcuda.so.1": "libcuda.so",
-    "libnvidia-opticalflow.so.1": "libnvidia-opticalflow.so",
-}
+#: Links libnvidia-container makes besides the soname links, by soname.
+_DEVELOPMENT_LINKS = dict(DEVELOPMENT_LINKS)
 
 
 class _Named(Record):
@@ -100,9 +97,7 @@ def _hook(command: Sequence[str], args: Sequence[str]) -> Hook:
     return Hook("createContainer", command[0], (*command, *args), HOOK_ENV, HOOK_TIMEOUT)
 
 
-def _gpu_edits(
-    host: NvidiaHost, gpu: Gpu, command: Sequence[str]
-) -> tuple[list[DeviceNode], list[str]]:
+def _gpu_edits(host: NvidiaHost, gpu: Gpu) -> tuple[list[DeviceNode], list[str]]:
     """The nodes of one GPU and the ``TARGET::LINK`` links of its DRM nodes."""
     nodes = [_node(host.gpu_nodes[gpu.minor])]
     links: list[str] = []
@@ -149,7 +144,7 @@ def _mig_names(strategies: Sequence[str], gpu: Gpu, pos: int, mig: MigDevice) ->
     return out
 
 
-def _common_edits(host: NvidiaHost, command: Sequence[str], gpu_count: int) -> ContainerEdits:
+def _common_edits(host: NvidiaHost, command: Sequence[str]) -> ContainerEdits:
     from ..discovery.nvidia import SUPPORTED_CAPABILITIES
 
     capabilities = sorted(SUPPORTED_CAPABILITIES)
@@ -164,7 +159,7 @@ def _common_edits(host: NvidiaHost, command: Sequence[str], gpu_count: int) -> C
         if lib.path in seen:
             continue
         seen.add(lib.path)
-        mounts.append(Mount(lib.host_path, lib.path, _FILE_OPTIONS))
+        mounts.append(Mount(lib.host_path, lib.path, LIBRARY_MOUNT_OPTIONS))
         directory = os.path.dirname(lib.path)
         soname_path = f"{directory}/{lib.soname}"
         if lib.soname != lib.name:
@@ -177,7 +172,7 @@ def _common_edits(host: NvidiaHost, command: Sequence[str], gpu_count: int) -> C
         if f.path in seen:
             continue
         seen.add(f.path)
-        options = _IPC_OPTIONS if f.kind == "ipc" else _FILE_OPTIONS
+        options = IPC_MOUNT_OPTIONS if f.kind == "ipc" else LIBRARY_MOUNT_OPTIONS
         mounts.append(Mount(f.host_path, f.path, options))
     args: list[str] = ["hook", "create-container"]
     for link in links:
@@ -246,7 +241,7 @@ def generate_spec(
     all_nodes: list[DeviceNode] = []
     all_links: list[str] = []
     for gpu in host.gpus:
-        nodes, links = _gpu_edits(host, gpu, command)
+        nodes, links = _gpu_edits(host, gpu)
         all_nodes += nodes
         all_links += links
         devices.append(_Named(tuple(_names(name_strategies, gpu)), _edits(nodes, links, command)))
@@ -270,7 +265,7 @@ def generate_spec(
         version="0.3.0",
         kind=f"{vendor}/{device_class}",
         devices=tuple(out),
-        container_edits=_common_edits(host, command, len(host.gpus)),
+        container_edits=_common_edits(host, command),
     )
     return Spec(minimum_version(spec), spec.kind, spec.devices, spec.container_edits)
 
@@ -348,6 +343,14 @@ def generate_drm_spec(
         version="0.3.0", kind=DRM_KINDS[host.vendor], devices=tuple(devices), container_edits=common
     )
     return Spec(minimum_version(spec), spec.kind, spec.devices, spec.container_edits)
+
+
+def spec_format(fmt: str | None, output: str | None) -> str:
+    """The format to write: ``fmt`` when given, else ``"json"`` for an ``output`` ending in
+    ``.json``, else ``"yaml"`` (nvidia-ctk's default)."""
+    if fmt:
+        return fmt
+    return "json" if output and output.endswith(".json") else "yaml"
 
 
 def spec_bytes(spec: Spec, fmt: str) -> bytes:
