@@ -40,9 +40,9 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="print the figures as JSON too")
     ns = ap.parse_args()
 
-    from ocihook import simhost
     from ocihook.appliers.spec import hook_command
-    from ocihook.demo import _default_config
+    from ocihook.sim import host as simhost
+    from ocihook.sim.demo import _default_config
 
     cmd = list(hook_command())
     cli = [sys.executable, "-I", "-m", "ocihook"]

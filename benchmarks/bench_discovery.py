@@ -3,7 +3,7 @@
 Prints, measured in one run (median of ``--runs``):
 
 * in-process parse time of the machine's ``/etc/ld.so.cache`` and of the realistic
-  535.261.03 host's cache (:func:`ocihook.ldcache.parse`), with their entry counts;
+  535.261.03 host's cache (:func:`ocihook.linux.ldcache.parse`), with their entry counts;
 * whole-process ``ldconfig -p`` (machine cache) and ``ldconfig -p -C`` (realistic cache);
 * in-process full discovery of the realistic host (every capability, procfs backend);
 * whole-process ``ocihook list`` on the realistic host, and ``python -I -c pass`` for
@@ -51,9 +51,9 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=30)
     ns = ap.parse_args()
 
-    from ocihook import ldcache
+    from ocihook.core.hostroot import HostRoot
     from ocihook.discovery.nvidia import discover
-    from ocihook.hostroot import HostRoot
+    from ocihook.linux import ldcache
 
     cache = os.environ.get("OCIHOOK_CACHE") or os.path.expanduser("~/.cache/ocihook")
     real = os.path.join(cache, "realistic-535.261.03", "root")

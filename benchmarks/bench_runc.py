@@ -33,7 +33,7 @@ def main() -> int:
         print("needs root and runc")
         return 1
     from ocihook.appliers.spec import hook_command
-    from ocihook.demo import make_busybox_bundle
+    from ocihook.sim.demo import make_busybox_bundle
 
     cache = os.environ.get("OCIHOOK_CACHE") or os.path.expanduser("~/.cache/ocihook")
     root = os.path.join(cache, "realistic-535.261.03", "root")

@@ -14,7 +14,7 @@ the environment ocihook is installed in — never a pyenv-style shim):
 * ``edit, 8 GPUs``: spec mode (``ocihook edit``) giving all 8 GPUs of the realistic 535.261.03
   host (utility+compute) to a bundle, ``config.json`` restored before each run;
 * ``edit, AMD all``: spec mode giving ``AMD_VISIBLE_DEVICES=all`` (five GPU entries and
-  ``/dev/kfd``) of the simulated MI210-class host (:func:`ocihook.simvendors.build_amd`), no
+  ``/dev/kfd``) of the simulated MI210-class host (:func:`ocihook.sim.vendors.build_amd`), no
   target of its own (reported beside the NVIDIA edit);
 * peak memory (maximum resident set size) of each, measured by GNU ``time``.
 
@@ -116,8 +116,8 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="print the figures as JSON too")
     ns = ap.parse_args()
 
-    from ocihook import simhost
-    from ocihook.demo import _default_config
+    from ocihook.sim import host as simhost
+    from ocihook.sim.demo import _default_config
 
     work = tempfile.mkdtemp(prefix="ocihook-bench-")
     try:
@@ -145,7 +145,7 @@ def main() -> int:
         def restore() -> None:
             shutil.copy(pristine, os.path.join(gpus, "config.json"))
 
-        from ocihook import simvendors
+        from ocihook.sim import vendors as simvendors
 
         amd_host = simvendors.build_amd(os.path.join(work, "amd"), make_dev_nodes=False).root
         amd = bundle("amd", ["AMD_VISIBLE_DEVICES=all"])
@@ -161,7 +161,7 @@ def main() -> int:
         cmd = _hook_command()
         debug_conf = os.path.join(work, "debug.toml")
         with open(debug_conf, "w") as f:
-            f.write(f'log-file = "{os.path.join(work, "ocihook.log")}"\nlog-level = "debug"\n')
+            f.write(f'log-file = "{os.path.join(work, "ocihook.core.log")}"\nlog-level = "debug"\n')
         fakebin = os.path.join(work, "bin")
         os.makedirs(fakebin)
         os.symlink(shutil.which("true") or "/bin/true", os.path.join(fakebin, "runc"))

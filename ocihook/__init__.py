@@ -31,11 +31,8 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs millis
 if TYPE_CHECKING:
     from .appliers.live import inject
     from .appliers.spec import EditResult, Options, apply_plan, edit_bundle, hook_command
-    from .bundle import Bundle, State, load_bundle, parse_state, write_json_atomic
     from .config import Config, load_config
-    from .discovery.drm import DrmGpu, DrmHost, discover_vendor
-    from .discovery.nvidia import DriverLibrary, Gpu, HostDeviceNode, NvidiaHost, discover
-    from .errors import (
+    from .core.errors import (
         EXIT_CODES,
         ApplyError,
         CdiError,
@@ -50,7 +47,10 @@ if TYPE_CHECKING:
         StateError,
         exit_code_for,
     )
-    from .hostroot import HostRoot
+    from .core.hostroot import HostRoot
+    from .discovery.drm import DrmGpu, DrmHost, discover_vendor
+    from .discovery.nvidia import DriverLibrary, Gpu, HostDeviceNode, NvidiaHost, discover
+    from .oci.bundle import Bundle, State, load_bundle, parse_state, write_json_atomic
     from .plan import (
         CgroupRule,
         ContainerEdits,
@@ -81,11 +81,11 @@ _EXPORTS = {
     "apply_plan": "appliers.spec",
     "edit_bundle": "appliers.spec",
     "hook_command": "appliers.spec",
-    "Bundle": "bundle",
-    "State": "bundle",
-    "load_bundle": "bundle",
-    "parse_state": "bundle",
-    "write_json_atomic": "bundle",
+    "Bundle": "oci.bundle",
+    "State": "oci.bundle",
+    "load_bundle": "oci.bundle",
+    "parse_state": "oci.bundle",
+    "write_json_atomic": "oci.bundle",
     "DrmGpu": "discovery.drm",
     "DrmHost": "discovery.drm",
     "discover_vendor": "discovery.drm",
@@ -96,20 +96,20 @@ _EXPORTS = {
     "discover": "discovery.nvidia",
     "Config": "config",
     "load_config": "config",
-    "EXIT_CODES": "errors",
-    "ApplyError": "errors",
-    "CdiError": "errors",
-    "ConfigError": "errors",
-    "DiscoveryError": "errors",
-    "EngineConfigError": "errors",
-    "LdCacheError": "errors",
-    "OcihookError": "errors",
-    "RequestError": "errors",
-    "RuntimeNotFound": "errors",
-    "SpecError": "errors",
-    "StateError": "errors",
-    "exit_code_for": "errors",
-    "HostRoot": "hostroot",
+    "EXIT_CODES": "core.errors",
+    "ApplyError": "core.errors",
+    "CdiError": "core.errors",
+    "ConfigError": "core.errors",
+    "DiscoveryError": "core.errors",
+    "EngineConfigError": "core.errors",
+    "LdCacheError": "core.errors",
+    "OcihookError": "core.errors",
+    "RequestError": "core.errors",
+    "RuntimeNotFound": "core.errors",
+    "SpecError": "core.errors",
+    "StateError": "core.errors",
+    "exit_code_for": "core.errors",
+    "HostRoot": "core.hostroot",
     "CgroupRule": "plan",
     "ContainerEdits": "plan",
     "ContainerLayout": "plan",

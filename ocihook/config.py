@@ -147,15 +147,15 @@ from __future__ import annotations
 
 import os
 
-from ._record import Record
-from .errors import ConfigError
+from .core.errors import ConfigError
+from .core.records import Record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
     from typing import Any, Literal
 
-    from .hostroot import HostRoot
+    from .core.hostroot import HostRoot
 
     Mode = Literal["auto", "legacy", "cdi"]
     LogLevel = Literal["debug", "info", "warning", "error"]
@@ -588,9 +588,9 @@ class Config(Record):
         return out
 
     def host_root(self) -> HostRoot:
-        """The :class:`~ocihook.hostroot.HostRoot` of ``driver-root``, ``dev-root``,
+        """The :class:`~ocihook.core.hostroot.HostRoot` of ``driver-root``, ``dev-root``,
         ``ldcache`` and ``library-path`` (roots normalised as the command line does)."""
-        from .hostroot import HostRoot
+        from .core.hostroot import HostRoot
 
         return HostRoot(
             driver_root=os.path.normpath(self.driver_root),
@@ -795,7 +795,7 @@ def scan_debug_log_file(data: bytes | None) -> str | None:
     parsing TOML (which costs more than a no-GPU hook start): ``""`` when certainly none
     (no file; no ``log-file`` key or no ``debug`` in the bytes; ``log-level`` not
     ``"debug"``; ``log-file`` empty), the path when the file sets both keys on plain lines
-    (``log-file = "/var/log/ocihook.log"``, ``log-level = 'debug'``, comments allowed),
+    (``log-file = "/var/log/ocihook.core.log"``, ``log-level = 'debug'``, comments allowed),
     ``None`` when the bytes are too unusual to tell (escapes, multi-line strings,
     sections, a key on another kind of line, a key twice, a path that is not absolute):
     then the caller calls :func:`load_config`, which also reports what is wrong.

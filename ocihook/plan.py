@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import os
 
-from ._record import Record
-from .errors import RequestError
+from .core.errors import RequestError
+from .core.records import Record
 from .request import Request, select_devices
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from .discovery.drm import DrmHost
     from .discovery.gpus import HostDeviceNode
     from .discovery.nvidia import NvidiaHost
-    from .elfscan import CudaCompatNote
+    from .linux.elfscan import CudaCompatNote
     from .request import DrmRequest
 
 __all__ = [

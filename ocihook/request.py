@@ -20,8 +20,8 @@ toolkit. Parsing is pure: no file or host access.
 
 from __future__ import annotations
 
-from ._record import Record
-from .errors import OcihookError, RequestError
+from .core.errors import OcihookError, RequestError
+from .core.records import Record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
 if TYPE_CHECKING:
@@ -269,7 +269,7 @@ def env_from_spec(config: Mapping[str, Any], *, path: str | None = None) -> dict
     Raises:
         SpecError: ``process`` or ``process.env`` has the wrong JSON type.
     """
-    from .errors import SpecError
+    from .core.errors import SpecError
 
     process = config.get("process")
     if process is None:

@@ -45,8 +45,8 @@ This module is on the path of every container start: it imports neither ``typing
 
 from __future__ import annotations
 
-from ._record import Record
-from .errors import RequestError
+from .core.errors import RequestError
+from .core.records import Record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
 if TYPE_CHECKING:

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from ocihook import simhost
-from ocihook.hostroot import HostRoot
+from ocihook.core.hostroot import HostRoot
+from ocihook.sim import host as simhost
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -128,7 +128,7 @@ def need_root_and(*tools: str) -> None:
 @pytest.fixture
 def bundle_factory(tmp_path: Any) -> Callable[..., str]:
     """Make busybox bundles: factory(args, env, debian=False) -> bundle path."""
-    from ocihook.demo import find_busybox, make_busybox_bundle
+    from ocihook.sim.demo import find_busybox, make_busybox_bundle
 
     counter = iter(range(1000))
 

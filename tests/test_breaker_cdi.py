@@ -19,8 +19,8 @@ from ocihook.cdi.generate import transform_root
 from ocihook.cdi.names import CdiError
 from ocihook.cdi.registry import Registry
 from ocihook.cdi.spec import ContainerEdits, Device, Mount, Spec, load_spec
+from ocihook.core.hostroot import HostRoot
 from ocihook.discovery.nvidia import NvidiaHost, discover
-from ocihook.hostroot import HostRoot
 
 GOOD_YAML = """\
 cdiVersion: 0.3.0
@@ -186,7 +186,7 @@ def test_cdi_edit_of_deeply_nested_config_is_no_traceback(tmp_path: Path) -> Non
     through spec mode's host-discovery path fine, but a CDI request copies the document
     with the recursive _copy_json (two frames a level with the list comprehension) and
     dies with RecursionError: exit 1 and a traceback instead of a result or exit 3."""
-    from ocihook.demo import _default_config
+    from ocihook.sim.demo import _default_config
 
     spec_dir = tmp_path / "cdi"
     spec_dir.mkdir()

@@ -18,17 +18,18 @@ from typing import Any
 import pytest
 from test_runtime_wrapper import Stage
 
-from ocihook import simhost, simvendors
-from ocihook.discovery import amd
-from ocihook.errors import (
+from ocihook.core.errors import (
     EXIT_CODES,
     EngineConfigError,
     OcihookError,
     RequestError,
     RuntimeNotFound,
 )
-from ocihook.hostroot import HostRoot
+from ocihook.core.hostroot import HostRoot
+from ocihook.discovery import amd
 from ocihook.request import drm_request_from_env, select_drm_gpus
+from ocihook.sim import host as simhost
+from ocihook.sim import vendors as simvendors
 
 RUNTIME_PATH = "/usr/local/bin/ocihook-runtime"
 

@@ -12,13 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ocihook import ldcache, simhost
-from ocihook._elfwrite import make_executable, make_shared_object
+from ocihook.core.errors import DiscoveryError
+from ocihook.core.hostroot import HostRoot
 from ocihook.discovery.driverfiles import select_libraries
 from ocihook.discovery.nvidia import discover
-from ocihook.elf import read_elf_info
-from ocihook.errors import DiscoveryError
-from ocihook.hostroot import HostRoot
+from ocihook.linux import ldcache
+from ocihook.linux.elf import read_elf_info
+from ocihook.sim import host as simhost
+from ocihook.sim.elfwrite import make_executable, make_shared_object
 
 V = simhost.DEFAULT_DRIVER_VERSION
 LIB = "/usr/lib/x86_64-linux-gnu"
@@ -229,7 +230,7 @@ def test_elf_reader_never_crashes(tmp_path_factory: Any, data: bytes) -> None:
 def test_abi_note_reader_agrees_with_the_writer(
     tmp_path_factory: Any, kind: tuple[int, str, str], tag: tuple[int, int, int] | None
 ) -> None:
-    from ocihook.elfscan import abi_tag as _abi_tag
+    from ocihook.linux.elfscan import abi_tag as _abi_tag
 
     cls, machine, endian = kind
     path = os.path.join(str(tmp_path_factory.getbasetemp()), "note.so")
@@ -245,8 +246,8 @@ def test_abi_note_reader_agrees_with_the_writer(
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=400))
 def test_abi_note_reader_never_crashes(tmp_path_factory: Any, data: bytes) -> None:
-    from ocihook.elfscan import abi_tag as _abi_tag
-    from ocihook.elfscan import dynamic_names
+    from ocihook.linux.elfscan import abi_tag as _abi_tag
+    from ocihook.linux.elfscan import dynamic_names
 
     path = os.path.join(str(tmp_path_factory.getbasetemp()), "junk.so")
     with open(path, "wb") as f:
@@ -280,7 +281,7 @@ def test_abi_note_reader_never_crashes(tmp_path_factory: Any, data: bytes) -> No
 def test_dynamic_names_agree_with_pyelftools(
     tmp_path_factory: Any, kind: tuple[int, str, str], soname: str | None, needed: list[str]
 ) -> None:
-    from ocihook.elfscan import dynamic_names
+    from ocihook.linux.elfscan import dynamic_names
 
     cls, machine, endian = kind
     path = os.path.join(str(tmp_path_factory.getbasetemp()), "dyn.so")
@@ -293,7 +294,7 @@ def test_dynamic_names_agree_with_pyelftools(
 
 
 def test_elfscan_agrees_with_pyelftools_on_real_driver_files(realistic: dict[str, Any]) -> None:
-    from ocihook.elfscan import abi_tag, dynamic_names
+    from ocihook.linux.elfscan import abi_tag, dynamic_names
 
     h = discover(HostRoot.single(realistic["root"]))
     assert len(h.libraries) > 40

@@ -23,9 +23,9 @@ from ocihook.cdi.inject import inject_devices
 from ocihook.cdi.names import CdiError
 from ocihook.cdi.registry import Registry
 from ocihook.cdi.spec import Spec, load_spec, minimum_version, validate_spec
+from ocihook.core.errors import DiscoveryError
+from ocihook.core.hostroot import HostRoot
 from ocihook.discovery.nvidia import NvidiaHost, discover
-from ocihook.errors import DiscoveryError
-from ocihook.hostroot import HostRoot
 
 with open(os.path.join(REPO, "specs/cdi.schema.json")) as _f:
     VALIDATOR = jsonschema.Draft202012Validator(json.load(_f))

@@ -18,7 +18,7 @@ from ocihook.cdi import (
     validate_device_name,
     validate_vendor,
 )
-from ocihook.errors import OcihookError
+from ocihook.core.errors import OcihookError
 
 VALID = {
     "a/b=c": ("a", "b", "c"),

@@ -34,11 +34,12 @@ from conftest import need_root_and
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ocihook import _linux, cgroupv2
-from ocihook.errors import ApplyError
+from ocihook.core.errors import ApplyError
+from ocihook.linux import cgroupv2
+from ocihook.linux import syscalls as _linux
 from ocihook.plan import CgroupRule
 
-# --- raw instruction encoding for test programs (independent of ocihook.cgroupv2) -----------
+# --- raw instruction encoding for test programs (independent of ocihook.linux.cgroupv2) -----------
 
 
 def _raw(code: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0) -> bytes:
@@ -914,7 +915,7 @@ def test_runc_program_gets_the_rules(cg2_mount: str, tmp_path: Any) -> None:
     private mount namespace (a child of the cgroup2 hierarchy bound over /sys/fs/cgroup),
     run a container, extend its program from the host and watch from inside."""
     need_root_and("runc", "unshare", "mount")
-    from ocihook.demo import find_busybox
+    from ocihook.sim.demo import find_busybox
 
     busybox = find_busybox()
     if busybox is None:
@@ -1013,6 +1014,8 @@ def test_runc_program_gets_the_rules(cg2_mount: str, tmp_path: Any) -> None:
 
 
 def test_module_imports_nothing_heavy() -> None:
-    code = "import sys, ocihook.cgroupv2; print(sorted({'ctypes', 'typing'} & set(sys.modules)))"
+    code = (
+        "import sys, ocihook.linux.cgroupv2; print(sorted({'ctypes', 'typing'} & set(sys.modules)))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

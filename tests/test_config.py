@@ -24,7 +24,7 @@ from ocihook.config import (
     load_config,
     load_schema,
 )
-from ocihook.hostroot import HostRoot
+from ocihook.core.hostroot import HostRoot
 from ocihook.request import ALL_CAPABILITIES
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -119,7 +119,7 @@ accept-nvidia-visible-devices-as-volume-mounts = true
 swarm-resource = "DOCKER_RESOURCE_GPU, DOCKER_RESOURCE_NVIDIA-GPU"
 supported-driver-capabilities = "compute,utility"
 disable-require = true
-log-file = "/var/log/ocihook.log"
+log-file = "/var/log/ocihook.core.log"
 log-level = "debug"
 runtimes = ["crun", "/usr/local/sbin/runc"]
 """
@@ -144,7 +144,7 @@ def test_full_file(tmp_path: Any) -> None:
         swarm_resource="DOCKER_RESOURCE_GPU, DOCKER_RESOURCE_NVIDIA-GPU",
         supported_driver_capabilities="compute,utility",
         disable_require=True,
-        log_file="/var/log/ocihook.log",
+        log_file="/var/log/ocihook.core.log",
         log_level="debug",
         runtimes=("crun", "/usr/local/sbin/runc"),
         source=path,
@@ -313,7 +313,7 @@ BAD: list[tuple[str, str, str, Any]] = [
     ("disable-require", '"false"', "disable-require", "false"),
     ("cuda-compat", '"mount"', "cuda-compat", "mount"),
     ("cuda-compat", "false", "cuda-compat", False),
-    ("log-file", '"ocihook.log"', "log-file", "ocihook.log"),
+    ("log-file", '"ocihook.core.log"', "log-file", "ocihook.core.log"),
     ("log-file", "1", "log-file", 1),
     ("log-level", '"warn"', "log-level", "warn"),
     ("log-level", '"INFO"', "log-level", "INFO"),

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ocihook import simhost
+from ocihook.sim import host as simhost
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -29,7 +29,7 @@ def _cli(
 
 
 def _bundle(tmp_path: Any, env: list[str], mounts: list[dict[str, Any]] | None = None) -> str:
-    from ocihook.demo import _default_config
+    from ocihook.sim.demo import _default_config
 
     b = tmp_path / "bundle"
     (b / "rootfs").mkdir(parents=True)
@@ -123,7 +123,7 @@ def test_cuda_compat_disabled(sim: simhost.SimulatedHost, tmp_path: Any) -> None
 
 
 def test_log_file_records_the_decisions(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
-    log = tmp_path / "ocihook.log"
+    log = tmp_path / "ocihook.core.log"
     conf = _conf(
         tmp_path,
         f'driver-root = "{sim.root}"\ndev-root = "{sim.root}"\n'

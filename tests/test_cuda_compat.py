@@ -1,8 +1,8 @@
 """CUDA forward compatibility: the ``.note.cuda.fwd_compatibility`` note of an image's
 compat ``libcuda.so``, the decision rule, and the ``ld.so.cache`` entries that follow.
 
-Notes are written with :func:`ocihook._elfwrite.pack_note` into files from
-:func:`~ocihook._elfwrite.make_shared_object`, and into a real shared object made by
+Notes are written with :func:`ocihook.sim.elfwrite.pack_note` into files from
+:func:`~ocihook.sim.elfwrite.make_shared_object`, and into a real shared object made by
 ``gcc`` and ``objcopy --add-section`` (a library with the usual thirty sections); the
 reader is checked against ``readelf``/``objcopy --dump-section`` there.
 """
@@ -20,13 +20,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ocihook import elfscan, log
-from ocihook._elfwrite import make_shared_object, pack_note
-from ocihook._main import parse_cuda_compat_arg
 from ocihook.appliers import live
-from ocihook.elfscan import CudaCompatNote, cuda_compat_note, parse_cuda_compat_note
-from ocihook.errors import ApplyError
+from ocihook.commands.fast import parse_cuda_compat_arg
+from ocihook.core import log
+from ocihook.core.errors import ApplyError
+from ocihook.linux import elfscan
+from ocihook.linux.elfscan import CudaCompatNote, cuda_compat_note, parse_cuda_compat_note
 from ocihook.plan import CudaCompat
+from ocihook.sim.elfwrite import make_shared_object, pack_note
 
 SECTION = ".note.cuda.fwd_compatibility"
 OWNER = b"NVIDIA Corporation"
@@ -409,7 +410,7 @@ def test_compat_entries(tmp_path: Any, version: str, desc: object, used: bool) -
 
 
 def test_compat_decision_is_logged(tmp_path: Any) -> None:
-    path = tmp_path / "ocihook.log"
+    path = tmp_path / "ocihook.core.log"
     log.configure(str(path), "debug", container="c1")
     try:
         assert _decided(tmp_path, "550.200.01", _note(NOTE_550_560))

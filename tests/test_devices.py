@@ -17,6 +17,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ocihook.core.errors import DiscoveryError, RequestError
+from ocihook.core.hostroot import HostRoot
 from ocihook.discovery.devices import (
     DRM_MAJOR,
     IMEX_CHANNEL_LIMIT,
@@ -38,8 +40,6 @@ from ocihook.discovery.devices import (
 )
 from ocihook.discovery.gpus import HostDeviceNode
 from ocihook.discovery.nvidia import parse_devices
-from ocihook.errors import DiscoveryError, RequestError
-from ocihook.hostroot import HostRoot
 
 IMEX_MAJOR = 507
 NVSWITCH_MAJOR = 508
@@ -762,7 +762,7 @@ def test_import_adds_no_heavy_modules() -> None:
     """The module runs on every container start: no dataclasses, typing or re of its own."""
     code = (
         "import sys\n"
-        "import ocihook.discovery.gpus, ocihook.pathsafe, ocihook.hostroot\n"
+        "import ocihook.discovery.gpus, ocihook.linux.pathsafe, ocihook.core.hostroot\n"
         "before = set(sys.modules)\n"
         "import ocihook.discovery.devices\n"
         "print(sorted({'dataclasses', 'typing', 're', 'collections'} & (set(sys.modules) - before)))"

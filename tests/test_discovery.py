@@ -13,15 +13,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ocihook import ldcache, simhost
+from ocihook.core.errors import DiscoveryError, LdCacheError
+from ocihook.core.hostroot import HostRoot
 from ocihook.discovery.nvidia import (
     discover,
     parse_devices,
     parse_driver_version,
     parse_gpu_information,
 )
-from ocihook.errors import DiscoveryError, LdCacheError
-from ocihook.hostroot import HostRoot
+from ocihook.linux import ldcache
+from ocihook.sim import host as simhost
 
 
 def test_simulated_host_matches_its_description(sim: simhost.SimulatedHost) -> None:
@@ -76,7 +77,7 @@ def test_simulated_host_libraries(sim: simhost.SimulatedHost) -> None:
 
 
 def test_elf_facts_agree_with_cache(sim: simhost.SimulatedHost) -> None:
-    from ocihook.elf import read_elf_info
+    from ocihook.linux.elf import read_elf_info
 
     for lib in discover(HostRoot.single(sim.root)).libraries:
         info = read_elf_info(lib.host_path)

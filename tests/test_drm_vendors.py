@@ -15,13 +15,12 @@ from conftest import REPO
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ocihook import simvendors
 from ocihook.appliers.spec import Options, apply_plan, edit_bundle
+from ocihook.core.errors import CdiError, DiscoveryError, RequestError
+from ocihook.core.hostroot import HostRoot
 from ocihook.discovery import amd, intel
 from ocihook.discovery.drm import DrmGpu
 from ocihook.discovery.gpus import HostDeviceNode
-from ocihook.errors import CdiError, DiscoveryError, RequestError
-from ocihook.hostroot import HostRoot
 from ocihook.plan import make_drm_plan, merge_plans
 from ocihook.request import (
     DrmRequest,
@@ -29,6 +28,7 @@ from ocihook.request import (
     drm_requests_from_spec,
     select_drm_gpus,
 )
+from ocihook.sim import vendors as simvendors
 
 with open(os.path.join(REPO, "specs/plan.schema.json")) as _f:
     PLAN_SCHEMA = json.load(_f)
@@ -339,7 +339,7 @@ def test_additional_gids_applied_once(amd_sim: simvendors.SimDrmHost) -> None:
 def test_spec_edit_is_idempotent_and_leaves_nvidia_alone(
     amd_sim: simvendors.SimDrmHost, tmp_path: Any
 ) -> None:
-    from ocihook.demo import find_busybox, make_busybox_bundle
+    from ocihook.sim.demo import find_busybox, make_busybox_bundle
 
     if find_busybox() is None:
         pytest.skip("needs busybox")
@@ -355,7 +355,7 @@ def test_spec_edit_is_idempotent_and_leaves_nvidia_alone(
 
 
 def test_bad_request_leaves_config_untouched(amd_sim: simvendors.SimDrmHost, tmp_path: Any) -> None:
-    from ocihook.demo import find_busybox, make_busybox_bundle
+    from ocihook.sim.demo import find_busybox, make_busybox_bundle
 
     if find_busybox() is None:
         pytest.skip("needs busybox")
@@ -380,7 +380,7 @@ def test_drm_requests_from_spec_bad_env_names_the_file() -> None:
 def test_qualified_names_go_to_the_cdi_registry(
     amd_sim: simvendors.SimDrmHost, tmp_path: Any
 ) -> None:
-    from ocihook.demo import find_busybox, make_busybox_bundle
+    from ocihook.sim.demo import find_busybox, make_busybox_bundle
 
     if find_busybox() is None:
         pytest.skip("needs busybox")
@@ -485,7 +485,7 @@ def test_list_unknown_intel_device(intel_sim: simvendors.SimDrmHost) -> None:
 
 
 def test_hook_fast_path_sees_vendor_requests() -> None:
-    from ocihook._main import REQUEST_MARKERS
+    from ocihook.core.fastexit import REQUEST_MARKERS
 
     for variable in ("AMD_VISIBLE_DEVICES", "INTEL_VISIBLE_DEVICES"):
         assert any(m in variable.encode() for m in REQUEST_MARKERS)
@@ -567,7 +567,7 @@ def test_generate_cli_vendor(amd_sim: simvendors.SimDrmHost, tmp_path: Any) -> N
 
 
 def test_plan_command_and_simhost_vendor(tmp_path: Any) -> None:
-    from ocihook.demo import find_busybox, make_busybox_bundle
+    from ocihook.sim.demo import find_busybox, make_busybox_bundle
 
     if find_busybox() is None:
         pytest.skip("needs busybox")
@@ -592,7 +592,7 @@ def test_plan_command_and_simhost_vendor(tmp_path: Any) -> None:
 
 def test_hook_mode_warns_about_groups_it_cannot_add(amd_sim: simvendors.SimDrmHost) -> None:
     from ocihook.appliers.live import _check_groups
-    from ocihook.bundle import Bundle
+    from ocihook.oci.bundle import Bundle
 
     plan = make_drm_plan(
         amd.discover(HostRoot.single(amd_sim.root)), DrmRequest("amd", "list", ("0",))
@@ -657,7 +657,7 @@ def test_cdi_mode_names_vendor_entries() -> None:
 def test_cdi_devices_and_host_gpus_together(amd_sim: simvendors.SimDrmHost, tmp_path: Any) -> None:
     """Intel GPUs named by CDI and AMD GPUs by index in one container: the CDI devices are
     injected and the AMD ones planned from the host, into one config.json."""
-    from ocihook.demo import find_busybox, make_busybox_bundle
+    from ocihook.sim.demo import find_busybox, make_busybox_bundle
 
     if find_busybox() is None:
         pytest.skip("needs busybox")

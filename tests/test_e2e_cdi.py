@@ -28,9 +28,9 @@ import pytest
 from conftest import edit_with_cdi, need_root_and
 from test_e2e_podman_containerd import Podman, host_guard, podman  # noqa: F401 (fixtures)
 
-from ocihook.demo import run_container
+from ocihook.core.hostroot import HostRoot
 from ocihook.discovery.nvidia import NvidiaHost, discover
-from ocihook.hostroot import HostRoot
+from ocihook.sim.demo import run_container
 
 pytestmark = pytest.mark.e2e
 

@@ -18,8 +18,8 @@ from conftest import edit_cli, edit_with_cdi, need_root_and, register_hook
 from test_e2e_cdi import PRIVATE_RUN
 from test_e2e_podman_containerd import Podman, host_guard, podman  # noqa: F401 (fixtures)
 
-from ocihook import simvendors
-from ocihook.demo import run_container
+from ocihook.sim import vendors as simvendors
+from ocihook.sim.demo import run_container
 
 pytestmark = pytest.mark.e2e
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from conftest import REPO, edit_cli, need_root_and
 
-from ocihook.demo import run_container
+from ocihook.sim.demo import run_container
 
 pytestmark = pytest.mark.e2e
 

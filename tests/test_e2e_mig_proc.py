@@ -23,8 +23,8 @@ from conftest import need_root_and, packaged_hook
 from test_e2e_full import _fake_proc_hook
 
 from ocihook.appliers.spec import edit_bundle
-from ocihook.demo import run_container
-from ocihook.hostroot import HostRoot
+from ocihook.core.hostroot import HostRoot
+from ocihook.sim.demo import run_container
 
 pytestmark = pytest.mark.e2e
 

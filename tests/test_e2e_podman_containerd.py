@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 from conftest import REPO, need_root_and
 
-from ocihook import simhost
+from ocihook.sim import host as simhost
 
 pytestmark = pytest.mark.e2e
 

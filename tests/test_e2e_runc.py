@@ -20,8 +20,8 @@ from conftest import edit_cli, need_root_and
 from conftest import register_hook as _register_hook
 
 from ocihook.appliers.spec import edit_bundle
-from ocihook.demo import run_container
-from ocihook.hostroot import HostRoot
+from ocihook.core.hostroot import HostRoot
+from ocihook.sim.demo import run_container
 
 pytestmark = pytest.mark.e2e
 
@@ -114,7 +114,7 @@ def test_runc(
         sim = request.getfixturevalue("sim")
         root, version = sim.root, sim.driver_version
         gpus = [{"index": g.index, "minor": g.minor, "uuid": g.uuid} for g in sim.gpus]
-        from ocihook.simhost import UVM_MAJOR
+        from ocihook.sim.host import UVM_MAJOR
 
         uvm_major = UVM_MAJOR
         debian, libdir = False, "/usr/lib64"
@@ -230,7 +230,7 @@ def test_mig_device(sim: Any, bundle_factory: Callable[..., str], tmp_path: Any,
     """MIG device 1:0: the container gets GPU 1's node and that instance's capability
     nodes (c <nvidia-caps>:<minor>), and no other instance's."""
     need_root_and("runc")
-    from ocihook.simhost import CAPS_MAJOR, MIG_INSTANCES
+    from ocihook.sim.host import CAPS_MAJOR, MIG_INSTANCES
 
     script = (
         "for n in /dev/nvidia*  /dev/nvidia-caps/*; do echo NODE $n $(stat -c '%t:%T' $n); done"
@@ -286,7 +286,7 @@ def test_cuda_forward_compat(
     need_root_and("runc", "ldconfig")
     import json
 
-    from ocihook._elfwrite import make_shared_object, pack_note
+    from ocihook.sim.elfwrite import make_shared_object, pack_note
 
     bundle = bundle_factory(["sh", "-c", "exit 0"], ["NVIDIA_VISIBLE_DEVICES=0"])
     compat = os.path.join(bundle, "rootfs/usr/local/cuda/compat")

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from conftest import edit_cli, need_root_and, packaged_hook
 
-from ocihook import simhost
+from ocihook.sim import host as simhost
 
 pytestmark = pytest.mark.e2e
 
@@ -406,7 +406,7 @@ def test_user_namespace_container(sim: simhost.SimulatedHost, tmp_path: Any) -> 
     )
     import tempfile
 
-    from ocihook.demo import make_busybox_bundle
+    from ocihook.sim.demo import make_busybox_bundle
 
     # the mapped root must be able to reach the rootfs: not below pytest's 0700 tmp dir
     top = tempfile.mkdtemp(prefix="ocihook-userns-", dir="/tmp")

@@ -1,4 +1,4 @@
-"""Tests for ocihook._elfwrite: the files it writes must satisfy pyelftools, readelf and ldconfig.
+"""Tests for ocihook.sim.elfwrite: the files it writes must satisfy pyelftools, readelf and ldconfig.
 
 The ldconfig tests run the host's real ``ldconfig`` against a throw-away cache (``-C``), with
 ``-i`` (no auxiliary cache in /var/cache/ldconfig) and ``-X`` (no symbolic links), so they
@@ -27,7 +27,7 @@ from elftools.elf.sections import NoteSection, StringTableSection
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ocihook._elfwrite import MACHINES, make_executable, make_shared_object
+from ocihook.sim.elfwrite import MACHINES, make_executable, make_shared_object
 
 # (elf_class, machine, endian) for every supported combination.
 COMBOS = [(m.elf_class, name, e) for name, m in MACHINES.items() for e in m.endians]

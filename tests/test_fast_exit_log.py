@@ -55,7 +55,7 @@ def test_scan(text: bytes | None, want: str | None) -> None:
 
 
 LINES = [
-    'log-file = "/var/log/ocihook.log"',
+    'log-file = "/var/log/ocihook.core.log"',
     "log-file = '/l/debug.log'",
     'log-file = ""',
     'log-file = "rel.log"',
@@ -108,7 +108,7 @@ print(json.dumps({"rc": rc, "opened": files, "tomllib": "tomllib" in sys.modules
 
 
 def _bundle(tmp_path: Any, env: list[str]) -> str:
-    from ocihook.demo import _default_config
+    from ocihook.sim.demo import _default_config
 
     b = tmp_path / "bundle"
     (b / "rootfs").mkdir(parents=True)
@@ -137,7 +137,7 @@ def _conf(tmp_path: Any, text: str) -> str:
 
 
 def test_fast_exit_logs_why_at_debug(tmp_path: Any) -> None:
-    log = tmp_path / "ocihook.log"
+    log = tmp_path / "ocihook.core.log"
     bundle = _bundle(tmp_path, ["HOME=/root"])
     conf = _conf(tmp_path, f'log-file = "{log}"\nlog-level = "debug"\n')
     out = _hook(bundle, conf, "createRuntime")
@@ -152,7 +152,7 @@ def test_fast_exit_logs_why_at_debug(tmp_path: Any) -> None:
 
 def test_fast_exit_parses_an_unusual_file(tmp_path: Any) -> None:
     """A file the byte scan cannot read (a quoted key) is parsed, and still logs."""
-    log = tmp_path / "ocihook.log"
+    log = tmp_path / "ocihook.core.log"
     bundle = _bundle(tmp_path, ["HOME=/root"])
     conf = _conf(tmp_path, f'"log-file" = "{log}"\nlog-level = "debug"\n')
     out = _hook(bundle, conf)
@@ -170,7 +170,7 @@ def test_fast_exit_parses_an_unusual_file(tmp_path: Any) -> None:
     ],
 )
 def test_fast_exit_with_logging_off_opens_nothing_more(tmp_path: Any, text: str) -> None:
-    log = tmp_path / "ocihook.log"
+    log = tmp_path / "ocihook.core.log"
     bundle = _bundle(tmp_path, ["HOME=/root"])
     conf = _conf(tmp_path, text.format(log=log))
     out = _hook(bundle, conf)
@@ -189,7 +189,7 @@ def test_fast_exit_with_logging_off_opens_nothing_more(tmp_path: Any, text: str)
 def test_full_path_void_logs_why(tmp_path: Any, env: list[str], reason: str) -> None:
     """Containers that mention a request variable take the full path; a void request is
     logged with its reason there."""
-    log = tmp_path / "ocihook.log"
+    log = tmp_path / "ocihook.core.log"
     bundle = _bundle(tmp_path, env)
     conf = _conf(tmp_path, f'log-file = "{log}"\nlog-level = "debug"\n')
     out = _hook(bundle, conf)
@@ -200,7 +200,7 @@ def test_full_path_void_logs_why(tmp_path: Any, env: list[str], reason: str) -> 
 
 
 def test_unprivileged_policy_reason(tmp_path: Any) -> None:
-    log = tmp_path / "ocihook.log"
+    log = tmp_path / "ocihook.core.log"
     bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=all"])
     with open(os.path.join(bundle, "config.json")) as f:
         doc = json.load(f)
@@ -224,9 +224,9 @@ def test_runc_no_gpu_container_leaves_a_line(tmp_path: Any, bundle_factory: Any)
     """A real no-GPU container start under runc with the packaged prestart hook and a
     debug configuration: the log says why it got no GPU."""
     need_root_and("runc")
-    from ocihook.demo import run_container
+    from ocihook.sim.demo import run_container
 
-    log = tmp_path / "ocihook.log"
+    log = tmp_path / "ocihook.core.log"
     conf = _conf(tmp_path, f'log-file = "{log}"\nlog-level = "debug"\n')
     bundle = bundle_factory(["sh", "-c", "exit 0"], ["HOME=/root"])
     path = os.path.join(bundle, "config.json")

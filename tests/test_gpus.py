@@ -20,7 +20,8 @@ from conftest import modules_after as _modules_after
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ocihook import simhost
+from ocihook.core.errors import DiscoveryError, exit_code_for
+from ocihook.core.hostroot import HostRoot
 from ocihook.discovery import nvml
 from ocihook.discovery.gpus import (
     Gpu,
@@ -36,8 +37,7 @@ from ocihook.discovery.gpus import (
     read_gpus,
 )
 from ocihook.discovery.nvidia import discover, parse_devices
-from ocihook.errors import DiscoveryError, exit_code_for
-from ocihook.hostroot import HostRoot
+from ocihook.sim import host as simhost
 
 DOUBLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "doubles", "pynvml.py")
 DRIVER = "550.127.05"
@@ -693,7 +693,7 @@ def test_gpus_module_imports_stay_cheap(root: HostRoot) -> None:
     loaded = (
         _modules_after(
             "from ocihook.discovery.gpus import enumerate_gpus\n"
-            "from ocihook.hostroot import HostRoot\n"
+            "from ocihook.core.hostroot import HostRoot\n"
             f"enumerate_gpus(HostRoot.single({root.dev_root!r}), {{}}, backend='procfs')"
         )
         - baseline

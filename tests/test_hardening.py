@@ -17,13 +17,14 @@ import pytest
 from conftest import need_root_and
 from conftest import register_hook as _register_hook
 
-from ocihook import bundle as bundle_mod
-from ocihook import ldcache, simhost
-from ocihook.demo import run_container
+from ocihook.core.errors import DiscoveryError, RequestError
+from ocihook.core.hostroot import HostRoot
 from ocihook.discovery.nvidia import discover
-from ocihook.errors import DiscoveryError, RequestError
-from ocihook.hostroot import HostRoot
+from ocihook.linux import ldcache
+from ocihook.oci import bundle as bundle_mod
 from ocihook.request import request_from_env
+from ocihook.sim import host as simhost
+from ocihook.sim.demo import run_container
 
 
 def _cli(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
@@ -282,7 +283,7 @@ def test_spec_mode_hook_failure_removes_its_links(
 def test_directory_swapped_for_a_link_between_check_and_use(tmp_path: Any) -> None:
     """The image swaps a directory for a link to a host directory after ocihook looked it
     up: the file is made through the descriptor it already holds, never on the host."""
-    from ocihook import pathsafe
+    from ocihook.linux import pathsafe
 
     rootfs = tmp_path / "rootfs"
     (rootfs / "usr/lib64").mkdir(parents=True)

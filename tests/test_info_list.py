@@ -8,7 +8,7 @@ import subprocess
 import sys
 from typing import Any
 
-from ocihook import simhost
+from ocihook.sim import host as simhost
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:

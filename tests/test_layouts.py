@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 
-from ocihook import ldcache, simhost
-from ocihook._elfwrite import make_shared_object
+from ocihook.core.errors import DiscoveryError
+from ocihook.core.hostroot import HostRoot
 from ocihook.discovery.nvidia import discover
-from ocihook.errors import DiscoveryError
-from ocihook.hostroot import HostRoot
+from ocihook.linux import ldcache
+from ocihook.sim import host as simhost
+from ocihook.sim.elfwrite import make_shared_object
 
 V = simhost.DEFAULT_DRIVER_VERSION
 

@@ -1,9 +1,9 @@
-"""Tests of ocihook.ldcache against the real ``ldconfig`` as the oracle.
+"""Tests of ocihook.linux.ldcache against the real ``ldconfig`` as the oracle.
 
 Library trees are built in temporary directories and ``ldconfig -r ROOT`` (which never touches
 the host's cache or aux-cache) writes caches in the new, old and compat formats; ``ldconfig -p
 -C FILE`` prints them. Every comparison is on the raw bytes ``ldconfig -p`` prints, line by
-line and in order, against a rendering of what :func:`ocihook.ldcache.parse` returned.
+line and in order, against a rendering of what :func:`ocihook.linux.ldcache.parse` returned.
 
 Shared objects come from ``gcc``: one template per ABI (x86-64, i386, x32) is compiled with a
 long placeholder ``DT_SONAME`` that the tests overwrite in place, so a tree of hundreds of
@@ -29,9 +29,9 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from ocihook import ldcache
-from ocihook.errors import DiscoveryError, LdCacheError
-from ocihook.ldcache import CacheEntry
+from ocihook.core.errors import DiscoveryError, LdCacheError
+from ocihook.linux import ldcache
+from ocihook.linux.ldcache import CacheEntry
 
 LDCONFIG = shutil.which("ldconfig") or (
     "/usr/sbin/ldconfig" if os.path.exists("/usr/sbin/ldconfig") else None

@@ -1,4 +1,4 @@
-"""Tests of ocihook._linux: the ctypes wrappers, and (as root) the new mount API and setns.
+"""Tests of ocihook.linux.syscalls: the ctypes wrappers, and (as root) the new mount API and setns.
 
 Everything that mounts runs in a child process inside a private mount namespace (or in the
 namespace of a throw-away ``unshare -m --propagation private sleep`` process), so nothing is
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from ocihook import _linux
+from ocihook.linux import syscalls as _linux
 
 REPO = Path(__file__).resolve().parent.parent
 IS_ROOT = os.geteuid() == 0
@@ -111,8 +111,8 @@ def tree(tmp_path: Path) -> Path:
 def test_import_is_cheap() -> None:
     """Importing the module loads neither ctypes, platform nor typing, nor libc."""
     code = (
-        "import sys, ocihook; before = set(sys.modules); import ocihook._linux; "
-        "import ocihook.pathsafe; "
+        "import sys, ocihook; before = set(sys.modules); import ocihook.linux.syscalls; "
+        "import ocihook.linux.pathsafe; "
         "print(sorted({'ctypes', 'platform', 'typing'} & (set(sys.modules) - before)))"
     )
     out = subprocess.run(
@@ -203,7 +203,8 @@ def test_openat2_resolve_flags(tmp_path: Path) -> None:
 
 _PRIVATE_BIND = """
 import errno, json, os, sys
-from ocihook import _linux as L, pathsafe as P
+from ocihook.linux import syscalls as L
+from ocihook.linux import pathsafe as P
 
 src, rootfs, want = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 L.unshare(L.CLONE_NEWNS)
@@ -270,7 +271,7 @@ def test_detached_bind_mount_in_private_namespace(tree: Path, want: dict[str, bo
 
 _SETNS_MOUNT = """
 import json, os, sys
-from ocihook import _linux as L
+from ocihook.linux import syscalls as L
 
 pid, mnt = sys.argv[1], sys.argv[2]
 fd = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
@@ -297,7 +298,8 @@ def test_setns_into_another_mount_namespace(tree: Path, sleeper: int) -> None:
 
 _HOOK_FLOW = """
 import errno, json, os, sys
-from ocihook import _linux as L, pathsafe as P
+from ocihook.linux import syscalls as L
+from ocihook.linux import pathsafe as P
 
 pid, src, rootfs = sys.argv[1:4]
 # 1. in the host namespace: the detached, restricted copy of the host file
@@ -348,7 +350,7 @@ def test_unknown_architecture_means_enosys_and_pathsafe_falls_back(
 ) -> None:
     """On a machine with no known numbers the new calls answer ENOSYS (never a wrong
     system call), which pathsafe takes as "no openat2" and walks in user space."""
-    from ocihook import pathsafe
+    from ocihook.linux import pathsafe
 
     (tmp_path / "root/etc").mkdir(parents=True)
     (tmp_path / "root/l").symlink_to("/etc")

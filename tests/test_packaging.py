@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from ocihook import simhost
-from ocihook.engines import (
+from ocihook.commands.engines import (
     configure_containerd,
     configure_crio,
     configure_docker,
     hooks_d_document,
 )
+from ocihook.sim import host as simhost
 
 PACKAGING = os.path.join(REPO, "packaging")
 SERVICE = os.path.join(PACKAGING, "systemd/ocihook-cdi-refresh.service.in")
@@ -112,7 +112,7 @@ def test_service_runs_cdi_generate() -> None:
     options = dict(zip(argv[3::2], argv[4::2], strict=True))
     assert options == {"--output": "/var/run/cdi/nvidia.yaml"}
     assert set(options) <= CDI_GENERATE_FLAGS
-    from ocihook._main import _parse_fast
+    from ocihook.commands.fast import _parse_fast
 
     ns = _parse_fast(argv[1:])  # the command's own (fast) parser takes the line
     assert ns is not None and (ns.command, ns.stage) == ("cdi", "generate")

@@ -1,4 +1,4 @@
-"""Tests of ocihook.pathsafe against hostile container root file systems.
+"""Tests of ocihook.linux.pathsafe against hostile container root file systems.
 
 Every tree lives in a temporary directory: ``rootfs/`` is the container root and ``host/``
 next to it stands for the host ("the victim"); the image's links try to reach it with
@@ -26,8 +26,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ocihook import _linux, pathsafe
-from ocihook.errors import ApplyError, DiscoveryError
+from ocihook.core.errors import ApplyError, DiscoveryError
+from ocihook.linux import pathsafe
+from ocihook.linux import syscalls as _linux
 
 
 def _can_mknod() -> bool:

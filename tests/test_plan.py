@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ocihook import simhost
+from ocihook.core.errors import RequestError
+from ocihook.core.hostroot import HostRoot
 from ocihook.discovery.nvidia import NvidiaHost, discover
-from ocihook.errors import RequestError
-from ocihook.hostroot import HostRoot
 from ocihook.plan import ContainerLayout, make_plan
 from ocihook.request import request_from_env
+from ocihook.sim import host as simhost
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -47,7 +47,7 @@ ROOT_COMMANDS = ("info", "list", "plan", "edit", "cdi generate")
 def test_troubleshooting_commands_run(sim: Any, tmp_path: Path) -> None:
     """Every command of the Troubleshooting block runs (exit 0) on the simulated host and
     a bundle asking for GPU 3, and changes nothing in the bundle."""
-    from ocihook.demo import _default_config
+    from ocihook.sim.demo import _default_config
 
     section = _section("Troubleshooting")
     block = re.search(r"```sh\n(.*?)```", section, re.S)

@@ -97,8 +97,8 @@ def expected_all(expected: dict[str, frozenset[Entry]]) -> frozenset[Entry]:
 
 
 def _discover(root: str) -> Any:
+    from ocihook.core.hostroot import HostRoot
     from ocihook.discovery.nvidia import discover
-    from ocihook.hostroot import HostRoot
 
     return discover(HostRoot.single(root))
 

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ocihook.core.errors import RequestError, SpecError
 from ocihook.discovery.nvidia import Gpu
-from ocihook.errors import RequestError, SpecError
 from ocihook.request import (
     ALL_CAPABILITIES,
     DEFAULT_CAPABILITIES,

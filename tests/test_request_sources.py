@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from ocihook import simhost
 from ocihook.appliers.spec import request_device_nodes
+from ocihook.core.errors import RequestError
+from ocihook.core.hostroot import HostRoot
 from ocihook.discovery.nvidia import discover
-from ocihook.errors import RequestError
-from ocihook.hostroot import HostRoot
 from ocihook.plan import ContainerLayout, make_plan
 from ocihook.request import VOLUME_MOUNT_DIR, RequestPolicy, request_from_spec
+from ocihook.sim import host as simhost
 
 
 def _config(env: list[str], *, privileged: bool = False, mounts: list[str] = ()) -> dict[str, Any]:
@@ -166,7 +166,7 @@ def test_gds_brings_its_nodes_and_mounts(
     from conftest import need_root_and, register_hook
 
     from ocihook.appliers.spec import edit_bundle, request_mounts
-    from ocihook.demo import run_container
+    from ocihook.sim.demo import run_container
 
     root = str(tmp_path / "host")
     subprocess.run(["cp", "-a", sim.root, root], check=True)

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ocihook.core.errors import RequestError
 from ocihook.discovery.gpus import Gpu
-from ocihook.errors import RequestError
 from ocihook.requirements import (
     DISABLE_REQUIRE_TRUE,
     KEYS,
@@ -497,7 +497,7 @@ def test_disable_require_spellings_are_go_parse_bool_true() -> None:
 def test_import_adds_no_heavy_modules() -> None:
     code = (
         "import sys\n"
-        "import ocihook.errors, ocihook._record\n"
+        "import ocihook.core.errors, ocihook.core.records\n"
         "before = set(sys.modules)\n"
         "import ocihook.requirements\n"
         "print(sorted({'dataclasses', 'typing', 're'} & (set(sys.modules) - before)))"

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 # podman with a private store, as test_e2e_podman_containerd.py runs it (its fixtures)
 from test_e2e_podman_containerd import host_guard, podman  # noqa: F401
 
-from ocihook.engines import (
+from ocihook.commands.engines import (
     CDI_SPEC_DIRS,
     Change,
     configure,
@@ -33,7 +33,7 @@ from ocihook.engines import (
     hooks_d_document,
     write_change,
 )
-from ocihook.errors import EXIT_CODES, EngineConfigError
+from ocihook.core.errors import EXIT_CODES, EngineConfigError
 
 WRAPPER = "/opt/ocihook/bin/ocihook-runtime"
 CRI = "io.containerd.grpc.v1.cri"
@@ -514,8 +514,8 @@ def test_tomlkit_only_for_toml(tmp_path: Path) -> None:
     from conftest import modules_after
 
     code = (
-        "from ocihook.engines import configure\n"
+        "from ocihook.commands.engines import configure\n"
         f"configure('docker', path={str(tmp_path / 'd.json')!r}, runtime_path='/x')\n"
     )
     assert "tomlkit" not in modules_after(code)
-    assert "tomlkit" not in modules_after("import ocihook.cli")
+    assert "tomlkit" not in modules_after("import ocihook.commands.cli")

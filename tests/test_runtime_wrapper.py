@@ -27,11 +27,8 @@ from hypothesis import strategies as st
 # containerd started privately, as test_e2e_podman_containerd.py does (its fixtures)
 from test_e2e_podman_containerd import containerd, host_guard  # noqa: F401
 
-from ocihook import simhost
 from ocihook.appliers.spec import HOOK_PROGRAM, edit_bundle
-from ocihook.errors import EXIT_CODES, RuntimeNotFound
-from ocihook.hostroot import HostRoot
-from ocihook.runtime import (
+from ocihook.commands.runtime import (
     EXEC_MARKER,
     GLOBAL_FLAGS,
     Invocation,
@@ -39,6 +36,9 @@ from ocihook.runtime import (
     legacy_hook,
     parse_args,
 )
+from ocihook.core.errors import EXIT_CODES, RuntimeNotFound
+from ocihook.core.hostroot import HostRoot
+from ocihook.sim import host as simhost
 
 WRAPPER = os.path.join(os.path.dirname(sys.executable), "ocihook-runtime")
 

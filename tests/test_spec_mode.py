@@ -11,21 +11,15 @@ from typing import Any
 
 import pytest
 
-from ocihook import simhost
 from ocihook.appliers.spec import apply_plan, edit_bundle
-from ocihook.bundle import load_bundle, parse_state
-from ocihook.errors import (
-    DiscoveryError,
-    RequestError,
-    SpecError,
-    StateError,
-    exit_code_for,
-)
-from ocihook.hostroot import HostRoot
+from ocihook.core.errors import DiscoveryError, RequestError, SpecError, StateError, exit_code_for
+from ocihook.core.hostroot import HostRoot
+from ocihook.oci.bundle import load_bundle, parse_state
+from ocihook.sim import host as simhost
 
 
 def _bundle(tmp_path: Any, env: list[str], extra: dict[str, Any] | None = None) -> str:
-    from ocihook.demo import _default_config
+    from ocihook.sim.demo import _default_config
 
     b = tmp_path / "bundle"
     (b / "rootfs").mkdir(parents=True)
@@ -255,7 +249,7 @@ def test_state_and_bundle_parsers(tmp_path: Any) -> None:
 def test_diff_compares_documents_not_formatting(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
     """A compact config.json: the diff shows only what ocihook adds, and --dry-run alone
     says what it would do."""
-    from ocihook.demo import _default_config
+    from ocihook.sim.demo import _default_config
 
     b = tmp_path / "bundle"
     (b / "rootfs").mkdir(parents=True)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from ocihook.appliers.spec import Options, cdi_device_names, edit_bundle
-from ocihook.errors import CdiError
+from ocihook.core.errors import CdiError
 from ocihook.request import request_from_spec
 
 # Explicit type/major/minor: injection never needs a host device node for these.
@@ -43,7 +43,7 @@ GPU_SPEC = {
 
 
 def _bundle(tmp_path: Path, env: list[str], annotations: dict[str, str] | None = None) -> Path:
-    from ocihook.demo import _default_config
+    from ocihook.sim.demo import _default_config
 
     b = tmp_path / "bundle"
     (b / "rootfs").mkdir(parents=True)

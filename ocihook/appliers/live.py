@@ -9,16 +9,16 @@ pid of the container init in the state JSON), and does what libnvidia-container'
    (``open_tree(OPEN_TREE_CLONE)``) and makes it read-only, nosuid, nodev
    (``mount_setattr``) — the sources are resolved on the host, never in the container;
 3. enters the container's mount namespace (``setns``) and, with every path resolved
-   *inside* the rootfs (``openat2(RESOLVE_IN_ROOT)``, see :mod:`ocihook.pathsafe`):
+   *inside* the rootfs (``openat2(RESOLVE_IN_ROOT)``, see :mod:`ocihook.linux.pathsafe`):
    creates the device nodes, attaches the library mounts onto new empty files
    (``move_mount``), creates the soname links and rewrites ``/etc/ld.so.cache`` with the
-   libraries added (:mod:`ocihook.ldcache`) — nothing from the container's rootfs is ever
+   libraries added (:mod:`ocihook.linux.ldcache`) — nothing from the container's rootfs is ever
    executed, and the container's environment is never used;
 4. returns to the host mount namespace.
 
 If any step fails, everything done so far is undone (mounts detached, nodes, links and
 files removed, ``ld.so.cache`` restored, cgroup rules denied again) and
-:class:`~ocihook.errors.ApplyError` is raised; the runtime then aborts the start.
+:class:`~ocihook.core.errors.ApplyError` is raised; the runtime then aborts the start.
 
 :func:`create_symlinks_hook` and :func:`update_ldcache_hook` are the ``createContainer``
 hooks that spec mode registers; they run in the container's mount namespace already.
@@ -30,10 +30,10 @@ import os
 import stat
 from collections.abc import Callable, Sequence
 
-from .. import ldcache
-from ..bundle import Bundle, State
-from ..errors import ApplyError, OcihookError
-from ..hostroot import HostRoot
+from ..core.errors import ApplyError, OcihookError
+from ..core.hostroot import HostRoot
+from ..linux import ldcache
+from ..oci.bundle import Bundle, State
 from ..plan import CgroupRule, CudaCompat, Plan, ProcMask
 from ..request import Request
 
@@ -210,7 +210,7 @@ def _allow_in_cgroups(pid: int, rules: Sequence[CgroupRule], undo: list[_Undo]) 
 
     cgroup v1 (its ``devices`` controller): ``devices.allow`` (:func:`_allow_devices`).
     cgroup v2: the eBPF device program(s) attached to the container's cgroup get allow
-    rules prepended (:func:`ocihook.cgroupv2.add_device_rules`: the new program is
+    rules prepended (:func:`ocihook.linux.cgroupv2.add_device_rules`: the new program is
     attached before the old one is detached). On the hybrid layout both apply — the
     kernel runs the cgroup2 programs, then the v1 check — and whichever has nothing
     (no v1 controller, or no program attached) is skipped. A cgroup2 root is never
@@ -219,7 +219,7 @@ def _allow_in_cgroups(pid: int, rules: Sequence[CgroupRule], undo: list[_Undo]) 
     Raises:
         ApplyError: neither version controls the process's devices, or a step failed.
     """
-    from .. import cgroupv2
+    from ..linux import cgroupv2
 
     cg2 = cgroupv2.container_cgroup2_dir(pid)
     if cg2 is not None and not os.path.exists(os.path.join(cg2, "..", "cgroup.controllers")):
@@ -260,7 +260,7 @@ def _open_regular(root_fd: int, path: str) -> int | None:
     """
     import stat
 
-    from .. import pathsafe
+    from ..linux import pathsafe
 
     flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
     try:
@@ -279,13 +279,13 @@ def _open_regular(root_fd: int, path: str) -> int | None:
 
 def _entry_for(root_fd: int, path: str, *, soname_dir: str | None = None) -> ldcache.CacheEntry:
     """The ``ld.so.cache`` entry of the library at container ``path`` (read as a regular
-    file inside the rootfs with :mod:`ocihook.elfscan`, never loaded).
+    file inside the rootfs with :mod:`ocihook.linux.elfscan`, never loaded).
 
     Raises:
         ApplyError: missing, not an ELF library of a known machine, or a soname that is
             not a plain file name.
     """
-    from ..elfscan import ELF_MACHINE_NAMES, dynamic_names, identify
+    from ..linux.elfscan import ELF_MACHINE_NAMES, dynamic_names, identify
 
     fd = _open_regular(root_fd, path)
     if fd is None:
@@ -318,14 +318,15 @@ def cuda_compat_entries(root_fd: int, compat: CudaCompat) -> list[ldcache.CacheE
     Each entry names the soname link when the image has one, else the file.
 
     The decision reads the library's ``.note.cuda.fwd_compatibility`` note when it has one
-    (:func:`ocihook.elfscan.cuda_compat_note`: bounded reads of a regular file opened
+    (:func:`ocihook.linux.elfscan.cuda_compat_note`: bounded reads of a regular file opened
     inside the rootfs, links resolved within it) and falls back to the version in the file
     name when the note is missing or malformed. The decision is logged at debug level.
     """
     import stat
 
-    from .. import log, pathsafe
-    from ..elfscan import cuda_compat_note
+    from ..core import log
+    from ..linux import pathsafe
+    from ..linux.elfscan import cuda_compat_note
     from ..plan import _version_tuple
 
     try:
@@ -396,7 +397,7 @@ def write_ldcache(
         root_fd: ``O_PATH`` fd of the container rootfs.
         libraries: container paths of libraries (soname links or files) to add; each is
             opened inside the rootfs as a regular file and its soname, class and machine
-            read with :mod:`ocihook.elfscan` (never loaded or executed).
+            read with :mod:`ocihook.linux.elfscan` (never loaded or executed).
         compat: CUDA forward compatibility to apply (:func:`cuda_compat_entries`).
 
     Returns:
@@ -409,7 +410,7 @@ def write_ldcache(
             (an image can plant a FIFO or a link to ``/proc/kmsg``); a malformed one is
             replaced, not merged.
     """
-    from .. import pathsafe
+    from ..linux import pathsafe
 
     added = [_entry_for(root_fd, lib) for lib in libraries]
     if compat is not None:  # after the host's: the same sonames are replaced
@@ -475,7 +476,7 @@ def create_container_hook(
         ApplyError: malformed ``--link``, a link that cannot be created (a directory in the
             way, a hostile path), or see :func:`write_ldcache`.
     """
-    from .. import pathsafe
+    from ..linux import pathsafe
 
     pairs = _parse_links(links)
     root_fd = pathsafe.open_root(bundle.rootfs)
@@ -593,8 +594,9 @@ def inject(
         RequestError, DiscoveryError: as in planning.
         ApplyError: a step failed; everything done was undone first.
     """
-    from .. import _linux, pathsafe
-    from ..errors import StateError
+    from ..core.errors import StateError
+    from ..linux import pathsafe
+    from ..linux import syscalls as _linux
     from .spec import Options, plan_for_bundle
 
     if not os.path.isdir(bundle.rootfs):
@@ -701,7 +703,7 @@ def inject(
         undo.clear()
     except BaseException as e:
         _run_undo(undo)
-        from .. import log
+        from ..core import log
 
         log.error("hook failed, changes undone", error=str(e) or type(e).__name__)
         raise
@@ -737,7 +739,7 @@ def _check_groups(bundle: Bundle, plan: Plan) -> Plan:
         "a hook cannot add groups to a created container: use spec mode (ocihook edit) or "
         "list them in process.user.additionalGids"
     )
-    from .. import log
+    from ..core import log
 
     log.info("warning", text=warning)
     return Plan(
@@ -785,7 +787,7 @@ def _check_inside_container(pid: int) -> None:
         StateError: run outside a container's createContainer stage, or for a container
             that shares the host's pid namespace (use prestart for those).
     """
-    from ..errors import StateError
+    from ..core.errors import StateError
 
     try:
         ours = os.stat("/proc/self/ns/mnt").st_ino
@@ -966,7 +968,7 @@ def clone_gpu_proc_dirs(mask: ProcMask) -> dict[str, int]:
     """Detached read-only, nosuid, nodev, noexec clones of the selected GPUs' host
     ``gpus/<bus id>`` directories (``open_tree``), by name; made where the host paths are
     visible (the host namespace, or the container's before ``pivot_root``)."""
-    from .. import _linux
+    from ..linux import syscalls as _linux
 
     fds: dict[str, int] = {}
     try:
@@ -1029,8 +1031,8 @@ def mask_proc_driver(
     Raises:
         ApplyError: a step failed (the undo list detaches the tmpfs).
     """
-    from .. import _linux
-    from .. import pathsafe as ps
+    from ..linux import pathsafe as ps
+    from ..linux import syscalls as _linux
 
     directory = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
     try:
@@ -1108,7 +1110,7 @@ def _check_container_pid(pid: int) -> None:
     Raises:
         StateError: no such process, or it shares ocihook's mount namespace.
     """
-    from ..errors import StateError
+    from ..core.errors import StateError
 
     try:
         theirs = os.stat(f"/proc/{pid}/ns/mnt").st_ino
@@ -1141,8 +1143,8 @@ def _apply_in_container(
     nodes, bind-mounted onto new files in the container's ``/dev`` instead of ``mknod``,
     which a user namespace's ``/dev`` does not allow (runc does the same for such
     containers)."""
-    from .. import _linux
-    from .. import pathsafe as ps
+    from ..linux import pathsafe as ps
+    from ..linux import syscalls as _linux
 
     edits = plan.edits
     created: list[str] = []
@@ -1233,8 +1235,8 @@ def _same_file(a: int, b: int) -> bool:
 
 
 def _detach(root_fd: int, path: str) -> None:
-    from .. import _linux
-    from .. import pathsafe as ps
+    from ..linux import pathsafe as ps
+    from ..linux import syscalls as _linux
 
     fd = ps.open_in_root(root_fd, path, os.O_PATH | os.O_CLOEXEC)
     try:

@@ -27,10 +27,10 @@ import json
 import os
 import sys
 
-from .._record import Record
-from ..bundle import Bundle, dump_json, load_bundle, write_json_atomic
-from ..errors import ApplyError, OcihookError, RequestError, SpecError
-from ..hostroot import HostRoot
+from ..core.errors import ApplyError, OcihookError, RequestError, SpecError
+from ..core.hostroot import HostRoot
+from ..core.records import Record
+from ..oci.bundle import Bundle, dump_json, load_bundle, write_json_atomic
 from ..plan import (
     ContainerEdits,
     ContainerLayout,
@@ -300,7 +300,7 @@ def cdi_device_names(config: dict[str, Any], request: Request, options: Options)
         CdiError: a malformed annotation (``field`` = its key) or device name.
     """
     from ..cdi.names import is_qualified_name, parse_annotations, parse_qualified_name
-    from ..errors import CdiError
+    from ..core.errors import CdiError
 
     if options.mode == "legacy":
         return ()
@@ -340,7 +340,7 @@ def _drm_cdi_names(config: dict[str, Any], options: Options) -> list[str]:
     a qualified name (or ``options.mode`` is ``"cdi"``), every entry is, the others given
     the vendor's kind (``amd.com/gpu``, ``intel.com/gpu``)."""
     from ..cdi.names import parse_qualified_name
-    from ..errors import CdiError
+    from ..core.errors import CdiError
     from ..request import DRM_CDI_KINDS, DRM_VARIABLES, env_from_spec, is_drm_cdi_name
 
     env = env_from_spec(config)
@@ -503,7 +503,7 @@ def _edit_bundle_cdi(
 ) -> EditResult:
     from ..cdi.inject import inject_devices
     from ..cdi.registry import Registry
-    from ..errors import CdiError
+    from ..core.errors import CdiError
 
     _check_cdi_target(bundle.config, bundle.config_path)
     registry = Registry.load(options.cdi_spec_dirs)
@@ -534,9 +534,9 @@ def _edit_bundle_cdi(
 
 
 def log_plan(request: Request, plan: Plan, mode: str) -> None:
-    """Log the decisions behind ``plan`` at debug level (:mod:`ocihook.log`): what was
+    """Log the decisions behind ``plan`` at debug level (:mod:`ocihook.core.log`): what was
     asked, which GPUs were chosen, every device node, cgroup rule, mount and link."""
-    from .. import log
+    from ..core import log
 
     log.debug(
         "request",
@@ -610,7 +610,7 @@ def request_mounts(host: NvidiaHost, request: Request) -> tuple[Mount, ...]:
     ``internal/discover/gds.go``)."""
     if "gds" not in request.features:
         return ()
-    from ..pathsafe import resolve_in_root
+    from ..linux.pathsafe import resolve_in_root
 
     out: list[Mount] = []
     cufile = resolve_in_root(host.root.driver_root, "/etc/cufile.json")
@@ -629,7 +629,7 @@ def occupied_links(rootfs: str, plan: Plan) -> set[str]:
     link then fails safely and says why)."""
     import stat
 
-    from ..pathsafe import resolve_in_root
+    from ..linux.pathsafe import resolve_in_root
 
     out: set[str] = set()
     for s in plan.edits.symlinks:
@@ -646,7 +646,7 @@ def occupied_links(rootfs: str, plan: Plan) -> set[str]:
 def layout_for_rootfs(rootfs: str) -> ContainerLayout:
     """Choose the container layout by looking at the image: ``/etc/debian_version``
     resolved inside ``rootfs`` (libnvidia-container ``src/nvc_container.c``)."""
-    from ..pathsafe import resolve_in_root
+    from ..linux.pathsafe import resolve_in_root
 
     try:
         is_debian = os.path.isfile(resolve_in_root(rootfs, "/etc/debian_version"))

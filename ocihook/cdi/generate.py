@@ -36,8 +36,8 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from .._record import Record
-from ..errors import DiscoveryError
+from ..core.errors import DiscoveryError
+from ..core.records import Record
 from ..plan import DEVELOPMENT_LINKS, IPC_MOUNT_OPTIONS, LIBRARY_MOUNT_OPTIONS
 from .names import validate_class, validate_device_name, validate_vendor
 from .spec import ContainerEdits, Device, DeviceNode, Hook, Mount, Spec, minimum_version
@@ -375,7 +375,7 @@ def spec_bytes(spec: Spec, fmt: str) -> bytes:
 
 def write_spec(data: bytes, output: str | None) -> None:
     """Write spec text to standard output (``output`` is ``None``) or to ``output``
-    atomically (:func:`ocihook.bundle.write_bytes_atomic`: readers such as a runtime's CDI
+    atomically (:func:`ocihook.oci.bundle.write_bytes_atomic`: readers such as a runtime's CDI
     cache never see half a file; a new file gets mode 0644).
 
     Raises:
@@ -387,7 +387,7 @@ def write_spec(data: bytes, output: str | None) -> None:
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
         return
-    from ..bundle import write_bytes_atomic
+    from ..oci.bundle import write_bytes_atomic
     from .names import CdiError
 
     try:

@@ -70,7 +70,7 @@ def _copy_json(value: Any) -> Any:
     try:
         return json.loads(json.dumps(value))
     except RecursionError:
-        from ..errors import SpecError
+        from ..core.errors import SpecError
 
         raise SpecError("config.json is nested too deeply") from None
 

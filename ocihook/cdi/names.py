@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 
-from ..errors import CdiError
+from ..core.errors import CdiError
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
 if TYPE_CHECKING:

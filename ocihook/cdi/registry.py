@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 
-from .._record import Record
+from ..core.records import Record
 from .names import CdiError
 from .spec import Device, Spec, load_spec
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import re
 
-from .._record import Record
+from ..core.records import Record
 from .names import CdiError, validate_class, validate_device_name, validate_vendor
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds

@@ -1,4 +1,4 @@
-"""Host discovery: what the machine has, read through a :class:`~ocihook.hostroot.HostRoot`.
+"""Host discovery: what the machine has, read through a :class:`~ocihook.core.hostroot.HostRoot`.
 
 One backend per GPU vendor: NVIDIA is :mod:`ocihook.discovery.nvidia`; AMD (ROCm) and
 Intel (i915/xe) are :mod:`ocihook.discovery.amd` and :mod:`ocihook.discovery.intel`, which

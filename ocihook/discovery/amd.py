@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import os
 
-from ..errors import DiscoveryError
-from ..hostroot import HostRoot, read_text
+from ..core.errors import DiscoveryError
+from ..core.hostroot import HostRoot, read_text
 from .drm import DrmGpu, DrmHost, is_bus_id, listdir, read_attr
 from .gpus import device_node
 

@@ -1,6 +1,6 @@
 """Device nodes a container may need besides the GPUs and ``/dev/nvidiactl``.
 
-Each function reads the host through a :class:`~ocihook.hostroot.HostRoot` (``root.dev``,
+Each function reads the host through a :class:`~ocihook.core.hostroot.HostRoot` (``root.dev``,
 ``root.proc``, ``root.sys``, ``root.driver``; never ``/dev`` or ``/sys`` by literal) and
 returns immutable descriptions; nothing here writes anything.
 
@@ -19,7 +19,7 @@ Two kinds of node, two rules:
 **Fixed numbers** (the major comes from ``/proc/devices`` or is fixed by the kernel, the
 minor is fixed by the driver): checked with :func:`~ocihook.discovery.gpus.device_node`. A
 host node that exists must be a character device with exactly that major:minor, else
-:class:`~ocihook.errors.DiscoveryError` "invalid device node"; a missing one is still
+:class:`~ocihook.core.errors.DiscoveryError` "invalid device node"; a missing one is still
 described (``present=False``) where the container should get the node anyway.
 
 **Dynamic minors** (misc devices: ``/dev/infiniband/rdma_cm``, ``/dev/dxg``, major 10 with a
@@ -39,10 +39,10 @@ from __future__ import annotations
 import os
 import stat
 
-from .._record import Record
-from ..errors import DiscoveryError, RequestError
-from ..hostroot import HostRoot, read_text
-from ..pathsafe import resolve_in_root
+from ..core.errors import DiscoveryError, RequestError
+from ..core.hostroot import HostRoot, read_text
+from ..core.records import Record
+from ..linux.pathsafe import resolve_in_root
 from .gpus import HostDeviceNode, canonical_bus_id, device_node
 from .nvidia import parse_char_majors
 
@@ -783,7 +783,7 @@ def wsl_devices(root: HostRoot) -> WslDevices | None:
     ``/usr/bin/nvidia-smi`` to the ``nvidia-smi`` it found (``pkg/nvcdi/driver-wsl.go``).
     Without dxcore, the driver stores here are the directories that hold at least one of
     those files, in name order. Paths are resolved inside the driver root
-    (:func:`ocihook.pathsafe.resolve_in_root`).
+    (:func:`ocihook.linux.pathsafe.resolve_in_root`).
 
     Returns:
         ``None`` when the dev root has no ``/dev/dxg``; else a :class:`WslDevices`

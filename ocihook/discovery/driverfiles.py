@@ -39,7 +39,7 @@ Rules:
 * binaries are searched in :data:`BINARY_DIRS` of the driver root, first match wins.
 
 Nothing here writes anything. The TLS note, DT_NEEDED and DT_SONAME are read with
-:mod:`ocihook.elfscan` (not pyelftools, whose import costs more than a container start).
+:mod:`ocihook.linux.elfscan` (not pyelftools, whose import costs more than a container start).
 """
 
 from __future__ import annotations
@@ -47,11 +47,11 @@ from __future__ import annotations
 import os
 import stat
 
-from .. import ldcache
-from .._record import Record
-from ..errors import DiscoveryError, OcihookError
-from ..hostroot import HostRoot
-from ..pathsafe import resolve_in_root
+from ..core.errors import DiscoveryError, OcihookError
+from ..core.hostroot import HostRoot
+from ..core.records import Record
+from ..linux import ldcache
+from ..linux.pathsafe import resolve_in_root
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
 if TYPE_CHECKING:
@@ -343,7 +343,7 @@ def _pick_soname(keys: list[str], name: str) -> str:
 def _tls_note_ok(host_path: str) -> bool:
     """libnvidia-tls is kept only when its ``.note.ABI-tag`` says Linux (0) 2.3.99
     (libnvidia-container ``src/nvc_info.c``): other builds need a different kernel ABI."""
-    from ..elfscan import abi_tag
+    from ..linux.elfscan import abi_tag
 
     return abi_tag(host_path) == (0, 2, 3, 99)
 
@@ -351,7 +351,7 @@ def _tls_note_ok(host_path: str) -> bool:
 def _links_to_nvidia_core(host_path: str) -> bool:
     """A non-GLVND library is NVIDIA's when its DT_NEEDED names libnvidia-glcore or
     libnvidia-eglcore (libnvidia-container ``src/nvc_info.c``)."""
-    from ..elfscan import dynamic_names
+    from ..linux.elfscan import dynamic_names
 
     names = dynamic_names(host_path)
     needed = names[1] if names else ()
@@ -373,7 +373,7 @@ def _soname_outside_cache(directory: str, name: str, prefix: str) -> str:
                     return entry
             except OSError:
                 continue
-    from ..elfscan import dynamic_names
+    from ..linux.elfscan import dynamic_names
 
     names = dynamic_names(os.path.join(directory, name))
     soname = names[0] if names else None

@@ -6,7 +6,7 @@ ROCm), isolated by the device cgroup; no host library is mounted (the user space
 from the image). So one record describes a GPU of either vendor — :class:`DrmGpu` — and
 one describes what a vendor backend found on a host — :class:`DrmHost`. The backends
 (:mod:`ocihook.discovery.amd`, :mod:`ocihook.discovery.intel`) fill them from sysfs and
-procfs under a :class:`~ocihook.hostroot.HostRoot`; the plan builder
+procfs under a :class:`~ocihook.core.hostroot.HostRoot`; the plan builder
 (:func:`ocihook.plan.make_drm_plan`) consumes them without knowing the vendor.
 
 This module also holds the small sysfs readers both backends share.
@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import os
 
-from .._record import Record
-from ..errors import DiscoveryError
-from ..hostroot import HostRoot
+from ..core.errors import DiscoveryError
+from ..core.hostroot import HostRoot
+from ..core.records import Record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
 if TYPE_CHECKING:

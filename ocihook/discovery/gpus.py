@@ -24,9 +24,9 @@ from __future__ import annotations
 import os
 import stat
 
-from .._record import Record
-from ..errors import DiscoveryError
-from ..hostroot import HostRoot, read_text
+from ..core.errors import DiscoveryError
+from ..core.hostroot import HostRoot, read_text
+from ..core.records import Record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
 if TYPE_CHECKING:

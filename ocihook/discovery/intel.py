@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import os
 
-from ..errors import DiscoveryError
-from ..hostroot import HostRoot
+from ..core.errors import DiscoveryError
+from ..core.hostroot import HostRoot
 from .drm import DrmGpu, DrmHost, is_bus_id, listdir, read_attr
 
 __all__ = ["INTEL_VENDOR_ID", "discover", "is_present"]

@@ -1,6 +1,6 @@
 """NVIDIA host discovery: driver version, GPUs, device nodes and driver libraries.
 
-Everything is read through a :class:`~ocihook.hostroot.HostRoot`:
+Everything is read through a :class:`~ocihook.core.hostroot.HostRoot`:
 
 * driver version — ``<proc>/driver/nvidia/version`` (the ``NVRM version:`` line);
 * GPUs — ``<proc>/driver/nvidia/gpus/<bus id>/information`` (one directory per GPU);
@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import os
 
-from .._record import Record
-from ..errors import DiscoveryError
-from ..hostroot import HostRoot, read_text
+from ..core.errors import DiscoveryError
+from ..core.hostroot import HostRoot, read_text
+from ..core.records import Record
 from .driverfiles import (
     CAPABILITY_LIBRARIES,
     DriverFile,

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 
-from ..errors import DiscoveryError
+from ..core.errors import DiscoveryError
 from .gpus import (
     Gpu,
     GpuInventory,
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from types import ModuleType
     from typing import Any
 
-    from ..hostroot import HostRoot
+    from ..core.hostroot import HostRoot
 
 __all__ = [
     "BRAND_NAMES",

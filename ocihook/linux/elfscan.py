@@ -1,6 +1,6 @@
 """A minimal ELF reader for discovery's hot path: the ABI note and the dynamic section.
 
-:mod:`ocihook.elf` reads ELF files with pyelftools, whose import costs more than starting
+:mod:`ocihook.linux.elf` reads ELF files with pyelftools, whose import costs more than starting
 a container; discovery runs on every container start and needs only three facts, so it
 reads them here from the program headers (System V gABI, "Program Header", "Note
 Section", "Dynamic Section"; glibc ``elf/elf.h`` for the GNU ABI note):
@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 #: e_machine numbers of the machines ocihook knows, by the names pyelftools and
-#: :func:`ocihook.ldcache.abi_flags` use (System V gABI).
+#: :func:`ocihook.linux.ldcache.abi_flags` use (System V gABI).
 ELF_MACHINE_NAMES = {62: "EM_X86_64", 3: "EM_386", 183: "EM_AARCH64", 40: "EM_ARM", 21: "EM_PPC64"}
 
 #: The most bytes read for one piece (program headers, a note segment, the dynamic

@@ -43,13 +43,13 @@ podman         ``/usr/share/containers/oci/hooks.d/        the hooks.d 1.0.0 fil
 
 An existing file that says the same already is left byte-identical. A file that is not
 valid JSON (RFC 8259: no ``NaN``) / TOML, or has a value of the wrong type where ocihook
-writes, is refused with :class:`~ocihook.errors.EngineConfigError` (exit 13) and left
+writes, is refused with :class:`~ocihook.core.errors.EngineConfigError` (exit 13) and left
 untouched; so is a TOML layout tomlkit cannot edit faithfully (tables written with dotted
 keys or inline on the path ocihook writes: every TOML edit is read back with
 :mod:`tomllib` and must differ from the file only by what ocihook meant to write), and a
 containerd file whose ``imports`` bring in a file that configures the CRI plugin (that
 file would override the registration: it is the one to configure). Writes are atomic
-and keep the file's mode (:func:`ocihook.bundle.write_bytes_atomic`).
+and keep the file's mode (:func:`ocihook.oci.bundle.write_bytes_atomic`).
 
 :mod:`tomlkit` is imported only here, only for TOML files.
 """
@@ -61,8 +61,8 @@ import os
 import sys
 from typing import Any
 
-from ._record import Record
-from .errors import EngineConfigError
+from ..core.errors import EngineConfigError
+from ..core.records import Record
 
 __all__ = [
     "CDI_SPEC_DIRS",
@@ -687,7 +687,7 @@ def hooks_d_document(python: str | None = None) -> dict[str, Any]:
     for every container (``when.always``; it exits at once for those that ask for no
     GPU), with ``-I``, an explicit ``env`` and a timeout (containers/common
     ``pkg/hooks/docs/oci-hooks.5.md``)."""
-    from .appliers.spec import HOOK_ENV, HOOK_PROGRAM, HOOK_TIMEOUT
+    from ..appliers.spec import HOOK_ENV, HOOK_PROGRAM, HOOK_TIMEOUT
 
     python = python or sys.executable
     return {
@@ -824,7 +824,7 @@ def write_change(change: Change) -> bool:
     Raises:
         EngineConfigError: the file or its directory cannot be written (nothing changed).
     """
-    from .bundle import write_bytes_atomic
+    from ..oci.bundle import write_bytes_atomic
 
     if not change.changed:
         return False

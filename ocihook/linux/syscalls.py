@@ -475,7 +475,7 @@ def bind_mount_detached(
     container from a hook"). ``open_tree(OPEN_TREE_CLONE|OPEN_TREE_CLOEXEC)`` then
     ``mount_setattr(AT_EMPTY_PATH)`` on the detached copy, so the mount never exists anywhere
     writable. Flags are only ever added: a ``False`` keeps what the source mount has.
-    ``src_path`` should already be resolved (:func:`ocihook.pathsafe.resolve_in_root`); a
+    ``src_path`` should already be resolved (:func:`ocihook.linux.pathsafe.resolve_in_root`); a
     final symbolic link is followed. ``recursive`` also copies (and restricts) submounts.
 
     Raises:
@@ -505,7 +505,7 @@ def bind_mount_detached(
 def attach_mount(tree_fd: int, target_fd: int) -> None:
     """Attach the detached mount ``tree_fd`` (from :func:`bind_mount_detached`) on top of the
     file or directory ``target_fd`` refers to (an ``O_PATH`` descriptor, for instance from
-    :func:`ocihook.pathsafe.create_file_in_root`): ``move_mount`` with
+    :func:`ocihook.linux.pathsafe.create_file_in_root`): ``move_mount`` with
     ``MOVE_MOUNT_F_EMPTY_PATH|MOVE_MOUNT_T_EMPTY_PATH``, so no path is looked up again.
 
     The target must belong to the caller's *current* mount namespace: after ``setns`` into the
@@ -520,7 +520,7 @@ def attach_mount(tree_fd: int, target_fd: int) -> None:
 
 
 # --- bpf(2) ---------------------------------------------------------------------------------
-# Added for ocihook.cgroupv2 (cgroup v2 device programs). Constants from the kernel's
+# Added for ocihook.linux.cgroupv2 (cgroup v2 device programs). Constants from the kernel's
 # include/uapi/linux/bpf.h; system call numbers from arch/x86/entry/syscalls/syscall_64.tbl
 # (321) and include/uapi/asm-generic/unistd.h (280).
 

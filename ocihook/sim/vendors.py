@@ -1,6 +1,6 @@
 """Simulated AMD, Intel and mixed hosts: sysfs, procfs and dev trees for the tests.
 
-Like :mod:`ocihook.simhost` for NVIDIA, each builder writes an ordinary directory usable
+Like :mod:`ocihook.sim.host` for NVIDIA, each builder writes an ordinary directory usable
 as both driver root and dev root. Only the GPUs and their kernel drivers are faked: the
 sysfs entries and attributes the drivers would create (PCI device directories, the
 ``drm/`` children with their ``dev`` attributes, ``class/drm`` and driver links, KFD
@@ -17,7 +17,7 @@ machine, opening an allowed node gives ENXIO and a node the device cgroup denies
 * :func:`build_intel` — an integrated Alder Lake GPU (i915, ``0000:00:02.0``) and a
   discrete Arc A770 (xe, ``0000:03:00.0``); ``sriov=True`` adds a Flex 170 physical
   function with two virtual functions enabled.
-* :func:`build_mixed` — :func:`ocihook.simhost.build` with two NVIDIA GPUs plus two AMD
+* :func:`build_mixed` — :func:`ocihook.sim.host.build` with two NVIDIA GPUs plus two AMD
   GPUs with KFD.
 
 Nothing outside the destination directory is touched.
@@ -28,8 +28,8 @@ from __future__ import annotations
 import os
 import stat
 
-from ._record import Record
-from .simhost import _symlink, _write
+from ..core.records import Record
+from .host import _symlink, _write
 
 __all__ = [
     "CARD_GID",
@@ -366,10 +366,10 @@ _MIXED_AMD = (
 
 
 def build_mixed(dest: str, *, make_dev_nodes: bool | None = None) -> SimDrmHost:
-    """Write a host with two NVIDIA GPUs (:func:`ocihook.simhost.build`) and two AMD GPUs
+    """Write a host with two NVIDIA GPUs (:func:`ocihook.sim.host.build`) and two AMD GPUs
     with KFD into ``dest``; ``amd`` lists the AMD GPUs (the NVIDIA ones are in the
     tree's ``.ocihook-fixture.json``)."""
-    from . import simhost
+    from . import host as simhost
 
     root = os.path.abspath(dest)
     nodes = _dev_nodes_default(make_dev_nodes)

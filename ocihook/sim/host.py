@@ -20,7 +20,7 @@ NVIDIA driver and eight GPUs, for the demo and the tests on machines without a G
   two of them absolute, through ``/etc/alternatives`` like Debian's packages, so that
   only a driver-root-aware resolver finds them — and a stale library of an older driver;
 * ``etc/ld.so.conf`` and ``etc/ld.so.cache`` (new format, written by
-  :func:`ocihook.ldcache.build`);
+  :func:`ocihook.linux.ldcache.build`);
 * ``.ocihook-fixture.json`` describing what was built, for tests.
 
 Nothing outside the destination directory is touched.
@@ -33,9 +33,9 @@ import json
 import os
 import platform
 
-from . import ldcache
-from ._elfwrite import make_shared_object
-from ._record import Record
+from ..core.records import Record
+from ..linux import ldcache
+from .elfwrite import make_shared_object
 
 __all__ = ["DEFAULT_DRIVER_VERSION", "SimulatedGpu", "SimulatedHost", "build"]
 

@@ -19,7 +19,7 @@ The hybrid layout of these machines (cgroup v1 controllers plus a cgroup2 mount 
 ``/sys/fs/cgroup/unified``) enforces cgroup2 device programs too: the cgroup2 programs run
 first, then the v1 ``devices`` check, and both must allow.
 
-Everything here is plain Python: ``bpf(2)`` through :func:`ocihook._linux.bpf` (ctypes,
+Everything here is plain Python: ``bpf(2)`` through :func:`ocihook.linux.syscalls.bpf` (ctypes,
 loaded on the first call), the ``union bpf_attr`` members and ``struct bpf_prog_info`` laid
 out with :mod:`struct`. Importing this module costs nothing beyond :mod:`struct`.
 
@@ -41,7 +41,7 @@ import os
 import struct
 import sys
 
-from .errors import ApplyError
+from ..core.errors import ApplyError
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs ~10 ms
 
@@ -519,7 +519,7 @@ def _open_cgroup(cgroup_dir: str) -> int:
 def _query(cgroup_fd: int) -> tuple[int, list[int]]:
     """(attach flags, ids) of the device programs attached to the cgroup itself (not the
     ones inherited from its ancestors). Raises OSError."""
-    from . import _linux
+    from . import syscalls as _linux
 
     slots = _QUERY_SLOTS
     for _attempt in range(8):
@@ -569,13 +569,13 @@ def attached_programs(cgroup_dir: str) -> list[int]:
 
 def _prog_fd_by_id(prog_id: int) -> int:
     """Raises OSError (ENOENT: no such program any more)."""
-    from . import _linux
+    from . import syscalls as _linux
 
     return _linux.bpf(_linux.BPF_PROG_GET_FD_BY_ID, bytearray(_GET_FD_BY_ID.pack(prog_id, 0, 0)))
 
 
 def _prog_info(prog_fd: int, info: bytearray) -> bytearray:
-    from . import _linux
+    from . import syscalls as _linux
 
     attr = bytearray(_GET_INFO.pack(prog_fd, len(info), _linux.buffer_address(info)))
     _linux.bpf(_linux.BPF_OBJ_GET_INFO_BY_FD, attr)
@@ -584,7 +584,7 @@ def _prog_info(prog_fd: int, info: bytearray) -> bytearray:
 
 def _instructions_of(prog_fd: int) -> bytes:
     """Xlated instructions of the device program ``prog_fd``. Raises OSError, ApplyError."""
-    from . import _linux
+    from . import syscalls as _linux
 
     first = _prog_info(prog_fd, bytearray(_PROG_INFO.size))
     prog_type = struct.unpack_from("=I", first, _INFO_TYPE)[0]
@@ -640,7 +640,7 @@ def program_instructions(prog_id: int) -> bytes:
 
 
 def _load(insns: bytes, license: str, log: bytearray | None) -> int:
-    from . import _linux
+    from . import syscalls as _linux
 
     code = bytearray(insns)
     lic = bytearray(license.encode() + b"\0")
@@ -700,7 +700,7 @@ def load_program(insns: bytes, *, license: str = "Apache-2.0") -> int:
 
 
 def _attach(cgroup_fd: int, prog_fd: int, flags: int) -> None:
-    from . import _linux
+    from . import syscalls as _linux
 
     attr = _PROG_ATTACH.pack(cgroup_fd, prog_fd, _linux.BPF_CGROUP_DEVICE, flags, 0)
     _linux.bpf(_linux.BPF_PROG_ATTACH, bytearray(attr))
@@ -710,7 +710,7 @@ def _detach(cgroup_fd: int, prog_fd: int) -> None:
     """BPF_PROG_DETACH of ``prog_fd``. ``attach_flags`` must be 0 (``EINVAL`` otherwise,
     seen on 6.x), even for programs attached with ``BPF_F_ALLOW_MULTI``; the program fd must
     be valid (``EINVAL``) and attached here (``ENOENT``)."""
-    from . import _linux
+    from . import syscalls as _linux
 
     attr = _PROG_ATTACH.pack(cgroup_fd, prog_fd, _linux.BPF_CGROUP_DEVICE, 0, 0)
     _linux.bpf(_linux.BPF_PROG_DETACH, bytearray(attr))
@@ -724,7 +724,7 @@ def _replace(cgroup_fd: int, flags: int, add: Sequence[int], remove: Sequence[in
     program in one step and nothing is detached. ``ENOENT`` on detaching (someone removed
     it already) is not an error. Raises OSError.
     """
-    from . import _linux
+    from . import syscalls as _linux
 
     if not flags & _linux.BPF_F_ALLOW_MULTI:
         if len(add) != 1:
@@ -853,7 +853,7 @@ def add_device_rules(cgroup_dir: str, rules: Sequence[_Rule]) -> DeviceRulesUndo
             calls), the verifier refuses the new program, or attaching fails. Nothing is
             changed then.
     """
-    from . import _linux
+    from . import syscalls as _linux
 
     try:
         masks = [_check_rule(rule) for rule in rules]

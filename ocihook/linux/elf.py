@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from typing import BinaryIO
 
-from ._record import Record
-from .errors import DiscoveryError
+from ..core.errors import DiscoveryError
+from ..core.records import Record
 
 __all__ = ["ElfInfo", "read_elf_info", "read_elf_info_fd"]
 
@@ -26,7 +26,7 @@ class ElfInfo(Record):
         soname: DT_SONAME, or ``None``.
         needed: DT_NEEDED entries in file order.
         abi_flags: ``ld.so.cache`` flags for this class and machine (``0x0303`` for
-            x86-64), see :func:`ocihook.ldcache.abi_flags`.
+            x86-64), see :func:`ocihook.linux.ldcache.abi_flags`.
     """
 
     elf_class: int

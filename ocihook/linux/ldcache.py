@@ -16,7 +16,7 @@ Three file formats exist:
   block.
 
 :func:`parse` reads all three in either byte order and never touches the file system, so any
-bytes can be fed to it; every malformed input raises :class:`~ocihook.errors.LdCacheError`
+bytes can be fed to it; every malformed input raises :class:`~ocihook.core.errors.LdCacheError`
 carrying the byte offset. :func:`build` writes the new format, ordered exactly as
 ``ldconfig`` orders it, because the loader binary-searches the entries.
 
@@ -33,8 +33,8 @@ import os
 import struct
 import sys
 
-from ._record import Record
-from .errors import LdCacheError
+from ..core.errors import LdCacheError
+from ..core.records import Record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
 if TYPE_CHECKING:

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import os
 
-from ._record import Record
 from .errors import DiscoveryError
+from .records import Record
 
 __all__ = ["HostRoot", "read_text"]
 
@@ -75,7 +75,7 @@ class HostRoot(Record):
     def driver(self, path: str) -> str:
         """Host path of ``path`` (absolute, driver-root terms), joined lexically.
 
-        Symlinks are *not* resolved here; use :func:`ocihook.pathsafe.resolve_in_root` with
+        Symlinks are *not* resolved here; use :func:`ocihook.linux.pathsafe.resolve_in_root` with
         :attr:`driver_root` for that.
         """
         return _join(self.driver_root, path)

@@ -31,9 +31,9 @@ Two halves:
 
 Paths given to this module are container paths: absolute or relative, both taken from the
 root. Failures of the descriptor operations raise
-:class:`~ocihook.errors.ApplyError` naming the container path, with the ``OSError`` chained
+:class:`~ocihook.core.errors.ApplyError` naming the container path, with the ``OSError`` chained
 as ``__cause__`` (its ``errno`` tells ``ENOENT`` from ``ELOOP``); :func:`resolve_in_root`
-raises :class:`~ocihook.errors.DiscoveryError`.
+raises :class:`~ocihook.core.errors.DiscoveryError`.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ import errno
 import os
 import stat
 
-from . import _linux
-from .errors import ApplyError, DiscoveryError
+from ..core.errors import ApplyError, DiscoveryError
+from . import syscalls as _linux
 
 __all__ = [
     "MAX_LINKS",
@@ -374,7 +374,7 @@ def open_root(path: str) -> int:
     followed; everything *below* it is looked up with :func:`open_in_root`. After ``setns``
     into the container's mount namespace open it again there: a descriptor from the host
     namespace still works for files, but not as a mount target (see
-    :func:`ocihook._linux.attach_mount`).
+    :func:`ocihook.linux.syscalls.attach_mount`).
 
     Raises:
         ApplyError: ``path`` is missing or not a directory.
@@ -507,7 +507,7 @@ def create_file_in_root(
 ) -> int:
     """Make sure ``path`` inside the root ``root_fd`` is a regular file, for use as a bind
     mount target, and return an ``O_PATH|O_NOFOLLOW`` descriptor of it (for
-    :func:`ocihook._linux.attach_mount`).
+    :func:`ocihook.linux.syscalls.attach_mount`).
 
     Missing parents are made as by :func:`makedirs_in_root`. The file is made empty with
     ``O_CREAT|O_EXCL|O_NOFOLLOW`` on the parent's descriptor (``mode`` less the umask) when

@@ -17,8 +17,8 @@ from __future__ import annotations
 import json
 import os
 
-from ._record import Record
-from .errors import SpecError, StateError
+from ..core.errors import SpecError, StateError
+from ..core.records import Record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
 if TYPE_CHECKING:

@@ -14,8 +14,8 @@ from typing import Any
 
 import click
 
-from .errors import DiscoveryError, OcihookError, exit_code_for
-from .hostroot import HostRoot
+from ..core.errors import DiscoveryError, OcihookError, exit_code_for
+from ..core.hostroot import HostRoot
 
 _PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
 
@@ -54,8 +54,8 @@ def _root(
     """The host to read: the configuration's roots with the command line's on top."""
     import os
 
-    from . import log
-    from .config import load_config
+    from ..config import load_config
+    from ..core import log
 
     cfg = load_config(config_path)
     log.configure(cfg.log_file or None, cfg.log_level)
@@ -94,7 +94,7 @@ def cli() -> None:
 @click.pass_context
 def edit(ctx: click.Context) -> None:
     """Spec mode: edit a bundle's config.json before runc create/run (see edit --help)."""
-    from ._main import run_fast
+    from .fast import run_fast
 
     ctx.exit(run_fast(["edit", *ctx.args]))
 
@@ -103,7 +103,7 @@ def edit(ctx: click.Context) -> None:
 @click.pass_context
 def hook(ctx: click.Context) -> None:
     """Hook mode: run as an OCI hook, state JSON on stdin (see hook --help)."""
-    from ._main import run_fast
+    from .fast import run_fast
 
     ctx.exit(run_fast(["hook", *ctx.args]))
 
@@ -159,7 +159,7 @@ def info(
 ) -> None:
     """Print the driver and CUDA versions and each GPU (like nvidia-container-cli info),
     then the AMD and Intel GPUs when their drivers are loaded."""
-    from .discovery.nvidia import discover
+    from ..discovery.nvidia import discover
 
     root = _root(driver_root, dev_root, ldcache, library_path, config_path)
     drm_hosts, problems = _drm_hosts(root)
@@ -187,8 +187,8 @@ def _want_nvidia(root: HostRoot, drm_hosts: Sequence[Any], problems: Sequence[An
 def _drm_hosts(root: HostRoot, vendors: Sequence[str] | None = None) -> tuple[list[Any], list[Any]]:
     """The AMD/Intel hosts whose drivers are loaded (of ``vendors``, default all), and
     the discovery errors of those that failed (AMD without KFD)."""
-    from .discovery.drm import discover_vendor, present_vendors
-    from .errors import DiscoveryError
+    from ..core.errors import DiscoveryError
+    from ..discovery.drm import discover_vendor, present_vendors
 
     hosts: list[Any] = []
     problems: list[Any] = []
@@ -320,7 +320,7 @@ def list_cmd(
     AMD and Intel GPUs (whose drivers are loaded) follow NVIDIA's; --device selects
     NVIDIA GPUs, or with --vendor amd|intel (or on a host with only that vendor) that
     vendor's, in the forms of AMD_VISIBLE_DEVICES / INTEL_VISIBLE_DEVICES."""
-    from .discovery.nvidia import discover
+    from ..discovery.nvidia import discover
 
     root = _root(driver_root, dev_root, ldcache, library_path, config_path)
     drm_hosts, problems = _drm_hosts(root, None if vendor is None else (vendor,))
@@ -357,7 +357,7 @@ def list_cmd(
 def _drm_list_nodes(host: Any, devices: Sequence[str]) -> list[str]:
     """Host paths of ``host``'s shared nodes and the nodes of its GPUs (all, or those
     ``devices`` names in the vendor's request forms)."""
-    from .request import drm_request_from_env, select_drm_gpus
+    from ..request import drm_request_from_env, select_drm_gpus
 
     raw = ",".join(devices) or "all"
     request = drm_request_from_env(
@@ -377,7 +377,7 @@ def _list_nvidia(
     compat32: bool,
     kinds: tuple[bool, bool, bool, bool],
 ) -> None:
-    from .request import request_from_env, select_gpus
+    from ..request import request_from_env, select_gpus
 
     libraries, binaries, ipcs, firmwares = kinds
     wanted = request_from_env(
@@ -417,12 +417,12 @@ def plan(
     bundle: str,
 ) -> None:
     """Print the plan (container edits) for a bundle as JSON, without changing anything."""
-    from .appliers.spec import layout_for_rootfs
-    from .bundle import load_bundle
-    from .discovery.drm import discover_vendor
-    from .discovery.nvidia import discover
-    from .plan import make_drm_plan, make_plan, merge_plans
-    from .request import drm_requests_from_spec, request_from_spec
+    from ..appliers.spec import layout_for_rootfs
+    from ..discovery.drm import discover_vendor
+    from ..discovery.nvidia import discover
+    from ..oci.bundle import load_bundle
+    from ..plan import make_drm_plan, make_plan, merge_plans
+    from ..request import drm_requests_from_spec, request_from_spec
 
     b = load_bundle(bundle)
     request = request_from_spec(b.config, path=b.config_path)
@@ -450,7 +450,7 @@ def plan(
 @click.option("--workdir", default=None, help="Build here and keep it (default: temporary).")
 def demo(devices: str, mode: str, workdir: str | None) -> None:
     """Run a busybox container under runc with two GPUs of the simulated host."""
-    from .demo import run_demo
+    from ..sim.demo import run_demo
 
     sys.exit(run_demo(devices=devices, mode=mode, workdir=workdir))
 
@@ -469,13 +469,13 @@ def demo(devices: str, mode: str, workdir: str | None) -> None:
 )
 def simhost(dest: str, gpus: int, no_dev_nodes: bool, vendor: str) -> None:
     """Write the built-in simulated GPU host into DEST."""
-    from . import simhost as sim
+    from ..sim import host as sim
 
     nodes = False if no_dev_nodes else None
     if vendor == "nvidia":
         click.echo(sim.build(dest, gpus=gpus, make_dev_nodes=nodes).root)
         return
-    from . import simvendors
+    from ..sim import vendors as simvendors
 
     if vendor.startswith("amd"):
         built = simvendors.build_amd(dest, kfd=vendor == "amd", make_dev_nodes=nodes)
@@ -509,7 +509,7 @@ def config() -> None:
 )
 def show(config_path: str | None) -> None:
     """Print the effective configuration as TOML (every key, defaults filled in)."""
-    from .config import load_config
+    from ..config import load_config
 
     cfg = load_config(config_path)
     click.echo(f"# effective configuration; file: {cfg.source or '(none: built-in defaults)'}")
@@ -551,8 +551,8 @@ def validate(files: tuple[str, ...]) -> None:
 
     Prints one line per file: its kind, device count, declared and minimum cdiVersion, or
     the error naming the field. Every file is checked; exits 11 when any is invalid."""
-    from .cdi.names import CdiError
-    from .cdi.spec import load_spec, minimum_version
+    from ..cdi.names import CdiError
+    from ..cdi.spec import load_spec, minimum_version
 
     bad = 0
     for path in files:
@@ -589,7 +589,7 @@ def cdi_list(spec_dirs: tuple[str, ...], as_json: bool) -> None:
     """List the qualified names (vendor/class=name) of the CDI devices in the spec
     directories. Broken spec files and conflicting devices are reported on stderr and
     skipped; the others are listed."""
-    from .cdi.registry import DEFAULT_SPEC_DIRS, Registry
+    from ..cdi.registry import DEFAULT_SPEC_DIRS, Registry
 
     registry = Registry.load(spec_dirs or DEFAULT_SPEC_DIRS)
     for path, err in sorted(registry.errors.items()):
@@ -614,7 +614,7 @@ def cdi_list(spec_dirs: tuple[str, ...], as_json: bool) -> None:
 @click.pass_context
 def generate(ctx: click.Context) -> None:
     """Generate a CDI spec for the host's NVIDIA GPUs (see cdi generate --help)."""
-    from ._main import run_fast
+    from .fast import run_fast
 
     ctx.exit(run_fast(["cdi", "generate", *ctx.args]))
 
@@ -651,9 +651,9 @@ def root(
     old: str, new: str, relative_to: str, input_path: str, output: str | None, fmt: str | None
 ) -> None:
     """Replace the root of a spec's paths (a driver under /run/nvidia/driver -> /, ...)."""
-    from .cdi.generate import spec_bytes, spec_format, transform_root, write_spec
-    from .cdi.names import CdiError
-    from .cdi.spec import load_spec
+    from ..cdi.generate import spec_bytes, spec_format, transform_root, write_spec
+    from ..cdi.names import CdiError
+    from ..cdi.spec import load_spec
 
     if input_path == "-":
         data, name = sys.stdin.buffer.read(), "<stdin>"

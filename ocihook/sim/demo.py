@@ -1,6 +1,6 @@
 """The demo: inject two GPUs of the built-in simulated host into a busybox container.
 
-:func:`run_demo` builds the simulated host (:mod:`ocihook.simhost`) and a busybox bundle
+:func:`run_demo` builds the simulated host (:mod:`ocihook.sim.host`) and a busybox bundle
 in a temporary directory, lets ocihook edit the bundle (spec mode) or registers ocihook as
 its prestart hook (hook mode), runs it with ``runc``, and prints what the container sees:
 its NVIDIA device nodes, the library links, the ELF magic read through ``libcuda.so.1``,
@@ -177,9 +177,9 @@ def run_demo(
         workdir: where to build (default: a temporary directory, removed afterwards).
         out: where to print.
     """
-    from . import simhost
-    from .appliers.spec import edit_bundle, hook_command
-    from .hostroot import HostRoot
+    from ..appliers.spec import edit_bundle, hook_command
+    from ..core.hostroot import HostRoot
+    from . import host as simhost
 
     tmp = workdir or tempfile.mkdtemp(prefix="ocihook-demo-")
     try:

@@ -1,0 +1,637 @@
+"""Entry point of the ``ocihook`` command.
+
+The commands that run on every container start — ``ocihook edit`` (spec mode) and
+``ocihook hook ...`` (hook mode) — and ``ocihook cdi generate`` (run at boot and whenever
+the driver changes) are parsed here with :mod:`argparse` so that they never import click,
+jsonschema or pyelftools; importing click alone costs more than starting the interpreter.
+Every other command is a click command in :mod:`ocihook.commands.cli`, which lists these fast
+commands in its help as well.
+
+Errors are printed as one line, ``ocihook: error[<reference>]: <message>``, and the exit
+code comes from :data:`ocihook.core.errors.EXIT_CODES`.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ..core.errors import OcihookError, exit_code_for
+from ..core.fastexit import REQUEST_MARKERS, bundle_from_state, config_arg, state_string
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Sequence
+    from typing import Any
+
+    from ..core.hostroot import HostRoot
+
+FAST_COMMANDS = ("edit", "hook", "cdi generate")
+#: Hook stages that inject into the container being created.
+INJECT_STAGES = ("prestart", "createRuntime", "createContainer")
+
+
+def _print_error(err: OcihookError) -> None:
+    print(f"ocihook: error[{err.reference}]: {err}", file=sys.stderr)
+
+
+def _warn(messages: Sequence[str], verbose: bool) -> None:
+    if verbose:
+        for m in messages:
+            print(f"ocihook: warning: {m}", file=sys.stderr)
+
+
+class Option:
+    """One option of a fast command: ``names`` (``"-b"``, ``"--bundle"``), ``action``
+    (``"store"``, ``"store_true"`` or ``"append"``), ``default``, ``help``, ``metavar``,
+    ``choices`` (the values allowed, or ``None`` for any)."""
+
+    __slots__ = ("action", "choices", "default", "dest", "help", "metavar", "names")
+
+    def __init__(
+        self,
+        *names: str,
+        action: str = "store",
+        default: object = None,
+        help: str = "",
+        metavar: str | None = None,
+        choices: tuple[str, ...] | None = None,
+    ) -> None:
+        self.names = names
+        self.choices = choices
+        self.dest = names[-1].lstrip("-").replace("-", "_")
+        self.action = action
+        self.default = (
+            []
+            if action == "append"
+            else (False if default is None and action == "store_true" else default)
+        )
+        self.help = help
+        self.metavar = metavar
+
+
+ROOT_OPTIONS = (
+    Option(
+        "--config",
+        metavar="PATH",
+        help="configuration file (default: $OCIHOOK_CONFIG, except for hooks; else "
+        "/etc/ocihook/config.toml)",
+    ),
+    Option("--driver-root", help="root of the user-space driver (config; /)"),
+    Option("--dev-root", help="root holding dev/, proc/, sys/ (config; /)"),
+    Option("--ldcache", help="ld.so.cache path inside the driver root (config; /etc/ld.so.cache)"),
+    Option(
+        "--library-path",
+        action="append",
+        metavar="DIR",
+        help="directory in the driver root to search for libraries ld.so.cache lacks",
+    ),
+    Option("-v", "--verbose", action="store_true", help="print warnings"),
+)
+
+#: The fast commands: (command words, help, options). The one source of both the argparse
+#: parser (help and usage errors) and the fast parser (:func:`_parse_fast`).
+COMMANDS: tuple[tuple[tuple[str, ...], str, tuple[Option, ...]], ...] = (
+    (
+        ("edit",),
+        "spec mode: edit a bundle's config.json before runc create/run",
+        (
+            Option("-b", "--bundle", default=".", help="bundle directory (current dir)"),
+            Option("--dry-run", action="store_true", help="do not write config.json"),
+            Option("--diff", action="store_true", help="print a unified diff of the change"),
+            *ROOT_OPTIONS,
+        ),
+    ),
+    *(
+        (
+            ("hook", stage),
+            f"{stage} hook: inject the requested GPUs into the container being created",
+            (
+                *ROOT_OPTIONS,
+                Option(
+                    "--no-cgroups",
+                    action="store_true",
+                    help="do not add device cgroup rules (rootless containers)",
+                ),
+            ),
+        )
+        for stage in INJECT_STAGES
+    ),
+    (
+        ("hook", "create-container"),
+        "createContainer hook: soname links, then the container's /etc/ld.so.cache",
+        (
+            Option("--link", action="append", metavar="TARGET::LINK", help="link to create"),
+            Option("--lib", action="append", metavar="PATH", help="container path of a library"),
+            Option(
+                "--cuda-compat",
+                metavar="DIR::HOST_DRIVER[::HOST_CUDA]",
+                help="use the image's CUDA compat libraries in DIR if newer than the host "
+                "driver (version or branch; HOST_CUDA: the CUDA version it supports)",
+            ),
+            Option(
+                "--mask-proc",
+                metavar="HOST_DIR",
+                help="mask /proc/driver/nvidia with copies from HOST_DIR",
+            ),
+            Option(
+                "--proc-gpu",
+                action="append",
+                metavar="BUS_ID",
+                help="gpus/ entry of HOST_DIR to show (with --mask-proc)",
+            ),
+            Option(
+                "--proc-gpus-from-devices",
+                action="store_true",
+                help="also show the gpus/ entries of the GPUs whose /dev/nvidiaN nodes "
+                "config.json gives the container (CDI specs)",
+            ),
+        ),
+    ),
+    (
+        ("cdi", "generate"),
+        "generate a CDI spec for the host's NVIDIA GPUs (like nvidia-ctk cdi generate): each "
+        "GPU by index and UUID, MIG devices, all; common edits for control nodes, driver "
+        "files, IPC sockets and ocihook's create-container hook; the minimum cdiVersion",
+        (
+            Option(
+                "--vendor",
+                default="nvidia.com",
+                help="vendor part of the kind (nvidia.com; nvidia means nvidia.com); amd or "
+                "intel: the spec of the host's AMD (amd.com/gpu) or Intel (intel.com/gpu) "
+                "GPUs, each by index (Intel also card<N>) and all",
+            ),
+            Option(
+                "--additional-gids",
+                action="store_true",
+                help="amd/intel: list the device nodes' groups in additionalGids "
+                "(needs cdiVersion 0.7.0, which podman 4 and containerd 1.6/1.7 reject)",
+            ),
+            Option("--class", default="gpu", help="class part of the kind (gpu)"),
+            Option(
+                "--device-name-strategy",
+                action="append",
+                choices=("index", "uuid", "type-index"),
+                help="how devices are named; repeatable (index and uuid)",
+            ),
+            Option(
+                "--format",
+                choices=("json", "yaml"),
+                help="output format (from --output's extension, else yaml)",
+            ),
+            Option("--output", metavar="PATH", help="write the spec here, atomically (stdout)"),
+            Option(
+                "--gpu-backend",
+                default="auto",
+                choices=("auto", "procfs", "nvml"),
+                help="GPU enumeration: NVML (nvidia-ml-py) when it works, else procfs (auto)",
+            ),
+            *ROOT_OPTIONS,
+        ),
+    ),
+    (
+        ("hook", "create-symlinks"),
+        "createContainer hook: create links inside the rootfs",
+        (Option("--link", action="append", metavar="TARGET::LINK", help="link to create"),),
+    ),
+    (
+        ("hook", "update-ldcache"),
+        "createContainer hook: enter libraries into the container's /etc/ld.so.cache",
+        (Option("--lib", action="append", metavar="PATH", help="container path of a library"),),
+    ),
+)
+
+
+class Namespace:
+    """Parsed options (like :class:`argparse.Namespace`)."""
+
+    def __init__(self, **values: object) -> None:
+        self.__dict__.update(values)
+
+    def __getattr__(self, name: str) -> Any:  # for type checkers: options are dynamic
+        raise AttributeError(name)
+
+
+def _parse_fast(argv: Sequence[str]) -> Namespace | None:
+    """Parse a well-formed fast command line without argparse (whose import costs ~5 ms).
+
+    Returns ``None`` for anything unusual — help, an unknown command or option, a
+    missing value — so that argparse parses it and prints its usual message.
+    """
+    found = [(w, o) for w, _h, o in COMMANDS if tuple(argv[: len(w)]) == w]
+    if not found:
+        return None
+    words, options = found[0]
+    by_name = {name: opt for opt in options for name in opt.names}
+    values: dict[str, Any] = {}
+    for o in options:
+        values[o.dest] = [] if o.action == "append" else o.default
+    values["command"] = words[0]
+    values["stage"] = words[1] if len(words) > 1 else None
+    rest = list(argv[len(words) :])
+    while rest:
+        arg = rest.pop(0)
+        name, eq, inline = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        opt = by_name.get(name)
+        if opt is None:
+            return None
+        if opt.action == "store_true":
+            if eq:
+                return None
+            values[opt.dest] = True
+            continue
+        if eq:
+            value = inline
+        elif rest and not rest[0].startswith("--"):
+            value = rest.pop(0)
+        else:
+            return None  # argparse says what is missing
+        if opt.choices is not None and value not in opt.choices:
+            return None  # argparse names the option and its choices
+        if opt.action == "append":
+            values[opt.dest].append(value)
+        else:
+            values[opt.dest] = value
+    return Namespace(**values)
+
+
+def load_settings(ns: Any, *, trust_environment: bool) -> Any:
+    """The operator's configuration for a fast command (:mod:`ocihook.config`): ``--config``,
+    else ``$OCIHOOK_CONFIG`` — only when ``trust_environment`` (never for hooks: a
+    createContainer hook registered without ``env`` inherits the image's environment) —,
+    else ``/etc/ocihook/config.toml`` when it exists. Also points :mod:`ocihook.core.log` at the
+    configured file.
+
+    Raises:
+        ConfigError: the file is unreadable or wrong.
+    """
+    from ..config import load_config
+    from ..core import log
+
+    cfg = load_config(ns.config, environ=None if trust_environment else {})
+    log.configure(cfg.log_file or None, cfg.log_level)
+    return cfg
+
+
+def host_root_from(ns: Any, cfg: Any = None) -> HostRoot:
+    """The :class:`HostRoot` of the configuration with the root options given on the
+    command line on top."""
+    import os
+
+    from ..core.hostroot import HostRoot
+
+    base = cfg.host_root() if cfg is not None else HostRoot()
+    return HostRoot(
+        driver_root=os.path.abspath(ns.driver_root) if ns.driver_root else base.driver_root,
+        dev_root=os.path.abspath(ns.dev_root) if ns.dev_root else base.dev_root,
+        ldcache=ns.ldcache or base.ldcache,
+        library_dirs=(*ns.library_path, *base.library_dirs),
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The argparse parser of the fast commands, built from :data:`COMMANDS`."""
+    import argparse
+
+    p = argparse.ArgumentParser(
+        prog="ocihook",
+        description="GPU access for OCI containers (fast commands; `ocihook --help` lists all)",
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    groups: dict[str, Any] = {}
+    group_help = {
+        "hook": (
+            "hook mode: run as an OCI hook (state JSON on stdin)",
+            "OCI hook entry points; the runtime writes the container state JSON on stdin.",
+        ),
+        "cdi": ("Container Device Interface specs", "CDI spec commands (see ocihook --help)."),
+    }
+    for words, help_text, options in COMMANDS:
+        if len(words) == 1:
+            cp = sub.add_parser(words[0], help=help_text, description=help_text)
+        else:
+            if words[0] not in groups:
+                short, long = group_help[words[0]]
+                group = sub.add_parser(words[0], help=short, description=long)
+                groups[words[0]] = group.add_subparsers(dest="stage", required=True)
+            cp = groups[words[0]].add_parser(words[1], help=help_text, description=help_text)
+        for o in options:
+            kwargs: dict[str, Any] = {"action": o.action, "help": o.help, "dest": o.dest}
+            if o.action != "store_true":
+                kwargs["default"] = o.default
+            if o.metavar:
+                kwargs["metavar"] = o.metavar
+            if o.choices is not None:
+                kwargs["choices"] = o.choices
+            cp.add_argument(*o.names, **kwargs)
+    return p
+
+
+def _read_stdin() -> bytes:
+    try:
+        return sys.stdin.buffer.read()
+    except (OSError, ValueError, AttributeError):
+        return b""
+
+
+def _cmd_edit(ns: Any) -> int:
+    from ..appliers.spec import edit_bundle, options_from_config
+
+    cfg = load_settings(ns, trust_environment=True)
+    result = edit_bundle(
+        ns.bundle, host_root_from(ns, cfg), dry_run=ns.dry_run, options=options_from_config(cfg)
+    )
+    if result.cdi_devices:
+        done = "written" if result.written else "not written (--dry-run)"
+        names = ", ".join(result.cdi_devices)
+        print(f"ocihook: {result.bundle.config_path}: CDI devices {names}; {done}", file=sys.stderr)
+        return 0
+    if result.plan is None:
+        hooks = result.bundle.config.get("hooks")
+        created = hooks.get("createContainer") if isinstance(hooks, dict) else None
+        edited = isinstance(created, list) and any(
+            isinstance(h, dict) and "create-container" in (h.get("args") or []) for h in created
+        )
+        why = (
+            "already edited by ocihook"
+            if edited
+            else "nothing requested: NVIDIA_VISIBLE_DEVICES unset, empty or void"
+            " (and no AMD_VISIBLE_DEVICES or INTEL_VISIBLE_DEVICES)"
+        )
+        print(f"ocihook: {result.bundle.config_path}: {why}; unchanged", file=sys.stderr)
+        return 0
+    # An interactive command: what could not be given is always said (hooks stay quiet
+    # unless -v, their stderr goes to the runtime's log).
+    important = [w for w in result.plan.warnings if "not provided" in w]
+    _warn(result.plan.warnings if ns.verbose else important, True)
+    edits = result.plan.edits
+    summary = (
+        f"{len(result.plan.gpus) + len(result.plan.drm_gpus)} GPUs, "
+        f"{len(edits.device_nodes)} device nodes, "
+        f"{len(edits.mounts)} library mounts, {len(edits.symlinks)} links"
+    )
+    if ns.diff:
+        import difflib
+        import json
+
+        # compare documents, not formatting: the old one re-indented as the new one is
+        before = json.dumps(result.bundle.config, indent="\t", ensure_ascii=False) + "\n"
+        sys.stdout.writelines(
+            difflib.unified_diff(
+                before.splitlines(keepends=True),
+                result.after.decode(errors="replace").splitlines(keepends=True),
+                fromfile=result.bundle.config_path,
+                tofile=result.bundle.config_path + (" (dry run)" if ns.dry_run else ""),
+            )
+        )
+    elif ns.dry_run:
+        print(f"ocihook: dry run, {result.bundle.config_path} unchanged; would add {summary}")
+    return 0
+
+
+def _cmd_cdi_generate(ns: Any) -> int:
+    from ..cdi.generate import NAME_STRATEGIES, generate_spec, spec_bytes, spec_format, write_spec
+    from ..cdi.names import validate_class, validate_vendor
+    from ..core.errors import CdiError
+    from ..discovery.nvidia import discover
+
+    # --format, --gpu-backend and --device-name-strategy are checked by the parser (exit 2)
+    assert set(ns.device_name_strategy) <= set(NAME_STRATEGIES)
+    for flag, check, value in (
+        ("--vendor", validate_vendor, ns.vendor),
+        ("--class", validate_class, getattr(ns, "class")),
+    ):
+        try:
+            check(value)
+        except CdiError as e:
+            raise CdiError(e.message, field=flag, value=value, hint=e.hint) from None
+    if ns.output is not None and not ns.output:
+        raise CdiError("must name a file", field="--output", value=ns.output)
+    cfg = load_settings(ns, trust_environment=True)
+    fmt = spec_format(ns.format, ns.output)
+    drm_vendors = {"amd": "amd", "amd.com": "amd", "intel": "intel", "intel.com": "intel"}
+    if ns.vendor in drm_vendors:
+        from ..cdi.generate import generate_drm_spec
+        from ..discovery.drm import discover_vendor
+
+        if getattr(ns, "class") != "gpu" or set(ns.device_name_strategy) - {"index"}:
+            raise CdiError(
+                "AMD and Intel specs have class gpu and devices named by index",
+                field="--class/--device-name-strategy",
+            )
+        drm_host = discover_vendor(drm_vendors[ns.vendor], host_root_from(ns, cfg))
+        drm_spec = generate_drm_spec(drm_host, additional_gids=ns.additional_gids)
+        _warn(drm_host.warnings, ns.verbose)
+        write_spec(spec_bytes(drm_spec, fmt), ns.output)
+        return 0
+    host = discover(host_root_from(ns, cfg), gpu_backend=ns.gpu_backend)
+    vendor = "nvidia.com" if ns.vendor == "nvidia" else ns.vendor
+    spec = generate_spec(
+        host,
+        vendor=vendor,
+        device_class=getattr(ns, "class"),
+        name_strategies=tuple(ns.device_name_strategy),
+    )
+    _warn(host.warnings, ns.verbose)
+    write_spec(spec_bytes(spec, fmt), ns.output)
+    return 0
+
+
+def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
+    from ..oci import bundle as _bundle
+
+    state = _bundle.parse_state(_read_stdin() if stdin is None else stdin)
+    b = _bundle.load_bundle(state.bundle, hint="the bundle comes from the state JSON on stdin")
+    if ns.stage in INJECT_STAGES:
+        from ..appliers.spec import options_from_config
+        from ..core import log
+        from ..request import drm_requests_from_spec, request_from_spec
+
+        cfg = load_settings(ns, trust_environment=False)
+        log.configure(cfg.log_file or None, cfg.log_level, container=state.id)
+        options = options_from_config(cfg)
+        request = request_from_spec(b.config, path=b.config_path, policy=options.policy)
+        drm_requests = drm_requests_from_spec(b.config, path=b.config_path)
+        if request.is_void and not drm_requests:
+            from ..request import void_reason
+
+            log.debug(
+                "nothing requested",
+                stage=ns.stage,
+                reason=void_reason(request, b.config),
+                source=request.source,
+            )
+            return 0
+        from ..appliers.live import inject
+
+        cgroups = options.cgroups and not ns.no_cgroups
+        if not cgroups:
+            print("ocihook: --no-cgroups: no device cgroup rules added", file=sys.stderr)
+        plan = inject(
+            state,
+            b,
+            request,
+            host_root_from(ns, cfg),
+            cgroups=cgroups,
+            stage=ns.stage,
+            options=options,
+            drm_requests=drm_requests,
+        )
+        _warn(plan.warnings, ns.verbose)
+        return 0
+    from ..appliers import live
+
+    if ns.stage == "create-container":
+        from ..plan import ProcMask
+
+        mask = None
+        if ns.mask_proc:
+            gpu_dirs = tuple(ns.proc_gpu)
+            if ns.proc_gpus_from_devices:
+                found = live.gpu_dirs_of_devices(ns.mask_proc, b.config)
+                gpu_dirs += tuple(d for d in found if d not in gpu_dirs)
+            mask = ProcMask(host_dir=ns.mask_proc, gpu_dirs=gpu_dirs)
+        compat = None
+        if ns.cuda_compat:
+            compat = parse_cuda_compat_arg(ns.cuda_compat)
+        live.create_container_hook(b, ns.link, ns.lib, mask, compat)
+    elif ns.stage == "create-symlinks":
+        live.create_symlinks_hook(b, ns.link)
+    elif ns.stage == "update-ldcache":
+        live.update_ldcache_hook(b, ns.lib)
+    return 0
+
+
+def parse_cuda_compat_arg(value: str) -> Any:
+    """The :class:`~ocihook.plan.CudaCompat` of ``--cuda-compat DIR::HOST_DRIVER[::HOST_CUDA]``
+    (``/usr/local/cuda/compat::550.127.05::12.4``); ``DIR::HOST_MAJOR`` (``...::550``), as
+    registered by older versions, is accepted too.
+
+    Raises:
+        ApplyError: a relative ``DIR``, or versions that are not dot-separated numbers.
+    """
+    from ..core.errors import ApplyError
+    from ..plan import CudaCompat, _version_tuple
+
+    directory, _, rest = value.partition("::")
+    host, _, cuda = rest.partition("::")
+    driver_ok = (host.isascii() and host.isdigit() and len(host) <= 9) or _version_tuple(
+        host
+    ) is not None
+    cuda_ok = not cuda or _version_tuple(cuda) is not None
+    if not directory.startswith("/") or not driver_ok or not cuda_ok:
+        raise ApplyError(
+            "--cuda-compat must be DIR::HOST_DRIVER[::HOST_CUDA]",
+            field="--cuda-compat",
+            value=value,
+        )
+    major = int(host.split(".")[0])
+    return CudaCompat(directory, major, host if "." in host else "", cuda)
+
+
+def _void_hook_exit(argv: Sequence[str]) -> tuple[int | None, bytes]:
+    """The fast exit of ``ocihook hook prestart|createRuntime`` for containers that ask
+    for no GPU — most containers on a host where ocihook is registered for all.
+
+    Reads the state and ``<bundle>/config.json`` as bytes and returns ``(0, stdin)`` when
+    the file contains none of :data:`REQUEST_MARKERS` (nor a ``\\u`` escape); importing
+    json alone would double the cost of this path. Anything else returns ``(None,
+    stdin)``: the full command then parses both files properly and decides.
+
+    The operator's configuration file is read as bytes, once, and parsed only when it
+    may widen the markers (:func:`_config_markers`) or when its bytes cannot tell whether
+    debug logging is on (:func:`ocihook.config.scan_debug_log_file`). With debug logging
+    on, the fast exit leaves one line in the log saying why the container got no GPU;
+    with it off, nothing is opened for logging.
+    """
+    if "-h" in argv or "--help" in argv:
+        return None, b""
+    stdin = _read_stdin()
+    bundle = bundle_from_state(stdin)
+    if bundle is None:
+        return None, stdin
+    try:
+        with open(bundle.rstrip("/") + "/config.json", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None, stdin
+    if b"\\u" in raw or any(marker in raw for marker in REQUEST_MARKERS):
+        return None, stdin
+    from ..config import read_config_bytes
+
+    path = config_arg(argv)
+    try:
+        data = read_config_bytes(path, environ={})
+    except OcihookError:
+        return None, stdin  # let the full command say what is wrong
+    if _config_markers(path, data, raw):
+        return None, stdin
+    if data is not None:
+        _log_fast_exit(path, data, stdin, bundle, argv[1])
+    return 0, stdin
+
+
+def _config_markers(path: str | None, data: bytes | None, raw: bytes) -> bool:
+    """Whether the operator's configuration (``data``, the bytes of the file at ``path``)
+    makes more requests possible (swarm resource names, annotation prefixes, device
+    mounts) and ``raw`` holds one of them. The file is parsed only when it can set those
+    keys at all (:func:`ocihook.config.bytes_may_set`); a broken file is reported by the
+    full command."""
+    from ..config import REQUEST_DETECTION_KEYS, bytes_may_set, load_config
+
+    if not bytes_may_set(REQUEST_DETECTION_KEYS, data):
+        return False
+    try:
+        markers = load_config(path, environ={}).extra_request_markers()
+    except OcihookError:
+        return True  # let the full command say what is wrong
+    return any(m in raw for m in markers)
+
+
+def _log_fast_exit(path: str | None, data: bytes, stdin: bytes, bundle: str, stage: str) -> None:
+    """Log why a container took the no-GPU fast exit, when the configuration (``data``,
+    the bytes of the file at ``path``) logs at debug level; otherwise do nothing (no file
+    is opened). The configuration is parsed only when its bytes cannot tell."""
+    from ..config import scan_debug_log_file
+
+    log_file = scan_debug_log_file(data)
+    if log_file is None:
+        from ..config import load_config
+
+        try:
+            cfg = load_config(path, environ={})
+        except OcihookError:
+            return  # the next container that asks for GPUs reports it
+        log_file = cfg.log_file if cfg.log_level == "debug" else ""
+    if not log_file:
+        return
+    from ..core import log
+
+    log.configure(log_file, "debug", container=state_string(stdin, b"id") or "?")
+    log.debug(
+        "nothing requested",
+        stage=stage,
+        reason="NVIDIA_VISIBLE_DEVICES unset (config.json holds none of "
+        + ", ".join(m.decode() for m in REQUEST_MARKERS)
+        + ")",
+        bundle=bundle,
+    )
+
+
+def run_fast(argv: Sequence[str], stdin: bytes | None = None) -> int:
+    """Run a fast command (``edit`` or ``hook``) and return its exit code.
+
+    Args:
+        argv: the arguments after ``ocihook``.
+        stdin: the hook's standard input when already read.
+    """
+    ns: Any = _parse_fast(argv) or _parser().parse_args(list(argv))
+    try:
+        if ns.command == "edit":
+            return _cmd_edit(ns)
+        if ns.command == "cdi":
+            return _cmd_cdi_generate(ns)
+        return _cmd_hook(ns, stdin)
+    except OcihookError as e:
+        _print_error(e)
+        return exit_code_for(e)

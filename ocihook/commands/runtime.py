@@ -1,0 +1,564 @@
+"""``ocihook-runtime``: a runc-compatible wrapper runtime (like ``nvidia-container-runtime``).
+
+A container engine (containerd's ``BinaryName``, Docker's ``runtimes``, CRI-O's
+``runtime_path``, podman's ``--runtime``) runs it where it would run ``runc``, with runc's
+command line. For ``create`` and ``run`` it first gives the container what its
+``<bundle>/config.json`` asks for, by the configuration's ``mode``:
+
+* ``auto``, ``cdi``: spec mode, :func:`ocihook.appliers.spec.edit_bundle` (device nodes,
+  cgroup rules, mounts, the createContainer hook; CDI devices from the CDI registry);
+* ``legacy``: ocihook's prestart hook (the command line of
+  ``packaging/config.json-hooks-snippet.json.in``) is added to ``hooks.prestart``, unless
+  an ocihook injecting hook is registered already (by hooks.d, by hand, or an earlier
+  run).
+
+Then it replaces itself (``execve``) with the real runtime — the first of the
+configuration's ``runtimes`` found (default ``runc`` then ``crun``; names looked up in
+this process's ``PATH``, the engine's, never anything from the container) — with the
+arguments unchanged. Every other command (``start``, ``delete``, ``state``, ``kill``,
+``--version``...) goes straight to the real runtime.
+
+A ``config.json`` that asks for nothing is not rewritten. On an error the wrapper prints
+one line (``ocihook-runtime: error[<reference>]: ...``), appends it to runc's ``--log``
+file when one is given (containerd's shim reports the last error found there, in the
+``--log-format`` given), leaves ``config.json`` as it was and exits with the code of
+:data:`ocihook.core.errors.EXIT_CODES` (12 when no real runtime is found).
+
+It runs on every container start, so like :mod:`ocihook._main` it imports neither click
+nor jsonschema, and for a container that asks for nothing it reads ``config.json`` as
+bytes (:data:`ocihook.core.fastexit.REQUEST_MARKERS`) and execs at once.
+
+The configuration file: ``$OCIHOOK_CONFIG``, else ``/etc/ocihook/config.toml``. The
+wrapper's environment is the engine's (the container's environment is only in
+``config.json``), so the variable is honoured here, unlike in hooks.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from ..core.errors import OcihookError, RuntimeNotFound, exit_code_for
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import Any
+
+    from ..config import Config
+
+__all__ = [
+    "COMMANDS",
+    "EXEC_MARKER",
+    "Invocation",
+    "find_runtime",
+    "main",
+    "parse_args",
+    "prepare_bundle",
+]
+
+PROG = "ocihook-runtime"
+
+#: The commands of runc 1.1 (``main.go``) and crun 1.8: the first word that is not an
+#: option or an option's value. Used to tell an unknown global option's value from the
+#: command.
+COMMANDS = frozenset(
+    {
+        "checkpoint",
+        "create",
+        "delete",
+        "events",
+        "exec",
+        "features",
+        "help",
+        "init",
+        "kill",
+        "list",
+        "pause",
+        "ps",
+        "restore",
+        "resume",
+        "run",
+        "spec",
+        "start",
+        "state",
+        "update",
+    }
+)
+#: Global options that take a value (runc ``main.go``; crun ``crun.c``). Go's flag
+#: package accepts them with one or two dashes, the value after ``=`` or as the next word.
+GLOBAL_VALUE_OPTIONS = frozenset(
+    {"root", "log", "log-format", "log-level", "criu", "rootless", "cgroup-manager"}
+)
+#: Global options without a value.
+GLOBAL_FLAGS = frozenset({"debug", "systemd-cgroup", "help", "h", "version", "v"})
+#: Options of ``create`` / ``run`` that take a value (runc ``create.go``, ``run.go``);
+#: ``bundle``/``b`` is read, the others skipped.
+COMMAND_VALUE_OPTIONS = frozenset(
+    {"bundle", "b", "console-socket", "pid-file", "preserve-fds", "config", "f"}
+)
+#: Commands for which the bundle is edited before the real runtime runs.
+EDIT_COMMANDS = ("create", "run")
+
+#: Set in the real runtime's environment (to the wrapper's path): a wrapper started with
+#: it set was started by itself, through a ``runc`` on ``PATH`` that is a copy of it or
+#: a script around it.
+EXEC_MARKER = "OCIHOOK_RUNTIME_WRAPPED"
+#: ``PATH`` searched when the wrapper's environment has none (runc's own default).
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+class Invocation:
+    """What :func:`parse_args` found in a runc command line.
+
+    Attributes:
+        command: the runc command (``"create"``), or ``None`` when there is none (only
+            global options such as ``--version``).
+        bundle: the ``-b``/``--bundle`` value as written (``None``: not given).
+        log: the global ``--log`` file (``None``: not given).
+        log_format: the global ``--log-format`` (``"text"`` when not given).
+        config: crun's ``--config``/``-f`` file name, when given.
+        help: ``-h``/``--help`` was given (the runtime prints help; no bundle to edit).
+    """
+
+    __slots__ = ("bundle", "command", "config", "help", "log", "log_format")
+
+    def __init__(
+        self,
+        command: str | None = None,
+        bundle: str | None = None,
+        log: str | None = None,
+        log_format: str = "text",
+        config: str | None = None,
+        help: bool = False,
+    ) -> None:
+        self.help = help
+        self.command = command
+        self.bundle = bundle
+        self.log = log
+        self.log_format = log_format
+        self.config = config
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__)
+        return f"Invocation({fields})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Invocation):
+            return NotImplemented
+        return all(getattr(self, k) == getattr(other, k) for k in self.__slots__)
+
+    def bundle_dir(self, cwd: str | None = None) -> str:
+        """The bundle directory, absolute: ``-b``/``--bundle`` relative to ``cwd``
+        (default the current directory), or ``cwd`` itself (runc's default)."""
+        base = cwd if cwd is not None else os.getcwd()
+        return os.path.join(base, self.bundle) if self.bundle is not None else base
+
+
+def _option(arg: str) -> tuple[str, str | None]:
+    """``--name=value`` / ``-name`` -> (``name``, ``value`` or ``None``)."""
+    name, eq, value = arg.lstrip("-").partition("=")
+    return name, (value if eq else None)
+
+
+#: The false spellings of a boolean flag's value (Go ``strconv.ParseBool``, which runc's
+#: ``urfave/cli`` uses: ``--help=false`` is not help).
+_FALSE = frozenset({"0", "f", "F", "false", "FALSE", "False"})
+
+
+def _flag_on(value: str | None) -> bool:
+    """Whether a boolean flag written ``--flag`` or ``--flag=value`` is set."""
+    return value is None or value not in _FALSE
+
+
+def parse_args(args: Sequence[str]) -> Invocation:
+    """Find the command, the bundle and the log options in a runc command line, without
+    changing it.
+
+    Global options come before the command (runc's ``urfave/cli``): those of
+    :data:`GLOBAL_VALUE_OPTIONS` consume the next word unless written ``--opt=value``. An
+    unknown option consumes the next word unless that word is a runc command
+    (:data:`COMMANDS`) or another option — so ``--new-flag create`` still finds
+    ``create``. Command options may follow the container id (``urfave/cli`` reorders
+    them); ``--`` ends the options.
+    """
+    inv = Invocation()
+    i = 0
+    n = len(args)
+    while i < n:
+        arg = args[i]
+        if arg == "--":
+            i += 1
+            break
+        if not arg.startswith("-") or arg == "-":
+            break
+        name, value = _option(arg)
+        if name in ("help", "h"):
+            inv.help = _flag_on(value)
+        takes_value = name in GLOBAL_VALUE_OPTIONS or (
+            name not in GLOBAL_FLAGS
+            and i + 1 < n
+            and args[i + 1] not in COMMANDS
+            and not args[i + 1].startswith("-")
+        )
+        if value is None and takes_value and i + 1 < n:
+            i += 1
+            value = args[i]
+        if name == "log":
+            inv.log = value
+        elif name == "log-format" and value is not None:
+            inv.log_format = value
+        i += 1
+    if i >= n:
+        return inv
+    inv.command = args[i]
+    i += 1
+    while i < n:
+        arg = args[i]
+        i += 1
+        if arg == "--":
+            break
+        if not arg.startswith("-") or arg == "-":
+            continue  # the container id
+        name, value = _option(arg)
+        if name in ("help", "h"):
+            inv.help = _flag_on(value)
+        if name not in COMMAND_VALUE_OPTIONS:
+            continue
+        if value is None and i < n:
+            value = args[i]
+            i += 1
+        if name in ("bundle", "b"):
+            inv.bundle = value
+        elif name in ("config", "f"):
+            inv.config = value
+    return inv
+
+
+def _self_paths() -> list[str]:
+    """The files that are this wrapper: the script it was started as and the console
+    scripts of this installation."""
+    here = os.path.dirname(sys.executable)
+    return [sys.argv[0], os.path.join(here, PROG), os.path.join(here, "ocihook")]
+
+
+def _same_file(a: str, stats: list[os.stat_result]) -> bool:
+    try:
+        st = os.stat(a)
+    except OSError:
+        return False
+    return any(st.st_dev == s.st_dev and st.st_ino == s.st_ino for s in stats)
+
+
+def find_runtime(
+    runtimes: Sequence[str],
+    *,
+    environ: Mapping[str, str] | None = None,
+    exclude: Sequence[str] | None = None,
+    source: str | None = None,
+) -> str:
+    """The real OCI runtime to run: the first of ``runtimes`` that is an executable file.
+
+    Args:
+        runtimes: names (looked up in ``PATH`` of ``environ``, or :data:`DEFAULT_PATH`)
+            or absolute paths, in order of preference (config key ``runtimes``).
+        environ: the environment (default :data:`os.environ`).
+        exclude: files that are this wrapper (default: the script it runs as and the
+            installation's console scripts): a ``runc`` on ``PATH`` that is one of them
+            (a link or hard link to the wrapper) is skipped and the search goes on in the
+            next ``PATH`` directory.
+        source: the configuration file, for the error message.
+
+    Returns:
+        The absolute path of the runtime.
+
+    Raises:
+        RuntimeNotFound: none found.
+    """
+    env = os.environ if environ is None else environ
+    stats = []
+    for path in _self_paths() if exclude is None else exclude:
+        try:  # noqa: SIM105 (contextlib is not imported on this path)
+            stats.append(os.stat(path))
+        except OSError:
+            pass
+    dirs = [d for d in (env.get("PATH") or DEFAULT_PATH).split(":") if d.startswith("/")]
+    for name in runtimes:
+        candidates = [name] if name.startswith("/") else [f"{d}/{name}" for d in dirs]
+        for path in candidates:
+            if os.path.isfile(path) and os.access(path, os.X_OK) and not _same_file(path, stats):
+                return os.path.normpath(path)
+    raise RuntimeNotFound(
+        "no OCI runtime found to run",
+        path=source,
+        field="runtimes",
+        value=list(runtimes),
+        hint="install runc or crun, or set runtimes in the configuration to the real "
+        "runtime's absolute path (names are looked up in PATH, ocihook-runtime itself skipped)",
+    )
+
+
+#: The hook stages an ocihook hook that injects GPUs may be registered under.
+_INJECT_STAGES = ("prestart", "createRuntime", "createContainer")
+
+
+def _is_ocihook_inject_hook(entry: object) -> bool:
+    """Whether a ``hooks.<stage>`` entry runs ``ocihook hook prestart|createRuntime|
+    createContainer`` (through the packaged ``-c`` program or an ``ocihook`` script)."""
+    if not isinstance(entry, dict):
+        return False
+    args = entry.get("args")
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        return False
+    from ..appliers.spec import HOOK_PROGRAM
+
+    path = entry.get("path")
+    ours = HOOK_PROGRAM in args or any(
+        os.path.basename(p).startswith("ocihook") for p in (path, *args[:1]) if isinstance(p, str)
+    )
+    return ours and any(
+        a == "hook" and i + 1 < len(args) and args[i + 1] in _INJECT_STAGES
+        for i, a in enumerate(args)
+    )
+
+
+def legacy_hook(config_file: str | None) -> dict[str, Any]:
+    """The prestart hook entry ``legacy`` mode adds: ``packaging/config.json-hooks-snippet
+    .json.in``'s command line with this interpreter, plus ``--config FILE`` when the
+    wrapper read a file other than the default (hooks never read ``$OCIHOOK_CONFIG``)."""
+    from ..appliers.spec import HOOK_ENV, HOOK_TIMEOUT, hook_command
+
+    args = [*hook_command(), "hook", "prestart"]
+    if config_file is not None:
+        args += ["--config", config_file]
+    return {"path": args[0], "args": args, "env": list(HOOK_ENV), "timeout": HOOK_TIMEOUT}
+
+
+def _add_legacy_hook(bundle_dir: str, cfg: Config) -> bool:
+    """``legacy`` mode: add :func:`legacy_hook` to ``hooks.prestart`` of a bundle whose
+    container asks for GPUs and has no ocihook injecting hook yet. Returns whether
+    ``config.json`` was written.
+
+    Raises:
+        SpecError: ``config.json`` missing or malformed, or ``hooks`` of the wrong type.
+        RequestError: a malformed request.
+        ApplyError: ``config.json`` could not be replaced.
+    """
+    from ..appliers.spec import options_from_config
+    from ..config import DEFAULT_PATH as DEFAULT_CONFIG
+    from ..core.errors import ApplyError, SpecError
+    from ..oci.bundle import load_bundle, write_json_atomic
+    from ..request import drm_requests_from_spec, request_from_spec
+
+    b = load_bundle(bundle_dir)
+    options = options_from_config(cfg)
+    request = request_from_spec(b.config, path=b.config_path, policy=options.policy)
+    if request.is_void and not drm_requests_from_spec(b.config, path=b.config_path):
+        return False
+    hooks = b.config.get("hooks")
+    if hooks is not None and not isinstance(hooks, dict):
+        raise SpecError("hooks must be an object", path=b.config_path, field="hooks")
+    for stage in _INJECT_STAGES:
+        entries = (hooks or {}).get(stage)
+        if entries is not None and not isinstance(entries, list):
+            raise SpecError(f"hooks.{stage} must be a list", path=b.config_path, field=stage)
+        if any(_is_ocihook_inject_hook(e) for e in entries or ()):
+            return False
+    source = cfg.source if cfg.source not in (None, DEFAULT_CONFIG) else None
+    doc = dict(b.config)
+    new_hooks = dict(hooks or {})
+    new_hooks["prestart"] = [*(new_hooks.get("prestart") or ()), legacy_hook(source)]
+    doc["hooks"] = new_hooks
+    try:
+        write_json_atomic(b.config_path, doc)
+    except OSError as e:
+        raise ApplyError(f"cannot replace config.json: {e.strerror}", path=b.config_path) from None
+    return True
+
+
+def _asks_for_nothing(config_json: str, settings: _Settings) -> bool:
+    """Whether ``config.json`` certainly asks for no GPU, decided from its bytes as the
+    no-GPU hook exit does (:func:`ocihook._main._void_hook_exit`): none of the request
+    markers, no ``\\u`` escape. Unreadable: ``False`` (the full path reports it)."""
+    from ..core.fastexit import REQUEST_MARKERS
+
+    try:
+        with open(config_json, "rb") as f:
+            raw = f.read()
+    except OSError:
+        return False
+    if b"\\u" in raw or any(m in raw for m in REQUEST_MARKERS):
+        return False
+    from ..config import REQUEST_DETECTION_KEYS, Config
+
+    # the defaults' markers too: spec mode reads cdi.k8s.io/ annotations
+    cfg = settings.get() if settings.may_set(REQUEST_DETECTION_KEYS) else Config()
+    return not any(m in raw for m in cfg.extra_request_markers())
+
+
+class _Settings:
+    """The operator's configuration, parsed only when needed (:func:`config_may_set`)."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self.environ = environ
+        self._cfg: Config | None = None
+
+    def may_set(self, keys: Sequence[str]) -> bool:
+        from ..config import config_may_set
+
+        return self._cfg is not None or config_may_set(keys, environ=self.environ)
+
+    def get(self) -> Config:
+        if self._cfg is None:
+            from ..config import load_config
+            from ..core import log
+
+            self._cfg = load_config(environ=self.environ)
+            log.configure(self._cfg.log_file or None, self._cfg.log_level)
+        return self._cfg
+
+    def runtimes(self) -> tuple[tuple[str, ...], str | None]:
+        if self.may_set(("runtimes",)):
+            cfg = self.get()
+            return cfg.runtimes, cfg.source
+        return ("runc", "crun"), None
+
+
+def _read_bytes(path: str) -> bytes | None:
+    """The bytes of ``path`` (to put back if the real runtime cannot be started), or
+    ``None`` when it cannot be read (the edit then reports why)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def prepare_bundle(bundle_dir: str, cfg: Config) -> str:
+    """Give the container of ``bundle_dir`` what its ``config.json`` asks for, by
+    ``cfg.mode`` (see the module docstring). Returns what was done, for the log:
+    ``"edited"``, ``"hook added"`` or ``"unchanged"``.
+
+    Raises:
+        OcihookError: as :func:`ocihook.appliers.spec.edit_bundle` (or, in legacy mode,
+            :class:`SpecError`, :class:`RequestError`, :class:`ApplyError`);
+            ``config.json`` is then as it was.
+    """
+    if cfg.mode == "legacy":
+        return "hook added" if _add_legacy_hook(bundle_dir, cfg) else "unchanged"
+    from ..appliers.spec import edit_bundle, options_from_config
+
+    result = edit_bundle(bundle_dir, cfg.host_root(), options=options_from_config(cfg))
+    return "edited" if result.written else "unchanged"
+
+
+def _log_file(value: str | None) -> str | None:
+    """The file a global ``--log`` names: runc takes a path; crun also ``file:PATH`` and the
+    drivers ``journald:ID`` / ``syslog:ID``, which are not files (crun(1))."""
+    if not value:
+        return None
+    if value.startswith("file:"):
+        return value[len("file:") :] or None
+    if value.startswith(("journald:", "syslog:")):
+        return None
+    return value
+
+
+def _report(err: OcihookError, inv: Invocation) -> None:
+    """Print the error, and append it to runc's ``--log`` file when one was given, in its
+    ``--log-format`` (containerd's shim reads the last ``error`` entry of that file)."""
+    message = f"{PROG}: error[{err.reference}]: {err}"
+    print(message, file=sys.stderr)
+    from ..core import log
+
+    log.error(message, command=inv.command or "-")
+    path = _log_file(inv.log)
+    if path is None:
+        return
+    import time
+
+    now = time.time()
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1e9):09d}Z"
+    if inv.log_format == "json":
+        import json
+
+        line = json.dumps({"level": "error", "msg": message, "time": stamp})
+    else:
+        line = f'time="{stamp}" level=error msg="{message.replace(chr(34), chr(39))}"'
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, (line + "\n").encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+HELP = f"""\
+usage: {PROG} [RUNC GLOBAL OPTIONS] COMMAND [OPTIONS] ...
+
+A runc-compatible wrapper: for create and run it gives the container the GPUs its
+config.json asks for (config key mode: auto/cdi edit config.json, legacy adds ocihook's
+prestart hook), then runs the real runtime with the same arguments; every other command
+goes straight to it. Configuration: $OCIHOOK_CONFIG, else /etc/ocihook/config.toml
+(key runtimes, default ["runc", "crun"]). The real runtime's help: {PROG} help.
+"""
+
+
+def main(argv: Sequence[str] | None = None, *, environ: Mapping[str, str] | None = None) -> int:
+    """Entry point of ``ocihook-runtime`` (and ``ocihook runtime exec``). Execs the real
+    runtime and so returns only on an error (its exit code) or for ``--help``."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    env = dict(os.environ if environ is None else environ)
+    if args in (["--help"], ["-h"]):
+        print(HELP, end="")
+        return 0
+    inv = parse_args(args)
+    original: bytes | None = None
+    done = "unchanged"
+    config_json = ""
+    try:
+        if env.get(EXEC_MARKER):
+            raise RuntimeNotFound(
+                f"{PROG} was started by itself",
+                value=env[EXEC_MARKER],
+                hint="a runtime named in runtimes runs ocihook-runtime again: set runtimes "
+                "to the real runtime's absolute path, e.g. /usr/sbin/runc",
+            )
+        settings = _Settings(env)
+        runtimes, source = settings.runtimes()
+        runtime = find_runtime(runtimes, environ=env, source=source)
+        if inv.command in EDIT_COMMANDS and inv.config is None and not inv.help:
+            bundle = inv.bundle_dir()
+            config_json = os.path.join(bundle, "config.json")
+            if not _asks_for_nothing(config_json, settings):
+                from ..core import log
+
+                original = _read_bytes(config_json)
+                done = prepare_bundle(bundle, settings.get())
+                log.debug(f"{PROG} {inv.command}", bundle=bundle, done=done, runtime=runtime)
+    except OcihookError as e:
+        _report(e, inv)
+        return exit_code_for(e)
+    env[EXEC_MARKER] = sys.argv[0] if argv is None else PROG
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execve(runtime, [runtime, *args], env)
+    except OSError as e:
+        err = RuntimeNotFound(f"cannot run {runtime}: {e.strerror}", path=runtime)
+        if original is not None and done != "unchanged":  # leave config.json as it was
+            from ..oci.bundle import write_bytes_atomic
+
+            try:
+                write_bytes_atomic(config_json, original)
+            except OSError:
+                err.hint = f"config.json was edited and could not be restored: {config_json}"
+        _report(err, inv)
+        return exit_code_for(err)
+    return 1  # pragma: no cover  (execve does not return)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
