@@ -48,8 +48,9 @@ if TYPE_CHECKING:
         exit_code_for,
     )
     from .core.hostroot import HostRoot
-    from .discovery.drm import DrmGpu, DrmHost, discover_vendor
+    from .discovery.drm import discover_vendor
     from .discovery.nvidia import DriverLibrary, Gpu, HostDeviceNode, NvidiaHost, discover
+    from .discovery.records import DrmGpu, DrmHost
     from .oci.bundle import Bundle, State, load_bundle, parse_state, write_json_atomic
     from .plan import (
         CgroupRule,
@@ -86,8 +87,8 @@ _EXPORTS = {
     "load_bundle": "oci.bundle",
     "parse_state": "oci.bundle",
     "write_json_atomic": "oci.bundle",
-    "DrmGpu": "discovery.drm",
-    "DrmHost": "discovery.drm",
+    "DrmGpu": "discovery.records",
+    "DrmHost": "discovery.records",
     "discover_vendor": "discovery.drm",
     "DriverLibrary": "discovery.nvidia",
     "Gpu": "discovery.nvidia",

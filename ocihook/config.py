@@ -149,6 +149,7 @@ import os
 
 from .core.errors import ConfigError
 from .core.records import Record
+from .core.vocab import CAPABILITY_NAMES, VOLUME_MOUNT_DIR
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
 if TYPE_CHECKING:
@@ -189,9 +190,8 @@ MODES = ("auto", "legacy", "cdi")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 CUDA_COMPAT_MODES = ("ldconfig", "disabled")
 #: The driver capability names (``ocihook.request.ALL_CAPABILITIES``, sorted).
-CAPABILITIES = ("compat32", "compute", "display", "graphics", "ngx", "utility", "video")
+CAPABILITIES = CAPABILITY_NAMES
 #: Where ``accept-nvidia-visible-devices-as-volume-mounts`` reads requests from.
-VOLUME_MOUNT_DIR = "/var/run/nvidia-container-devices"
 
 #: Keys whose values change which containers ask for GPUs (see :func:`config_may_set`).
 REQUEST_DETECTION_KEYS = (

@@ -29,6 +29,7 @@ import os
 
 from .core.errors import RequestError
 from .core.records import Record
+from .core.vocab import version_tuple
 from .request import Request, select_devices
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
@@ -36,9 +37,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
     from typing import Any
 
-    from .discovery.drm import DrmHost
-    from .discovery.gpus import HostDeviceNode
     from .discovery.nvidia import NvidiaHost
+    from .discovery.records import DrmHost, HostDeviceNode
     from .linux.elfscan import CudaCompatNote
     from .request import DrmRequest
 
@@ -167,15 +167,7 @@ class ProcMask(Record):
     gpu_dirs: tuple[str, ...] = ()
 
 
-def _version_tuple(text: str) -> tuple[int, ...] | None:
-    """``"550.127.05"`` -> ``(550, 127, 5)``; ``None`` unless dot-separated decimal numbers
-    (at least two, as driver and CUDA versions are written)."""
-    parts = text.split(".")
-    if len(parts) < 2 or len(parts) > 4 or len(text) > 32:
-        return None
-    if not all(p.isascii() and p.isdigit() for p in parts):
-        return None
-    return tuple(int(p) for p in parts)
+_version_tuple = version_tuple
 
 
 class CudaCompat(Record):

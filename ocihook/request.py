@@ -22,13 +22,21 @@ from __future__ import annotations
 
 from .core.errors import OcihookError, RequestError
 from .core.records import Record
+from .core.vocab import (
+    DEFAULT_CAPABILITIES,
+    VOLUME_MOUNT_DIR,
+    is_gpu_uuid,
+    parse_bus_id,
+    sysfs_bus_id,
+)
+from .core.vocab import DRIVER_CAPABILITIES as ALL_CAPABILITIES
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
     from typing import Any, Literal
 
-    from .discovery.gpus import Gpu, MigDevice
+    from .discovery.records import Gpu, MigDevice
 
     VisibleKind = Literal["void", "none", "all", "list"]
 
@@ -60,23 +68,7 @@ __all__ = [
 ENV_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 ENV_DRIVER_CAPABILITIES = "NVIDIA_DRIVER_CAPABILITIES"
 
-#: Every driver capability name the NVIDIA Container Toolkit knows.
-ALL_CAPABILITIES: frozenset[str] = frozenset(
-    {"compat32", "compute", "display", "graphics", "ngx", "utility", "video"}
-)
-#: Capabilities when ``NVIDIA_DRIVER_CAPABILITIES`` is unset or empty.
-DEFAULT_CAPABILITIES: frozenset[str] = frozenset({"utility", "compute"})
-
 _HEX = frozenset("0123456789abcdef")
-
-
-def _is_gpu_uuid(text: str) -> bool:
-    """``GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`` in any case (no regex: import cost)."""
-    t = text.lower()
-    if not t.startswith("gpu-"):
-        return False
-    groups = t[4:].split("-")
-    return [len(g) for g in groups] == [8, 4, 4, 4, 12] and all(set(g) <= _HEX for g in groups)
 
 
 class Request(Record):
@@ -217,19 +209,13 @@ def request_from_env(env: Mapping[str, str], *, source: str = "process.env") -> 
     )
 
 
-def _is_hex(text: str, length: int) -> bool:
-    return len(text) == length and set(text.lower()) <= _HEX
+def _is_gpu_uuid(text: str) -> bool:
+    return is_gpu_uuid(text, any_case_prefix=True)
 
 
 def _is_bus_id(text: str) -> bool:
     """``0000:3b:00.0``, ``00000000:3B:00.0`` or ``3b:00.0`` (domain 0)."""
-    parts = text.split(":")
-    if len(parts) == 2:
-        parts = ["0000", *parts]
-    if len(parts) != 3 or len(parts[0]) not in (4, 8) or not _is_hex(parts[0], len(parts[0])):
-        return False
-    dev, _, fn = parts[2].partition(".")
-    return _is_hex(parts[1], 2) and _is_hex(dev, 2) and fn in tuple("01234567")
+    return parse_bus_id(text, short=True) is not None
 
 
 def classify_device(item: str) -> str | None:
@@ -306,7 +292,6 @@ class RequestPolicy(Record):
 
 #: Where device requests as volume mounts point (``/dev/null`` mounted at
 #: ``<dir>/<device>``; NVIDIA Container Toolkit ``internal/config/image``).
-VOLUME_MOUNT_DIR = "/var/run/nvidia-container-devices"
 
 
 def is_privileged(config: Mapping[str, Any]) -> bool:
@@ -766,10 +751,9 @@ def drm_requests_from_spec(
 
 def _sysfs_bus_id(text: str) -> str:
     """A PCI address accepted by :func:`_is_bus_id` in sysfs spelling (``0000:03:00.0``)."""
-    parts = text.lower().split(":")
-    if len(parts) == 2:
-        parts = ["0000", *parts]
-    return f"{int(parts[0], 16):04x}:{parts[1]}:{parts[2]}"
+    key = parse_bus_id(text, short=True)
+    assert key is not None  # checked by _is_bus_id
+    return sysfs_bus_id(key)
 
 
 def _drm_listing(gpus: Sequence[Any]) -> str:
@@ -786,7 +770,7 @@ def select_drm_gpus(request: DrmRequest, gpus: Sequence[Any]) -> tuple[Any, ...]
 
     Args:
         request: an AMD or Intel request.
-        gpus: the vendor's :class:`~ocihook.discovery.drm.DrmGpu` list in index order.
+        gpus: the vendor's :class:`~ocihook.discovery.records.DrmGpu` list in index order.
 
     Returns:
         The selected GPUs. An AMD unique id or UUID selects every partition of that GPU.

@@ -52,7 +52,7 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every conta
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
-    from .discovery.gpus import Gpu
+    from .discovery.records import Gpu
 
 __all__ = [
     "DISABLE_REQUIRE_TRUE",

@@ -23,8 +23,6 @@ from ocihook.discovery.devices import (
     DRM_MAJOR,
     IMEX_CHANNEL_LIMIT,
     WSL_DRIVER_STORE_FILES,
-    DriDevices,
-    WslFile,
     dri_nodes,
     gdrcopy_nodes,
     gds_nodes,
@@ -32,14 +30,11 @@ from ocihook.discovery.devices import (
     modeset_node,
     mofed_nodes,
     nvswitch_nodes,
-    parse_char_majors,
-    parse_misc,
-    parse_sysfs_dev,
     sysfs_bus_id,
     wsl_devices,
 )
-from ocihook.discovery.gpus import HostDeviceNode
-from ocihook.discovery.nvidia import parse_devices
+from ocihook.discovery.procfs import parse_char_majors, parse_devices, parse_misc, parse_sysfs_dev
+from ocihook.discovery.records import DriDevices, HostDeviceNode, WslFile
 
 IMEX_MAJOR = 507
 NVSWITCH_MAJOR = 508

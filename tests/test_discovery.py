@@ -15,12 +15,8 @@ from hypothesis import strategies as st
 
 from ocihook.core.errors import DiscoveryError, LdCacheError
 from ocihook.core.hostroot import HostRoot
-from ocihook.discovery.nvidia import (
-    discover,
-    parse_devices,
-    parse_driver_version,
-    parse_gpu_information,
-)
+from ocihook.discovery.nvidia import discover
+from ocihook.discovery.procfs import parse_devices, parse_driver_version, parse_gpu_information
 from ocihook.linux import ldcache
 from ocihook.sim import host as simhost
 

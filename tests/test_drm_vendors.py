@@ -19,8 +19,7 @@ from ocihook.appliers.spec import Options, apply_plan, edit_bundle
 from ocihook.core.errors import CdiError, DiscoveryError, RequestError
 from ocihook.core.hostroot import HostRoot
 from ocihook.discovery import amd, intel
-from ocihook.discovery.drm import DrmGpu
-from ocihook.discovery.gpus import HostDeviceNode
+from ocihook.discovery.records import DrmGpu, HostDeviceNode
 from ocihook.plan import make_drm_plan, merge_plans
 from ocihook.request import (
     DrmRequest,

@@ -23,20 +23,17 @@ from hypothesis import strategies as st
 from ocihook.core.errors import DiscoveryError, exit_code_for
 from ocihook.core.hostroot import HostRoot
 from ocihook.discovery import nvml
-from ocihook.discovery.gpus import (
-    Gpu,
-    GpuInventory,
-    HostDeviceNode,
-    MigDevice,
+from ocihook.discovery.gpus import read_gpus
+from ocihook.discovery.mig import mig_management_nodes
+from ocihook.discovery.nvidia import discover, enumerate_gpus
+from ocihook.discovery.procfs import (
     canonical_bus_id,
-    enumerate_gpus,
-    mig_management_nodes,
     parse_capability_file,
+    parse_devices,
     parse_gpu_information,
     parse_mig_minors,
-    read_gpus,
 )
-from ocihook.discovery.nvidia import discover, parse_devices
+from ocihook.discovery.records import Gpu, GpuInventory, HostDeviceNode, MigDevice
 from ocihook.sim import host as simhost
 
 DOUBLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "doubles", "pynvml.py")
@@ -692,7 +689,7 @@ def test_gpus_module_imports_stay_cheap(root: HostRoot) -> None:
     baseline = _modules_after("pass")
     loaded = (
         _modules_after(
-            "from ocihook.discovery.gpus import enumerate_gpus\n"
+            "from ocihook.discovery.nvidia import enumerate_gpus\n"
             "from ocihook.core.hostroot import HostRoot\n"
             f"enumerate_gpus(HostRoot.single({root.dev_root!r}), {{}}, backend='procfs')"
         )

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ocihook.core.errors import RequestError
-from ocihook.discovery.gpus import Gpu
+from ocihook.discovery.records import Gpu
 from ocihook.requirements import (
     DISABLE_REQUIRE_TRUE,
     KEYS,

@@ -49,8 +49,8 @@ if TYPE_CHECKING:
     from typing import Any
 
     from ..config import Config
-    from ..discovery.gpus import HostDeviceNode
     from ..discovery.nvidia import NvidiaHost
+    from ..discovery.records import HostDeviceNode
 
 __all__ = [
     "HOOK_ENV",
@@ -578,7 +578,7 @@ def request_device_nodes(host: NvidiaHost, request: Request) -> tuple[HostDevice
     """
     out: list[HostDeviceNode] = []
     if request.mig_config or request.mig_monitor:
-        from ..discovery.gpus import mig_management_nodes
+        from ..discovery.mig import mig_management_nodes
 
         wanted = {1} if request.mig_config else set()
         wanted |= {2} if request.mig_monitor else set()

@@ -44,9 +44,8 @@ from .spec import ContainerEdits, Device, DeviceNode, Hook, Mount, Spec, minimum
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from ..discovery.drm import DrmGpu, DrmHost
-    from ..discovery.gpus import Gpu, HostDeviceNode, MigDevice
     from ..discovery.nvidia import NvidiaHost
+    from ..discovery.records import DrmGpu, DrmHost, Gpu, HostDeviceNode, MigDevice
 
 __all__ = [
     "DEFAULT_NAME_STRATEGIES",

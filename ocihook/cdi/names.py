@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 
 from ..core.errors import CdiError
+from ..core.vocab import is_cdi_vendor_or_class
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ __all__ = [
 #: Key prefix of the annotations that request CDI devices (CDI ``SPEC.md``, "Annotations").
 ANNOTATION_PREFIX = "cdi.k8s.io/"
 
-_VENDOR_CLASS_RE = re.compile(r"[A-Za-z](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?")
+
 _DEVICE_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.:-]*[A-Za-z0-9])?")
 # Kubernetes annotation name part: alphanumerics, '-', '_', '.', alnum at both ends.
 _ANNOTATION_NAME_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?")
@@ -64,16 +65,26 @@ _VC_RULE = (
 )
 
 
+def _check_vendor_class(what: str, value: str) -> str:
+    if not isinstance(value, str):
+        raise CdiError(f"invalid {what}: not a string", value=value)
+    if not value:
+        raise CdiError(f"invalid {what}: empty", value=value)
+    if not is_cdi_vendor_or_class(value):
+        raise CdiError(f"invalid {what}: {_VC_RULE}", value=value)
+    return value
+
+
 def validate_vendor(vendor: str) -> str:
     """Return ``vendor`` if it is a valid CDI vendor name, else raise :class:`CdiError`
     naming the reason (CDI ``SPEC.md``, ``kind``; ``parser.ValidateVendorName``)."""
-    return _check("vendor", _VENDOR_CLASS_RE, vendor, _VC_RULE)
+    return _check_vendor_class("vendor", vendor)
 
 
 def validate_class(cls: str) -> str:
     """Return ``cls`` if it is a valid CDI device class, else raise :class:`CdiError`
     (CDI ``SPEC.md``, ``kind``; ``parser.ValidateClassName``)."""
-    return _check("class", _VENDOR_CLASS_RE, cls, _VC_RULE)
+    return _check_vendor_class("class", cls)
 
 
 def validate_device_name(name: str) -> str:

@@ -19,6 +19,7 @@ import json
 import re
 
 from ..core.records import Record
+from ..core.vocab import version_tuple
 from .names import CdiError, validate_class, validate_device_name, validate_vendor
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
@@ -485,7 +486,6 @@ def _decode(data: bytes | str, path: str) -> object:
 
 # -- validation -------------------------------------------------------------------------
 
-_VERSION_RE = re.compile(r"v?(\d+)\.(\d+)\.(\d+)")
 _DNS_LABEL = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
 _DNS_SUBDOMAIN_RE = re.compile(rf"{_DNS_LABEL}(?:\.{_DNS_LABEL})*")
 _K8S_NAME_RE = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?")
@@ -495,10 +495,10 @@ _IFNAME_RE = re.compile(r"(?!\.\.?\Z)[!-.0-9;-~]{1,15}")
 
 
 def _version_tuple(version: str) -> tuple[int, int, int] | None:
-    m = _VERSION_RE.fullmatch(version)
-    if m is None:
-        return None
-    return int(m[1]), int(m[2]), int(m[3])
+    """``"0.6.0"`` or ``"v0.6.0"`` -> ``(0, 6, 0)`` (:func:`ocihook.core.vocab.version_tuple`
+    with three numbers), else ``None``."""
+    parsed = version_tuple(version[1:] if version.startswith("v") else version, parts=(3,))
+    return None if parsed is None else (parsed[0], parsed[1], parsed[2])
 
 
 def _fail(message: str, field: str, value: object = None, hint: str | None = None) -> CdiError:

@@ -120,3 +120,34 @@ def read_text(path: str, *, what: str, missing_hint: str | None = None) -> str:
     except OSError as e:
         raise DiscoveryError(f"cannot read {what}: {e.strerror}", path=path) from None
     return data.decode("utf-8", "replace")
+
+
+def listdir(path: str, what: str) -> list[str]:
+    """Names in the directory ``path``, sorted; ``[]`` when it does not exist.
+
+    Raises:
+        DiscoveryError: it exists but cannot be read (naming it and ``what`` it is).
+    """
+    try:
+        return sorted(os.listdir(path))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as e:
+        raise DiscoveryError(f"cannot list {what}: {e.strerror}", path=path) from None
+
+
+def read_attr(path: str) -> str | None:
+    """A sysfs attribute's text without surrounding white space, or ``None`` when the
+    file does not exist. At most 64 KiB are read; undecodable bytes are replaced.
+
+    Raises:
+        DiscoveryError: it exists but cannot be read.
+    """
+    try:
+        with open(path, "rb") as f:
+            data = f.read(1 << 16)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as e:
+        raise DiscoveryError(f"cannot read a sysfs attribute: {e.strerror}", path=path) from None
+    return data.decode("utf-8", "replace").strip()

@@ -35,13 +35,14 @@ from __future__ import annotations
 import os
 
 from ..core.errors import DiscoveryError
-from ..core.hostroot import HostRoot, read_text
-from .drm import DrmGpu, DrmHost, is_bus_id, listdir, read_attr
-from .gpus import device_node
+from ..core.hostroot import HostRoot, listdir, read_attr, read_text
+from ..core.vocab import is_sysfs_bus_id as is_bus_id
+from .devices import device_node
+from .records import DrmGpu, DrmHost
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
 if TYPE_CHECKING:
-    from .gpus import HostDeviceNode
+    from .records import HostDeviceNode
 
 __all__ = [
     "KFD_PATH",
@@ -193,7 +194,7 @@ def discover(root: HostRoot | None = None) -> DrmHost:
         root: where to read from (default: the real host).
 
     Returns:
-        A :class:`~ocihook.discovery.drm.DrmHost` with ``vendor="amd"``, the GPUs (and
+        A :class:`~ocihook.discovery.records.DrmHost` with ``vendor="amd"``, the GPUs (and
         partitions) in amd-ctk's index order and ``shared_nodes = (/dev/kfd,)``. A loaded
         amdgpu with no GPU gives ``gpus == ()``.
 
@@ -283,7 +284,7 @@ def discover(root: HostRoot | None = None) -> DrmHost:
 
 
 def _char_majors(root: HostRoot) -> dict[str, int]:
-    from .nvidia import parse_devices
+    from .procfs import parse_devices
 
     return parse_devices(read_text(root.proc("devices"), what="/proc/devices"))
 

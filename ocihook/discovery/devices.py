@@ -17,7 +17,7 @@ returns immutable descriptions; nothing here writes anything.
 Two kinds of node, two rules:
 
 **Fixed numbers** (the major comes from ``/proc/devices`` or is fixed by the kernel, the
-minor is fixed by the driver): checked with :func:`~ocihook.discovery.gpus.device_node`. A
+minor is fixed by the driver): checked with :func:`~ocihook.discovery.devices.device_node`. A
 host node that exists must be a character device with exactly that major:minor, else
 :class:`~ocihook.core.errors.DiscoveryError` "invalid device node"; a missing one is still
 described (``present=False``) where the container should get the node anyway.
@@ -41,10 +41,17 @@ import stat
 
 from ..core.errors import DiscoveryError, RequestError
 from ..core.hostroot import HostRoot, read_text
-from ..core.records import Record
+from ..core.vocab import parse_bus_id
+from ..core.vocab import sysfs_bus_id as vocab_sysfs_bus_id
 from ..linux.pathsafe import resolve_in_root
-from .gpus import HostDeviceNode, canonical_bus_id, device_node
-from .nvidia import parse_char_majors
+from .procfs import (
+    canonical_bus_id,
+    canonical_decimal,
+    parse_char_majors,
+    parse_misc,
+    parse_sysfs_dev,
+)
+from .records import DriDevices, HostDeviceNode, WslDevices, WslFile
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
 if TYPE_CHECKING:
@@ -63,9 +70,6 @@ __all__ = [
     "WSL_DRIVERS_DIR",
     "WSL_DRIVER_STORE_FILES",
     "WSL_LIB_DIR",
-    "DriDevices",
-    "WslDevices",
-    "WslFile",
     "dri_nodes",
     "drm_dir_nodes",
     "gdrcopy_nodes",
@@ -74,9 +78,6 @@ __all__ = [
     "modeset_node",
     "mofed_nodes",
     "nvswitch_nodes",
-    "parse_char_majors",  # re-exported from ocihook.discovery.nvidia
-    "parse_misc",
-    "parse_sysfs_dev",
     "sysfs_bus_id",
     "wsl_devices",
 ]
@@ -128,120 +129,7 @@ WSL_DRIVER_STORE_FILES: tuple[str, ...] = (
 )
 
 
-# -- value types --------------------------------------------------------------------------
-
-
-class DriDevices(Record):
-    """The DRM nodes of one GPU.
-
-    Attributes:
-        bus_id: the GPU's PCI address, 8-digit domain, lowercase (``00000000:3b:00.0``).
-        card: ``/dev/dri/card<N>`` (``226:N``), or ``None`` when sysfs lists no card.
-        render: ``/dev/dri/renderD<N>`` (``226:N``), or ``None``.
-        links: symbolic links to make in the container, ``(link path, target)`` pairs such
-            as ``("/dev/dri/by-path/pci-0000:3b:00.0-card", "../card1")``, one per node.
-    """
-
-    bus_id: str
-    card: HostDeviceNode | None = None
-    render: HostDeviceNode | None = None
-    links: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def nodes(self) -> tuple[HostDeviceNode, ...]:
-        """The card and render nodes that exist in sysfs, card first."""
-        return tuple(n for n in (self.card, self.render) if n is not None)
-
-
-class WslFile(Record):
-    """One file of the WSL2 driver.
-
-    Attributes:
-        name: the entry's name (``libcuda.so.1.1``).
-        host_path: host path of the regular file, resolved inside the driver root (for a
-            symbolic link: the file it leads to).
-        link_target: the link's text when the entry is a symbolic link (``libcuda.so.1.1``
-            for ``libcuda.so``), else ``None``.
-    """
-
-    name: str
-    host_path: str
-    link_target: str | None = None
-
-
-class WslDevices(Record):
-    """What a WSL2 host gives a container.
-
-    Attributes:
-        dxg: ``/dev/dxg``, the paravirtualised GPU (misc device, dynamic minor).
-        lib_dir: host path of :data:`WSL_LIB_DIR` (resolved inside the driver root).
-        libraries: every regular file in :data:`WSL_LIB_DIR` and every link there that
-            leads to one, by name.
-        driver_stores: host paths of the directories under :data:`WSL_DRIVERS_DIR` that
-            hold at least one of :data:`WSL_DRIVER_STORE_FILES`, sorted.
-        driver_files: each of :data:`WSL_DRIVER_STORE_FILES` found, in that order, from the
-            first driver store holding it, else from :data:`WSL_LIB_DIR`.
-        missing: the names of :data:`WSL_DRIVER_STORE_FILES` found nowhere.
-        warnings: what was skipped and why (dangling links, several driver stores).
-    """
-
-    dxg: HostDeviceNode
-    lib_dir: str
-    libraries: tuple[WslFile, ...] = ()
-    driver_stores: tuple[str, ...] = ()
-    driver_files: tuple[WslFile, ...] = ()
-    missing: tuple[str, ...] = ()
-    warnings: tuple[str, ...] = ()
-
-
 # -- parsers (pure) -----------------------------------------------------------------------
-
-
-def _decimal(text: str) -> int | None:
-    """A canonical non-negative ASCII decimal (no sign, no leading zero), else ``None``."""
-    if not text or not text.isascii() or not text.isdigit():
-        return None
-    if len(text) > 1 and text[0] == "0":
-        return None
-    return int(text)
-
-
-def parse_sysfs_dev(text: str, *, path: str | None = None) -> tuple[int, int]:
-    """Parse a sysfs ``dev`` attribute (``"226:1\\n"``) into ``(major, minor)``.
-
-    The kernel prints ``%u:%u`` and a newline (``drivers/base/core.c``, ``dev_show``); the
-    major must fit 12 bits and the minor 20 (``include/linux/kdev_t.h``).
-
-    Raises:
-        DiscoveryError: anything else, naming ``path`` and the text found.
-    """
-    body = text[:-1] if text.endswith("\n") else text
-    major_text, sep, minor_text = body.partition(":")
-    major = _decimal(major_text)
-    minor = _decimal(minor_text)
-    if not sep or major is None or minor is None or major >= _MAJOR_LIMIT:
-        raise DiscoveryError(
-            "malformed device number in sysfs", path=path, value=text, hint="expected MAJOR:MINOR"
-        )
-    if minor >= _MINOR_LIMIT:
-        raise DiscoveryError(
-            "malformed device number in sysfs", path=path, value=text, hint="minor out of range"
-        )
-    return major, minor
-
-
-def parse_misc(text: str) -> dict[str, int]:
-    """Return the minors of a ``/proc/misc`` text by device name.
-
-    Lines are ``"%3i %s"`` (``drivers/char/misc.c``, ``misc_seq_show``): minor, then name.
-    Lines that are not a number and a name are ignored; the first minor of a name wins.
-    """
-    minors: dict[str, int] = {}
-    for line in text.splitlines():
-        fields = line.split()
-        if len(fields) == 2 and fields[0].isascii() and fields[0].isdigit():
-            minors.setdefault(fields[1], int(fields[0]))
-    return minors
 
 
 def sysfs_bus_id(bus_id: str) -> str:
@@ -254,13 +142,10 @@ def sysfs_bus_id(bus_id: str) -> str:
         RequestError: ``bus_id`` is not a PCI address (``DDDD:BB:DD.F`` or with an 8-digit
             domain).
     """
-    try:
-        _, (domain, bus, dev, fn) = canonical_bus_id(bus_id, path="")
-    except DiscoveryError:
-        raise RequestError(
-            "malformed PCI bus id", value=bus_id, hint="expected DDDDDDDD:BB:DD.F"
-        ) from None
-    return f"{domain:04x}:{bus:02x}:{dev:02x}.{fn:x}"
+    key = parse_bus_id(bus_id)
+    if key is None:
+        raise RequestError("malformed PCI bus id", value=bus_id, hint="expected DDDDDDDD:BB:DD.F")
+    return vocab_sysfs_bus_id(key)
 
 
 # -- helpers that read the host ------------------------------------------------------------
@@ -281,7 +166,7 @@ def _numbered(names: Iterable[str], prefix: str) -> list[int]:
     found = set()
     for name in names:
         if name.startswith(prefix):
-            n = _decimal(name[len(prefix) :])
+            n = canonical_decimal(name[len(prefix) :])
             if n is not None:
                 found.add(n)
     return sorted(found)
@@ -378,7 +263,7 @@ def modeset_node(root: HostRoot, majors: Mapping[str, int]) -> HostDeviceNode:
     Args:
         root: where to read from.
         majors: character majors by name, from ``/proc/devices``
-            (:func:`ocihook.discovery.nvidia.parse_devices`); the major is ``nvidia`` (or
+            (:func:`ocihook.discovery.procfs.parse_devices`); the major is ``nvidia`` (or
             ``nvidia-frontend`` on drivers before 550.40), 195 when neither is listed.
 
     Returns:
@@ -396,7 +281,7 @@ def _drm_entry(name: str) -> tuple[str, int] | None:
     """``("card", N)`` for ``cardN``, ``("render", N)`` for ``renderDN``, else ``None``."""
     for prefix, kind in (("renderD", "render"), ("card", "card")):
         if name.startswith(prefix):
-            n = _decimal(name[len(prefix) :])
+            n = canonical_decimal(name[len(prefix) :])
             return None if n is None else (kind, n)
     return None
 
@@ -434,7 +319,7 @@ def dri_nodes(root: HostRoot, bus_id: str) -> DriDevices:
     must be ``226:N`` (``DRM_MAJOR``, ``include/drm/drm_ioctl.h``; ``drm_sysfs_minor_alloc``
     in ``drivers/gpu/drm/drm_sysfs.c`` names them ``card%d``/``renderD%d`` after the
     minor). The host node ``/dev/dri/<name>`` is
-    checked as :func:`~ocihook.discovery.gpus.device_node` does (a missing one is described
+    checked as :func:`~ocihook.discovery.devices.device_node` does (a missing one is described
     with ``present=False``). The links are those udev makes
     (systemd ``rules.d/60-drm.rules``: ``dri/by-path/$env{ID_PATH}-card`` and ``-render``,
     ``ID_PATH`` = ``pci-<bus id>`` from the ``path_id`` builtin), targets relative:
@@ -446,7 +331,7 @@ def dri_nodes(root: HostRoot, bus_id: str) -> DriDevices:
     Args:
         root: where to read from.
         bus_id: the GPU's PCI address, with a 4- or 8-digit domain, any case
-            (``00000000:3b:00.0``, as :attr:`ocihook.discovery.gpus.Gpu.bus_id`).
+            (``00000000:3b:00.0``, as :attr:`ocihook.discovery.records.Gpu.bus_id`).
 
     Returns:
         A :class:`DriDevices`; with no card, render node nor link when sysfs has no ``drm``
@@ -478,7 +363,7 @@ def drm_dir_nodes(root: HostRoot, drm_dir: str) -> dict[str, HostDeviceNode]:
     function of their own (AMD's ``amdgpu_xcp_<N>`` partition devices). The rules are
     those of :func:`dri_nodes`: only ``card<N>`` and ``renderD<N>`` entries count, each
     ``dev`` attribute must be ``226:N``, and the host node ``/dev/dri/<name>`` is checked
-    with :func:`~ocihook.discovery.gpus.device_node`.
+    with :func:`~ocihook.discovery.devices.device_node`.
 
     Args:
         root: where to read from.
@@ -845,4 +730,45 @@ def wsl_devices(root: HostRoot) -> WslDevices | None:
         driver_files=tuple(driver_files),
         missing=tuple(missing),
         warnings=tuple(warnings),
+    )
+
+
+def device_node(root: HostRoot, path: str, major: int, minor: int) -> HostDeviceNode:
+    """Describe ``path``; a host node that exists must be that very char device.
+
+    Raises:
+        DiscoveryError: the host node exists but is not a character device with
+            ``major:minor`` (libnvidia-container refuses such nodes as "invalid device node").
+    """
+    host_path = root.dev(path)
+    try:
+        st = os.lstat(host_path)
+    except FileNotFoundError:
+        return HostDeviceNode(path=path, host_path=host_path, major=major, minor=minor)
+    except OSError as e:
+        raise DiscoveryError(f"cannot stat device node: {e.strerror}", path=host_path) from None
+    if not stat.S_ISCHR(st.st_mode) or (os.major(st.st_rdev), os.minor(st.st_rdev)) != (
+        major,
+        minor,
+    ):
+        actual = (
+            f"char {os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
+            if stat.S_ISCHR(st.st_mode)
+            else "not a character device"
+        )
+        raise DiscoveryError(
+            "invalid device node",
+            path=host_path,
+            value=actual,
+            hint=f"expected char {major}:{minor}; fix or remove the node",
+        )
+    return HostDeviceNode(
+        path=path,
+        host_path=host_path,
+        major=major,
+        minor=minor,
+        file_mode=stat.S_IMODE(st.st_mode),
+        uid=st.st_uid,
+        gid=st.st_gid,
+        present=True,
     )

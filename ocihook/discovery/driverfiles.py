@@ -50,6 +50,7 @@ import stat
 from ..core.errors import DiscoveryError, OcihookError
 from ..core.hostroot import HostRoot
 from ..core.records import Record
+from ..core.vocab import DRIVER_CAPABILITIES, IMPLIED_CAPABILITIES
 from ..linux import ldcache
 from ..linux.pathsafe import resolve_in_root
 
@@ -121,11 +122,9 @@ CAPABILITY_LIBRARIES: dict[str, tuple[str, ...]] = {
 NON_GLVND_LIBRARIES = ("libGL.so", "libEGL.so", "libGLESv1_CM.so", "libGLESv2.so")
 
 #: Every driver capability name (NVIDIA Container Toolkit ``internal/config/image``).
-ALL_DRIVER_CAPABILITIES = frozenset(
-    {"compat32", "compute", "display", "graphics", "ngx", "utility", "video"}
-)
+ALL_DRIVER_CAPABILITIES = DRIVER_CAPABILITIES
 #: Capabilities whose libraries another capability brings as well.
-_IMPLIED = {"video": ("compute",), "display": ("graphics",)}
+_IMPLIED = IMPLIED_CAPABILITIES
 
 #: Binaries per capability (libnvidia-container ``src/nvc_info.c``).
 CAPABILITY_BINARIES: dict[str, tuple[str, ...]] = {

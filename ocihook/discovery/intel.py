@@ -25,8 +25,9 @@ from __future__ import annotations
 import os
 
 from ..core.errors import DiscoveryError
-from ..core.hostroot import HostRoot
-from .drm import DrmGpu, DrmHost, is_bus_id, listdir, read_attr
+from ..core.hostroot import HostRoot, listdir, read_attr
+from ..core.vocab import is_sysfs_bus_id as is_bus_id
+from .records import DrmGpu, DrmHost
 
 __all__ = ["INTEL_VENDOR_ID", "discover", "is_present"]
 
@@ -64,7 +65,7 @@ def discover(root: HostRoot | None = None) -> DrmHost:
         root: where to read from (default: the real host).
 
     Returns:
-        A :class:`~ocihook.discovery.drm.DrmHost` with ``vendor="intel"``, the GPUs in PCI
+        A :class:`~ocihook.discovery.records.DrmHost` with ``vendor="intel"``, the GPUs in PCI
         bus order, no shared nodes; skipped entries are explained in ``warnings``.
 
     Raises:

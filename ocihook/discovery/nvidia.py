@@ -21,6 +21,8 @@ import os
 from ..core.errors import DiscoveryError
 from ..core.hostroot import HostRoot, read_text
 from ..core.records import Record
+from ..core.vocab import DRIVER_CAPABILITIES, with_implied
+from .devices import device_node
 from .driverfiles import (
     CAPABILITY_LIBRARIES,
     DriverFile,
@@ -32,21 +34,18 @@ from .driverfiles import (
     find_libraries,
     select_libraries,
 )
-from .gpus import (
-    Gpu,
-    HostDeviceNode,
-    device_node,
-    enumerate_gpus,
-    parse_gpu_information,
-)
+from .gpus import enumerate_procfs
+from .procfs import parse_devices, parse_driver_version
+from .records import Gpu, GpuInventory, HostDeviceNode
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
-    from .devices import DriDevices, WslDevices
+    from .records import DriDevices, WslDevices
 
 __all__ = [
+    "BACKENDS",
     "CAPABILITY_LIBRARIES",
     "NVIDIA_MAJOR",
     "SUPPORTED_CAPABILITIES",
@@ -55,10 +54,7 @@ __all__ = [
     "HostDeviceNode",
     "NvidiaHost",
     "discover",
-    "parse_char_majors",
-    "parse_devices",
-    "parse_driver_version",
-    "parse_gpu_information",
+    "enumerate_gpus",
 ]
 
 #: Major number of ``/dev/nvidia*`` (fixed by the driver, ``nvidia.ko``).
@@ -69,15 +65,7 @@ NVIDIA_MODESET_MINOR = 254
 
 #: The driver capabilities this version of ocihook puts in a plan; discovery finds the
 #: files of every capability (see :mod:`ocihook.discovery.driverfiles`).
-SUPPORTED_CAPABILITIES: frozenset[str] = frozenset(
-    {"compat32", "compute", "display", "graphics", "ngx", "utility", "video"}
-)
-
-
-def _is_version(token: str) -> bool:
-    """``N.N`` or ``N.N.N`` with ASCII digits."""
-    parts = token.split(".")
-    return 2 <= len(parts) <= 3 and all(p.isascii() and p.isdigit() for p in parts)
+SUPPORTED_CAPABILITIES = DRIVER_CAPABILITIES
 
 
 class NvidiaHost(Record):
@@ -141,62 +129,6 @@ class NvidiaHost(Record):
         )
 
 
-# -- parsers (pure) -------------------------------------------------------------------------
-
-
-def parse_driver_version(text: str, *, path: str | None = None) -> str:
-    """Return the driver version from the contents of ``/proc/driver/nvidia/version``.
-
-    The first line reads ``NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.261.03  <date>``
-    (proprietary module) or ``NVRM version: NVIDIA UNIX Open Kernel Module for x86_64
-    580.95.05  Release Build ...`` (open module); the version is the first whole token of
-    the form ``N.N`` or ``N.N.N`` after ``NVRM version:``.
-
-    Raises:
-        DiscoveryError: no ``NVRM version:`` line or no version on it.
-    """
-    for line in text.splitlines():
-        if line.startswith("NVRM version:"):
-            for token in line[len("NVRM version:") :].split():
-                if _is_version(token):
-                    return token
-            break
-    raise DiscoveryError(
-        "no driver version in the NVRM version line",
-        path=path,
-        field="NVRM version",
-        value=text.splitlines()[0] if text else "",
-    )
-
-
-def parse_char_majors(text: str) -> dict[str, tuple[int, ...]]:
-    """Return *every* character major of a ``/proc/devices`` text, by driver name, in
-    file order: a driver may register several regions under one name
-    (``infiniband_verbs``: the fixed 231 and a dynamic one). Only the "Character
-    devices:" section is read (block majors are a different number space)."""
-    majors: dict[str, list[int]] = {}
-    in_char = False
-    for line in text.splitlines():
-        s = line.strip()
-        if s.endswith(":"):
-            in_char = s == "Character devices:"
-            continue
-        if not in_char or not s:
-            continue
-        num, _, name = s.partition(" ")
-        if num.isascii() and num.isdigit() and name.strip():
-            found = majors.setdefault(name.strip(), [])
-            if int(num) not in found:
-                found.append(int(num))
-    return {name: tuple(nums) for name, nums in majors.items()}
-
-
-def parse_devices(text: str) -> dict[str, int]:
-    """Return the character device majors of a ``/proc/devices`` text, by driver name;
-    when one name has several, the first (see :func:`parse_char_majors`)."""
-    return {name: nums[0] for name, nums in parse_char_majors(text).items()}
-
-
 # -- discovery (reads files) ---------------------------------------------------------------
 
 
@@ -223,7 +155,7 @@ def discover(
         gpu_backend: ``"procfs"`` (default: no dependency, cheapest on a container's start
             path), ``"nvml"`` (nvidia-ml-py: adds brand, architecture, CUDA version, MIG
             UUIDs) or ``"auto"`` (NVML when it works on this host, else procfs); see
-            :func:`~ocihook.discovery.gpus.enumerate_gpus`.
+            :func:`~ocihook.discovery.nvidia.enumerate_gpus`.
 
     Returns:
         An :class:`NvidiaHost`. A host with a driver but no GPU has ``gpus == ()``.
@@ -286,9 +218,7 @@ def discover(
         if not node.present:
             warnings.append(f"{node.host_path} does not exist; the container gets a new node")
     caps = set(CAPABILITY_LIBRARIES) if capabilities is None else set(capabilities)
-    for cap, implied in (("video", "compute"), ("display", "graphics")):
-        if cap in caps:
-            caps.add(implied)
+    caps = with_implied(caps)
     lib_caps = [c for c in CAPABILITY_LIBRARIES if c in caps]
     classes = (64, 32) if capabilities is None or "compat32" in caps else (64,)
     libraries, lib_warnings = find_libraries(
@@ -336,4 +266,57 @@ def discover(
         wsl=wsl,
         cuda_version=inventory.cuda_version,
         gpu_backend=inventory.backend,
+    )
+
+
+#: The values :func:`enumerate_gpus` accepts for ``backend``.
+BACKENDS = ("auto", "procfs", "nvml")
+
+
+def enumerate_gpus(
+    root: HostRoot, majors: Mapping[str, int], *, backend: str = "auto"
+) -> GpuInventory:
+    """Enumerate the host's GPUs and their MIG devices.
+
+    Args:
+        root: where to read procfs and device nodes from.
+        majors: character majors by driver name (``parse_devices`` of ``/proc/devices``);
+            ``nvidia-caps`` is needed for MIG device nodes (a warning without it).
+        backend: ``"procfs"``; ``"nvml"`` (needs ``pynvml``: ``pip install
+            'ocihook[nvml]'``); or ``"auto"``: NVML when ``import pynvml`` works and
+            ``nvmlInit`` succeeds, else procfs — silently when pynvml is not installed,
+            with a warning when NVML fails or describes other GPUs than procfs under
+            ``root`` (NVML always describes the machine it runs on: a simulated root is
+            enumerated from procfs).
+
+    Returns:
+        A :class:`GpuInventory`; ``backend`` says which backend produced it.
+
+    Raises:
+        ValueError: an unknown ``backend``.
+        DiscoveryError: malformed procfs files, a host device node that is not the
+            device it should be, or (``backend="nvml"`` only) NVML missing or failing.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
+    fallback: str | None = None
+    if backend != "procfs":
+        from . import nvml  # lazy: imports pynvml only when called
+
+        try:
+            return nvml.enumerate_nvml(root, majors)
+        except nvml.NvmlError as e:
+            if backend == "nvml":
+                raise
+            if not isinstance(e, nvml.NvmlNotInstalled):
+                fallback = f"NVML not used ({e.message}); GPUs read from procfs"
+    inventory = enumerate_procfs(root, majors)
+    if fallback is None:
+        return inventory
+    return GpuInventory(
+        gpus=inventory.gpus,
+        driver_version=inventory.driver_version,
+        cuda_version=None,
+        backend="procfs",
+        warnings=(fallback, *inventory.warnings),
     )

@@ -1,4 +1,4 @@
-"""The NVML backend of :func:`ocihook.discovery.gpus.enumerate_gpus`.
+"""The NVML backend of :func:`ocihook.discovery.nvidia.enumerate_gpus`.
 
 Uses nvidia-ml-py's ``pynvml`` module (``pip install 'ocihook[nvml]'``), which loads the
 host's ``libnvidia-ml.so.1``. It is imported only when this backend runs; importing this
@@ -29,14 +29,11 @@ from __future__ import annotations
 import os
 
 from ..core.errors import DiscoveryError
-from .gpus import (
-    Gpu,
-    GpuInventory,
-    _MigContext,
-    _procfs_driver_version,
-    canonical_bus_id,
-    is_gpu_uuid,
-)
+from ..core.vocab import is_gpu_uuid
+from .gpus import _procfs_driver_version
+from .mig import _MigContext
+from .procfs import canonical_bus_id
+from .records import Gpu, GpuInventory
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: keep imports cheap
 if TYPE_CHECKING:
@@ -96,7 +93,7 @@ class NvmlError(DiscoveryError):
 
     ``field`` names the NVML function, ``value`` the ``nvmlReturn_t`` code (``None`` when
     the failure was not an NVML return code). With ``backend="auto"``,
-    :func:`~ocihook.discovery.gpus.enumerate_gpus` falls back to procfs on any of these.
+    :func:`~ocihook.discovery.nvidia.enumerate_gpus` falls back to procfs on any of these.
     """
 
 
@@ -313,7 +310,7 @@ def enumerate_nvml(root: HostRoot, majors: Mapping[str, int]) -> GpuInventory:
         majors: character majors by driver name; ``nvidia-caps`` for MIG device nodes.
 
     Returns:
-        A :class:`~ocihook.discovery.gpus.GpuInventory` with ``backend="nvml"``.
+        A :class:`~ocihook.discovery.records.GpuInventory` with ``backend="nvml"``.
 
     Raises:
         NvmlNotInstalled: ``import pynvml`` failed.

@@ -1,0 +1,278 @@
+"""Discovery's records: what host discovery found, as immutable values (GPUs, MIG devices,
+device nodes, DRM GPUs and hosts, WSL2 device sets). No I/O."""
+
+from __future__ import annotations
+
+import os
+
+from ..core.records import Record
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
+if TYPE_CHECKING:
+    from typing import Any
+
+    from ..core.hostroot import HostRoot
+
+
+class HostDeviceNode(Record):
+    """A character device node the container may need.
+
+    Attributes:
+        path: path in ``/dev`` terms (``/dev/nvidiactl``), the same inside the container.
+        host_path: host path under the dev root.
+        major, minor: the device number the kernel driver defines.
+        file_mode: permission bits (``0o666`` when the host node is missing, or the
+            driver's ``DeviceFileMode`` for a capability node).
+        uid, gid: owner of the host node (0 when missing).
+        present: whether the host node exists (and was checked to be this device).
+    """
+
+    path: str
+    host_path: str
+    major: int
+    minor: int
+    file_mode: int = 0o666
+    uid: int = 0
+    gid: int = 0
+    present: bool = False
+
+
+class MigDevice(Record):
+    """One MIG device: compute instance ``ci`` of GPU instance ``gi`` of a GPU.
+
+    A container that gets it needs the parent's ``/dev/nvidia<minor>`` and the two
+    capability nodes below (NVIDIA MIG user guide, "Device Nodes and Capabilities").
+
+    Attributes:
+        parent_index: index of the parent GPU (PCI bus order).
+        parent_minor: device minor of the parent GPU (the ``N`` of ``gpuN`` in
+            ``mig-minors`` and of ``capabilities/gpuN``).
+        gi: GPU instance id (``nvmlDeviceGetGpuInstanceId``).
+        ci: compute instance id within that GPU instance (``nvmlDeviceGetComputeInstanceId``).
+        gi_node: ``/dev/nvidia-caps/nvidia-cap<m>`` granting access to the GPU instance.
+        ci_node: ``/dev/nvidia-caps/nvidia-cap<m>`` granting access to the compute instance.
+        gi_cap_file: host path of ``.../capabilities/gpu<minor>/mig/gi<G>/access``.
+        ci_cap_file: host path of ``.../capabilities/gpu<minor>/mig/gi<G>/ci<C>/access``.
+        uuid: ``MIG-...`` from NVML; ``None`` from the procfs backend.
+        nvml_index: NVML's index of the MIG device on its parent
+            (``nvmlDeviceGetMigDeviceHandleByIndex``; the ``j`` of the toolkit's ``i:j``
+            names); ``None`` from the procfs backend.
+    """
+
+    parent_index: int
+    parent_minor: int
+    gi: int
+    ci: int
+    gi_node: HostDeviceNode
+    ci_node: HostDeviceNode
+    gi_cap_file: str
+    ci_cap_file: str
+    uuid: str | None = None
+    nvml_index: int | None = None
+
+    @property
+    def nodes(self) -> tuple[HostDeviceNode, HostDeviceNode]:
+        """``(gi_node, ci_node)``."""
+        return (self.gi_node, self.ci_node)
+
+
+class Gpu(Record):
+    """One NVIDIA GPU as the kernel driver (and NVML, when used) reports it.
+
+    Attributes:
+        index: position in PCI bus order (0-based), as ``nvidia-smi`` and NVML number them.
+        minor: the ``N`` of ``/dev/nvidiaN`` ("Device Minor"); not necessarily ``index``.
+        uuid: ``GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`` as the driver prints it.
+        bus_id: PCI address with an 8-digit domain, lowercase: ``00000000:3b:00.0``.
+        model: marketing name ("NVIDIA H100 80GB HBM3").
+        proc_dir: host path of the GPU's ``/proc/driver/nvidia/gpus/<bus id>`` directory.
+        brand: NVML brand, lowercase (``"tesla"``, ``"geforce"``, ``"nvidia"``; see
+            :data:`ocihook.discovery.nvml.BRAND_NAMES`), compared case-insensitively by
+            ``NVIDIA_REQUIRE_*`` ``brand=``; ``None`` when unknown (procfs backend).
+        architecture: CUDA compute capability ``"M.m"`` (``"9.0"``), the ``arch`` of
+            ``NVIDIA_REQUIRE_*``; ``None`` when unknown (procfs backend).
+        mig_devices: the GPU's MIG devices in ``(gi, ci)`` order; ``()`` without MIG.
+    """
+
+    index: int
+    minor: int
+    uuid: str
+    bus_id: str
+    model: str
+    proc_dir: str
+    brand: str | None = None
+    architecture: str | None = None
+    mig_devices: tuple[MigDevice, ...] = ()
+
+    @property
+    def device_path(self) -> str:
+        """Container path of the GPU's device node: ``/dev/nvidia<minor>``."""
+        return f"/dev/nvidia{self.minor}"
+
+
+class GpuInventory(Record):
+    """What :func:`enumerate_gpus` found.
+
+    Attributes:
+        gpus: the GPUs in index order (NVML index order == PCI bus order).
+        driver_version: ``"550.127.05"``; ``None`` when it could not be read.
+        cuda_version: the CUDA version the driver supports, ``"12.4"``
+            (``nvmlSystemGetCudaDriverVersion``); ``None`` from the procfs backend.
+        backend: ``"procfs"`` or ``"nvml"``: the backend that produced ``gpus``.
+        warnings: what was skipped or fell back, and why.
+    """
+
+    gpus: tuple[Gpu, ...]
+    driver_version: str | None
+    cuda_version: str | None
+    backend: str
+    warnings: tuple[str, ...] = ()
+
+
+class DrmGpu(Record):
+    """One GPU (or GPU partition) that a container gets through its DRM nodes.
+
+    Attributes:
+        vendor: ``"amd"`` or ``"intel"``.
+        index: position in the vendor's order (AMD: as amd-ctk numbers them; Intel: PCI
+            bus order), 0-based; what ``AMD_VISIBLE_DEVICES=1`` names.
+        bus_id: PCI address as sysfs spells it (``0000:03:00.0``); a partition has its
+            GPU's.
+        render: ``/dev/dri/renderD<M>``.
+        card: ``/dev/dri/card<N>``, or ``None`` when sysfs lists none.
+        driver: the kernel driver (``amdgpu``, ``i915``, ``xe``).
+        device_id: PCI device id (``0x740f``), or ``None`` when unknown.
+        uuid: AMD ``GPU-`` + 16 hex digits of the KFD ``unique_id``; ``None`` for Intel or
+            a GPU whose KFD node gives none.
+        unique_id: the KFD ``unique_id`` as ``0x`` + hex (what ``AMD_VISIBLE_DEVICES``
+            accepts), or ``None``.
+        architecture: AMD ``gfx`` target (``gfx90a``) from KFD, or ``None``.
+        partition: position of this partition within its GPU when the GPU is split into
+            several (AMD compute partitions), else ``None``.
+        compute_partition, memory_partition: the GPU's current modes (``DPX``, ``NPS1``)
+            from sysfs, when it reports them.
+        links: ``(link, target)`` symbolic links the container gets, e.g. Intel's
+            ``/dev/dri/by-path/pci-0000:03:00.0-render -> ../renderD129``.
+        sysfs_dir: host path of the device's sysfs directory (for messages).
+    """
+
+    vendor: str
+    index: int
+    bus_id: str
+    render: HostDeviceNode
+    card: HostDeviceNode | None = None
+    driver: str = ""
+    device_id: str | None = None
+    uuid: str | None = None
+    unique_id: str | None = None
+    architecture: str | None = None
+    partition: int | None = None
+    compute_partition: str | None = None
+    memory_partition: str | None = None
+    links: tuple[tuple[str, str], ...] = ()
+    sysfs_dir: str = ""
+
+    def replace(self, **changes: Any) -> DrmGpu:
+        """A copy with ``changes`` applied."""
+        values = {name: getattr(self, name) for name in self.__fields__}
+        values.update(changes)
+        return DrmGpu(**values)
+
+    @property
+    def nodes(self) -> tuple[HostDeviceNode, ...]:
+        """The card node (when there is one), then the render node."""
+        return (self.card, self.render) if self.card is not None else (self.render,)
+
+    @property
+    def card_name(self) -> str | None:
+        """``card<N>`` (the name Intel's tools use for a GPU), or ``None``."""
+        return None if self.card is None else os.path.basename(self.card.path)
+
+    @property
+    def ident(self) -> str:
+        """A stable id for messages and plans: the UUID when known, else the bus id."""
+        return self.uuid or self.bus_id
+
+
+class DrmHost(Record):
+    """What one vendor backend found on a host. Immutable.
+
+    Attributes:
+        vendor: ``"amd"`` or ``"intel"``.
+        root: where it was read from.
+        gpus: the GPUs in index order.
+        shared_nodes: nodes every container of this vendor needs with any GPU
+            (``/dev/kfd`` for AMD; none for Intel).
+        driver_version: the kernel module's ``version`` attribute, when it has one.
+        warnings: what was skipped and why.
+    """
+
+    vendor: str
+    root: HostRoot
+    gpus: tuple[DrmGpu, ...]
+    shared_nodes: tuple[HostDeviceNode, ...] = ()
+    driver_version: str | None = None
+    warnings: tuple[str, ...] = ()
+
+
+class DriDevices(Record):
+    """The DRM nodes of one GPU.
+
+    Attributes:
+        bus_id: the GPU's PCI address, 8-digit domain, lowercase (``00000000:3b:00.0``).
+        card: ``/dev/dri/card<N>`` (``226:N``), or ``None`` when sysfs lists no card.
+        render: ``/dev/dri/renderD<N>`` (``226:N``), or ``None``.
+        links: symbolic links to make in the container, ``(link path, target)`` pairs such
+            as ``("/dev/dri/by-path/pci-0000:3b:00.0-card", "../card1")``, one per node.
+    """
+
+    bus_id: str
+    card: HostDeviceNode | None = None
+    render: HostDeviceNode | None = None
+    links: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def nodes(self) -> tuple[HostDeviceNode, ...]:
+        """The card and render nodes that exist in sysfs, card first."""
+        return tuple(n for n in (self.card, self.render) if n is not None)
+
+
+class WslFile(Record):
+    """One file of the WSL2 driver.
+
+    Attributes:
+        name: the entry's name (``libcuda.so.1.1``).
+        host_path: host path of the regular file, resolved inside the driver root (for a
+            symbolic link: the file it leads to).
+        link_target: the link's text when the entry is a symbolic link (``libcuda.so.1.1``
+            for ``libcuda.so``), else ``None``.
+    """
+
+    name: str
+    host_path: str
+    link_target: str | None = None
+
+
+class WslDevices(Record):
+    """What a WSL2 host gives a container.
+
+    Attributes:
+        dxg: ``/dev/dxg``, the paravirtualised GPU (misc device, dynamic minor).
+        lib_dir: host path of :data:`WSL_LIB_DIR` (resolved inside the driver root).
+        libraries: every regular file in :data:`WSL_LIB_DIR` and every link there that
+            leads to one, by name.
+        driver_stores: host paths of the directories under :data:`WSL_DRIVERS_DIR` that
+            hold at least one of :data:`WSL_DRIVER_STORE_FILES`, sorted.
+        driver_files: each of :data:`WSL_DRIVER_STORE_FILES` found, in that order, from the
+            first driver store holding it, else from :data:`WSL_LIB_DIR`.
+        missing: the names of :data:`WSL_DRIVER_STORE_FILES` found nowhere.
+        warnings: what was skipped and why (dangling links, several driver stores).
+    """
+
+    dxg: HostDeviceNode
+    lib_dir: str
+    libraries: tuple[WslFile, ...] = ()
+    driver_stores: tuple[str, ...] = ()
+    driver_files: tuple[WslFile, ...] = ()
+    missing: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
