@@ -31,6 +31,7 @@ from ..core.errors import ApplyError, OcihookError, RequestError, SpecError
 from ..core.hostroot import HostRoot
 from ..core.records import Record
 from ..oci.bundle import Bundle, dump_json, load_bundle, write_json_atomic
+from ..oci.edit import child_list, child_object, set_env
 from ..plan import (
     ContainerEdits,
     ContainerLayout,
@@ -121,33 +122,6 @@ def realize_hooks(edits: ContainerEdits, command: Sequence[str]) -> tuple[Hook, 
     return (*hooks, *edits.hooks)
 
 
-def _set_env(env: list[str], entries: Sequence[str]) -> None:
-    for entry in entries:
-        key = entry.partition("=")[0]
-        for i, old in enumerate(env):
-            if old.partition("=")[0] == key:
-                env[i] = entry
-                break
-        else:
-            env.append(entry)
-
-
-def _obj(doc: dict[str, Any], key: str, *, path: str, field: str) -> dict[str, Any]:
-    value = doc.setdefault(key, {})
-    if not isinstance(value, dict):
-        raise SpecError(f"{field} must be an object", path=path, field=field)
-    return value
-
-
-def _list(doc: dict[str, Any], key: str, *, path: str, field: str) -> list[Any]:
-    value = doc.setdefault(key, [])
-    if value is None:
-        value = doc[key] = []
-    if not isinstance(value, list):
-        raise SpecError(f"{field} must be a list", path=path, field=field)
-    return value
-
-
 def apply_plan(
     config: dict[str, Any],
     plan: Plan,
@@ -172,11 +146,11 @@ def apply_plan(
     if e.is_empty():
         return doc
     if e.env:
-        process = _obj(doc, "process", path=path, field="process")
-        _set_env(_list(process, "env", path=path, field="process.env"), e.env)
-    linux = _obj(doc, "linux", path=path, field="linux")
+        process = child_object(doc, "process", path=path, field="process")
+        set_env(child_list(process, "env", path=path, field="process.env"), e.env)
+    linux = child_object(doc, "linux", path=path, field="linux")
     if e.device_nodes:
-        devices = _list(linux, "devices", path=path, field="linux.devices")
+        devices = child_list(linux, "devices", path=path, field="linux.devices")
         for n in e.device_nodes:
             entry = {
                 "path": n.path,
@@ -194,8 +168,8 @@ def apply_plan(
             else:
                 devices.append(entry)
     if e.cgroup_rules:
-        resources = _obj(linux, "resources", path=path, field="linux.resources")
-        rules = _list(resources, "devices", path=path, field="linux.resources.devices")
+        resources = child_object(linux, "resources", path=path, field="linux.resources")
+        rules = child_list(resources, "devices", path=path, field="linux.resources.devices")
         for r in e.cgroup_rules:
             rule: dict[str, Any] = {"allow": r.allow, "type": r.type, "access": r.access}
             if r.major is not None:
@@ -205,7 +179,7 @@ def apply_plan(
             if rule not in rules:
                 rules.append(rule)
     if e.mounts:
-        mounts = _list(doc, "mounts", path=path, field="mounts")
+        mounts = child_list(doc, "mounts", path=path, field="mounts")
         for m in e.mounts:
             entry = {
                 "destination": m.destination,
@@ -221,18 +195,18 @@ def apply_plan(
                 mounts.append(entry)
     hooks = realize_hooks(e, command or hook_command())
     if hooks:
-        spec_hooks = _obj(doc, "hooks", path=path, field="hooks")
+        spec_hooks = child_object(doc, "hooks", path=path, field="hooks")
         for h in hooks:
-            stage = _list(spec_hooks, h.stage, path=path, field=f"hooks.{h.stage}")
+            stage = child_list(spec_hooks, h.stage, path=path, field=f"hooks.{h.stage}")
             entry = {"path": h.path, "args": list(h.args), "env": list(h.env)}
             if h.timeout is not None:
                 entry["timeout"] = h.timeout
             if entry not in stage:
                 stage.append(entry)
     if e.additional_gids:  # CDI's rule: gids already present are not repeated
-        process = _obj(doc, "process", path=path, field="process")
-        user = _obj(process, "user", path=path, field="process.user")
-        gids = _list(user, "additionalGids", path=path, field="process.user.additionalGids")
+        process = child_object(doc, "process", path=path, field="process")
+        user = child_object(process, "user", path=path, field="process.user")
+        gids = child_list(user, "additionalGids", path=path, field="process.user.additionalGids")
         gids.extend(g for g in e.additional_gids if g not in gids)
     return doc
 
@@ -519,7 +493,7 @@ def _edit_bundle_cdi(
         doc["process"] = {}
     if not isinstance(doc["process"].get("env"), list):
         doc["process"]["env"] = []
-    _set_env(doc["process"]["env"], ["NVIDIA_VISIBLE_DEVICES=void"])
+    set_env(doc["process"]["env"], ["NVIDIA_VISIBLE_DEVICES=void"])
     if drm_plan is not None:  # AMD/Intel GPUs asked for beside the CDI devices
         doc = apply_plan(doc, drm_plan, command=command, path=bundle.config_path)
     if dry_run:

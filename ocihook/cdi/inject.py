@@ -20,6 +20,7 @@ import os
 import posixpath
 import stat
 
+from ..oci.edit import child_list, child_object, copy_json, set_env
 from .names import CdiError
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
@@ -55,24 +56,6 @@ class _Edits:
         if edits.intel_rdt is not None:
             self.intel_rdt = edits.intel_rdt
         self.additional_gids.extend(edits.additional_gids)
-
-
-def _copy_json(value: Any) -> Any:
-    """A deep copy of JSON data (what :func:`copy.deepcopy` gives for it, without
-    importing :mod:`copy` on the container start path): a round trip through the C JSON
-    encoder and decoder, which handles nesting as deep as :func:`json.loads` accepted.
-
-    Raises:
-        SpecError: data nested too deep to copy (``RecursionError``).
-    """
-    import json
-
-    try:
-        return json.loads(json.dumps(value))
-    except RecursionError:
-        from ..core.errors import SpecError
-
-        raise SpecError("config.json is nested too deeply") from None
 
 
 def inject_devices(
@@ -112,40 +95,23 @@ def inject_devices(
             seen_specs.add(key)
             edits.append(entry.spec.container_edits)
         edits.append(entry.device.container_edits)
-    out: dict[str, Any] = _copy_json(oci_spec)
+    out: dict[str, Any] = copy_json(oci_spec)
     _apply(out, edits, lstat)
     return out
-
-
-# -- helpers over the OCI dict ----------------------------------------------------------
-
-
-def _obj(parent: dict[str, Any], key: str) -> dict[str, Any]:
-    """``parent[key]``, created as ``{}`` when absent or ``null``."""
-    value = parent.get(key)
-    if value is None:
-        value = parent[key] = {}
-    return value
-
-
-def _list(parent: dict[str, Any], key: str) -> list[Any]:
-    """``parent[key]``, created as ``[]`` when absent or ``null``."""
-    value = parent.get(key)
-    if value is None:
-        value = parent[key] = []
-    return value
 
 
 def _apply(spec: dict[str, Any], edits: _Edits, lstat: Callable[[str], os.stat_result]) -> None:
     """Apply ``edits`` to ``spec`` in place (``ContainerEdits.Apply``)."""
     if edits.env:
-        _apply_env(_list(_obj(spec, "process"), "env"), edits.env)
+        set_env(child_list(child_object(spec, "process"), "env"), edits.env, replace_last=True)
     for node in edits.device_nodes:
         _apply_device_node(spec, node, lstat)
     for dev in edits.net_devices:
-        _obj(_obj(spec, "linux"), "netDevices")[dev.host_interface_name] = {"name": dev.name}
+        child_object(child_object(spec, "linux"), "netDevices")[dev.host_interface_name] = {
+            "name": dev.name
+        }
     if edits.mounts:
-        mounts = _list(spec, "mounts")
+        mounts = child_list(spec, "mounts")
         for mount in edits.mounts:
             for i, old in enumerate(mounts):
                 if old.get("destination") == mount.container_path:
@@ -155,29 +121,15 @@ def _apply(spec: dict[str, Any], edits: _Edits, lstat: Callable[[str], os.stat_r
         # stable sort by depth (container-edits.go orderedMounts)
         mounts.sort(key=lambda m: posixpath.normpath(m.get("destination", "")).count("/"))
     for hook in edits.hooks:
-        _list(_obj(spec, "hooks"), hook.hook_name).append(_oci_hook(hook))
+        child_list(child_object(spec, "hooks"), hook.hook_name).append(_oci_hook(hook))
     if edits.intel_rdt is not None:
-        _obj(spec, "linux")["intelRdt"] = _oci_intel_rdt(edits.intel_rdt)
+        child_object(spec, "linux")["intelRdt"] = _oci_intel_rdt(edits.intel_rdt)
     for gid in edits.additional_gids:
         if gid == 0:
             continue
-        gids = _list(_obj(_obj(spec, "process"), "user"), "additionalGids")
+        gids = child_list(child_object(child_object(spec, "process"), "user"), "additionalGids")
         if gid not in gids:
             gids.append(gid)
-
-
-def _apply_env(env: list[str], new: list[str]) -> None:
-    """Replace ``KEY=...`` in place or append (runtime-tools ``AddMultipleProcessEnv``:
-    an existing key's last occurrence is the one replaced)."""
-    index = {entry.partition("=")[0]: i for i, entry in enumerate(env)}
-    for entry in new:
-        key = entry.partition("=")[0]
-        i = index.get(key)
-        if i is None:
-            index[key] = len(env)
-            env.append(entry)
-        else:
-            env[i] = entry
 
 
 _HOST_TYPES = {stat.S_IFBLK: "b", stat.S_IFCHR: "c", stat.S_IFIFO: "p"}
@@ -251,7 +203,7 @@ def _apply_device_node(
             value = user[key]
         if value is not None:
             dev[key] = value
-    devices = _list(_obj(spec, "linux"), "devices")
+    devices = child_list(child_object(spec, "linux"), "devices")
     for i, old in enumerate(devices):  # runtime-tools RemoveDevice: first match
         if old.get("path") == node.path:
             del devices[i]
@@ -267,7 +219,7 @@ def _apply_device_node(
         rule: dict[str, Any] = {"allow": True, "type": dev_type, "major": major, "minor": minor}
         if access:
             rule["access"] = access
-        _list(_obj(_obj(spec, "linux"), "resources"), "devices").append(rule)
+        child_list(child_object(child_object(spec, "linux"), "resources"), "devices").append(rule)
 
 
 def _oci_mount(mount: Mount) -> dict[str, Any]:
