@@ -30,7 +30,7 @@ __version__ = "0.1.0"
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
 if TYPE_CHECKING:
     from .appliers.live import inject
-    from .appliers.spec import EditResult, Options, apply_plan, edit_bundle, hook_command
+    from .appliers.spec import EditResult, apply_plan, edit_bundle
     from .config import Config, load_config
     from .core.errors import (
         EXIT_CODES,
@@ -73,15 +73,16 @@ if TYPE_CHECKING:
         request_from_spec,
         select_gpus,
     )
+    from .settings import Options, hook_command
 
 #: Public name -> module that defines it.
 _EXPORTS = {
     "inject": "appliers.live",
     "EditResult": "appliers.spec",
-    "Options": "appliers.spec",
+    "Options": "settings",
     "apply_plan": "appliers.spec",
     "edit_bundle": "appliers.spec",
-    "hook_command": "appliers.spec",
+    "hook_command": "settings",
     "Bundle": "oci.bundle",
     "State": "oci.bundle",
     "load_bundle": "oci.bundle",

@@ -414,9 +414,9 @@ def make_plan(
         layout: where libraries go in the image.
         extra_nodes: further device nodes the request asks for (MIG management, IMEX
             channels, feature-gated sets; see
-            :func:`ocihook.appliers.spec.request_device_nodes`).
+            :func:`ocihook.pipeline.request_device_nodes`).
         extra_mounts: further mounts the request asks for (GDS's ``/etc/cufile.json`` and
-            ``/run/udev``; see :func:`ocihook.appliers.spec.request_mounts`).
+            ``/run/udev``; see :func:`ocihook.pipeline.request_mounts`).
         cuda_compat: use the image's CUDA forward-compatibility libraries when newer
             (the operator's ``cuda-compat`` setting: ``ldconfig`` or ``disabled``).
         check_requirements: check ``request.requirements`` against the host and the

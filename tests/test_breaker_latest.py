@@ -21,11 +21,12 @@ from conftest import need_root_and
 from test_runtime_configure import containerd_default, containerd_dump, run_configure
 from test_runtime_wrapper import Stage, _config, stage  # noqa: F401
 
-from ocihook.appliers.spec import HOOK_PROGRAM, edit_bundle
+from ocihook.appliers.spec import edit_bundle
 from ocihook.commands.engines import configure, configure_containerd
 from ocihook.commands.runtime import parse_args
 from ocihook.core.errors import EXIT_CODES, EngineConfigError
 from ocihook.core.hostroot import HostRoot
+from ocihook.settings import HOOK_PROGRAM
 from ocihook.sim import host as simhost
 
 CRI = "io.containerd.grpc.v1.cri"

@@ -15,7 +15,7 @@ from conftest import REPO
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ocihook.appliers.spec import Options, apply_plan, edit_bundle
+from ocihook.appliers.spec import apply_plan, edit_bundle
 from ocihook.core.errors import CdiError, DiscoveryError, RequestError
 from ocihook.core.hostroot import HostRoot
 from ocihook.discovery import amd, intel
@@ -27,6 +27,7 @@ from ocihook.request import (
     drm_requests_from_spec,
     select_drm_gpus,
 )
+from ocihook.settings import Options
 from ocihook.sim import vendors as simvendors
 
 with open(os.path.join(REPO, "specs/plan.schema.json")) as _f:
@@ -635,7 +636,7 @@ def test_any_value_is_a_request_or_a_request_error(vendor: str, entries: list[st
 
 
 def test_cdi_mode_names_vendor_entries() -> None:
-    from ocihook.appliers.spec import cdi_device_names
+    from ocihook.pipeline import cdi_device_names
     from ocihook.request import request_from_spec
 
     config = {

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from ocihook.appliers.spec import request_device_nodes
 from ocihook.core.errors import RequestError
 from ocihook.core.hostroot import HostRoot
 from ocihook.discovery.nvidia import discover
+from ocihook.pipeline import request_device_nodes
 from ocihook.plan import ContainerLayout, make_plan
 from ocihook.request import VOLUME_MOUNT_DIR, RequestPolicy, request_from_spec
 from ocihook.sim import host as simhost
@@ -165,7 +165,8 @@ def test_gds_brings_its_nodes_and_mounts(
     /run/udev (a directory: mounted as one in both modes)."""
     from conftest import need_root_and, register_hook
 
-    from ocihook.appliers.spec import edit_bundle, request_mounts
+    from ocihook.appliers.spec import edit_bundle
+    from ocihook.pipeline import request_mounts
     from ocihook.sim.demo import run_container
 
     root = str(tmp_path / "host")

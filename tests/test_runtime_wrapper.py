@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 # containerd started privately, as test_e2e_podman_containerd.py does (its fixtures)
 from test_e2e_podman_containerd import containerd, host_guard  # noqa: F401
 
-from ocihook.appliers.spec import HOOK_PROGRAM, edit_bundle
+from ocihook.appliers.spec import edit_bundle
 from ocihook.commands.runtime import (
     EXEC_MARKER,
     GLOBAL_FLAGS,
@@ -38,6 +38,7 @@ from ocihook.commands.runtime import (
 )
 from ocihook.core.errors import EXIT_CODES, RuntimeNotFound
 from ocihook.core.hostroot import HostRoot
+from ocihook.settings import HOOK_PROGRAM
 from ocihook.sim import host as simhost
 
 WRAPPER = os.path.join(os.path.dirname(sys.executable), "ocihook-runtime")

@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 
-from ocihook.appliers.spec import Options, cdi_device_names, edit_bundle
+from ocihook.appliers.spec import edit_bundle
 from ocihook.core.errors import CdiError
+from ocihook.pipeline import cdi_device_names
 from ocihook.request import request_from_spec
+from ocihook.settings import Options
 
 # Explicit type/major/minor: injection never needs a host device node for these.
 GPU_SPEC = {

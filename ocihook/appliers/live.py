@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from ..request import DrmRequest
-    from .spec import Options
+    from ..settings import Options
 
 __all__ = [
     "capability_files",
@@ -597,7 +597,8 @@ def inject(
     from ..core.errors import StateError
     from ..linux import pathsafe
     from ..linux import syscalls as _linux
-    from .spec import Options, plan_for_bundle
+    from ..pipeline import plan_for_bundle
+    from ..settings import Options
 
     if not os.path.isdir(bundle.rootfs):
         raise ApplyError(

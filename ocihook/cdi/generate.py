@@ -91,7 +91,7 @@ def _node(n: HostDeviceNode) -> DeviceNode:
 
 
 def _hook(command: Sequence[str], args: Sequence[str]) -> Hook:
-    from ..appliers.spec import HOOK_ENV, HOOK_TIMEOUT
+    from ..settings import HOOK_ENV, HOOK_TIMEOUT
 
     return Hook("createContainer", command[0], (*command, *args), HOOK_ENV, HOOK_TIMEOUT)
 
@@ -206,7 +206,7 @@ def generate_spec(
         name_strategies: naming strategies from :data:`NAME_STRATEGIES`, each giving every
             device one name; a name two strategies give alike is listed once.
         hook_command: argv prefix that runs ocihook
-            (default: :func:`ocihook.appliers.spec.hook_command`, this installation).
+            (default: :func:`ocihook.settings.hook_command`, this installation).
 
     Returns:
         A valid :class:`~ocihook.cdi.spec.Spec` (devices in index order, MIG devices after
@@ -216,7 +216,7 @@ def generate_spec(
         CdiError: a malformed ``vendor``, ``device_class`` or strategy.
         DiscoveryError: the host has no GPU.
     """
-    from ..appliers.spec import hook_command as default_command
+    from ..settings import hook_command as default_command
     from .names import CdiError
 
     validate_vendor(vendor)
@@ -304,8 +304,8 @@ def generate_drm_spec(
     Raises:
         DiscoveryError: the host has no GPU of the vendor.
     """
-    from ..appliers.spec import hook_command as default_command
     from ..request import DRM_VARIABLES
+    from ..settings import hook_command as default_command
 
     if not host.gpus:
         raise DiscoveryError(

@@ -417,10 +417,10 @@ def plan(
     bundle: str,
 ) -> None:
     """Print the plan (container edits) for a bundle as JSON, without changing anything."""
-    from ..appliers.spec import layout_for_rootfs
     from ..discovery.drm import discover_vendor
     from ..discovery.nvidia import discover
     from ..oci.bundle import load_bundle
+    from ..pipeline import layout_for_rootfs
     from ..plan import make_drm_plan, make_plan, merge_plans
     from ..request import drm_requests_from_spec, request_from_spec
 

@@ -687,7 +687,7 @@ def hooks_d_document(python: str | None = None) -> dict[str, Any]:
     for every container (``when.always``; it exits at once for those that ask for no
     GPU), with ``-I``, an explicit ``env`` and a timeout (containers/common
     ``pkg/hooks/docs/oci-hooks.5.md``)."""
-    from ..appliers.spec import HOOK_ENV, HOOK_PROGRAM, HOOK_TIMEOUT
+    from ..settings import HOOK_ENV, HOOK_PROGRAM, HOOK_TIMEOUT
 
     python = python or sys.executable
     return {

@@ -335,7 +335,8 @@ def _read_stdin() -> bytes:
 
 
 def _cmd_edit(ns: Any) -> int:
-    from ..appliers.spec import edit_bundle, options_from_config
+    from ..appliers.spec import edit_bundle
+    from ..settings import options_from_config
 
     cfg = load_settings(ns, trust_environment=True)
     result = edit_bundle(
@@ -443,9 +444,9 @@ def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
     state = _bundle.parse_state(_read_stdin() if stdin is None else stdin)
     b = _bundle.load_bundle(state.bundle, hint="the bundle comes from the state JSON on stdin")
     if ns.stage in INJECT_STAGES:
-        from ..appliers.spec import options_from_config
         from ..core import log
         from ..request import drm_requests_from_spec, request_from_spec
+        from ..settings import options_from_config
 
         cfg = load_settings(ns, trust_environment=False)
         log.configure(cfg.log_file or None, cfg.log_level, container=state.id)

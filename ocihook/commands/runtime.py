@@ -310,7 +310,7 @@ def _is_ocihook_inject_hook(entry: object) -> bool:
     args = entry.get("args")
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
         return False
-    from ..appliers.spec import HOOK_PROGRAM
+    from ..settings import HOOK_PROGRAM
 
     path = entry.get("path")
     ours = HOOK_PROGRAM in args or any(
@@ -326,7 +326,7 @@ def legacy_hook(config_file: str | None) -> dict[str, Any]:
     """The prestart hook entry ``legacy`` mode adds: ``packaging/config.json-hooks-snippet
     .json.in``'s command line with this interpreter, plus ``--config FILE`` when the
     wrapper read a file other than the default (hooks never read ``$OCIHOOK_CONFIG``)."""
-    from ..appliers.spec import HOOK_ENV, HOOK_TIMEOUT, hook_command
+    from ..settings import HOOK_ENV, HOOK_TIMEOUT, hook_command
 
     args = [*hook_command(), "hook", "prestart"]
     if config_file is not None:
@@ -344,11 +344,11 @@ def _add_legacy_hook(bundle_dir: str, cfg: Config) -> bool:
         RequestError: a malformed request.
         ApplyError: ``config.json`` could not be replaced.
     """
-    from ..appliers.spec import options_from_config
     from ..config import DEFAULT_PATH as DEFAULT_CONFIG
     from ..core.errors import ApplyError, SpecError
     from ..oci.bundle import load_bundle, write_json_atomic
     from ..request import drm_requests_from_spec, request_from_spec
+    from ..settings import options_from_config
 
     b = load_bundle(bundle_dir)
     options = options_from_config(cfg)
@@ -446,7 +446,8 @@ def prepare_bundle(bundle_dir: str, cfg: Config) -> str:
     """
     if cfg.mode == "legacy":
         return "hook added" if _add_legacy_hook(bundle_dir, cfg) else "unchanged"
-    from ..appliers.spec import edit_bundle, options_from_config
+    from ..appliers.spec import edit_bundle
+    from ..settings import options_from_config
 
     result = edit_bundle(bundle_dir, cfg.host_root(), options=options_from_config(cfg))
     return "edited" if result.written else "unchanged"

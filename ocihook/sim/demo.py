@@ -177,8 +177,9 @@ def run_demo(
         workdir: where to build (default: a temporary directory, removed afterwards).
         out: where to print.
     """
-    from ..appliers.spec import edit_bundle, hook_command
+    from ..appliers.spec import edit_bundle
     from ..core.hostroot import HostRoot
+    from ..settings import hook_command
     from . import host as simhost
 
     tmp = workdir or tempfile.mkdtemp(prefix="ocihook-demo-")

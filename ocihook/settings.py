@@ -1,0 +1,91 @@
+"""The operator's settings as the pipeline uses them: :class:`Options` (from a loaded
+:mod:`ocihook.config`) and how ocihook registers its own hooks (:func:`hook_command`, the
+hooks' environment and timeout)."""
+
+from __future__ import annotations
+
+import sys
+
+from .core.records import Record
+from .request import RequestPolicy
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
+if TYPE_CHECKING:
+    from .config import Config
+
+__all__ = [
+    "HOOK_ENV",
+    "HOOK_PROGRAM",
+    "HOOK_TIMEOUT",
+    "Options",
+    "hook_command",
+    "options_from_config",
+]
+
+
+#: Environment given to every hook ocihook registers: nothing from the container.
+HOOK_ENV = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",)
+
+
+#: The program the hook command runs: ``ocihook``'s entry point, given with ``-c`` rather
+#: than ``-m ocihook`` because ``-m`` imports runpy and importlib.util (~5 ms per start).
+HOOK_PROGRAM = "import sys; from ocihook._main import main; sys.exit(main())"
+
+
+def hook_command() -> tuple[str, ...]:
+    """argv prefix that runs ocihook from this installation: the real interpreter
+    (``sys.executable``, never a shim) in isolated mode (``-I``: no ``PYTHON*`` variables,
+    no user site, no current directory on ``sys.path``) with :data:`HOOK_PROGRAM`."""
+    return (sys.executable, "-I", "-c", HOOK_PROGRAM)
+
+
+#: Seconds a runtime gives each hook ocihook registers before killing it: a hook stuck
+#: on something the image planted must not hang the container start forever.
+HOOK_TIMEOUT = 30
+
+
+class Options(Record):
+    """The operator's settings that shape a plan (from :mod:`ocihook.config`).
+
+    Attributes:
+        policy: which request sources are honoured (:class:`ocihook.request.RequestPolicy`).
+        supported: driver capabilities containers may have (``None``: all).
+        check_requirements: check ``NVIDIA_REQUIRE_*`` (off with ``disable-require``).
+        cuda_compat: use the image's CUDA forward-compatibility libraries when newer
+            (``cuda-compat = "ldconfig"``; off with ``"disabled"``).
+        cgroups: add device cgroup rules in hook mode (off with ``no-cgroups``).
+        mode: ``"auto"`` (CDI when the request names CDI devices), ``"cdi"`` (every
+            requested device is a CDI device) or ``"legacy"`` (never CDI).
+        cdi_spec_dirs: CDI spec directories, lowest priority first.
+        default_kind: CDI kind given to unqualified device names in CDI requests.
+        annotation_prefixes: OCI annotation key prefixes that request CDI devices.
+    """
+
+    policy: RequestPolicy = RequestPolicy()
+    supported: frozenset[str] | None = None
+    check_requirements: bool = True
+    cuda_compat: bool = True
+    cgroups: bool = True
+    mode: str = "auto"
+    cdi_spec_dirs: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi")
+    default_kind: str = "nvidia.com/gpu"
+    annotation_prefixes: tuple[str, ...] = ("cdi.k8s.io/",)
+
+
+def options_from_config(cfg: Config) -> Options:
+    """The :class:`Options` of a loaded configuration."""
+    return Options(
+        policy=RequestPolicy(
+            accept_env_unprivileged=cfg.accept_nvidia_visible_devices_envvar_when_unprivileged,
+            accept_volume_mounts=cfg.accept_nvidia_visible_devices_as_volume_mounts,
+            swarm_resource=cfg.swarm_envvars,
+        ),
+        supported=cfg.driver_capabilities,
+        check_requirements=not cfg.disable_require,
+        cuda_compat=cfg.cuda_compat != "disabled",
+        cgroups=not cfg.no_cgroups,
+        mode=cfg.mode,
+        cdi_spec_dirs=cfg.cdi_spec_dirs,
+        default_kind=cfg.default_kind,
+        annotation_prefixes=cfg.annotation_prefixes,
+    )
