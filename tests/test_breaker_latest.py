@@ -187,7 +187,7 @@ def test_containerd_runc_table_with_a_datetime_no_traceback(tmp_path: Path) -> N
 
 MASK_SCRIPT = """
 import json, os, sys
-from ocihook.appliers.live import mask_proc_driver, read_proc_files
+from ocihook.appliers.live.procmask import mask_proc_driver, read_proc_files
 host, rootfs, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 files = read_proc_files(host, set(range(n)))
 fd = os.open(rootfs, os.O_RDONLY | os.O_DIRECTORY)

@@ -371,7 +371,8 @@ def test_generate_skips_click_and_yaml_for_json(sim: Any, tmp_path: Path) -> Non
 def test_capability_files_by_device_minor(tmp_path: Path) -> None:
     """The MIG capability files whose DeviceFileMinor is one of the container's
     nvidia-caps nodes; links are not followed, junk is skipped."""
-    from ocihook.appliers.live import capability_files, caps_minors, read_proc_files
+    from ocihook.appliers.live import capability_files, caps_minors
+    from ocihook.appliers.live.procmask import read_proc_files
 
     proc = tmp_path / "nvidia"
     gi = proc / "capabilities/gpu0/mig/gi1"

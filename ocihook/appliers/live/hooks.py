@@ -1,0 +1,119 @@
+"""The ``createContainer`` hooks that spec mode registers (``ocihook hook create-container``):
+soname links, the container's ``ld.so.cache`` and the ``/proc/driver/nvidia`` mask, undone
+together on failure. They run in the container's mount namespace already."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from ...core.errors import ApplyError, OcihookError
+from ...oci.bundle import Bundle
+from ...plan import CudaCompat, ProcMask
+from .libraries import write_ldcache
+from .procmask import (
+    _config_devices,
+    caps_minors,
+    clone_gpu_proc_dirs,
+    mask_proc_driver,
+    read_proc_files,
+)
+from .undo import _partial, _run_undo, _Undo
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    pass
+
+
+__all__ = ["create_container_hook", "create_symlinks_hook", "update_ldcache_hook"]
+
+
+def _parse_links(links: Sequence[str]) -> list[tuple[str, str]]:
+    out = []
+    for spec in links:
+        target, sep, link = spec.partition("::")
+        if not sep or not target or not link.startswith("/"):
+            raise ApplyError(
+                "a link must be TARGET::LINK with an absolute LINK", field="--link", value=spec
+            )
+        out.append((target, link))
+    return out
+
+
+def create_container_hook(
+    bundle: Bundle,
+    links: Sequence[str] = (),
+    libraries: Sequence[str] = (),
+    proc_mask: ProcMask | None = None,
+    cuda_compat: CudaCompat | None = None,
+) -> None:
+    """createContainer hook: create ``TARGET::LINK`` links inside the bundle's rootfs, then
+    enter ``libraries`` in its ``/etc/ld.so.cache``; if a step fails, the links made and
+    the cache are restored before :class:`ApplyError` is raised.
+
+    Runs in the container's mount namespace before ``pivot_root``, so the rootfs is at
+    its host path. Every link is made relative to an in-root directory descriptor. Last,
+    with ``proc_mask``, ``/proc/driver/nvidia`` is masked (:func:`mask_proc_driver`).
+
+    Raises:
+        ApplyError: malformed ``--link``, a link that cannot be created (a directory in the
+            way, a hostile path), or see :func:`write_ldcache`.
+    """
+    from ...linux import pathsafe
+
+    pairs = _parse_links(links)
+    root_fd = pathsafe.open_root(bundle.rootfs)
+    created: list[str] = []
+    replaced: list[tuple[str, str]] = []
+    undo: list[_Undo] = []
+    gpu_fds: dict[str, int] = {}
+    try:
+        for target, link in pairs:
+            previous = pathsafe.symlink_in_root(root_fd, link, target, created=created)
+            if previous is not None:
+                replaced.append((link, previous))
+        if libraries:
+            old = write_ldcache(root_fd, libraries, cuda_compat)
+            if old is None:
+                undo.append(_partial(pathsafe.remove_in_root, root_fd, "/etc/ld.so.cache"))
+            else:
+                undo.append(
+                    _partial(pathsafe.write_file_in_root, root_fd, "/etc/ld.so.cache", old, 0o644)
+                )
+        if proc_mask is not None:
+            gpu_fds = clone_gpu_proc_dirs(proc_mask)
+            devices = _config_devices(bundle.config)
+            minors = caps_minors([(d.get("path"), d.get("minor")) for d in devices])
+            files = read_proc_files(proc_mask.host_dir, minors)
+            mask_proc_driver(root_fd, files, gpu_fds, undo)
+    except (OSError, OcihookError) as e:
+        _run_undo(undo)
+        for link, previous in reversed(replaced):
+            try:  # noqa: SIM105 (contextlib is not imported on this path)
+                pathsafe.symlink_in_root(root_fd, link, previous)
+            except (OSError, OcihookError):
+                pass
+        for path in reversed(created):
+            try:  # noqa: SIM105
+                pathsafe.remove_in_root(root_fd, path)
+            except (OSError, OcihookError):
+                pass
+        if isinstance(e, OcihookError):
+            raise
+        raise ApplyError(f"cannot change the container: {e.strerror}", path=bundle.rootfs) from None
+    finally:
+        for fd in gpu_fds.values():
+            os.close(fd)
+        os.close(root_fd)
+
+
+def create_symlinks_hook(bundle: Bundle, links: Sequence[str]) -> None:
+    """createContainer hook: create ``TARGET::LINK`` links (see
+    :func:`create_container_hook`)."""
+    create_container_hook(bundle, links, ())
+
+
+def update_ldcache_hook(bundle: Bundle, libraries: Sequence[str]) -> None:
+    """createContainer hook: add ``libraries`` to the rootfs's ``/etc/ld.so.cache`` (see
+    :func:`write_ldcache`)."""
+    create_container_hook(bundle, (), libraries)

@@ -1,0 +1,325 @@
+"""The ``/proc/driver/nvidia`` mask: a tmpfs over the container's ``/proc/driver/nvidia``
+holding only the files of its own GPUs and MIG capabilities (what libnvidia-container does;
+runtimes refuse such mounts in ``config.json``)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from ...core.errors import ApplyError
+from ...plan import ProcMask
+from .undo import _detach, _partial, _Undo
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+
+__all__ = [
+    "PROC_DRIVER",
+    "PROC_FILES",
+    "capability_files",
+    "caps_minors",
+    "clone_gpu_proc_dirs",
+    "gpu_dirs_of_devices",
+    "mask_proc_driver",
+    "read_proc_files",
+]
+
+
+PROC_DRIVER = "/proc/driver/nvidia"
+
+
+#: The files of /proc/driver/nvidia copied into the mask (libnvidia-container).
+PROC_FILES = ("params", "version", "registry")
+
+
+def _read_small(path: str) -> bytes | None:
+    """Up to 64 KiB of a host procfs file (no links followed, never blocking), or ``None``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 1 << 16)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def capability_files(host_dir: str, minors: set[int]) -> dict[str, bytes]:
+    """The MIG capability files under ``host_dir``'s ``capabilities/`` (the host's
+    ``/proc/driver/nvidia/capabilities``: ``gpu<N>/mig/gi<G>/access``,
+    ``gpu<N>/mig/gi<G>/ci<C>/access``, ``mig/config``, ``mig/monitor``) whose
+    ``DeviceFileMinor`` is one of ``minors`` — the ``/dev/nvidia-caps/nvidia-cap<minor>``
+    nodes the container gets — by path relative to ``host_dir``, with their contents.
+    NVML in the container reads them to find the capability node to open (libnvidia-container
+    ``src/nvc_mount.c`` mounts the same files). Directories are walked without following
+    links, at most 6 levels and 4096 entries; unreadable parts are skipped."""
+    out: dict[str, bytes] = {}
+    if not minors:
+        return out
+    budget = [4096]
+
+    def walk(rel: str, depth: int) -> None:
+        try:
+            entries = sorted(os.scandir(os.path.join(host_dir, rel)), key=lambda e: e.name)
+        except OSError:
+            return
+        for entry in entries:
+            budget[0] -= 1
+            if budget[0] < 0:
+                return
+            sub = f"{rel}/{entry.name}"
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    if depth < 6:
+                        walk(sub, depth + 1)
+                    continue
+                if not entry.is_file(follow_symlinks=False):
+                    continue
+            except OSError:
+                continue
+            data = _read_small(os.path.join(host_dir, sub))
+            value = _info_value(data, "DeviceFileMinor")
+            if value.isascii() and value.isdigit() and len(value) <= 9 and int(value) in minors:
+                out[sub] = data or b""
+
+    walk("capabilities", 1)
+    return out
+
+
+def caps_minors(nodes: Sequence[tuple[object, object]]) -> set[int]:
+    """Minors of the ``/dev/nvidia-caps/nvidia-cap<minor>`` nodes among ``(path, minor)``
+    pairs (``minor`` ``None`` when not given: read from the path); malformed items are
+    skipped."""
+    out: set[int] = set()
+    prefix = "/dev/nvidia-caps/nvidia-cap"
+    for path, minor in nodes:
+        if not isinstance(path, str) or not path.startswith(prefix):
+            continue
+        if type(minor) is int and 0 <= minor < 1 << 20:
+            out.add(minor)
+        elif minor is None:
+            number = path[len(prefix) :]
+            if number.isascii() and number.isdigit() and len(number) <= 7:
+                out.add(int(number))
+    return out
+
+
+def read_proc_files(host_dir: str, cap_minors: set[int] | None = None) -> dict[str, bytes]:
+    """Contents for the masked ``/proc/driver/nvidia``, by path relative to it: the host's
+    ``params`` with ``ModifyDeviceFiles: 0`` (the driver inside must not recreate device
+    files; NVIDIA driver ``nv-procfs``), ``version`` and ``registry`` as they are, and the
+    MIG capability files of ``cap_minors`` (:func:`capability_files`). Missing files are
+    left out."""
+    out: dict[str, bytes] = {}
+    for name in PROC_FILES:
+        data = _read_small(os.path.join(host_dir, name))
+        if data is None:
+            continue
+        if name == "params":
+            lines = [
+                b"ModifyDeviceFiles: 0" if ln.startswith(b"ModifyDeviceFiles:") else ln
+                for ln in data.splitlines()
+            ]
+            data = b"\n".join(lines) + b"\n"
+        out[name] = data
+    out.update(capability_files(host_dir, cap_minors or set()))
+    return out
+
+
+def _info_value(data: bytes | None, key: str) -> str:
+    """The value of ``key`` in a driver procfs file of ``Key: value`` lines (as
+    :func:`ocihook.discovery.procfs.parse_gpu_information` reads them), ``""`` if absent."""
+    from ...discovery.procfs import parse_gpu_information
+
+    return parse_gpu_information((data or b"").decode("utf-8", "replace")).get(key, "")
+
+
+def _config_devices(config: dict[str, Any]) -> list[dict[str, Any]]:
+    """The character device entries of ``config``'s ``linux.devices`` (malformed ones
+    left out)."""
+    linux = config.get("linux")
+    devices = linux.get("devices") if isinstance(linux, dict) else None
+    return [
+        d
+        for d in (devices if isinstance(devices, list) else ())
+        if isinstance(d, dict) and d.get("type", "c") == "c"
+    ]
+
+
+def gpu_dirs_of_devices(host_dir: str, config: dict[str, Any]) -> tuple[str, ...]:
+    """The ``gpus/`` entries of ``host_dir`` (the host's ``/proc/driver/nvidia``) of the GPUs
+    whose node is in ``config``'s ``linux.devices`` — the GPUs a CDI spec gave the
+    container: character devices ``195:<minor>`` (below 254, the modeset and control nodes),
+    or, for entries without a number, paths ``/dev/nvidia<minor>`` — matched by the
+    ``Device Minor`` line of each entry's ``information`` file (NVIDIA driver
+    ``nv-procfs``). Sorted by name; unreadable or malformed entries and malformed
+    ``linux.devices`` items are skipped, never raised."""
+    minors: set[str] = set()
+    for d in _config_devices(config):
+        major, minor = d.get("major"), d.get("minor")
+        if major is not None or minor is not None:
+            # the node's number decides, whatever its name in the container
+            if major == 195 and type(minor) is int and 0 <= minor < 254:
+                minors.add(str(minor))
+            continue
+        path = d.get("path")
+        if isinstance(path, str) and path.startswith("/dev/nvidia"):
+            number = path[len("/dev/nvidia") :]
+            if number.isascii() and number.isdigit() and len(number) <= 3:
+                minors.add(str(int(number)))
+    if not minors:
+        return ()
+    gpus = os.path.join(host_dir, "gpus")
+    try:
+        names = sorted(os.listdir(gpus))
+    except OSError:
+        return ()
+    out = []
+    for name in names:
+        data = _read_small(os.path.join(gpus, name, "information"))
+        if _info_value(data, "Device Minor") in minors:
+            out.append(name)
+    return tuple(out)
+
+
+def clone_gpu_proc_dirs(mask: ProcMask) -> dict[str, int]:
+    """Detached read-only, nosuid, nodev, noexec clones of the selected GPUs' host
+    ``gpus/<bus id>`` directories (``open_tree``), by name; made where the host paths are
+    visible (the host namespace, or the container's before ``pivot_root``)."""
+    from ...linux import syscalls as _linux
+
+    fds: dict[str, int] = {}
+    try:
+        for name in mask.gpu_dirs:
+            path = os.path.join(mask.host_dir, "gpus", name)
+            if os.path.isdir(path):
+                fds[name] = _linux.bind_mount_detached(
+                    path, readonly=True, nosuid=True, nodev=True, noexec=True
+                )
+    except OSError as e:
+        for fd in fds.values():
+            os.close(fd)
+        raise ApplyError(f"cannot clone a GPU's proc directory: {e.strerror}", path=path) from None
+    return fds
+
+
+def _mask_size(files: dict[str, bytes]) -> int:
+    """Bytes for the mask's tmpfs: every file and directory takes at least a page, so
+    1 MiB plus a page per file and per directory level (tmpfs allocates as written)."""
+    pages = sum(1 + f.count("/") + len(data) // 4096 for f, data in files.items())
+    return (1 << 20) + pages * 4096
+
+
+def _write_nested(top: int, rel: str, data: bytes) -> None:
+    """Create ``rel`` (``a/b/file``, directories made as needed, 0555) with ``data`` (0444)
+    below the directory ``top``, never following a link."""
+    parts = rel.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise ApplyError("a /proc/driver/nvidia file name is malformed", value=rel)
+    fds: list[int] = []
+    here = top
+    try:
+        for part in parts[:-1]:
+            try:  # noqa: SIM105 (contextlib is not imported on this path)
+                os.mkdir(part, 0o555, dir_fd=here)
+            except FileExistsError:
+                pass
+            here = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=here)
+            fds.append(here)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        fd = os.open(parts[-1], flags, 0o444, dir_fd=here)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def mask_proc_driver(
+    root_fd: int, files: dict[str, bytes], gpu_fds: dict[str, int], undo: list[_Undo]
+) -> bool:
+    """Mask the container's ``/proc/driver/nvidia`` (see :class:`ocihook.plan.ProcMask`):
+    a tmpfs mounted on it (resolved inside the rootfs), the ``files`` written there, the
+    ``gpu_fds`` clones attached under ``gpus/``, then the tmpfs made read-only. Runs in the
+    container's mount namespace. Returns False (nothing done) when the container's procfs
+    has no ``/proc/driver/nvidia`` (no driver to hide).
+
+    Raises:
+        ApplyError: a step failed (the undo list detaches the tmpfs).
+    """
+    from ...linux import pathsafe as ps
+    from ...linux import syscalls as _linux
+
+    directory = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+    try:
+        target = ps.open_in_root(root_fd, PROC_DRIVER, directory)
+    except ApplyError as e:
+        if isinstance(e.__cause__, (FileNotFoundError, NotADirectoryError)):
+            return False
+        raise
+    try:
+        parent = ps.open_in_root(root_fd, os.path.dirname(PROC_DRIVER), directory)
+    except ApplyError:
+        os.close(target)
+        raise
+    try:
+        masked = os.fstat(target).st_dev != os.fstat(parent).st_dev
+    finally:
+        os.close(parent)
+    if masked and os.path.exists(f"/proc/self/fd/{target}/params"):
+        os.close(target)  # a tmpfs of ours is there already (the hook ran twice)
+        return False
+    try:
+        _linux.mount(
+            "tmpfs",
+            f"/proc/self/fd/{target}",
+            "tmpfs",
+            _linux.MS_NOSUID | _linux.MS_NODEV | _linux.MS_NOEXEC,
+            f"mode=0555,size={_mask_size(files)}",
+        )
+    except OSError as e:
+        raise ApplyError(f"cannot mask {PROC_DRIVER}: {e.strerror}", path=PROC_DRIVER) from None
+    finally:
+        os.close(target)
+    undo.append(_partial(_detach, root_fd, PROC_DRIVER))
+    top = ps.open_in_root(root_fd, PROC_DRIVER, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name, data in files.items():
+            _write_nested(top, name, data)
+        if gpu_fds:
+            os.mkdir("gpus", 0o555, dir_fd=top)
+            gpus = os.open("gpus", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=top)
+            try:
+                for name, tree in gpu_fds.items():
+                    os.mkdir(name, 0o555, dir_fd=gpus)
+                    point = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=gpus)
+                    try:
+                        _linux.attach_mount(tree, point)
+                    finally:
+                        os.close(point)
+            finally:
+                os.close(gpus)
+        _linux.mount(
+            None,
+            f"/proc/self/fd/{top}",
+            None,
+            _linux.MS_REMOUNT
+            | _linux.MS_BIND
+            | _linux.MS_RDONLY
+            | _linux.MS_NOSUID
+            | _linux.MS_NODEV
+            | _linux.MS_NOEXEC,
+            None,
+        )
+    except OSError as e:
+        raise ApplyError(f"cannot mask {PROC_DRIVER}: {e.strerror}", path=PROC_DRIVER) from None
+    finally:
+        os.close(top)
+    return True

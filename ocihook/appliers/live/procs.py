@@ -1,0 +1,119 @@
+"""Process and namespace checks of hook mode: the container init named by the state is a real,
+different process; a ``createContainer`` hook really runs inside the container (``proc(5)``:
+``status``, ``ns/mnt``, ``uid_map``)."""
+
+from __future__ import annotations
+
+import os
+
+from ...core.errors import ApplyError
+from ...core.hostroot import HostRoot
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    pass
+
+
+def _proc_path(root: HostRoot, pid: int, name: str) -> str:
+    return root.proc(f"{pid}/{name}")
+
+
+def _status_field(name: str) -> list[str]:
+    """A field of ``/proc/self/status`` as words (``proc(5)``)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key == name:
+                return value.split()
+    return []
+
+
+def _parent_pid() -> int:
+    """The host pid of the hook's parent: in ``createContainer`` the runtime's process
+    inside the new container, whose host pid the state does not give (runc says 1, crun
+    0). ``os.getppid()`` would answer in the container's pid namespace; the ``PPid`` of
+    ``/proc/self/status`` answers in the namespace of the procfs mounted at ``/proc``,
+    which before ``pivot_root`` is still the host's."""
+    words = _status_field("PPid")
+    return int(words[0]) if words and words[0].isdigit() else 0
+
+
+def _container_root_ids(pid: int) -> tuple[int, int] | None:
+    """The host uid and gid of the container's root when the container has a user
+    namespace of its own (``/proc/<pid>/uid_map``, ``gid_map``: ``inside outside count``
+    lines, ``user_namespaces(7)``), else ``None``.
+
+    Raises:
+        ApplyError: the namespace maps no root.
+    """
+    try:
+        if os.stat(f"/proc/{pid}/ns/user").st_ino == os.stat("/proc/self/ns/user").st_ino:
+            return None
+        ids = []
+        for name in ("uid_map", "gid_map"):
+            with open(f"/proc/{pid}/{name}") as f:
+                for line in f:
+                    inside, outside, _count = (int(x) for x in line.split())
+                    if inside == 0:
+                        ids.append(outside)
+                        break
+    except (OSError, ValueError) as e:
+        raise ApplyError(f"cannot read the container's user namespace: {e}") from None
+    if len(ids) != 2:
+        raise ApplyError("the container's user namespace maps no root user", value=pid)
+    return ids[0], ids[1]
+
+
+def _check_inside_container(pid: int) -> None:
+    """For ``createContainer``: ocihook must already be in the container's namespaces —
+    its parent's mount namespace, and a pid namespace of the container's own (``NSpid``
+    of ``/proc/self/status`` has two levels or more) — never in the host's.
+
+    Raises:
+        StateError: run outside a container's createContainer stage, or for a container
+            that shares the host's pid namespace (use prestart for those).
+    """
+    from ...core.errors import StateError
+
+    try:
+        ours = os.stat("/proc/self/ns/mnt").st_ino
+        parent = os.stat(f"/proc/{pid}/ns/mnt").st_ino
+        levels = len(_status_field("NSpid"))
+    except OSError as e:
+        raise StateError(
+            f"cannot inspect the container process: {e.strerror}", field="pid", value=pid
+        ) from None
+    if pid <= 1 or ours != parent or levels < 2:
+        raise StateError(
+            "ocihook hook createContainer must run as a container's createContainer hook, "
+            "in the container's own pid namespace",
+            field="pid",
+            value=pid,
+            hint="register it under hooks.createContainer, or use the prestart stage",
+        )
+
+
+def _check_container_pid(pid: int) -> None:
+    """The state's pid must be a process in a mount namespace of its own (the container
+    init the runtime is creating): a pid in ocihook's own namespace would make it mount
+    into the host and open the device cgroup of an unrelated process.
+
+    Raises:
+        StateError: no such process, or it shares ocihook's mount namespace.
+    """
+    from ...core.errors import StateError
+
+    try:
+        theirs = os.stat(f"/proc/{pid}/ns/mnt").st_ino
+        ours = os.stat("/proc/self/ns/mnt").st_ino
+    except OSError as e:
+        raise StateError(
+            f"cannot inspect the container process: {e.strerror}", field="pid", value=pid
+        ) from None
+    if theirs == ours:
+        raise StateError(
+            "the state's pid is not in a container's mount namespace",
+            field="pid",
+            value=pid,
+            hint="run ocihook hook prestart/createRuntime from the runtime, with its state",
+        )
