@@ -186,7 +186,7 @@ def test_cdi_edit_of_deeply_nested_config_is_no_traceback(tmp_path: Path) -> Non
     through spec mode's host-discovery path fine, but a CDI request copies the document
     with the recursive _copy_json (two frames a level with the list comprehension) and
     dies with RecursionError: exit 1 and a traceback instead of a result or exit 3."""
-    from ocihook.sim.demo import _default_config
+    from ocihook.sim.demo import default_config
 
     spec_dir = tmp_path / "cdi"
     spec_dir.mkdir()
@@ -197,7 +197,7 @@ def test_cdi_edit_of_deeply_nested_config_is_no_traceback(tmp_path: Path) -> Non
     )
     bundle = tmp_path / "bundle"
     (bundle / "rootfs").mkdir(parents=True)
-    doc = _default_config(["sh"], ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"])
+    doc = default_config(["sh"], ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"])
     depth = 600
     text = json.dumps(doc)[:-1] + ', "x": ' + "[" * depth + "]" * depth + "}"
     (bundle / "config.json").write_text(text)

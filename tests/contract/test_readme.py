@@ -47,14 +47,14 @@ ROOT_COMMANDS = ("info", "list", "plan", "edit", "cdi generate")
 def test_troubleshooting_commands_run(sim: Any, tmp_path: Path) -> None:
     """Every command of the Troubleshooting block runs (exit 0) on the simulated host and
     a bundle asking for GPU 3, and changes nothing in the bundle."""
-    from ocihook.sim.demo import _default_config
+    from ocihook.sim.demo import default_config
 
     section = _section("Troubleshooting")
     block = re.search(r"```sh\n(.*?)```", section, re.S)
     assert block is not None
     bundle = tmp_path / "bundle"
     (bundle / "rootfs").mkdir(parents=True)
-    config = json.dumps(_default_config(["sh"], ["NVIDIA_VISIBLE_DEVICES=3"]))
+    config = json.dumps(default_config(["sh"], ["NVIDIA_VISIBLE_DEVICES=3"]))
     (bundle / "config.json").write_text(config)
     cfg = tmp_path / "config.toml"
     cfg.write_text(f'cdi-spec-dirs = ["{tmp_path}"]\n')

@@ -19,11 +19,11 @@ from ocihook.sim import host as simhost
 
 
 def _bundle(tmp_path: Any, env: list[str], extra: dict[str, Any] | None = None) -> str:
-    from ocihook.sim.demo import _default_config
+    from ocihook.sim.demo import default_config
 
     b = tmp_path / "bundle"
     (b / "rootfs").mkdir(parents=True)
-    doc = _default_config(["sh"], env)
+    doc = default_config(["sh"], env)
     doc.update(extra or {})
     (b / "config.json").write_text(json.dumps(doc, indent="\t") + "\n")
     return str(b)
@@ -249,11 +249,11 @@ def test_state_and_bundle_parsers(tmp_path: Any) -> None:
 def test_diff_compares_documents_not_formatting(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
     """A compact config.json: the diff shows only what ocihook adds, and --dry-run alone
     says what it would do."""
-    from ocihook.sim.demo import _default_config
+    from ocihook.sim.demo import default_config
 
     b = tmp_path / "bundle"
     (b / "rootfs").mkdir(parents=True)
-    doc = _default_config(["sh"], ["NVIDIA_VISIBLE_DEVICES=1"])
+    doc = default_config(["sh"], ["NVIDIA_VISIBLE_DEVICES=1"])
     (b / "config.json").write_text(json.dumps(doc, separators=(",", ":")))
     before = (b / "config.json").read_bytes()
     roots = ["--driver-root", sim.root, "--dev-root", sim.root]

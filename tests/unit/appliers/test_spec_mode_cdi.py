@@ -43,11 +43,11 @@ GPU_SPEC = {
 
 
 def _bundle(tmp_path: Path, env: list[str], annotations: dict[str, str] | None = None) -> Path:
-    from ocihook.sim.demo import _default_config
+    from ocihook.sim.demo import default_config
 
     b = tmp_path / "bundle"
     (b / "rootfs").mkdir(parents=True)
-    doc: dict[str, Any] = _default_config(["sh"], env)
+    doc: dict[str, Any] = default_config(["sh"], env)
     if annotations is not None:
         doc["annotations"] = annotations
     (b / "config.json").write_text(json.dumps(doc, indent="\t") + "\n")

@@ -29,11 +29,11 @@ def _cli(
 
 
 def _bundle(tmp_path: Any, env: list[str], mounts: list[dict[str, Any]] | None = None) -> str:
-    from ocihook.sim.demo import _default_config
+    from ocihook.sim.demo import default_config
 
     b = tmp_path / "bundle"
     (b / "rootfs").mkdir(parents=True)
-    doc = _default_config(["sh"], env)
+    doc = default_config(["sh"], env)
     doc["mounts"] += mounts or []
     (b / "config.json").write_text(json.dumps(doc))
     return str(b)

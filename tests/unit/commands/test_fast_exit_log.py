@@ -108,11 +108,11 @@ print(json.dumps({"rc": rc, "opened": files, "tomllib": "tomllib" in sys.modules
 
 
 def _bundle(tmp_path: Any, env: list[str]) -> str:
-    from ocihook.sim.demo import _default_config
+    from ocihook.sim.demo import default_config
 
     b = tmp_path / "bundle"
     (b / "rootfs").mkdir(parents=True)
-    (b / "config.json").write_text(json.dumps(_default_config(["sh"], env)))
+    (b / "config.json").write_text(json.dumps(default_config(["sh"], env)))
     return str(b)
 
 
