@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import modules_after as _modules_after
+from support import modules_after as _modules_after
 
 import ocihook
 

@@ -16,7 +16,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from support import REPO
 
 from ocihook.commands.engines import (
     configure_containerd,

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from conftest import REPO
+from support import REPO
 
 
 def _section(title: str) -> str:

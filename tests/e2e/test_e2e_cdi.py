@@ -25,14 +25,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import edit_with_cdi, need_root_and
-from test_e2e_podman_containerd import Podman, host_guard, podman  # noqa: F401 (fixtures)
+from support import PRIVATE_RUN, Podman, edit_with_cdi, need_root_and
 
 from ocihook.core.hostroot import HostRoot
 from ocihook.discovery.nvidia import NvidiaHost, discover
 from ocihook.sim.demo import run_container
-
-pytestmark = pytest.mark.e2e
 
 SCRIPT = r"""
 for n in /dev/nvidia*; do [ -e "$n" ] && echo "NODE $n $(stat -c '%t:%T' $n)"; done
@@ -115,20 +112,8 @@ def _check(out: str, host: NvidiaHost, index: int, rootfs: str) -> None:
     assert f"libcuda.so.1 (libc6,x86-64) => {libdir}/libcuda.so.1" in cache, cache
 
 
-#: Runs its arguments in a private mount namespace where /run is a fresh tmpfs holding
-#: the spec at /run/cdi (= /var/run/cdi): podman 4.3 has no spec-dir setting.
-PRIVATE_RUN = """
-set -eu
-mount --make-rprivate /
-mount -t tmpfs -o mode=0755 ocihook-cdi-test /run
-mkdir /run/cdi
-cp "$SPEC" /run/cdi/
-exec "$@"
-"""
-
-
 def test_podman_device_from_generated_spec(
-    podman: Podman,  # noqa: F811 (fixture)
+    podman: Podman,
     host: NvidiaHost,
     spec_dir: Path,
     bundle_factory: Callable[..., str],

@@ -14,14 +14,20 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import edit_cli, edit_with_cdi, need_root_and, register_hook
-from test_e2e_cdi import PRIVATE_RUN
-from test_e2e_podman_containerd import Podman, host_guard, podman  # noqa: F401 (fixtures)
+from support import (
+    PRIVATE_RUN,
+    Podman,
+    edit_cli,
+    edit_with_cdi,
+    need_root_and,
+    register_hook,
+    register_stage_hook,
+    run_runtime,
+    stage_hook,
+)
 
 from ocihook.sim import vendors as simvendors
 from ocihook.sim.demo import run_container
-
-pytestmark = pytest.mark.e2e
 
 SCRIPT = r"""
 for n in /dev/kfd /dev/dri/* /dev/nvidia*; do
@@ -273,7 +279,7 @@ def test_spec_mode_from_generated_intel_spec(
 
 
 def test_podman_device_from_generated_amd_spec(
-    podman: Podman,  # noqa: F811 (fixture)
+    podman: Podman,
     amd_host: simvendors.SimDrmHost,
     bundle_factory: Callable[..., str],
     tmp_path: Any,
@@ -322,9 +328,6 @@ def test_amd_hook_every_stage(
 ) -> None:
     """The live hook on each stage of runc and crun gives AMD GPU 0 (and /dev/kfd) and
     its device cgroup denies GPU 1's render node."""
-    from test_e2e_stages import _hook, _register
-    from test_e2e_stages import _run as run_runtime
-
     need_root_and(runtime, "unshare")
     if not amd_host.dev_nodes:
         pytest.skip("the AMD host was built without /dev nodes")
@@ -332,7 +335,7 @@ def test_amd_hook_every_stage(
     env = ["AMD_VISIBLE_DEVICES=0", f"OTHER={other.render}", "OPEN=/dev/kfd"]
     bundle = bundle_factory(["sh", "-c", SCRIPT], env)
     _edit_config(bundle, _with_mknod)
-    _register(bundle, stage, _hook(stage, amd_host.root))
+    register_stage_hook(bundle, stage, stage_hook(stage, amd_host.root))
     proc = run_runtime(runtime, bundle, str(tmp_path / "state"), f"amd-{runtime}-{stage}")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout

@@ -12,11 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, edit_cli, need_root_and
+from support import REPO, edit_cli, fake_proc_hook, need_root_and
 
 from ocihook.sim.demo import run_container
-
-pytestmark = pytest.mark.e2e
 
 SCRIPT = r"""
 grep -E ' /usr/bin/nvidia-smi | /usr/lib/firmware/nvidia/| /lib/firmware/nvidia/| /var/run/nvidia-persistenced/socket | /usr/share/vulkan/icd.d/nvidia_icd.json ' /proc/self/mountinfo | while read -r a b c d mp opts rest; do echo "MOUNT $mp $opts"; done
@@ -31,25 +29,6 @@ echo "PARAMS $(grep ModifyDeviceFiles /proc/driver/nvidia/params)"
 echo "PROCRO $(grep ' /proc/driver/nvidia ' /proc/self/mountinfo | cut -d' ' -f6)"
 echo "TOUCH $(touch /proc/driver/nvidia/x 2>&1 | sed 's/.*: //')"
 """
-
-
-FAKE_DRIVER_PROC = """
-import json, subprocess, sys
-state = json.load(sys.stdin)
-d = state["bundle"] + "/rootfs/proc/driver"
-subprocess.run(["nsenter", "-t", str(state["pid"]), "-m", "sh", "-c",
-    f"mount -t tmpfs tmpfs {d} && mkdir -p {d}/nvidia/gpus/stale && "
-    f"echo 'ModifyDeviceFiles: 1' > {d}/nvidia/params"], check=True)
-"""
-
-
-def _fake_proc_hook(bundle: str, tmp_path: Any) -> dict[str, Any]:
-    """A prestart hook of the test's, run before ocihook's, that stands in for the kernel
-    driver: it puts a /proc/driver/nvidia (with a GPU directory the container must not
-    see) into the container's procfs, as the real driver would show."""
-    script = tmp_path / "fake_driver_proc.py"
-    script.write_text(FAKE_DRIVER_PROC)
-    return {"path": sys.executable, "args": [sys.executable, "-I", str(script)]}
 
 
 @pytest.mark.parametrize("mode", ["spec", "hook"])
@@ -70,7 +49,7 @@ def test_everything_mounted(
         link = Path(bundle, "rootfs/bin", applet)
         if not link.exists():
             link.symlink_to("busybox")
-    fake = _fake_proc_hook(bundle, tmp_path)
+    fake = fake_proc_hook(bundle, tmp_path)
     if mode == "spec":
         p = edit_cli(bundle, root)
         assert p.returncode == 0, p.stderr

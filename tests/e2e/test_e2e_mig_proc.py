@@ -6,8 +6,8 @@ container sees exactly its instance's two files (their ``DeviceFileMinor`` = its
 nodes), not the other instance's, nor ``mig/config`` / ``mig/monitor``.
 
 The machine has no NVIDIA driver, so the container's procfs has no ``/proc/driver/nvidia``:
-a prestart hook of the test's puts one there first (as ``test_e2e_full.py`` does), standing
-in for the kernel driver."""
+a prestart hook of the test's puts one there first (``support.fake_proc_hook``, as
+``test_e2e_full.py`` does), standing in for the kernel driver."""
 
 from __future__ import annotations
 
@@ -19,14 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import need_root_and, packaged_hook
-from test_e2e_full import _fake_proc_hook
+from support import fake_proc_hook, need_root_and, packaged_hook
 
 from ocihook.appliers.spec import edit_bundle
 from ocihook.core.hostroot import HostRoot
 from ocihook.sim.demo import run_container
-
-pytestmark = pytest.mark.e2e
 
 SCRIPT = r"""
 cd /proc/driver/nvidia && find capabilities -type f | sort | while read -r f; do
@@ -56,7 +53,7 @@ def _run(bundle: str, tmp_path: Path) -> dict[str, set[str]]:
     cfg = Path(bundle, "config.json")
     doc = json.loads(cfg.read_text())
     hooks = doc.setdefault("hooks", {})
-    hooks["prestart"] = [_fake_proc_hook(bundle, tmp_path), *hooks.get("prestart", [])]
+    hooks["prestart"] = [fake_proc_hook(bundle, tmp_path), *hooks.get("prestart", [])]
     cfg.write_text(json.dumps(doc))
     proc = run_container(bundle, state_root=str(tmp_path / "runc"))
     assert proc.returncode == 0, proc.stderr

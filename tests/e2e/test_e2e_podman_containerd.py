@@ -17,43 +17,30 @@ removed at the end. What the engines insist on creating on the host (``/run/runc
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
-import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
-from conftest import REPO, need_root_and
+from support import (
+    ENGINE_SCRIPT,
+    REPO,
+    Containerd,
+    Podman,
+    busybox_rootfs,
+    check_gpu0,
+    check_no_gpu,
+    mounts_under,
+)
 
 from ocihook.sim import host as simhost
-
-pytestmark = pytest.mark.e2e
 
 HOOKS_D = os.path.join(REPO, "packaging/hooks.d/ocihook-prestart.json.in")
 HOOKS_D_CDI = os.path.join(REPO, "packaging/hooks.d/ocihook-prestart-cdi-annotations.json.in")
 SNIPPET = os.path.join(REPO, "packaging/config.json-hooks-snippet.json.in")
-
-#: What the container prints: its NVIDIA nodes, the soname link, the ELF magic read through
-#: it, what opening GPU 0 gives, and (with CAP_MKNOD, when $OTHER is set) what opening a
-#: node it made itself for a GPU it did not ask for gives.
-SCRIPT = r"""
-for n in /dev/nvidia*; do [ -e "$n" ] && echo "NODE $n $(stat -c '%F %t:%T' $n)"; done
-echo "LINK $(readlink /usr/lib64/libcuda.so.1)"
-echo "MAGIC $(hexdump -n 4 -e '4/1 "%02x"' /usr/lib64/libcuda.so.1 2>/dev/null)"
-echo "OPEN0 $(cat /dev/nvidia0 2>&1 | head -n 1)"
-if [ -n "$OTHER" ] && busybox mknod /dev/nvidia$OTHER c 195 $OTHER; then
-  echo "OPENOTHER $(cat /dev/nvidia$OTHER 2>&1 | head -n 1)"
-fi
-echo DONE
-"""
 
 #: A hook that appends one JSON line per call to LOG: its argv, cwd, the state from stdin,
 #: the stages of the bundle's config.json that register it, and the mount namespaces of
@@ -84,34 +71,6 @@ if REAL:
     os.dup2(r, 0)
     os.execv(REAL, [REAL, *sys.argv[1:]])
 """
-
-
-def _lines(out: str, tag: str) -> list[str]:
-    return [ln[len(tag) + 1 :] for ln in out.splitlines() if ln.startswith(tag + " ")]
-
-
-def _check_gpu0(out: str, sim: simhost.SimulatedHost) -> None:
-    """The container sees exactly GPU 0 of the simulated host."""
-    assert "DONE" in out.splitlines(), out
-    nodes = dict(line.split(" ", 1) for line in _lines(out, "NODE"))
-    assert nodes == {
-        "/dev/nvidia0": "character special file c3:0",
-        "/dev/nvidiactl": "character special file c3:ff",
-        "/dev/nvidia-uvm": f"character special file {simhost.UVM_MAJOR:x}:0",
-        "/dev/nvidia-uvm-tools": f"character special file {simhost.UVM_MAJOR:x}:1",
-    }, out
-    assert _lines(out, "LINK") == [f"libcuda.so.{sim.driver_version}"], out
-    assert _lines(out, "MAGIC") == ["7f454c46"], out
-    assert _lines(out, "OPEN0") == ["cat: can't open '/dev/nvidia0': No such device or address"]
-    other = _lines(out, "OPENOTHER")
-    assert len(other) == 1 and "Operation not permitted" in other[0], out
-
-
-def _check_no_gpu(out: str) -> None:
-    assert "DONE" in out.splitlines(), out
-    assert _lines(out, "NODE") == [], out
-    assert _lines(out, "LINK") == [""], out
-    assert _lines(out, "OPEN0") == ["cat: can't open '/dev/nvidia0': No such file or directory"]
 
 
 def _read_log(path: Path) -> list[dict[str, Any]]:
@@ -152,141 +111,6 @@ def _render(template: str, root: str, *, path: str | None = None) -> dict[str, A
     return doc
 
 
-def _mounts_under(*paths: str) -> list[str]:
-    with open("/proc/self/mountinfo") as f:
-        return [ln for ln in f if any(p in ln for p in paths)]
-
-
-def _cgroup_mounts() -> list[str]:
-    with open("/proc/self/mountinfo") as f:
-        fields = [ln.split() for ln in f]
-    return [
-        ln[4] for ln in fields if ln[ln.index("-") + 1] in ("cgroup", "cgroup2") and ln[4] != "/"
-    ]
-
-
-def _cgroup_pids(name: str) -> set[int]:
-    pids: set[int] = set()
-    for mp in _cgroup_mounts():
-        for dirpath, _dirs, files in os.walk(os.path.join(mp, name)):
-            if "cgroup.procs" in files:
-                with contextlib.suppress(FileNotFoundError), open(dirpath + "/cgroup.procs") as f:
-                    pids.update(int(p) for p in f.read().split())
-    return pids
-
-
-def _pids_with_arg(arg: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if arg.encode() in f.read().split(b"\0"):
-                        found.append(int(entry))
-            except OSError:
-                pass
-    return found
-
-
-def _wait_gone(pids: Callable[[], Any], timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    left = pids()
-    while left and time.monotonic() < deadline:
-        time.sleep(0.05)
-        left = pids()
-    return left
-
-
-#: Host paths the engines create when missing. Those in SCRATCH (runc's default root,
-#: containerd's shim socket dir) are removed again if the tests made them and they are
-#: empty (not empty: another engine on the host is using them); any other one appearing
-#: is a failure.
-SCRATCH = ("/run/containerd/s", "/run/containerd", "/run/runc")
-WATCHED = (
-    *SCRATCH,
-    "/run/containerd/fifo",
-    "/run/containerd/runc",
-    "/run/containers",
-    "/run/libpod",
-    "/etc/containers/networks",
-    "/etc/cni/net.d/cni.lock",
-    "/var/lib/containers",
-    "/var/lib/containerd",
-    "/opt/containerd",
-)
-
-
-@pytest.fixture(scope="module")
-def host_guard() -> Iterator[str]:
-    """A cgroup parent of our own for every container (its name is yielded), removed at the
-    end once the processes in it are gone; host paths restored (see WATCHED)."""
-    existed = {p for p in WATCHED if os.path.lexists(p)}
-    name = f"ocihook-e2e-{uuid.uuid4().hex[:12]}"
-    yield name
-    left = _wait_gone(lambda: _cgroup_pids(name), 15)
-    for pid in left:  # conmon and its cleanup process, which we started
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    _wait_gone(lambda: _cgroup_pids(name), 5)
-    for mp in _cgroup_mounts():
-        top = os.path.join(mp, name)
-        for dirpath, _dirs, _files in sorted(os.walk(top), key=lambda w: -len(w[0])):
-            os.rmdir(dirpath)
-    for path in SCRATCH:
-        if path not in existed and os.path.isdir(path) and not os.listdir(path):
-            os.rmdir(path)
-    created = sorted(
-        p for p in WATCHED if p not in SCRATCH and p not in existed and os.path.lexists(p)
-    )
-    assert not left, f"processes still in cgroup {name} after 15 s: {left}"
-    assert not created, f"the engines left files on the host: {created}"
-
-
-# -- podman ------------------------------------------------------------------------------------
-
-
-@dataclass
-class Podman:
-    base: list[str]
-    store: str
-    cgroup_parent: str
-
-    def run(
-        self, hooks_dir: Path, rootfs: str, *args: str, env: dict[str, str] | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        cmd = [*self.base, "--hooks-dir", str(hooks_dir), "run", "--rm", "--network=none"]
-        cmd += ["--cgroup-parent", self.cgroup_parent]
-        cmd += ["--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768"]
-        for key, value in (env or {}).items():
-            cmd += ["--env", f"{key}={value}"]
-        cmd += [*args, "--rootfs", rootfs, "sh", "-c", SCRIPT]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-        assert not _mounts_under(rootfs, self.store)
-        return proc
-
-
-@pytest.fixture(scope="module")
-def podman(tmp_path_factory: pytest.TempPathFactory, host_guard: str) -> Iterator[Podman]:
-    """podman 4 with a private store, cgroupfs, the file events backend and the CNI
-    backend with a private config dir (nothing written to /etc/containers or /run/containers)."""
-    need_root_and("podman", "runc")
-    d = tmp_path_factory.mktemp("podman")
-    base = ["podman", "--root", str(d / "root"), "--runroot", str(d / "runroot")]
-    base += ["--tmpdir", str(d / "tmp"), "--network-config-dir", str(d / "net")]
-    base += ["--network-backend", "cni", "--cgroup-manager=cgroupfs"]
-    base += ["--events-backend=file", "--runtime", "runc"]
-    yield Podman(base, str(d), f"/{host_guard}")
-    # podman's storage would unmount its own mounts on `system reset`; there should be none
-    left = _mounts_under(str(d))
-    for line in left:
-        subprocess.run(["umount", "-l", line.split()[4]], check=False)
-    assert not left, left
-
-
-def _rootfs(bundle_factory: Callable[..., str]) -> str:
-    return os.path.join(bundle_factory(["true"], []), "rootfs")
-
-
 def test_podman_hooks_d_gives_gpu0(
     podman: Podman,
     sim: simhost.SimulatedHost,
@@ -312,13 +136,13 @@ def test_podman_hooks_d_gives_gpu0(
 
     other = str(sim.gpus[1].minor)
     env = {"NVIDIA_VISIBLE_DEVICES": "0", "OTHER": other}
-    proc = podman.run(hooks, _rootfs(bundle_factory), "--cap-add", "MKNOD", env=env)
+    proc = podman.run(hooks, busybox_rootfs(bundle_factory), "--cap-add", "MKNOD", env=env)
     assert proc.returncode == 0, proc.stderr
-    _check_gpu0(proc.stdout, sim)
+    check_gpu0(proc.stdout, sim)
 
-    proc = podman.run(hooks, _rootfs(bundle_factory))
+    proc = podman.run(hooks, busybox_rootfs(bundle_factory))
     assert proc.returncode == 0, proc.stderr
-    _check_no_gpu(proc.stdout)
+    check_no_gpu(proc.stdout)
 
     entries = _read_log(log)
     assert len(entries) == 2, entries
@@ -351,104 +175,29 @@ def test_podman_cdi_annotation_variant(
 
     # no annotation, or one of another domain: the hook does not run at all
     for args in ([], ["--annotation", "example.com/gpu=nvidia.com/gpu=0"]):
-        proc = podman.run(hooks, _rootfs(bundle_factory), *args, env=gpu)
+        proc = podman.run(hooks, busybox_rootfs(bundle_factory), *args, env=gpu)
         assert proc.returncode == 0, proc.stderr
-        _check_no_gpu(proc.stdout)
+        check_no_gpu(proc.stdout)
     assert _read_log(log) == []
 
     # the annotation: it runs and gives GPU 0
     env = {**gpu, "OTHER": str(sim.gpus[1].minor)}
-    proc = podman.run(hooks, _rootfs(bundle_factory), *cdi, "--cap-add", "MKNOD", env=env)
+    proc = podman.run(hooks, busybox_rootfs(bundle_factory), *cdi, "--cap-add", "MKNOD", env=env)
     assert proc.returncode == 0, proc.stderr
-    _check_gpu0(proc.stdout, sim)
+    check_gpu0(proc.stdout, sim)
     (entry,) = _read_log(log)
     state = _check_state(entry)
     assert state["annotations"]["cdi.k8s.io/gpu"] == "nvidia.com/gpu=0", state
     assert entry["argv"][1:] == doc["hook"]["args"][1:], entry
 
     # the annotation without NVIDIA_VISIBLE_DEVICES: it runs, and injects nothing
-    proc = podman.run(hooks, _rootfs(bundle_factory), *cdi)
+    proc = podman.run(hooks, busybox_rootfs(bundle_factory), *cdi)
     assert proc.returncode == 0, proc.stderr
-    _check_no_gpu(proc.stdout)
+    check_no_gpu(proc.stdout)
     assert len(_read_log(log)) == 2
 
 
 # -- containerd --------------------------------------------------------------------------------
-
-
-@dataclass
-class Containerd:
-    address: str
-    dir: Path
-    cgroup_parent: str
-
-    def ctr(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        cmd = ["ctr", "--address", self.address, *args]
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-
-
-CONTAINERD_CONFIG = """\
-version = 2
-root = "{d}/root"
-state = "{d}/state"
-disabled_plugins = [
-  "io.containerd.grpc.v1.cri",
-  "io.containerd.internal.v1.opt",
-  "io.containerd.snapshotter.v1.aufs",
-  "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.devmapper",
-  "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.tracing.processor.v1.otlp",
-]
-
-[grpc]
-  address = "{d}/containerd.sock"
-"""
-
-
-@pytest.fixture(scope="module")
-def containerd(tmp_path_factory: pytest.TempPathFactory, host_guard: str) -> Iterator[Containerd]:
-    """containerd started by hand with a private config, root, state and socket (CRI
-    disabled); stopped at the end, with any shim of its own."""
-    need_root_and("containerd", "ctr", "runc")
-    d = tmp_path_factory.mktemp("containerd")
-    (d / "config.toml").write_text(CONTAINERD_CONFIG.format(d=d))
-    address = str(d / "containerd.sock")
-    with open(d / "containerd.log", "wb") as log:
-        proc = subprocess.Popen(
-            ["containerd", "--config", str(d / "config.toml")],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    engine = Containerd(address, d, f"/{host_guard}")
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"containerd exited: {(d / 'containerd.log').read_text()[-3000:]}")
-            if os.path.exists(address) and engine.ctr("version", timeout=10).returncode == 0:
-                break
-            if time.monotonic() > deadline:
-                pytest.fail(f"containerd did not start: {(d / 'containerd.log').read_text()}")
-            time.sleep(0.05)
-        yield engine
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        # shims outlive a containerd that stops; ours name our socket on their command line
-        shims = _wait_gone(lambda: _pids_with_arg(address), 5)
-        for pid in shims:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        _wait_gone(lambda: _pids_with_arg(address), 5)
-        assert not _mounts_under(str(d))
-        assert not shims, f"containerd shims still running after containerd stopped: {shims}"
 
 
 def _ctr_spec(bundle: str, root: str, logger: str, cgroups_path: str) -> dict[str, Any]:
@@ -481,7 +230,9 @@ def test_containerd_ctr_gives_gpu0(
     """``ctr run --rm --config spec.json``: the runc shim runs the prestart hooks with the
     state on stdin, and the container sees exactly GPU 0."""
     other = str(sim.gpus[1].minor)
-    bundle = bundle_factory(["sh", "-c", SCRIPT], ["NVIDIA_VISIBLE_DEVICES=0", f"OTHER={other}"])
+    bundle = bundle_factory(
+        ["sh", "-c", ENGINE_SCRIPT], ["NVIDIA_VISIBLE_DEVICES=0", f"OTHER={other}"]
+    )
     log = tmp_path / "state.log"
     logger = _write_logger(tmp_path / "logger", log)
     cid = f"ocihook-e2e-{uuid.uuid4().hex[:8]}"
@@ -492,7 +243,7 @@ def test_containerd_ctr_gives_gpu0(
     args = ["run", "--rm", "--fifo-dir", str(fifos), "--runc-root", str(runc_root)]
     proc = containerd.ctr(*args, "--config", str(tmp_path / "spec.json"), cid)
     assert proc.returncode == 0, proc.stderr + (containerd.dir / "containerd.log").read_text()
-    _check_gpu0(proc.stdout, sim)
+    check_gpu0(proc.stdout, sim)
 
     (entry,) = _read_log(log)
     state = _check_state(entry, cid)
@@ -502,4 +253,4 @@ def test_containerd_ctr_gives_gpu0(
     assert "annotations" not in state or not state["annotations"], state
 
     assert containerd.ctr("containers", "ls", "-q").stdout.split() == []
-    assert not _mounts_under(bundle)
+    assert not mounts_under(bundle)

@@ -16,60 +16,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import edit_cli, need_root_and
-from conftest import register_hook as _register_hook
+from support import RUNC_SCRIPT, check_runc_view, edit_cli, need_root_and, tagged, with_mknod_cap
+from support import register_hook as _register_hook
 
 from ocihook.appliers.spec import edit_bundle
 from ocihook.core.hostroot import HostRoot
 from ocihook.sim.demo import run_container
-
-pytestmark = pytest.mark.e2e
-
-SCRIPT = r"""
-for n in /dev/nvidia*; do echo "NODE $n $(stat -c '%F %t:%T' $n)"; done
-echo "LINK $(readlink $LIBDIR/libcuda.so.1)"
-echo "LINKDEV $(readlink $LIBDIR/libcuda.so)"
-echo "MAGIC $(hexdump -n 4 -e '4/1 "%02x"' $LIBDIR/libcuda.so.1)"
-grep " $LIBDIR/" /proc/self/mountinfo | while read -r a b c d mp opts rest; do echo "MOUNT $mp $opts"; done
-echo "OPEN0 $(cat /dev/nvidia0 2>&1 | head -n 1)"
-busybox mknod /dev/nvidia$OTHER c 195 $OTHER && echo "OPENOTHER $(cat /dev/nvidia$OTHER 2>&1 | head -n 1)"
-echo "WRITE $(echo x 2>&1 > $LIBDIR/libcuda.so.1)"
-"""
-
-
-def _lines(out: str, tag: str) -> list[str]:
-    return [ln[len(tag) + 1 :] for ln in out.splitlines() if ln.startswith(tag + " ")]
-
-
-def _with_mknod_cap(bundle: str) -> None:
-    path = os.path.join(bundle, "config.json")
-    with open(path) as f:
-        doc = json.load(f)
-    for key in ("bounding", "effective", "permitted"):
-        doc["process"]["capabilities"][key].append("CAP_MKNOD")
-    with open(path, "w") as f:
-        json.dump(doc, f, indent="\t")
-
-
-def _check(out: str, *, version: str, libdir: str, minors: list[int], uvm_major: int) -> None:
-    nodes = dict(line.split(" ", 1) for line in _lines(out, "NODE"))
-    want = {f"/dev/nvidia{m}": f"character special file c3:{m:x}" for m in minors}
-    want["/dev/nvidiactl"] = "character special file c3:ff"
-    want["/dev/nvidia-uvm"] = f"character special file {uvm_major:x}:0"
-    want["/dev/nvidia-uvm-tools"] = f"character special file {uvm_major:x}:1"
-    assert nodes == want, out
-    assert _lines(out, "LINK") == [f"libcuda.so.{version}"]
-    assert _lines(out, "LINKDEV") == ["libcuda.so.1"]
-    assert _lines(out, "MAGIC") == ["7f454c46"]
-    mounts = dict(line.split(" ", 1) for line in _lines(out, "MOUNT"))
-    assert f"{libdir}/libcuda.so.{version}" in mounts, out
-    for mp, opts in mounts.items():
-        flags = opts.split(",")
-        assert {"ro", "nosuid", "nodev"} <= set(flags), (mp, opts)
-    assert _lines(out, "OPEN0") == ["cat: can't open '/dev/nvidia0': No such device or address"]
-    other = _lines(out, "OPENOTHER")
-    assert len(other) == 1 and "Operation not permitted" in other[0], out
-    assert "Read-only file system" in _lines(out, "WRITE")[0]
 
 
 def _check_ldcache(bundle: str, libdir: str) -> None:
@@ -126,8 +78,8 @@ def test_runc(
         f"LIBDIR={libdir}",
         f"OTHER={other['minor']}",
     ]
-    bundle = bundle_factory(["sh", "-c", SCRIPT], env, debian=debian)
-    _with_mknod_cap(bundle)
+    bundle = bundle_factory(["sh", "-c", RUNC_SCRIPT], env, debian=debian)
+    with_mknod_cap(bundle)
     if mode == "spec":
         result = edit_bundle(bundle, HostRoot.single(root))
         assert result.written
@@ -135,7 +87,7 @@ def test_runc(
         _register_hook(bundle, root)
     proc = run_container(bundle, state_root=str(tmp_path / "runc"))
     assert proc.returncode == 0, proc.stderr
-    _check(
+    check_runc_view(
         proc.stdout,
         version=version,
         libdir=libdir,
@@ -248,7 +200,7 @@ def test_mig_device(sim: Any, bundle_factory: Callable[..., str], tmp_path: Any,
     gi = 3 + minor1 * 135 + MIG_INSTANCES[0] * 9
     nodes = {
         line.split()[1]: line.split()[2]
-        for line in _lines(proc.stdout, "NODE") and proc.stdout.splitlines()
+        for line in tagged(proc.stdout, "NODE") and proc.stdout.splitlines()
     }
     assert nodes == {
         "/dev/nvidia-caps": "0:0" if False else nodes.get("/dev/nvidia-caps", ""),
@@ -284,7 +236,6 @@ def test_cuda_forward_compat(
     ``.note.cuda.fwd_compatibility`` (host branch listed, newer version) when it has one,
     else by a newer driver branch in its file name; nothing of the image is mounted or run."""
     need_root_and("runc", "ldconfig")
-    import json
 
     from ocihook.sim.elfwrite import make_shared_object, pack_note
 

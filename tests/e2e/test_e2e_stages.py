@@ -17,49 +17,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import edit_cli, need_root_and, packaged_hook
+from support import edit_cli, need_root_and
+from support import register_stage_hook as _register
+from support import run_runtime as _run
+from support import stage_hook as _hook
 
 from ocihook.sim import host as simhost
-
-pytestmark = pytest.mark.e2e
 
 SCRIPT = (
     "for n in /dev/nvidia*; do echo NODE $n $(stat -c '%t:%T' $n); done; "
     "echo LINK $(readlink /usr/lib64/libcuda.so.1); "
     "echo OPEN $(cat /dev/nvidia0 2>&1 | head -n 1)"
 )
-
-
-def _hook(stage: str, root: str, env: list[str] | None = None) -> dict[str, Any]:
-    hook = packaged_hook(stage, root)
-    if env is not None:
-        hook["env"] = env
-    return hook
-
-
-def _register(bundle: str, stage: str, hook: dict[str, Any], readonly: bool = False) -> None:
-    cfg = Path(bundle, "config.json")
-    doc = json.loads(cfg.read_text())
-    doc["hooks"] = {stage: [hook]}
-    doc["root"]["readonly"] = readonly
-    cfg.write_text(json.dumps(doc))
-
-
-def _run(runtime: str, bundle: str, state: str, cid: str) -> subprocess.CompletedProcess[str]:
-    if runtime == "runc":
-        cmd = ["runc", "--root", state, "run", "-b", bundle, cid]
-    else:
-        cmd = [
-            "unshare",
-            "-m",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            f"umount /sys/fs/cgroup/unified 2>/dev/null; "
-            f"exec crun --root {state} run -b {bundle} {cid}",
-        ]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
 
 
 def _view(out: str) -> dict[str, list[str]]:

@@ -25,12 +25,9 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from conftest import realistic_dir
+from support import REPO, realistic_dir
 
-pytestmark = pytest.mark.realistic
-
-REPO = Path(__file__).resolve().parent.parent
-ORACLE = REPO / "fixtures" / "realistic" / "expected.py"
+ORACLE = Path(REPO, "fixtures", "realistic", "expected.py")
 VERSION = "535.261.03"
 STALE = "470.57.02"
 LIBRARY_CAPABILITIES = ("utility", "compute", "video", "graphics", "ngx")

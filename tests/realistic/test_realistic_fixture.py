@@ -18,11 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import REPO
 
-pytestmark = pytest.mark.realistic
-
-REPO = Path(__file__).resolve().parent.parent
-BUILD = REPO / "fixtures" / "realistic" / "build.py"
+BUILD = Path(REPO, "fixtures", "realistic", "build.py")
 VERSION = "535.261.03"
 ELF_MAGIC = b"\x7fELF"
 EXIT_UNAVAILABLE = 3

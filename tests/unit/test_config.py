@@ -10,9 +10,10 @@ from typing import Any
 
 import jsonschema
 import pytest
-from conftest import modules_after as _modules_after
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import REPO
+from support import modules_after as _modules_after
 
 from ocihook import config as cfgmod
 from ocihook.config import (
@@ -27,7 +28,6 @@ from ocihook.config import (
 from ocihook.core.hostroot import HostRoot
 from ocihook.request import ALL_CAPABILITIES
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPEC_SCHEMA_PATH = os.path.join(REPO, "specs", "config.schema.json")
 PACKAGE_SCHEMA_PATH = os.path.join(REPO, "ocihook", "schemas", "config.schema.json")
 EXAMPLE_PATH = os.path.join(REPO, "packaging", "config.toml.example")

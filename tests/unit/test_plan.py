@@ -9,6 +9,7 @@ import jsonschema
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import REPO
 
 from ocihook.core.errors import RequestError
 from ocihook.core.hostroot import HostRoot
@@ -16,8 +17,6 @@ from ocihook.discovery.nvidia import NvidiaHost, discover
 from ocihook.plan import ContainerLayout, make_plan
 from ocihook.request import request_from_env
 from ocihook.sim import host as simhost
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 with open(os.path.join(REPO, "specs/plan.schema.json")) as _f:
     SCHEMA = json.load(_f)

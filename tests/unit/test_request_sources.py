@@ -163,7 +163,7 @@ def test_gds_brings_its_nodes_and_mounts(
 ) -> None:
     """NVIDIA_GDS=enabled: /dev/nvidia-fs* nodes, the driver root's /etc/cufile.json and
     /run/udev (a directory: mounted as one in both modes)."""
-    from conftest import need_root_and, register_hook
+    from support import need_root_and, register_hook
 
     from ocihook.appliers.spec import edit_bundle, request_mounts
     from ocihook.sim.demo import run_container

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import need_root_and
-from conftest import register_hook as _register_hook
+from support import need_root_and
+from support import register_hook as _register_hook
 
 from ocihook.core.errors import DiscoveryError, RequestError
 from ocihook.core.hostroot import HostRoot

@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ocihook.sim import host as simhost
+from support import REPO
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from ocihook.sim import host as simhost
 
 
 def _cli(

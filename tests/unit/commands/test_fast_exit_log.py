@@ -17,9 +17,9 @@ import tomllib
 from typing import Any
 
 import pytest
-from conftest import need_root_and, packaged_hook
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import need_root_and, packaged_hook
 
 from ocihook.config import config_from_dict, scan_debug_log_file
 

@@ -16,9 +16,10 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from conftest import modules_after as _modules_after
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import DOUBLES
+from support import modules_after as _modules_after
 
 from ocihook.core.errors import DiscoveryError, exit_code_for
 from ocihook.core.hostroot import HostRoot
@@ -39,7 +40,7 @@ from ocihook.discovery.gpus import (
 from ocihook.discovery.nvidia import discover, parse_devices
 from ocihook.sim import host as simhost
 
-DOUBLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "doubles", "pynvml.py")
+DOUBLE = os.path.join(DOUBLES, "pynvml.py")
 DRIVER = "550.127.05"
 NVIDIA, UVM, CAPS = 195, 237, 240
 MAJORS = {"nvidia": NVIDIA, "nvidia-uvm": UVM, "nvidia-caps": CAPS}

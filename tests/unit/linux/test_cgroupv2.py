@@ -30,9 +30,9 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
-from conftest import need_root_and
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import need_root_and
 
 from ocihook.core.errors import ApplyError
 from ocihook.linux import cgroupv2

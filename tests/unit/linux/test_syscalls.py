@@ -20,10 +20,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support import REPO
 
 from ocihook.linux import syscalls as _linux
 
-REPO = Path(__file__).resolve().parent.parent
 IS_ROOT = os.geteuid() == 0
 
 
