@@ -10,36 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import CDI_GPU_SPEC as GPU_SPEC
+from support import GOOD_CDI_YAML as GOOD_YAML
 
 from ocihook.appliers.spec import Options, cdi_device_names, edit_bundle
 from ocihook.core.errors import CdiError
 from ocihook.request import request_from_spec
-
-# Explicit type/major/minor: injection never needs a host device node for these.
-GPU_SPEC = {
-    "cdiVersion": "0.5.0",
-    "kind": "nvidia.com/gpu",
-    "containerEdits": {
-        "env": ["NVIDIA_CDI=1"],
-        "deviceNodes": [{"path": "/dev/nvidiactl", "type": "c", "major": 195, "minor": 255}],
-        "mounts": [
-            {
-                "hostPath": "/usr/lib/x86_64-linux-gnu/libcuda.so.535.261.03",
-                "containerPath": "/usr/lib/x86_64-linux-gnu/libcuda.so.535.261.03",
-                "options": ["ro", "nosuid", "nodev", "bind"],
-            }
-        ],
-    },
-    "devices": [
-        {
-            "name": str(i),
-            "containerEdits": {
-                "deviceNodes": [{"path": f"/dev/nvidia{i}", "type": "c", "major": 195, "minor": i}]
-            },
-        }
-        for i in range(2)
-    ],
-}
 
 
 def _bundle(tmp_path: Path, env: list[str], annotations: dict[str, str] | None = None) -> Path:
@@ -246,3 +222,43 @@ def test_malformed_env_name_reported_as_written(tmp_path: Path, spec_dir: Path) 
         edit_bundle(str(b), options=Options(cdi_spec_dirs=(str(spec_dir),)))
     assert info.value.value == "nvidia.com/=1"
     assert info.value.field == "process.env[NVIDIA_VISIBLE_DEVICES]"
+
+
+# --- regressions (adversarial review of the CDI generator and loader) ---------------------
+
+
+def test_cdi_edit_of_deeply_nested_config_is_no_traceback(tmp_path: Path) -> None:
+    """A config.json that json.loads accepts (an unknown field nested 600 deep) goes
+    through spec mode's host-discovery path fine, but a CDI request copies the document
+    with the recursive _copy_json (two frames a level with the list comprehension) and
+    dies with RecursionError: exit 1 and a traceback instead of a result or exit 3."""
+    from ocihook.sim.demo import default_config
+
+    spec_dir = tmp_path / "cdi"
+    spec_dir.mkdir()
+    (spec_dir / "gpu.yaml").write_text(
+        GOOD_YAML.replace("example.com", "nvidia.com")
+        .replace("name: gpu0", "name: '0'")
+        .replace("0.3.0", "0.5.0")
+    )
+    bundle = tmp_path / "bundle"
+    (bundle / "rootfs").mkdir(parents=True)
+    doc = default_config(["sh"], ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"])
+    depth = 600
+    text = json.dumps(doc)[:-1] + ', "x": ' + "[" * depth + "]" * depth + "}"
+    (bundle / "config.json").write_text(text)
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f'cdi-spec-dirs = ["{spec_dir}"]\n')
+    r = subprocess.run(
+        [sys.executable, "-m", "ocihook", "edit", "--config", str(cfg), "-b", str(bundle)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert "Traceback" not in r.stderr, r.stderr[-600:]
+    assert r.returncode in (0, 3), r.stderr
+    if r.returncode == 0:
+        out = json.loads((bundle / "config.json").read_text())
+        assert "A=1" in out["process"]["env"]
+    else:
+        assert (bundle / "config.json").read_text() == text

@@ -13,16 +13,24 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from conftest import REPO
 from hypothesis import given
 from hypothesis import strategies as st
+from support import REPO, need_root_and
 
 from ocihook.appliers.live import gpu_dirs_of_devices
 from ocihook.cdi.generate import generate_spec, spec_bytes, transform_root
 from ocihook.cdi.inject import inject_devices
 from ocihook.cdi.names import CdiError
 from ocihook.cdi.registry import Registry
-from ocihook.cdi.spec import Spec, load_spec, minimum_version, validate_spec
+from ocihook.cdi.spec import (
+    ContainerEdits,
+    Device,
+    Mount,
+    Spec,
+    load_spec,
+    minimum_version,
+    validate_spec,
+)
 from ocihook.core.errors import DiscoveryError
 from ocihook.core.hostroot import HostRoot
 from ocihook.discovery.nvidia import NvidiaHost, discover
@@ -358,7 +366,7 @@ def test_gpu_dirs_of_devices(sim: Any, host: NvidiaHost) -> None:
 def test_generate_skips_click_and_yaml_for_json(sim: Any, tmp_path: Path) -> None:
     """``cdi generate`` runs at boot and on every driver change: it is a fast command (no
     click, jsonschema or pyelftools), and JSON output does not import PyYAML."""
-    from conftest import modules_after
+    from support import modules_after
 
     out = tmp_path / "nvidia.json"
     argv = ["cdi", "generate", "--driver-root", sim.root, "--dev-root", sim.root]
@@ -406,3 +414,177 @@ def test_capability_files_by_device_minor(tmp_path: Path) -> None:
         ("/dev/nvidia-caps/nvidia-capX", None),
     ]
     assert caps_minors(pairs) == {12, 13}
+
+
+# --- regressions (adversarial review of the CDI generator and loader) ---------------------
+
+
+def _generate(sim: Any, *args: str) -> subprocess.CompletedProcess[str]:
+    root = ["--driver-root", sim.root, "--dev-root", sim.root]
+    return subprocess.run(
+        [sys.executable, "-m", "ocihook", "cdi", "generate", *root, *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def _errors(stderr: str) -> list[str]:
+    return [ln for ln in stderr.splitlines() if not ln.startswith("ocihook: warning:")]
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--format", "xml"), ("--device-name-strategy", "serial"), ("--gpu-backend", "cuda")],
+)
+def test_generate_bad_choice_is_usage_error(sim: Any, flag: str, value: str) -> None:
+    """A value outside an option's choices is bad command-line usage: exit 2 (README "Exit
+    codes"), as the click command gave before cdi generate became a fast command; the
+    fast command now exits 11 ("a CDI spec file ... is malformed")."""
+    r = _generate(sim, flag, value)
+    assert r.returncode == 2, r.stderr
+    assert flag in r.stderr
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--class", "_bad"), ("--vendor", "")])
+def test_generate_bad_kind_names_the_flag(sim: Any, flag: str, value: str) -> None:
+    """A malformed --class / --vendor is reported without saying which flag was wrong
+    ("invalid class: must start with ... (value '_bad')")."""
+    r = _generate(sim, flag, value)
+    assert r.returncode != 0
+    errors = _errors(r.stderr)
+    assert len(errors) == 1 and flag in errors[0], r.stderr
+
+
+def test_generate_empty_output_names_the_flag(sim: Any, tmp_path: Path) -> None:
+    """``--output=`` (an empty path) reports "cannot write the CDI spec: No such file or
+    directory (file )" -- neither the flag nor a file -- after making and removing a
+    temporary file in the *parent* of the working directory (abspath('') is the cwd)."""
+    work = tmp_path / "cwd"
+    work.mkdir()
+    root = ["--driver-root", sim.root, "--dev-root", sim.root]
+    r = subprocess.run(
+        [sys.executable, "-m", "ocihook", "cdi", "generate", *root, "--output="],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=work,
+    )
+    assert r.returncode in (2, 11)
+    errors = _errors(r.stderr)
+    assert len(errors) == 1 and "--output" in errors[0], r.stderr
+
+
+def test_generate_option_missing_its_value_is_usage_error(sim: Any, tmp_path: Path) -> None:
+    """``--output --verbose``: argparse says "argument --output: expected one argument"
+    (exit 2), but the table-driven fast parser takes the next option as the value and
+    writes the spec to a file named ``--verbose`` in the working directory, exit 0."""
+    root = ["--driver-root", sim.root, "--dev-root", sim.root]
+    r = subprocess.run(
+        [sys.executable, "-m", "ocihook", "cdi", "generate", *root, "--output", "--verbose"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert r.returncode == 2, r.stderr
+    assert "--output" in r.stderr
+    assert os.listdir(tmp_path) == []
+
+
+def test_transform_from_slash_leaves_non_path_sources() -> None:
+    """``--from / --to /host`` prefixes every host path, also a mount's hostPath that is
+    not a path at all (a tmpfs source "tmpfs" becomes "/hosttmpfs"): _swap_prefix with
+    old == "/" takes any string, absolute or not, and glues ``new`` to it."""
+    tmpfs = Mount("tmpfs", "/dev/shm", ("nosuid", "size=64m"), "tmpfs")
+    lib = Mount("/usr/lib/libcuda.so.1", "/usr/lib/libcuda.so.1", ("ro", "bind"))
+    spec = Spec("0.4.0", "nvidia.com/gpu", (Device("gpu0", ContainerEdits(mounts=(tmpfs, lib))),))
+    out = transform_root(spec, "/", "/host").devices[0].container_edits.mounts
+    assert out[1].host_path == "/host/usr/lib/libcuda.so.1"
+    assert out[0].host_path == "tmpfs"
+
+
+def test_gpu_dirs_of_devices_never_raises_on_a_huge_minor(host: NvidiaHost) -> None:
+    """The docstring promises malformed linux.devices items are skipped, never raised; a
+    device path ``/dev/nvidia`` + 5000 digits (``podman --device /dev/null:/dev/nvidia1...``
+    puts any path there) makes ``int()`` raise ValueError, and the createContainer hook
+    exits 1 with a traceback."""
+    proc = host.root.proc("driver/nvidia")
+    g0 = host.gpus[0]
+    config = {
+        "linux": {
+            "devices": [
+                {"path": "/dev/nvidia" + "1" * 5000, "type": "c", "major": 1, "minor": 3},
+                {"path": f"/dev/nvidia{g0.minor}", "type": "c", "major": 195, "minor": g0.minor},
+            ]
+        }
+    }
+    assert gpu_dirs_of_devices(proc, config) == (os.path.basename(g0.proc_dir),)
+
+
+def test_gpu_dirs_of_devices_matches_the_node_number_not_its_name(host: NvidiaHost) -> None:
+    """A container may get a GPU's node under another name (CDI ``path`` vs ``hostPath``,
+    ``--device /dev/nvidia3:/dev/nvidia0``): linux.devices then says path /dev/nvidia0,
+    major 195, minor 3. The node is GPU 3's, so GPU 3's gpus/ entry is the one to show;
+    the name-based match shows GPU 0's (another GPU's UUID and bus id) and hides GPU 3's."""
+    proc = host.root.proc("driver/nvidia")
+    g0, g3 = host.gpus[0], host.gpus[3]
+    assert g0.minor != g3.minor
+    config = {
+        "linux": {
+            "devices": [
+                {"path": f"/dev/nvidia{g0.minor}", "type": "c", "major": 195, "minor": g3.minor}
+            ]
+        }
+    }
+    assert gpu_dirs_of_devices(proc, config) == (os.path.basename(g3.proc_dir),)
+
+
+# --- regression: the masked /proc/driver/nvidia holds every capability file read -----------
+
+
+MASK_SCRIPT = """
+import json, os, sys
+from ocihook.appliers.live import mask_proc_driver, read_proc_files
+host, rootfs, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+files = read_proc_files(host, set(range(n)))
+fd = os.open(rootfs, os.O_RDONLY | os.O_DIRECTORY)
+try:
+    done = mask_proc_driver(fd, files, {}, [])
+    seen = sum(len(f) for _d, _s, f in os.walk(os.path.join(rootfs, "proc/driver/nvidia")))
+    print(json.dumps({"ok": done, "files": len(files), "seen": seen}))
+except Exception as e:
+    print(json.dumps({"ok": False, "files": len(files), "error": str(e)}))
+"""
+
+
+def test_mask_holds_every_capability_file_read(tmp_path: Path) -> None:
+    """``capability_files`` reads up to 4096 entries, but the mask is a ``size=1m`` tmpfs:
+    each file takes a page, so about 250 capability files fill it and the whole mask fails
+    with ENOSPC (the container does not start). 300 matching files here (a host with many
+    MIG instances, or a config.json listing many nvidia-caps nodes): read, then lost.
+    (A real 8-GPU host has at most ~114; severity low, but the two limits disagree.)"""
+    need_root_and("unshare")
+    host = tmp_path / "host"
+    n = 300
+    for i in range(n):
+        d = host / f"capabilities/gpu{i // 14}/mig/gi{i % 14}"
+        d.mkdir(parents=True)
+        (d / "access").write_text(f"DeviceFileMinor: {i}\nDeviceFileMode: 292\n")
+    (host / "params").write_text("ModifyDeviceFiles: 1\n")
+    rootfs = tmp_path / "rootfs"
+    (rootfs / "proc/driver/nvidia").mkdir(parents=True)
+    script = tmp_path / "mask.py"
+    script.write_text(MASK_SCRIPT)
+    unshare = ["unshare", "-m", "--propagation", "private"]
+    proc = subprocess.run(
+        [*unshare, sys.executable, "-I", str(script), str(host), str(rootfs), str(n)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    assert got["files"] == n + 1
+    assert got["ok"] is True, got
+    assert got["seen"] == n + 1

@@ -8,6 +8,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from support import GOOD_CDI_YAML as GOOD_YAML
+
 from ocihook.cdi import DEFAULT_SPEC_DIRS, CdiError, Registry, load_spec
 
 
@@ -141,3 +143,20 @@ def test_lookups_from_specs() -> None:
 def test_empty_registry() -> None:
     reg = Registry.from_specs([])
     assert reg.list_devices() == [] and reg.vendors() == [] and reg.classes() == []
+
+
+# --- regressions (adversarial review of the CDI generator and loader) ---------------------
+
+
+def test_registry_survives_a_spec_with_a_huge_integer(tmp_path: Path) -> None:
+    """One broken file in a spec dir goes to Registry.errors; the other specs still load
+    (CDI pkg/cdi/cache.go). A huge integer made Registry.load raise ValueError instead, so
+    every CDI request on the host failed with a traceback."""
+    (tmp_path / "a-good.yaml").write_text(GOOD_YAML)
+    bad = GOOD_YAML.replace("example.com/gpu", "other.com/gpu").replace(
+        "env: [A=1]", "deviceNodes: [{path: /dev/x, minor: 0b" + "1" * 20000 + "}]"
+    )
+    (tmp_path / "b-bad.yaml").write_text(bad)
+    registry = Registry.load([str(tmp_path)])
+    assert registry.list_devices() == ["example.com/gpu=gpu0"]
+    assert list(registry.errors) == [str(tmp_path / "b-bad.yaml")]

@@ -15,6 +15,8 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import GOOD_CDI_YAML as GOOD_YAML
+from support import REPO
 
 from ocihook.cdi import (
     HOOK_NAMES,
@@ -33,7 +35,6 @@ from ocihook.cdi import (
     spec_from_dict,
 )
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 with open(os.path.join(REPO, "specs/cdi.schema.json")) as _f:
     SCHEMA = json.load(_f)
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
@@ -811,3 +812,28 @@ def test_loader_raises_only_cdi_error_on_text(text: str) -> None:
 def test_loader_hostile_inputs(blob: bytes) -> None:
     with pytest.raises(CdiError):
         load_spec(blob, path=PATH)
+
+
+# --- regressions (adversarial review of the CDI generator and loader) ---------------------
+
+
+def test_load_spec_huge_yaml_integer_is_a_cdi_error() -> None:
+    """YAML reads ``0x`` + 5000 hex digits as one int; the out-of-range error then puts the
+    value in its message, and ``repr`` of an int of more than 4300 decimal digits raises
+    ValueError (CPython's int_max_str_digits). load_spec must raise CdiError only."""
+    text = GOOD_YAML.replace(
+        "env: [A=1]", "deviceNodes: [{path: /dev/x, major: 0x" + "f" * 5000 + "}]"
+    )
+    with pytest.raises(CdiError, match="out of range"):
+        load_spec(text, path="big.yaml")
+
+
+def test_unquoted_mig_style_name_reads_as_the_reference_does() -> None:
+    """``name: 1:0`` unquoted (a MIG device by index, written by hand) is the string "1:0"
+    for the reference parser (sigs.k8s.io/yaml on go-yaml, which leaves YAML 1.1 base-60
+    numbers out on purpose: go-yaml resolve.go), so podman and containerd accept the
+    spec. PyYAML's YAML 1.1 resolver makes it the integer 60, and load_spec rejects the
+    whole file ("expected a string, found int"), dropping every device in it."""
+    text = GOOD_YAML.replace("0.3.0", "0.5.0").replace("name: gpu0", "name: 1:0")
+    spec = load_spec(text, path="mig.yaml")
+    assert [d.name for d in spec.devices] == ["1:0"]

@@ -12,17 +12,15 @@ import shutil
 import stat
 import subprocess
 import sys
+import textwrap
 import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, need_root_and
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-# podman with a private store, as test_e2e_podman_containerd.py runs it (its fixtures)
-from test_e2e_podman_containerd import host_guard, podman  # noqa: F401
+from support import REPO, busybox_rootfs, need_root_and
 
 from ocihook.commands.engines import (
     CDI_SPEC_DIRS,
@@ -441,13 +439,11 @@ def test_podman_reads_the_hooks_d_file(
     (the hook's fast exit); one asking for GPU 0 on this GPU-less host is stopped by
     ocihook's discovery error — the hook ran, from the file."""
     need_root_and("podman", "runc")
-    from test_e2e_podman_containerd import _rootfs
-
     engine = request.getfixturevalue("podman")
     hooks = tmp_path / "hooks.d"
     hooks.mkdir()
     assert cli("--runtime", "podman", "--config", str(hooks)).returncode == 0
-    proc = engine.run(hooks, _rootfs(bundle_factory))
+    proc = engine.run(hooks, busybox_rootfs(bundle_factory))
     assert proc.returncode == 0, proc.stderr
     if os.path.exists("/proc/driver/nvidia/version"):
         pytest.skip("this host has an NVIDIA driver: the GPU container would start")
@@ -455,7 +451,7 @@ def test_podman_reads_the_hooks_d_file(
     cmd = [*engine.base, "--hooks-dir", str(hooks), "run", "--rm", "--network=none"]
     cmd += ["--cgroup-parent", engine.cgroup_parent, "--env", "NVIDIA_VISIBLE_DEVICES=0"]
     cmd += ["--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768"]
-    cmd += ["--rootfs", _rootfs(bundle_factory), "true"]
+    cmd += ["--rootfs", busybox_rootfs(bundle_factory), "true"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     subprocess.run([*engine.base, "rm", "--all", "--force"], capture_output=True, timeout=60)
     assert proc.returncode != 0
@@ -511,7 +507,7 @@ def test_write_failure_leaves_nothing(tmp_path: Path) -> None:
 
 
 def test_tomlkit_only_for_toml(tmp_path: Path) -> None:
-    from conftest import modules_after
+    from support import modules_after
 
     code = (
         "from ocihook.commands.engines import configure\n"
@@ -519,3 +515,373 @@ def test_tomlkit_only_for_toml(tmp_path: Path) -> None:
     )
     assert "tomlkit" not in modules_after(code)
     assert "tomlkit" not in modules_after("import ocihook.commands.cli")
+
+
+# --- regressions: containerd imports and the read-back check ---------------------------------
+
+
+def test_containerd_empty_imports_no_note(tmp_path: Path) -> None:
+    """``containerd config default`` writes ``imports = []``; the edit then notes
+    "this file imports : a file there that configures the CRI plugin would override this
+    registration" — an empty list named as if files were imported."""
+    path = tmp_path / "config.toml"
+    path.write_text(containerd_default())
+    assert "imports = []" in path.read_text()
+    proc = run_configure("containerd", path)
+    assert proc.returncode == 0, proc.stderr
+    assert "this file imports" not in proc.stderr, proc.stderr
+
+
+def test_containerd_import_glob_matching_the_file_itself(tmp_path: Path) -> None:
+    """``imports = ["<dir>/*.toml"]`` in ``<dir>/config.toml`` matches the main file itself;
+    containerd skips a file already loaded (``LoadConfig``: circular imports) and reads this
+    file fine (``config dump``). ocihook refuses it as "the imported file config.toml
+    configures the CRI plugin" and hints to configure that same file — a false refusal
+    with a circular hint."""
+    path = tmp_path / "config.toml"
+    path.write_text(
+        textwrap.dedent(
+            f"""\
+            version = 2
+            imports = ["{tmp_path}/*.toml"]
+
+            [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+              runtime_type = "io.containerd.runc.v2"
+            """
+        )
+    )
+    if shutil.which("containerd") is not None:
+        dump = containerd_dump(path)
+        assert dump["imports"] == [str(path)]
+        assert "runc" in dump["plugins"][CRI]["containerd"]["runtimes"]
+    after, _notes = configure_containerd(
+        path.read_bytes(), path=str(path), runtime_path="/opt/ocihook/bin/ocihook-runtime"
+    )
+    assert b"runtimes.ocihook" in after
+
+
+def test_containerd_relative_import_of_a_linked_config(tmp_path: Path) -> None:
+    """``configure`` follows a linked config file to its target and resolves the relative
+    ``imports`` against the target's directory; containerd resolves them against the
+    directory of the path it was given (the link's: ``resolveImports`` joins
+    ``filepath.Dir(parent)``). An imported drop-in that configures the CRI plugin (which
+    replaces the main file's table in containerd 1.x) is then missed: the registration is
+    written and silently undone."""
+    need_root_and("containerd")
+    etc, real = tmp_path / "etc", tmp_path / "managed"
+    (etc / "conf.d").mkdir(parents=True)
+    real.mkdir()
+    (real / "config.toml").write_text('version = 2\nimports = ["conf.d/cri.toml"]\n')
+    (etc / "config.toml").symlink_to(real / "config.toml")
+    (etc / "conf.d/cri.toml").write_text(
+        f'version = 2\n[plugins."{CRI}".containerd]\ndefault_runtime_name = "runc"\n'
+    )
+    assert str(etc / "conf.d/cri.toml") in containerd_dump(etc / "config.toml")["imports"]
+    with pytest.raises(EngineConfigError) as e:
+        configure("containerd", path=str(etc / "config.toml"), runtime_path="/x/ocihook-runtime")
+    assert e.value.field == "imports"
+
+
+def test_containerd_import_with_nul_is_a_file_error(tmp_path: Path) -> None:
+    """A TOML string may hold ``\\u0000``: an import naming one made ``os.open`` raise
+    ValueError, which the CLI shows as a usage error ("Error: embedded null byte", exit
+    2) instead of the file's error (exit 13, naming the file and ``imports``)."""
+    path = tmp_path / "config.toml"
+    path.write_text('version = 2\nimports = ["a\\u0000b.toml"]\n')
+    with pytest.raises(EngineConfigError) as e:
+        configure_containerd(path.read_bytes(), path=str(path), runtime_path="/x/ocihook-runtime")
+    assert e.value.field == "imports"
+    proc = run_configure("containerd", path)
+    assert proc.returncode == EXIT_CODES[EngineConfigError], proc.stderr
+
+
+def test_containerd_runc_table_with_a_datetime_no_traceback(tmp_path: Path) -> None:
+    """runc's settings are copied to the new runtime; a TOML date-time among them reaches
+    ``_check_toml``'s ``json.dumps`` without ``default=`` and escapes as TypeError (a
+    traceback from ``ocihook runtime configure``)."""
+    path = tmp_path / "config.toml"
+    path.write_text(
+        textwrap.dedent(
+            """\
+            version = 2
+            [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+              runtime_type = "io.containerd.runc.v2"
+              since = 1979-05-27T07:32:00Z
+            """
+        )
+    )
+    proc = run_configure("containerd", path)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode in (0, EXIT_CODES[EngineConfigError]), proc.stderr
+
+
+# --- regressions (adversarial review of runtime configure) ----------------------------------
+
+
+RUNTIME_PATH = "/usr/local/bin/ocihook-runtime"
+
+
+def _configure(engine: str, path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return cli(
+        "--runtime",
+        engine,
+        "--config",
+        str(path),
+        "--runtime-path",
+        RUNTIME_PATH,
+        *extra,
+    )
+
+
+def _containerd_dump(path: Path) -> str:
+    if shutil.which("containerd") is None:
+        pytest.skip("containerd is not installed")
+    proc = subprocess.run(
+        ["containerd", "--config", str(path), "config", "dump"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def _cri_runtimes(dump: str) -> dict[str, Any]:
+    doc = tomllib.loads(dump)
+    runtimes: dict[str, Any] = doc["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]
+    return runtimes
+
+
+def test_containerd_runc_entry_of_the_wrong_type_is_exit_13(tmp_path: Path) -> None:
+    """A containerd config whose ``runtimes.runc`` is a string (malformed) must be refused
+    with exit 13 and left untouched. Found: ``AttributeError: 'str' object has no
+    attribute 'items'`` (traceback, exit 1) in ``configure_containerd``."""
+    path = tmp_path / "config.toml"
+    text = 'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes]\nrunc = "x"\n'
+    path.write_text(text)
+    proc = _configure("containerd", path)
+    assert proc.returncode == EXIT_CODES[EngineConfigError], proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert path.read_text() == text
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '[plugins."io.containerd.grpc.v1.cri".containerd]\n'
+        'runtimes = { runc = { runtime_type = "io.containerd.runc.v2" } }\n',
+        '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes]\n'
+        'ocihook = { runtime_type = "io.containerd.runc.v2" }\n',
+        'plugins = { "io.containerd.internal.v1.opt" = { path = "/opt" } }\n',
+    ],
+    ids=["inline-runtimes", "inline-ocihook-entry", "inline-plugins"],
+)
+def test_containerd_inline_tables_are_edited_or_refused_with_13(tmp_path: Path, body: str) -> None:
+    """Inline tables on the path ocihook writes (``runtimes = { runc = {...} }``, an
+    ``ocihook = {...}`` entry, ``plugins = {...}``) are valid containerd configs
+    (``config dump`` reads them). Found: tomlkit's ``ValueError: Inline tables cannot
+    contain a table`` is caught by the CLI as a usage error (exit 2, "Try 'ocihook runtime
+    configure --help'"), though the command line was right. Expected: the runtime added
+    or exit 13 naming the file, the file untouched."""
+    path = tmp_path / "config.toml"
+    text = "version = 2\n" + body
+    path.write_text(text)
+    _containerd_dump(path)  # valid for containerd
+    proc = _configure("containerd", path)
+    if proc.returncode == 0:
+        runtimes = _cri_runtimes(_containerd_dump(path))
+        assert runtimes["ocihook"]["options"]["BinaryName"] == RUNTIME_PATH
+    else:
+        assert proc.returncode == EXIT_CODES[EngineConfigError], proc.stderr
+        assert str(path) in proc.stderr
+        assert path.read_text() == text
+
+
+def test_containerd_dotted_keys_keep_runc_and_register_ocihook(tmp_path: Path) -> None:
+    """A containerd config that writes the runc runtime with dotted keys::
+
+        [plugins."io.containerd.grpc.v1.cri".containerd]
+        runtimes.runc.runtime_type = "io.containerd.runc.v2"
+        runtimes.runc.options.SystemdCgroup = true
+
+    Found: exit 0 "updated", but tomlkit writes ``[runtimes.ocihook]`` as a top-level
+    table between the two dotted lines, so ``runtimes.runc.options.SystemdCgroup`` lands
+    inside the new table: containerd's ``config dump`` then shows no ``ocihook`` runtime
+    and runc without ``SystemdCgroup`` (a cgroup-driver mismatch for kubelet). Expected:
+    the runtime registered and runc's settings kept, or exit 13 and the file untouched."""
+    path = tmp_path / "config.toml"
+    text = (
+        "version = 2\n"
+        '[plugins."io.containerd.grpc.v1.cri".containerd]\n'
+        'runtimes.runc.runtime_type = "io.containerd.runc.v2"\n'
+        "runtimes.runc.options.SystemdCgroup = true\n"
+    )
+    path.write_text(text)
+    assert _cri_runtimes(_containerd_dump(path))["runc"]["options"]["SystemdCgroup"] is True
+    proc = _configure("containerd", path)
+    if proc.returncode == 0:
+        runtimes = _cri_runtimes(_containerd_dump(path))
+        assert runtimes["runc"]["options"].get("SystemdCgroup") is True, path.read_text()
+        assert "ocihook" in runtimes, path.read_text()
+        assert runtimes["ocihook"]["options"]["BinaryName"] == RUNTIME_PATH
+    else:
+        assert proc.returncode == EXIT_CODES[EngineConfigError], proc.stderr
+        assert path.read_text() == text
+
+
+def test_containerd_out_of_order_tables_with_set_as_default(tmp_path: Path) -> None:
+    """A valid containerd config whose ``[plugins."io.containerd.grpc.v1.cri".containerd]``
+    header comes after its sub-table ``...containerd.runtimes.runc.options`` and another
+    plugin's table (TOML allows it; ``config dump`` reads it). With ``--set-as-default``
+    (or ``--cdi``): ``AttributeError: 'dict' object has no attribute 'body'`` in
+    ``_key_indent`` (tomlkit gives an out-of-order table proxy), exit 1 with a traceback.
+    Expected: ``default_runtime_name = "ocihook"`` written (or exit 13)."""
+    path = tmp_path / "config.toml"
+    text = (
+        "version = 2\n"
+        '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n'
+        "SystemdCgroup = true\n"
+        '[plugins."io.containerd.internal.v1.opt"]\n'
+        'path = "/opt"\n'
+        '[plugins."io.containerd.grpc.v1.cri".containerd]\n'
+        'snapshotter = "native"\n'
+    )
+    path.write_text(text)
+    _containerd_dump(path)  # valid for containerd
+    proc = _configure("containerd", path, "--set-as-default", "--cdi")
+    assert "Traceback" not in proc.stderr, proc.stderr[-600:]
+    if proc.returncode == 0:
+        dump = tomllib.loads(_containerd_dump(path))
+        cri = dump["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]
+        assert cri["default_runtime_name"] == "ocihook"
+        assert cri["snapshotter"] == "native"
+        assert cri["runtimes"]["ocihook"]["options"]["BinaryName"] == RUNTIME_PATH
+        assert cri["runtimes"]["runc"]["options"]["SystemdCgroup"] is True
+    else:
+        assert proc.returncode == EXIT_CODES[EngineConfigError], proc.stderr
+        assert path.read_text() == text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '[crio.runtime]\nruntimes.runc.runtime_path = "/usr/bin/runc"\n'
+        'runtimes.runc.monitor_env = ["A=1"]\n',
+        '[crio]\nruntime.default_runtime = "runc"\n',
+    ],
+    ids=["dotted-runtimes", "dotted-runtime"],
+)
+def test_crio_dotted_keys_register_ocihook_under_crio_runtime(tmp_path: Path, text: str) -> None:
+    """A CRI-O drop-in written with dotted keys. Found: exit 0, but the entry is written
+    as ``[runtimes.ocihook]`` / ``[runtime.runtimes.ocihook]`` at the top level (CRI-O
+    never sees it), and in the first file ``runtimes.runc.monitor_env`` moves into the
+    new table. Expected: ``crio.runtime.runtimes.ocihook.runtime_path`` set with the rest
+    kept, or exit 13 and the file untouched."""
+    path = tmp_path / "99-ocihook.conf"
+    path.write_text(text)
+    before = tomllib.loads(text)
+    proc = _configure("crio", path)
+    if proc.returncode == 0:
+        after = tomllib.loads(path.read_text())
+        assert set(after) == {"crio"}, path.read_text()
+        entry = after["crio"]["runtime"]["runtimes"]["ocihook"]
+        assert entry["runtime_path"] == RUNTIME_PATH
+        old_runtime = before["crio"]["runtime"]
+        for key, value in old_runtime.items():
+            if key != "runtimes":
+                assert after["crio"]["runtime"][key] == value
+        for name, value in old_runtime.get("runtimes", {}).items():
+            assert after["crio"]["runtime"]["runtimes"][name] == value
+    else:
+        assert proc.returncode == EXIT_CODES[EngineConfigError], proc.stderr
+        assert path.read_text() == text
+
+
+def test_docker_cdi_feature_number_is_not_already_configured(tmp_path: Path) -> None:
+    """``features.cdi`` must be a JSON boolean for dockerd (``map[string]bool``). With
+    ``"cdi": 1`` and ``--cdi``, ``new == doc`` holds in Python (``1 == True``) and the file
+    is reported "already configured; unchanged". Expected: ``true`` written (or exit
+    13)."""
+    path = tmp_path / "daemon.json"
+    doc = {"features": {"cdi": 1}, "runtimes": {"ocihook": {"path": RUNTIME_PATH}}}
+    path.write_text(json.dumps(doc))
+    proc = _configure("docker", path, "--cdi")
+    if proc.returncode == 0:
+        assert json.loads(path.read_text())["features"]["cdi"] is True
+    else:
+        assert proc.returncode == EXIT_CODES[EngineConfigError], proc.stderr
+
+
+def test_docker_nan_is_malformed_json(tmp_path: Path) -> None:
+    """``{"x": NaN}`` is not JSON (RFC 8259; dockerd's encoding/json refuses it). Found:
+    Python's json accepts it and the file is rewritten with ``NaN`` in it, exit 0.
+    Expected: exit 13, file untouched, as for any other malformed daemon.json."""
+    path = tmp_path / "daemon.json"
+    text = '{"x": NaN}'
+    path.write_text(text)
+    proc = _configure("docker", path)
+    assert proc.returncode == EXIT_CODES[EngineConfigError], proc.stderr
+    assert path.read_text() == text
+
+
+def test_containerd_imports_do_not_undo_the_registration(tmp_path: Path) -> None:
+    """A main ``config.toml`` with ``imports = ["conf.d/*.toml"]`` whose drop-in
+    configures the CRI plugin (``default_runtime_name = "runc"``, runc's
+    ``SystemdCgroup``). ``configure --set-as-default`` edits only the main file and says
+    "updated"; containerd's merged configuration (``config dump``) then has no
+    ``ocihook`` runtime and ``default_runtime_name = "runc"`` (containerd 1.6 replaces a
+    plugin's table by the imported one; 2.x merges keys, the drop-in still wins).
+    Expected: ocihook registered in the configuration containerd uses (a drop-in of its
+    own in an imported directory, or the import considered), or exit 13 / a note."""
+    conf_d = tmp_path / "conf.d"
+    conf_d.mkdir()
+    (conf_d / "10-base.toml").write_text(
+        "version = 2\n"
+        '[plugins."io.containerd.grpc.v1.cri".containerd]\n'
+        'default_runtime_name = "runc"\n'
+        '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n'
+        "SystemdCgroup = true\n"
+    )
+    path = tmp_path / "config.toml"
+    text = f'version = 2\nimports = ["{conf_d}/*.toml"]\n'
+    path.write_text(text)
+    proc = _configure("containerd", path, "--set-as-default")
+    notes = proc.stderr.replace(str(tmp_path), "")
+    if proc.returncode == 0 and "import" not in notes:
+        dump = tomllib.loads(_containerd_dump(path))
+        cri = dump["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]
+        assert (
+            cri["runtimes"].get("ocihook", {}).get("options", {}).get("BinaryName") == RUNTIME_PATH
+        ), path.read_text()
+        assert cri["default_runtime_name"] == "ocihook"
+    elif proc.returncode != 0:
+        assert proc.returncode == EXIT_CODES[EngineConfigError], proc.stderr
+        assert path.read_text() == text
+
+
+def test_crio_out_of_order_tables_with_set_as_default(tmp_path: Path) -> None:
+    """The CRI-O twin of the containerd case: ``[crio.runtime]`` defined after
+    ``[crio.runtime.runtimes.runc]`` and ``[crio.api]`` (valid TOML). ``--set-as-default``
+    dies with ``AttributeError`` in ``_key_indent`` (exit 1, traceback). Expected:
+    ``crio.runtime.default_runtime = "ocihook"`` with the rest kept, or exit 13."""
+    path = tmp_path / "crio.conf"
+    text = (
+        "[crio.runtime.runtimes.runc]\n"
+        'runtime_path = "/usr/bin/runc"\n'
+        "[crio.api]\n"
+        'listen = "/x"\n'
+        "[crio.runtime]\n"
+        'cgroup_manager = "systemd"\n'
+    )
+    path.write_text(text)
+    proc = _configure("crio", path, "--set-as-default")
+    assert "Traceback" not in proc.stderr, proc.stderr[-600:]
+    if proc.returncode == 0:
+        runtime = tomllib.loads(path.read_text())["crio"]["runtime"]
+        assert runtime["default_runtime"] == "ocihook"
+        assert runtime["cgroup_manager"] == "systemd"
+        assert runtime["runtimes"]["runc"] == {"runtime_path": "/usr/bin/runc"}
+        assert runtime["runtimes"]["ocihook"]["runtime_path"] == RUNTIME_PATH
+    else:
+        assert proc.returncode == EXIT_CODES[EngineConfigError], proc.stderr
+        assert path.read_text() == text

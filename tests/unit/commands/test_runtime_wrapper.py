@@ -1,6 +1,7 @@
 """``ocihook-runtime``, the runc-compatible wrapper: finding the command and the bundle in
 runc's command line, finding the real runtime, what it does to ``config.json`` in each
-mode, errors, and end to end with real runc and containerd (``ctr run --runc-binary``).
+mode, errors. End to end with real runc, crun and containerd (``ctr run --runc-binary``):
+tests/e2e/test_e2e_wrapper.py.
 
 The wrapper execs the real runtime, so most tests run it as a process with a stand-in
 ``runc`` first on ``PATH`` that records its arguments, working directory and environment.
@@ -10,22 +11,19 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import shutil
 import subprocess
 import sys
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import modules_after, need_root_and, packaged_hook
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-# containerd started privately, as test_e2e_podman_containerd.py does (its fixtures)
-from test_e2e_podman_containerd import containerd, host_guard  # noqa: F401
+from support import CDI_GPU_SPEC, WRAPPER, modules_after, need_root_and, packaged_hook
+from support import config_bytes as _config
+from support import make_executable as _executable
 
 from ocihook.appliers.spec import HOOK_PROGRAM, edit_bundle
 from ocihook.commands.runtime import (
@@ -39,8 +37,7 @@ from ocihook.commands.runtime import (
 from ocihook.core.errors import EXIT_CODES, RuntimeNotFound
 from ocihook.core.hostroot import HostRoot
 from ocihook.sim import host as simhost
-
-WRAPPER = os.path.join(os.path.dirname(sys.executable), "ocihook-runtime")
+from ocihook.sim import vendors as simvendors
 
 # --- parsing runc's command line ---------------------------------------------------------
 
@@ -186,13 +183,6 @@ def test_bundle_dir_defaults_to_cwd() -> None:
 # --- finding the real runtime ----------------------------------------------------------
 
 
-def _executable(path: Path, text: str = "#!/bin/sh\nexit 0\n") -> str:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    path.chmod(0o755)
-    return str(path)
-
-
 def test_find_runtime_order_and_self_exclusion(tmp_path: Path) -> None:
     me = _executable(tmp_path / "me" / "ocihook-runtime")
     first, second = tmp_path / "first", tmp_path / "second"
@@ -273,11 +263,6 @@ def stage(tmp_path: Path, sim: simhost.SimulatedHost) -> Stage:
     if not os.path.exists(WRAPPER):
         pytest.fail(f"{WRAPPER} missing: pip install -e . installs the console script")
     return Stage(tmp_path, sim.root)
-
-
-def _config(bundle: str) -> bytes:
-    with open(os.path.join(bundle, "config.json"), "rb") as f:
-        return f.read()
 
 
 def test_no_gpu_create_passes_through_untouched(
@@ -405,11 +390,9 @@ def test_cdi_requests_injected_from_the_registry(
     """CDI requests go through spec mode's CDI injection: ``mode = "cdi"`` with an index,
     a qualified name in auto mode, and a ``cdi.k8s.io/`` annotation alone (no NVIDIA_
     variable at all: the byte check must still see it, with no configuration file)."""
-    from test_spec_mode_cdi import GPU_SPEC
-
     spec_dir = tmp_path / "cdi"
     spec_dir.mkdir()
-    (spec_dir / "nvidia.json").write_text(json.dumps(GPU_SPEC))
+    (spec_dir / "nvidia.json").write_text(json.dumps(CDI_GPU_SPEC))
     config = f'cdi-spec-dirs = ["{spec_dir}"]\n' + (
         'mode = "cdi"\n' if how == "env-cdi-mode" else ""
     )
@@ -576,153 +559,143 @@ def test_start_path_imports_nothing_heavy(
     assert not heavy & loaded, heavy & loaded
 
 
-# --- end to end -------------------------------------------------------------------------
+# --- regression: --help=false is not help (Go flag booleans) --------------------------------
 
 
-def _runc_script_env(sim: simhost.SimulatedHost) -> list[str]:
-    return ["NVIDIA_VISIBLE_DEVICES=0", "LIBDIR=/usr/lib64", f"OTHER={sim.gpus[1].minor}"]
-
-
-@pytest.mark.e2e
 @pytest.mark.parametrize(
-    ("runtime", "mode"),
-    [("runc", "auto"), ("runc", "legacy"), ("crun", "auto"), ("crun", "legacy")],
+    "args",
+    [
+        ["create", "--help=false", "-b", "/b", "cid"],
+        ["run", "-b", "/b", "cid", "-h=0"],
+        ["--help=false", "create", "-b", "/b", "cid"],
+        ["create", "-help=False", "--bundle", "/b", "cid"],
+    ],
 )
-def test_e2e_run_through_the_wrapper(
-    runtime: str,
-    mode: str,
-    sim: simhost.SimulatedHost,
+def test_help_false_is_not_help(args: list[str]) -> None:
+    """runc's flags are Go ``flag`` booleans (urfave/cli): ``--help=false``, ``-h=0``,
+    ``-help=False`` set help to false and runc creates the container (checked with the real
+    runc in :func:`test_runc_creates_with_help_false`). The wrapper takes any ``help``/``h``
+    option as help and skips the edit: a silent bypass of the configured mode (the
+    container starts without its GPUs / legacy hook)."""
+    inv = parse_args(args)
+    assert inv.command in ("create", "run")
+    assert inv.help is False
+
+
+def test_runc_creates_with_help_false(
+    stage: Stage,
     bundle_factory: Callable[..., str],
+    sim: simhost.SimulatedHost,
     tmp_path: Path,
 ) -> None:
-    """``ocihook-runtime --root R run -b B id`` with the real runc, or crun chosen by
-    ``runtimes``: the container sees GPU 0 of the simulated host (spec edits in auto mode,
-    the prestart hook in legacy mode). crun refuses this machine's hybrid cgroup layout,
-    so it runs in a mount namespace without the cgroup2 mount, as test_e2e_stages does."""
-    need_root_and(runtime, "unshare")
-    from test_e2e_runc import SCRIPT, _check, _with_mknod_cap
-
-    config = tmp_path / "ocihook.toml"
-    config.write_text(
-        f'driver-root = "{sim.root}"\ndev-root = "{sim.root}"\nmode = "{mode}"\n'
-        f'runtimes = ["{runtime}"]\n'
-    )
-    bundle = bundle_factory(["sh", "-c", SCRIPT], _runc_script_env(sim))
-    _with_mknod_cap(bundle)
-    cid = f"ocihook-rt-{uuid.uuid4().hex[:8]}"
-    # first on PATH: a logging stand-in that runs the real runtime, to see which one ran
-    real = shutil.which(runtime)
-    calls = tmp_path / "calls.log"
-    _executable(
-        tmp_path / "bin" / runtime,
-        f'#!/bin/sh\necho "$0 $*" >> {calls}\nexec {real} "$@"\n',
-    )
-    env = {
-        "PATH": f"{tmp_path / 'bin'}:/usr/sbin:/usr/bin:/sbin:/bin",
-        "OCIHOOK_CONFIG": str(config),
-    }
-    args = ["--root", str(tmp_path / "state"), "run", "-b", bundle, cid]
-    cmd = [WRAPPER, *args]
-    if runtime == "crun":
-        script = "umount /sys/fs/cgroup/unified 2>/dev/null; exec " + shlex.join(cmd)
-        cmd = ["unshare", "-m", "--propagation", "private", "sh", "-c", script]
+    """End to end: the real runc runs a container given ``run --help=false``; the wrapper,
+    given the same command line for a GPU bundle, must still edit ``config.json``."""
+    need_root_and("runc")
+    probe = bundle_factory(["echo", "RAN"], [])
     proc = subprocess.run(
-        cmd, capture_output=True, text=True, env=env, timeout=60, stdin=subprocess.DEVNULL
+        ["runc", "--root", str(tmp_path / "runc"), "run", "--help=false", "-b", probe, "p1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
+    assert proc.returncode == 0 and "RAN" in proc.stdout, proc.stderr  # runc: not help
+    bundle = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0"])
+    twin = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0"])
+    with open(os.path.join(os.path.dirname(sys.executable), "ocihook-runtime")) as f:
+        python = f.readline()[2:].strip()
+    command = (python, "-I", "-c", HOOK_PROGRAM)
+    want = edit_bundle(twin, HostRoot.single(sim.root), dry_run=True, command=command).after
+    before = _config(bundle)
+    proc = stage.run("create", "--help=false", "-b", bundle, "cid")
     assert proc.returncode == 0, proc.stderr
-    assert calls.read_text() == f"{tmp_path / 'bin' / runtime} {' '.join(args)}\n"
-    _check(
-        proc.stdout,
-        version=sim.driver_version,
-        libdir="/usr/lib64",
-        minors=[sim.gpus[0].minor],
-        uvm_major=simhost.UVM_MAJOR,
-    )
-    hooks = json.loads(_config(bundle)).get("hooks", {})
-    assert ("prestart" in hooks) == (mode == "legacy")
+    assert stage.called() is not None  # the (stand-in) runtime was run: it creates
+    assert _config(bundle) != before, "config.json not edited: the GPU request is skipped"
+    assert _config(bundle) == want
 
 
-@pytest.mark.e2e
-def test_e2e_containerd_runc_binary(
-    sim: simhost.SimulatedHost,
-    bundle_factory: Callable[..., str],
-    tmp_path: Path,
-    request: pytest.FixtureRequest,
+# --- regressions (adversarial review of the wrapper) ----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def amd_sim(tmp_path_factory: pytest.TempPathFactory) -> simvendors.SimDrmHost:
+    return simvendors.build_amd(str(tmp_path_factory.mktemp("amd")))
+
+
+@pytest.mark.parametrize("args", [["create", "--help"], ["run", "-h"], ["--help", "create"]])
+def test_create_help_reaches_the_real_runtime(
+    stage: Stage, tmp_path: Path, args: list[str]
 ) -> None:
-    """``ctr run --runc-binary <wrapper>``: containerd's runc shim runs the wrapper with
-    its usual command line (``--root``, ``--log``, ``--log-format json``, ``create
-    --bundle``), the wrapper edits the shim's config.json, and the busybox container sees
-    GPU 0 of the simulated host; a container asking for nothing starts as usual."""
-    need_root_and("containerd", "ctr", "runc")
-    from test_e2e_podman_containerd import SCRIPT, _check_gpu0, _check_no_gpu
+    """``ocihook-runtime create --help`` (run in a directory without config.json) must
+    show runc's help for create, as ``runc create --help`` does. Found: the wrapper reads
+    ./config.json, fails with exit 3 (``config.json not found``) and never runs runc."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = stage.run(*args, cwd=str(empty))
+    assert proc.returncode == 0, proc.stderr
+    called = stage.called()
+    assert called is not None and called["argv"] == [stage.runc, *args]
 
-    engine = request.getfixturevalue("containerd")
-    config = tmp_path / "ocihook.toml"
-    config.write_text(f'driver-root = "{sim.root}"\ndev-root = "{sim.root}"\n')
-    calls = tmp_path / "calls.log"
-    # the shim's environment is containerd's: a small script names the configuration
-    binary = _executable(
-        tmp_path / "ocihook-runtime-sim",
-        f'#!/bin/sh\necho "$*" >> {calls}\nOCIHOOK_CONFIG={config} exec {WRAPPER} "$@"\n',
+
+def test_crun_log_driver_prefix_is_not_a_file_in_the_bundle(stage: Stage, tmp_path: Path) -> None:
+    """crun's global ``--log`` takes ``file:PATH``, ``journald:ID`` or ``syslog:ID``
+    (crun(1)). On an error the wrapper appends its line to the ``--log`` value taken as a
+    path: ``--log journald:x`` creates a file named ``journald:x`` in the current
+    directory (the bundle), and ``--log file:/abs/log`` writes nothing to ``/abs/log``.
+    Expected: ``file:`` stripped, journald/syslog not taken as files."""
+    work = tmp_path / "work"
+    work.mkdir()
+    log = tmp_path / "crun.log"
+    proc = stage.run("--log", "journald:x", "create", "-b", "/nonexistent", "cid", cwd=str(work))
+    assert proc.returncode == 3, proc.stderr
+    assert os.listdir(work) == []
+    proc = stage.run(
+        "--log", f"file:{log}", "--log-format", "json", "create", "-b", "/nonexistent", "cid"
     )
-    for env, check in (
-        (
-            ["NVIDIA_VISIBLE_DEVICES=0", f"OTHER={sim.gpus[1].minor}"],
-            lambda out: _check_gpu0(out, sim),
-        ),
-        ([], _check_no_gpu),
-    ):
-        bundle = bundle_factory(["sh", "-c", SCRIPT], env)
-        cid = f"ocihook-rt-{uuid.uuid4().hex[:8]}"
-        with open(os.path.join(bundle, "config.json")) as f:
-            spec = json.load(f)
-        spec["root"]["path"] = os.path.join(bundle, "rootfs")
-        for key in ("bounding", "effective", "permitted"):
-            spec["process"]["capabilities"][key].append("CAP_MKNOD")
-        spec["linux"]["cgroupsPath"] = f"{engine.cgroup_parent}/{cid}"
-        (tmp_path / "spec.json").write_text(json.dumps(spec))
-        args = ["run", "--rm", "--fifo-dir", str(tmp_path / "fifo")]
-        args += ["--runc-root", str(tmp_path / "runc"), "--runc-binary", binary]
-        proc = engine.ctr(*args, "--config", str(tmp_path / "spec.json"), cid)
-        assert proc.returncode == 0, (
-            proc.stderr + (engine.dir / "containerd.log").read_text()[-3000:]
-        )
-        check(proc.stdout)
-        assert engine.ctr("containers", "ls", "-q").stdout.split() == []
-    creates = [line for line in calls.read_text().splitlines() if " create " in f" {line} "]
-    assert len(creates) == 2, calls.read_text()
-    assert all("--log-format json" in line and "--bundle" in line for line in creates), creates
+    assert proc.returncode == 3, proc.stderr
+    assert log.exists(), "the error did not reach crun's --log file:PATH"
+    entry = json.loads(log.read_text().splitlines()[-1])
+    assert entry["level"] == "error" and "config.json not found" in entry["msg"]
 
 
-@pytest.mark.e2e
-def test_e2e_containerd_error_reaches_ctr(
-    sim: simhost.SimulatedHost,
-    bundle_factory: Callable[..., str],
-    tmp_path: Path,
-    request: pytest.FixtureRequest,
+def test_failed_exec_leaves_config_json_as_it_was(
+    stage: Stage, bundle_factory: Any, tmp_path: Path
 ) -> None:
-    """A request that cannot be met stops the start, and ctr shows the wrapper's one-line
-    error (through the ``--log`` file the shim reads)."""
-    need_root_and("containerd", "ctr", "runc")
-    engine = request.getfixturevalue("containerd")
-    config = tmp_path / "ocihook.toml"
-    config.write_text(f'driver-root = "{sim.root}"\ndev-root = "{sim.root}"\n')
-    binary = _executable(
-        tmp_path / "ocihook-runtime-sim",
-        f'#!/bin/sh\nOCIHOOK_CONFIG={config} exec {WRAPPER} "$@"\n',
-    )
-    bundle = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=42"])
-    cid = f"ocihook-rt-{uuid.uuid4().hex[:8]}"
-    with open(os.path.join(bundle, "config.json")) as f:
-        spec = json.load(f)
-    spec["root"]["path"] = os.path.join(bundle, "rootfs")
-    spec["linux"]["cgroupsPath"] = f"{engine.cgroup_parent}/{cid}"
-    (tmp_path / "spec.json").write_text(json.dumps(spec))
-    args = ["run", "--rm", "--fifo-dir", str(tmp_path / "fifo")]
-    args += ["--runc-root", str(tmp_path / "runc"), "--runc-binary", binary]
-    proc = engine.ctr(*args, "--config", str(tmp_path / "spec.json"), cid)
-    assert proc.returncode != 0
-    assert "ocihook-runtime: error[bad-request]" in proc.stderr, proc.stderr
-    assert "42" in proc.stderr
-    engine.ctr("containers", "rm", cid)
-    assert engine.ctr("containers", "ls", "-q").stdout.split() == []
+    """README: "On an error config.json is left as it was, the real runtime is not run".
+    A ``runc`` whose interpreter is missing (``#!/nonexistent/sh``) passes
+    :func:`find_runtime` (an executable file) but ``execve`` fails with ENOENT after the
+    bundle was edited: exit 12 and config.json keeps the GPU edits. Expected: the
+    original bytes put back when the exec fails."""
+    Path(stage.runc).write_text("#!/nonexistent/sh\nexit 0\n")
+    bundle = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0"])
+    config = Path(bundle, "config.json")
+    before = config.read_bytes()
+    proc = stage.run("create", "-b", bundle, "cid")
+    assert proc.returncode == EXIT_CODES[RuntimeNotFound], proc.stderr
+    assert config.read_bytes() == before
+
+
+def test_legacy_mode_adds_the_hook_for_an_amd_request(
+    stage: Stage, tmp_path: Path, amd_sim: simvendors.SimDrmHost
+) -> None:
+    """``mode = "legacy"``: a container asking only for ``AMD_VISIBLE_DEVICES=0`` gets no
+    hook (``_add_legacy_hook`` looks only at the NVIDIA request, which is void), so it
+    starts without its GPU and without an error; ``auto`` mode edits the same bundle and
+    the hook itself serves AMD requests. Expected: the prestart hook added."""
+    stage.root = amd_sim.root
+    stage.write_config('mode = "legacy"\n')
+    bundle = tmp_path / "b"
+    (bundle / "rootfs").mkdir(parents=True)
+    doc = {
+        "ociVersion": "1.0.2",
+        "process": {"args": ["true"], "cwd": "/", "env": ["AMD_VISIBLE_DEVICES=0"]},
+        "root": {"path": "rootfs"},
+        "linux": {},
+    }
+    (bundle / "config.json").write_text(json.dumps(doc))
+    proc = stage.run("create", "-b", str(bundle), "cid")
+    assert proc.returncode == 0, proc.stderr
+    after = json.loads((bundle / "config.json").read_text())
+    prestart = after.get("hooks", {}).get("prestart", [])
+    assert [h["args"][-4:] for h in prestart] == [
+        ["hook", "prestart", "--config", str(stage.config)]
+    ]

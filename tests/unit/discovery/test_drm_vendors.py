@@ -7,16 +7,17 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
-from conftest import REPO
 from hypothesis import given
 from hypothesis import strategies as st
+from support import REPO
 
 from ocihook.appliers.spec import Options, apply_plan, edit_bundle
-from ocihook.core.errors import CdiError, DiscoveryError, RequestError
+from ocihook.core.errors import EXIT_CODES, CdiError, DiscoveryError, OcihookError, RequestError
 from ocihook.core.hostroot import HostRoot
 from ocihook.discovery import amd, intel
 from ocihook.discovery.drm import DrmGpu
@@ -687,3 +688,92 @@ def test_cdi_devices_and_host_gpus_together(amd_sim: simvendors.SimDrmHost, tmp_
             options=Options(cdi_spec_dirs=(str(spec_dir),), mode="cdi"),
             dry_run=True,
         )
+
+
+# --- regressions (adversarial review of the AMD and Intel paths) -----------------------------
+
+
+@pytest.mark.parametrize(
+    "value", ["9" * 5000, "0-" + "9" * 5000, "0," + "1" * 4301], ids=["index", "range", "list"]
+)
+def test_amd_huge_index_is_a_request_error(amd_sim: simvendors.SimDrmHost, value: str) -> None:
+    """``AMD_VISIBLE_DEVICES`` with an index of 5000 digits: Python's int() refuses
+    more than 4300 digits with ``ValueError``, which escapes ``select_drm_gpus`` (and so
+    ``ocihook edit``, the hook and ``ocihook-runtime`` print a traceback). Expected:
+    :class:`RequestError` "no AMD GPU with index ..." (exit 5)."""
+    host = amd.discover(HostRoot.single(amd_sim.root))
+    request = drm_request_from_env("amd", {"AMD_VISIBLE_DEVICES": value})
+    assert request is not None
+    with pytest.raises(RequestError):
+        select_drm_gpus(request, host.gpus)
+
+
+def test_amd_huge_index_edit_exit_code(amd_sim: simvendors.SimDrmHost, tmp_path: Path) -> None:
+    """The same through ``ocihook edit``: found a ``ValueError`` traceback (exit 1);
+    expected exit 5 and config.json untouched."""
+    bundle = tmp_path / "b"
+    (bundle / "rootfs").mkdir(parents=True)
+    doc = {
+        "ociVersion": "1.0.2",
+        "process": {"args": ["true"], "cwd": "/", "env": ["AMD_VISIBLE_DEVICES=" + "9" * 5000]},
+        "root": {"path": "rootfs"},
+        "linux": {},
+    }
+    (bundle / "config.json").write_text(json.dumps(doc))
+    before = (bundle / "config.json").read_bytes()
+    roots = ["--driver-root", amd_sim.root, "--dev-root", amd_sim.root]
+    proc = _cli("edit", "-b", str(bundle), *roots)
+    assert proc.returncode == EXIT_CODES[RequestError], proc.stderr[-500:]
+    assert "Traceback" not in proc.stderr
+    assert (bundle / "config.json").read_bytes() == before
+
+
+def test_kfd_properties_with_a_huge_value_never_raise() -> None:
+    """``parse_kfd_properties`` says it never raises; a line with a 5000-digit value (a
+    corrupt sysfs file) raises ``ValueError`` from int(). Expected: the line ignored."""
+    assert amd.parse_kfd_properties("x " + "9" * 5000 + "\ndomain 1\n") == {"domain": 1}
+
+
+def test_amd_discovery_with_a_huge_kfd_value(tmp_path: Path) -> None:
+    """A KFD topology ``properties`` file with a huge number makes ``amd.discover`` (and
+    so ``ocihook info``, ``cdi generate --vendor amd``) die with ``ValueError`` instead of
+    skipping the line or a :class:`DiscoveryError` (exit 6)."""
+    built = simvendors.build_amd(str(tmp_path / "amd"))
+    topo = Path(built.root, "sys/class/kfd/kfd/topology/nodes")
+    props = sorted(topo.glob("*/properties"))
+    assert props
+    with open(props[0], "a") as f:
+        f.write("max_engine_clk_fcompute " + "9" * 5000 + "\n")
+    try:
+        host = amd.discover(HostRoot.single(built.root))
+    except OcihookError:
+        return
+    assert len(host.gpus) == len(built.amd)
+
+
+def test_intel_sriov_numvfs_not_a_number_is_not_a_traceback(tmp_path: Path) -> None:
+    """``sriov_numvfs`` holding ``²`` (U+00B2: ``str.isdigit()`` is true, ``int()``
+    refuses it): ``intel.discover`` (and ``ocihook info``, ``cdi generate --vendor
+    intel``) die with ``ValueError``. Expected: the attribute treated as malformed (a
+    warning, or a :class:`DiscoveryError`, exit 6)."""
+    from ocihook.discovery import intel
+
+    built = simvendors.build_intel(str(tmp_path / "intel"), sriov=True)
+    (numvfs,) = Path(built.root, "sys/devices").rglob("sriov_numvfs")
+    numvfs.write_text("\u00b2\n")
+    try:
+        host = intel.discover(HostRoot.single(built.root))
+    except OcihookError as e:
+        assert e.path is not None and "sriov_numvfs" in e.path
+    else:
+        assert host.gpus
+
+
+def test_amd_partition_dir_with_a_non_ascii_digit_is_not_a_traceback(tmp_path: Path) -> None:
+    """A platform device ``amdgpu_xcp_²`` (``isdigit()`` true, ``int()`` refuses):
+    ``amd.discover`` dies with ``ValueError``. Expected: the entry ignored, as other
+    names that are not ``amdgpu_xcp_<N>``."""
+    built = simvendors.build_amd(str(tmp_path / "amd"))
+    Path(built.root, "sys/devices/platform/amdgpu_xcp_\u00b2").mkdir()
+    host = amd.discover(HostRoot.single(built.root))
+    assert len(host.gpus) == len(built.amd)
