@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from support import register_hook as _register_hook
 
 from ocihook.appliers.spec import edit_bundle
 from ocihook.core.hostroot import HostRoot
+from ocihook.sim import host as simhost
 from ocihook.sim.demo import run_container
 
 
@@ -325,3 +327,151 @@ def test_refusals_stop_the_start(
     for n in needles:
         assert n in err, (n, err)
     assert not os.path.exists(os.path.join(bundle, "rootfs/usr/lib64"))
+
+
+# --- regressions (adversarial review): hostile images and states, against real runc -----------
+
+
+def _cli(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "ocihook", *args], input=stdin, capture_output=True, timeout=60
+    )
+
+
+def _copy(sim: simhost.SimulatedHost, tmp_path: Any) -> str:
+    root = str(tmp_path / "host")
+    subprocess.run(["cp", "-a", sim.root, root], check=True)
+    return root
+
+
+def _prepare(mode: str, bundle: str, root: str) -> None:
+    if mode == "hook":
+        _register_hook(bundle, root)
+    else:
+        proc = _cli("edit", "-b", bundle, "--driver-root", root, "--dev-root", root)
+        assert proc.returncode == 0, proc.stderr
+
+
+def test_foreign_state_pid_is_refused(
+    sim: simhost.SimulatedHost, bundle_factory: Callable[..., str]
+) -> None:
+    need_root_and("runc")
+    bundle = bundle_factory(["sh", "-c", "exit 0"], ["NVIDIA_VISIBLE_DEVICES=0"])
+    state = json.dumps({"id": "x", "pid": os.getpid(), "bundle": bundle}).encode()
+    proc = _cli("hook", "prestart", "--driver-root", sim.root, "--dev-root", sim.root, stdin=state)
+    assert proc.returncode == 4 and b"not in a container's mount namespace" in proc.stderr
+    assert bundle not in Path("/proc/self/mountinfo").read_text()
+    assert not Path(bundle, "rootfs/dev/nvidia0").exists()
+
+
+@pytest.mark.parametrize("mode", ["spec", "hook"])
+def test_image_ldcache_fifo_fails_fast(
+    sim: simhost.SimulatedHost, bundle_factory: Callable[..., str], tmp_path: Any, mode: str
+) -> None:
+    need_root_and("runc")
+    bundle = bundle_factory(["sh", "-c", "exit 0"], ["NVIDIA_VISIBLE_DEVICES=0"])
+    os.mkfifo(os.path.join(bundle, "rootfs/etc/ld.so.cache"))
+    _prepare(mode, bundle, sim.root)
+    proc = run_container(bundle, state_root=str(tmp_path / "runc"), timeout=30)
+    assert proc.returncode != 0
+    assert "not a regular file" in proc.stderr
+
+
+@pytest.mark.parametrize("mode", ["spec", "hook"])
+def test_image_ldcache_linked_to_proc_kmsg_is_not_read(
+    sim: simhost.SimulatedHost, bundle_factory: Callable[..., str], tmp_path: Any, mode: str
+) -> None:
+    need_root_and("runc", "ldconfig")
+    bundle = bundle_factory(["sh", "-c", "exit 0"], ["NVIDIA_VISIBLE_DEVICES=0"])
+    cache = os.path.join(bundle, "rootfs/etc/ld.so.cache")
+    os.symlink("/proc/kmsg", cache)
+    _prepare(mode, bundle, sim.root)
+    proc = run_container(bundle, state_root=str(tmp_path / "runc"), timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert not os.path.islink(cache)  # the link was replaced, never written through
+    out = subprocess.run(["ldconfig", "-p", "-C", cache], capture_output=True, text=True).stdout
+    assert "libcuda.so.1 (libc6,x86-64) => /usr/lib64/libcuda.so.1" in out
+
+
+@pytest.mark.parametrize("mode", ["spec", "hook"])
+def test_image_with_its_own_libraries_gets_the_hosts(
+    sim: simhost.SimulatedHost, bundle_factory: Callable[..., str], tmp_path: Any, mode: str
+) -> None:
+    """An image that ships libnvidia-ml.so.1 and libcuda.so as regular files (CUDA stubs):
+    the container starts and reads the host's libraries under those names; the image's
+    files are unchanged afterwards ("file exists" failures of the NVIDIA toolkit)."""
+    need_root_and("runc")
+    script = (
+        "head -c 4 /usr/lib64/libnvidia-ml.so.1 | od -An -tx1; "
+        "head -c 4 /usr/lib64/libcuda.so | od -An -tx1; "
+        "grep ' /usr/lib64/libcuda.so ' /proc/self/mountinfo | cut -d' ' -f6"
+    )
+    bundle = bundle_factory(["sh", "-c", script], ["NVIDIA_VISIBLE_DEVICES=0"])
+    libdir = Path(bundle, "rootfs/usr/lib64")
+    libdir.mkdir(parents=True)
+    (libdir / "libnvidia-ml.so.1").write_bytes(b"STUB ml")
+    (libdir / "libcuda.so").write_bytes(b"STUB cuda")
+    _prepare(mode, bundle, sim.root)
+    proc = run_container(bundle, state_root=str(tmp_path / "runc"), timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    lines = [ln.split() for ln in proc.stdout.splitlines()]
+    assert lines[0] == ["7f", "45", "4c", "46"] and lines[1] == ["7f", "45", "4c", "46"]
+    assert "ro" in lines[2][0].split(",")
+    assert (libdir / "libnvidia-ml.so.1").read_bytes() == b"STUB ml"
+    assert (libdir / "libcuda.so").read_bytes() == b"STUB cuda"
+
+
+@pytest.mark.parametrize("mode", ["spec", "hook"])
+def test_host_node_group_is_kept(
+    sim: simhost.SimulatedHost, bundle_factory: Callable[..., str], tmp_path: Any, mode: str
+) -> None:
+    """NVreg_DeviceFileGID: the host's nodes belong to the video group (44) with mode 0660;
+    the container's nodes must too, or a container user in that group gets EACCES."""
+    need_root_and("runc")
+    root = _copy(sim, tmp_path)
+    for name in ("nvidiactl", "nvidia0"):
+        os.chown(os.path.join(root, "dev", name), 0, 44)
+        os.chmod(os.path.join(root, "dev", name), 0o660)
+    bundle = bundle_factory(
+        ["sh", "-c", "stat -c '%n %g %a' /dev/nvidiactl /dev/nvidia0"], ["NVIDIA_VISIBLE_DEVICES=0"]
+    )
+    _prepare(mode, bundle, root)
+    proc = run_container(bundle, state_root=str(tmp_path / "runc"), timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:2] == ["/dev/nvidiactl 44 660", "/dev/nvidia0 44 660"]
+
+
+def test_spec_mode_hook_failure_removes_its_links(
+    sim: simhost.SimulatedHost, bundle_factory: Callable[..., str], tmp_path: Any
+) -> None:
+    """When the ld.so.cache step fails, the links made before it are removed."""
+    need_root_and("runc")
+    bundle = bundle_factory(["sh", "-c", "exit 0"], ["NVIDIA_VISIBLE_DEVICES=0"])
+    _prepare("spec", bundle, sim.root)
+    os.mkfifo(os.path.join(bundle, "rootfs/etc/ld.so.cache"))
+    proc = run_container(bundle, state_root=str(tmp_path / "runc"), timeout=30)
+    assert proc.returncode != 0
+    assert not any(p.is_symlink() for p in Path(bundle, "rootfs/usr/lib64").iterdir())
+
+
+def test_hook_applied_twice_gives_the_same_container(
+    sim: simhost.SimulatedHost, bundle_factory: Callable[..., str], tmp_path: Any
+) -> None:
+    need_root_and("runc")
+    # stat, not ls -l: no timestamps (two runs can straddle a minute)
+    script = (
+        "stat -c '%A %F %t:%T %N' /dev/nvidia0 /usr/lib64/libcuda.so.1; "
+        "grep -c libcuda /proc/self/mountinfo"
+    )
+    bundle = bundle_factory(["sh", "-c", script], ["NVIDIA_VISIBLE_DEVICES=0"])
+    _register_hook(bundle, sim.root)
+    cfg = Path(bundle, "config.json")
+    doc = json.loads(cfg.read_text())
+    once = run_container(bundle, state_root=str(tmp_path / "r1"))
+    doc["hooks"]["prestart"] = doc["hooks"]["prestart"] * 2
+    cfg.write_text(json.dumps(doc))
+    twice = run_container(bundle, state_root=str(tmp_path / "r2"))
+    assert once.returncode == 0 and twice.returncode == 0, twice.stderr
+    assert len(once.stdout.splitlines()) == 3, once.stdout
+    # the same nodes, links and number of libcuda mounts
+    assert once.stdout == twice.stdout

@@ -175,3 +175,19 @@ def test_classify(item: str, kind: str | None) -> None:
 def test_bus_ids_select() -> None:
     r = request_from_env({"NVIDIA_VISIBLE_DEVICES": "0000:02:00.0,00000000:00:00.0"})
     assert [g.index for g in select_gpus(r, GPUS)] == [2, 0]
+
+
+# --- regressions (adversarial review) -------------------------------------------------------
+
+
+def test_capability_list_order_does_not_matter() -> None:
+    for value in ("all,foo", "foo,all"):
+        with pytest.raises(RequestError) as ei:
+            request_from_env({"NVIDIA_VISIBLE_DEVICES": "0", "NVIDIA_DRIVER_CAPABILITIES": value})
+        assert ei.value.value == "foo"
+
+
+def test_huge_index_is_a_request_error_with_a_short_message() -> None:
+    with pytest.raises(RequestError) as ei:
+        request_from_env({"NVIDIA_VISIBLE_DEVICES": "1" * 5000})
+    assert len(str(ei.value)) < 400

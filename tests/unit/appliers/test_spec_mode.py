@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +16,7 @@ import pytest
 from ocihook.appliers.spec import apply_plan, edit_bundle
 from ocihook.core.errors import DiscoveryError, RequestError, SpecError, StateError, exit_code_for
 from ocihook.core.hostroot import HostRoot
+from ocihook.oci import bundle as bundle_mod
 from ocihook.oci.bundle import load_bundle, parse_state
 from ocihook.sim import host as simhost
 
@@ -279,3 +282,73 @@ def test_hook_with_missing_bundle_config_hints_at_stdin(tmp_path: Any) -> None:
     state = json.dumps({"id": "x", "pid": 5, "bundle": str(tmp_path)}).encode()
     proc = _run_cli("hook", "prestart", stdin=state)
     _assert_one_line_error(proc, 3, "config.json not found", "state JSON on stdin")
+
+
+# --- regressions (adversarial review): config.json written and read safely -----------------
+
+
+def _cli(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "ocihook", *args], input=stdin, capture_output=True, timeout=60
+    )
+
+
+def test_write_json_atomic_never_chmods_through_a_swapped_link(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bundle's owner swaps the temporary file for a link to a victim while the new
+    config.json is being written; the victim's mode must not change, and set-id bits of
+    the old config.json are not copied."""
+    victim = tmp_path / "victim"
+    victim.write_text("secret")
+    os.chmod(victim, 0o600)
+    d = tmp_path / "b"
+    d.mkdir()
+    cfg = d / "config.json"
+    cfg.write_text("{}")
+    os.chmod(cfg, 0o4777)
+    real_fsync = os.fsync
+
+    def swap(fd: int) -> None:
+        real_fsync(fd)
+        for name in os.listdir(d):
+            if name.startswith(".config.json."):
+                os.unlink(d / name)
+                os.symlink(victim, d / name)
+
+    monkeypatch.setattr(bundle_mod.os, "fsync", swap)
+    with contextlib.suppress(OSError):
+        bundle_mod.write_json_atomic(str(cfg), {"a": 1})
+    assert stat.S_IMODE(victim.stat().st_mode) == 0o600
+    assert victim.read_text() == "secret"
+    monkeypatch.setattr(bundle_mod.os, "fsync", real_fsync)
+    if cfg.is_symlink():  # the swapped link was renamed over config.json: the owner's doing
+        cfg.unlink()
+    cfg.write_text("{}")
+    os.chmod(cfg, 0o4777)
+    bundle_mod.write_json_atomic(str(cfg), {"a": 1})
+    assert stat.S_IMODE(cfg.stat().st_mode) == 0o777  # no set-uid bit carried over
+
+
+def test_lone_surrogate_in_config_is_written_as_an_escape(
+    sim: simhost.SimulatedHost, tmp_path: Any
+) -> None:
+    b = tmp_path / "b"
+    (b / "rootfs").mkdir(parents=True)
+    (b / "config.json").write_text(
+        '{"root": {"path": "rootfs"}, "annotations": {"x": "\\ud800"}, '
+        '"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]}}'
+    )
+    proc = _cli("edit", "-b", str(b), "--driver-root", sim.root, "--dev-root", sim.root)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((b / "config.json").read_bytes())
+    assert doc["annotations"]["x"] == "\ud800"
+
+
+@pytest.mark.parametrize("bad", [b"\xff\xfe{\x00}\x00", b"\xef\xbb\xbf{}", b'{"a": NaN}'])
+def test_non_json_config_is_refused(tmp_path: Any, bad: bytes) -> None:
+    (tmp_path / "config.json").write_bytes(bad)
+    proc = _cli("edit", "-b", str(tmp_path))
+    assert proc.returncode == 3, proc.stderr
+    assert b"Traceback" not in proc.stderr
+    assert (tmp_path / "config.json").read_bytes() == bad

@@ -6,6 +6,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -292,3 +293,78 @@ def test_ldcache_of_simhost_agrees_with_ldconfig(sim: simhost.SimulatedHost) -> 
     with open(path, "rb") as f:
         entries = ldcache.parse(f.read())
     assert lines == [f"{e.soname} (libc6,x86-64) => {e.path}" for e in entries]
+
+
+# --- regressions (adversarial review): hostile host trees -----------------------------------
+
+
+def _cli(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "ocihook", *args], input=stdin, capture_output=True, timeout=60
+    )
+
+
+def test_nvidia_major_must_be_195(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
+    root = _copy_sim(sim, tmp_path)
+    p = Path(root, "proc/devices")
+    p.write_text(p.read_text().replace("195 nvidia", "10 nvidia"))
+    with pytest.raises(DiscoveryError) as ei:
+        discover(HostRoot.single(root))
+    assert ei.value.value == 10 and ei.value.path == str(p)
+
+
+@pytest.mark.parametrize("minor", ["254", "255", "1048576"])
+def test_gpu_minor_out_of_range(sim: simhost.SimulatedHost, tmp_path: Any, minor: str) -> None:
+    root = _copy_sim(sim, tmp_path)
+    info = sorted(Path(root, "proc/driver/nvidia/gpus").glob("*/information"))[0]
+    text = info.read_text()
+    info.write_text(text.replace("Device Minor: \t 0", f"Device Minor: \t {minor}"))
+    with pytest.raises(DiscoveryError, match="out of range"):
+        discover(HostRoot.single(root))
+
+
+@pytest.mark.parametrize("which", ["information", "ld.so.cache"])
+def test_fifos_in_the_host_trees_do_not_hang(
+    sim: simhost.SimulatedHost, tmp_path: Any, which: str
+) -> None:
+    root = _copy_sim(sim, tmp_path)
+    if which == "information":
+        path = sorted(Path(root, "proc/driver/nvidia/gpus").glob("*/information"))[0]
+    else:
+        path = Path(root, "etc/ld.so.cache")
+    path.unlink()
+    os.mkfifo(path)
+    proc = _cli("info", "--driver-root", root, "--dev-root", root)
+    assert proc.returncode == 6
+    assert b"not a regular file" in proc.stderr
+
+
+def test_soname_with_a_path_is_not_used(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
+    root = _copy_sim(sim, tmp_path)
+    v = sim.driver_version
+    libdir = "/usr/lib/x86_64-linux-gnu"
+    entries = [
+        ldcache.CacheEntry(
+            "libnvidia-ml.so.1/../../../bin/sh", f"{libdir}/libnvidia-ml.so.{v}", 0x0303
+        ),
+        ldcache.CacheEntry("libcuda.so.1", f"{libdir}/libcuda.so.1", 0x0303),
+    ]
+    Path(root, "etc/ld.so.cache").write_bytes(ldcache.build(entries))
+    h = discover(HostRoot.single(root))
+    sonames = [lib.soname for lib in h.libraries]
+    assert "libcuda.so.1" in sonames
+    assert all("/" not in s and ".." not in s for s in sonames)
+    # libnvidia-ml still comes, through the fallback directories, under its real soname
+    assert "libnvidia-ml.so.1" in sonames
+
+
+def test_fifo_where_a_library_should_be_does_not_block(
+    sim: simhost.SimulatedHost, tmp_path: Any
+) -> None:
+    root = _copy_sim(sim, tmp_path)
+    lib = Path(root, f"usr/lib/x86_64-linux-gnu/libnvidia-ptxjitcompiler.so.{sim.driver_version}")
+    lib.unlink()
+    os.mkfifo(lib)
+    h = discover(HostRoot.single(root))  # returns: the FIFO is never opened for reading
+    assert "libnvidia-ptxjitcompiler.so.1" not in {x.soname for x in h.libraries}
+    assert any("libnvidia-ptxjitcompiler" in w for w in h.warnings)

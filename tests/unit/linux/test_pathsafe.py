@@ -1069,3 +1069,31 @@ def test_random_trees_writes_stay_inside(
             finally:
                 os.close(fd)
         assert t.outside() == before
+
+
+# --- regression (adversarial review) --------------------------------------------------------
+
+
+def test_directory_swapped_for_a_link_between_check_and_use(tmp_path: Any) -> None:
+    """The image swaps a directory for a link to a host directory after ocihook looked it
+    up: the file is made through the descriptor it already holds, never on the host."""
+    from ocihook.linux import pathsafe
+
+    rootfs = tmp_path / "rootfs"
+    (rootfs / "usr/lib64").mkdir(parents=True)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    root_fd = pathsafe.open_root(str(rootfs))
+    try:
+        parent_fd = pathsafe.makedirs_in_root(root_fd, "/usr/lib64")
+        try:
+            (rootfs / "usr/lib64").rename(rootfs / "usr/old")
+            (rootfs / "usr/lib64").symlink_to(victim)
+            fd = pathsafe.create_file_at(parent_fd, "/usr/lib64", "libcuda.so.1")
+            os.close(fd)
+        finally:
+            os.close(parent_fd)
+    finally:
+        os.close(root_fd)
+    assert list(victim.iterdir()) == []
+    assert (rootfs / "usr/old/libcuda.so.1").is_file()
