@@ -1,90 +1,49 @@
-"""Shared fixtures: the simulated host, the realistic host, busybox bundles."""
+"""Shared fixtures: the simulated host, the realistic host, busybox bundles, the wrapper's
+stage, the container engines. The plain helpers are in ``support.py``.
+
+Markers come from the folder: everything under ``tests/e2e/`` is ``e2e`` and everything
+under ``tests/realistic/`` is ``realistic`` (declared in pyproject.toml), so ``-m "not
+e2e"`` leaves out the real-runtime tests without a marker in each module."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import support
+from support import (  # noqa: F401 (re-exported: test modules once imported them from here)
+    REPO,
+    edit_cli,
+    edit_with_cdi,
+    modules_after,
+    need_root_and,
+    packaged_hook,
+    realistic_dir,
+    register_hook,
+)
 
 from ocihook.core.hostroot import HostRoot
 from ocihook.sim import host as simhost
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: Folder (under tests/) -> the marker every test in it gets.
+FOLDER_MARKERS = {"e2e": pytest.mark.e2e, "realistic": pytest.mark.realistic}
 
 
-def packaged_hook(stage: str, root: str) -> dict[str, Any]:
-    """ocihook's hook entry as packaging/config.json-hooks-snippet.json.in gives it, with
-    ``@PYTHON@`` replaced by this interpreter, for ``stage``, reading the simulated host
-    at ``root`` (the README's registration, so the tests exercise the documented one)."""
-    with open(os.path.join(REPO, "packaging/config.json-hooks-snippet.json.in")) as f:
-        snippet = json.loads(f.read().replace("@PYTHON@", __import__("sys").executable))
-    hook: dict[str, Any] = snippet["hooks"]["prestart"][0]
-    hook["args"] = [*hook["args"][:-1], stage, "--driver-root", root, "--dev-root", root]
-    return hook
-
-
-def edit_cli(bundle: str, root: str, *, check: bool = False) -> Any:
-    """Run ``ocihook edit -b bundle`` against the host tree ``root`` (driver root and dev
-    root); returns the ``subprocess.CompletedProcess`` (text)."""
-    import subprocess
-    import sys
-
-    args = ["edit", "-b", bundle, "--driver-root", root, "--dev-root", root]
-    return subprocess.run(
-        [sys.executable, "-m", "ocihook", *args],
-        capture_output=True,
-        text=True,
-        check=check,
-    )
-
-
-def edit_with_cdi(bundle: str, spec_dir: Any, work: Any) -> str:
-    """``ocihook edit -b bundle`` with a configuration file (written in ``work``) whose
-    ``cdi-spec-dirs`` is ``spec_dir``; asserts it wrote ``config.json`` and returns its
-    stderr."""
-    import subprocess
-    import sys
-
-    cfg = os.path.join(str(work), "config.toml")
-    with open(cfg, "w") as f:
-        f.write(f'cdi-spec-dirs = ["{spec_dir}"]\n')
-    r = subprocess.run(
-        [sys.executable, "-m", "ocihook", "edit", "--config", cfg, "-b", str(bundle)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert r.returncode == 0 and "written" in r.stderr, r.stderr
-    return r.stderr
-
-
-def register_hook(bundle: str, root: str, stage: str = "prestart") -> None:
-    """Add :func:`packaged_hook` to the bundle's ``config.json`` under ``stage``."""
-    path = os.path.join(bundle, "config.json")
-    with open(path) as f:
-        doc = json.load(f)
-    doc.setdefault("hooks", {}).setdefault(stage, []).append(packaged_hook(stage, root))
-    with open(path, "w") as f:
-        json.dump(doc, f, indent="\t")
-
-
-def modules_after(code: str) -> set[str]:
-    """The modules a fresh ``python -I`` has loaded after running ``code`` (for the
-    import-cost tests: the start path must not load heavy modules)."""
-    import subprocess
-    import sys
-
-    out = subprocess.run(
-        [sys.executable, "-I", "-c", code + "\nimport sys; print(' '.join(sys.modules))"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return set(out.split())
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test by the folder its module is in (see :data:`FOLDER_MARKERS`)."""
+    tests = Path(support.TESTS)
+    for item in items:
+        try:
+            folder = item.path.relative_to(tests).parts[0]
+        except ValueError:
+            continue
+        marker = FOLDER_MARKERS.get(folder)
+        if marker is not None:
+            item.add_marker(marker)
 
 
 @pytest.fixture(scope="session")
@@ -98,11 +57,6 @@ def sim_root(sim: simhost.SimulatedHost) -> HostRoot:
     return HostRoot.single(sim.root)
 
 
-def realistic_dir() -> str:
-    cache = os.environ.get("OCIHOOK_CACHE") or os.path.expanduser("~/.cache/ocihook")
-    return os.path.join(cache, "realistic-535.261.03", "root")
-
-
 @pytest.fixture(scope="session")
 def realistic() -> dict[str, Any]:
     """Facts of the realistic host built by fixtures/realistic/build.py (skips if absent)."""
@@ -114,15 +68,6 @@ def realistic() -> dict[str, Any]:
         data: dict[str, Any] = json.load(f)
     data["root"] = root
     return data
-
-
-def need_root_and(*tools: str) -> None:
-    """Skip unless root and every tool is installed; the reason is printed by -ra."""
-    if os.geteuid() != 0:
-        pytest.skip("end-to-end test needs root")
-    for tool in tools:
-        if shutil.which(tool) is None:
-            pytest.skip(f"end-to-end test needs {tool} (apt-get install {tool})")
 
 
 @pytest.fixture
@@ -139,6 +84,31 @@ def bundle_factory(tmp_path: Any) -> Callable[..., str]:
         return make_busybox_bundle(path, args, env, debian=debian)
 
     return make
+
+
+@pytest.fixture(scope="module")
+def host_guard() -> Iterator[str]:
+    """A cgroup parent of our own for every container (its name is yielded), removed at the
+    end once the processes in it are gone; host paths the engines create restored
+    (:func:`support.guard_host`)."""
+    yield from support.guard_host()
+
+
+@pytest.fixture(scope="module")
+def podman(tmp_path_factory: pytest.TempPathFactory, host_guard: str) -> Iterator[support.Podman]:
+    """podman 4 with a private store, confined to temporary directories; skips unless root
+    with podman and runc (:func:`support.start_podman`)."""
+    yield from support.start_podman(tmp_path_factory.mktemp("podman"), host_guard)
+
+
+@pytest.fixture(scope="module")
+def containerd(
+    tmp_path_factory: pytest.TempPathFactory, host_guard: str
+) -> Iterator[support.Containerd]:
+    """containerd with a private config, root, state and socket (CRI disabled), stopped
+    at the end; skips unless root with containerd, ctr and runc
+    (:func:`support.start_containerd`)."""
+    yield from support.start_containerd(tmp_path_factory.mktemp("containerd"), host_guard)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -23,7 +23,14 @@ import uuid
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-__all__ = ["CONTAINER_SCRIPT", "find_busybox", "make_busybox_bundle", "run_container", "run_demo"]
+__all__ = [
+    "CONTAINER_SCRIPT",
+    "default_config",
+    "find_busybox",
+    "make_busybox_bundle",
+    "run_container",
+    "run_demo",
+]
 
 #: Tools linked to busybox inside the demo rootfs.
 BUSYBOX_APPLETS = ("sh", "ls", "cat", "grep", "head", "hexdump", "readlink", "echo", "od", "stat")
@@ -57,9 +64,13 @@ def find_busybox() -> str | None:
     return None
 
 
-def _default_config(args: Sequence[str], env: Sequence[str]) -> dict[str, Any]:
+def default_config(args: Sequence[str], env: Sequence[str]) -> dict[str, Any]:
     """A minimal OCI config like ``runc spec`` writes, with the runtime's default device
-    cgroup rule (deny all) so that only explicitly allowed devices work."""
+    cgroup rule (deny all) so that only explicitly allowed devices work.
+
+    ``args`` becomes ``process.args``; ``env`` follows a default ``PATH`` in
+    ``process.env``. Returns a new JSON-ready dict (``root.path`` is ``rootfs``) each call;
+    the demo's bundles and the tests' ``config.json`` files start from it."""
     return {
         "ociVersion": "1.0.2",
         "process": {
@@ -142,7 +153,7 @@ def make_busybox_bundle(
         with open(os.path.join(rootfs, "etc/debian_version"), "w") as f:
             f.write("12.0\n")
     with open(os.path.join(bundle, "config.json"), "w") as f:
-        json.dump(_default_config(args, env), f, indent="\t")
+        json.dump(default_config(args, env), f, indent="\t")
         f.write("\n")
     return bundle
 
@@ -210,7 +221,7 @@ def run_demo(
             why.append("busybox is not installed (apt-get install busybox-static)")
             os.makedirs(os.path.join(bundle, "rootfs"), exist_ok=True)
             with open(os.path.join(bundle, "config.json"), "w") as f:
-                json.dump(_default_config(["sh", "-c", CONTAINER_SCRIPT], env), f, indent="\t")
+                json.dump(default_config(["sh", "-c", CONTAINER_SCRIPT], env), f, indent="\t")
         else:
             make_busybox_bundle(bundle, ["sh", "-c", CONTAINER_SCRIPT], env, busybox=busybox)
         root = HostRoot.single(host.root)

@@ -1,0 +1,310 @@
+"""packaging/: the systemd units and udev rule that regenerate the CDI spec, the example
+engine configurations, the hooks.d files; and the distribution: a wheel and an sdist
+built here, installed into a fresh virtual environment, whose two console scripts run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+from support import REPO
+
+from ocihook.commands.engines import (
+    configure_containerd,
+    configure_crio,
+    configure_docker,
+    hooks_d_document,
+)
+from ocihook.sim import host as simhost
+
+PACKAGING = os.path.join(REPO, "packaging")
+SERVICE = os.path.join(PACKAGING, "systemd/ocihook-cdi-refresh.service.in")
+PATH_UNIT = os.path.join(PACKAGING, "systemd/ocihook-cdi-refresh.path")
+UDEV = os.path.join(PACKAGING, "udev/71-ocihook-cdi-refresh.rules")
+BINDIR = os.path.dirname(sys.executable)
+
+#: The interface of ``ocihook cdi generate`` the units rely on (its documented flags).
+CDI_GENERATE_FLAGS = {
+    "--vendor",
+    "--class",
+    "--format",
+    "--output",
+    "--driver-root",
+    "--dev-root",
+    "--device-name-strategy",
+}
+
+#: Keys systemd accepts in the sections the units use (systemd.unit(5), systemd.service(5),
+#: systemd.path(5), systemd.exec(5): the subset these units may use).
+UNIT_KEYS = {
+    "Unit": {
+        "Description", "Documentation", "After", "Before", "Wants", "Requires",
+        "ConditionPathExists", "ConditionPathExistsGlob",
+    },
+    "Service": {"Type", "ExecStart", "ExecCondition", "RemainAfterExit", "Environment"},
+    "Path": {"PathChanged", "PathModified", "PathExists", "Unit"},
+    "Install": {"WantedBy", "RequiredBy"},
+}  # fmt: skip
+
+
+def parse_unit(text: str) -> dict[str, list[tuple[str, str]]]:
+    """A systemd unit file as {section: [(key, value)]} (keys may repeat)."""
+    sections: dict[str, list[tuple[str, str]]] = {}
+    current = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        m = re.fullmatch(r"\[([A-Za-z]+)\]", line)
+        if m:
+            current = m.group(1)
+            assert current not in sections, f"section {current} twice"
+            sections[current] = []
+            continue
+        assert current is not None, f"key outside a section: {line!r}"
+        key, eq, value = line.partition("=")
+        assert eq and key.strip() and value.strip(), f"not key=value: {line!r}"
+        sections[current].append((key.strip(), value.strip()))
+    return sections
+
+
+def rendered_service(bindir: str = BINDIR) -> str:
+    with open(SERVICE) as f:
+        return f.read().replace("@BINDIR@", bindir)
+
+
+def test_units_structure() -> None:
+    service = parse_unit(rendered_service())
+    with open(PATH_UNIT) as f:
+        path = parse_unit(f.read())
+    for unit in (service, path):
+        for section, entries in unit.items():
+            assert section in UNIT_KEYS, section
+            for key, _value in entries:
+                assert key in UNIT_KEYS[section], (section, key)
+    assert dict(service["Service"])["Type"] == "oneshot"
+    # a oneshot that stays "active" would not run again when the path unit triggers it
+    assert "RemainAfterExit" not in dict(service["Service"])
+    assert dict(service["Install"])["WantedBy"] == "multi-user.target"
+    assert dict(path["Path"])["Unit"] == "ocihook-cdi-refresh.service"
+    watched = [v for k, v in path["Path"] if k == "PathChanged"]
+    assert "/lib/modules/%v/modules.dep" in watched and "/etc/ld.so.cache" in watched
+    assert all(w.startswith("/") for w in watched)
+
+
+def test_service_runs_cdi_generate() -> None:
+    """ExecStart is this installation's ``ocihook cdi generate --output
+    /var/run/cdi/nvidia.yaml``, with the command's documented flags only, and its parser
+    accepts the line."""
+    (exec_start,) = [v for k, v in parse_unit(rendered_service())["Service"] if k == "ExecStart"]
+    argv = shlex.split(exec_start)
+    assert argv[0] == os.path.join(BINDIR, "ocihook") and os.access(argv[0], os.X_OK)
+    assert argv[1:3] == ["cdi", "generate"]
+    options = dict(zip(argv[3::2], argv[4::2], strict=True))
+    assert options == {"--output": "/var/run/cdi/nvidia.yaml"}
+    assert set(options) <= CDI_GENERATE_FLAGS
+    from ocihook.commands.fast import _parse_fast
+
+    ns = _parse_fast(argv[1:])  # the command's own (fast) parser takes the line
+    assert ns is not None and (ns.command, ns.stage) == ("cdi", "generate")
+    assert ns.output == "/var/run/cdi/nvidia.yaml"
+
+
+def test_units_verify_with_systemd(tmp_path: Path) -> None:
+    """``systemd-analyze verify`` (where installed) accepts both units."""
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        return  # test_units_structure checked them by hand
+    (tmp_path / "ocihook-cdi-refresh.service").write_text(rendered_service())
+    shutil.copy(PATH_UNIT, tmp_path / "ocihook-cdi-refresh.path")
+    units = [
+        str(tmp_path / "ocihook-cdi-refresh.service"),
+        str(tmp_path / "ocihook-cdi-refresh.path"),
+    ]
+    proc = subprocess.run([analyze, "verify", *units], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "ocihook-cdi-refresh" not in proc.stderr, proc.stderr
+    # and it does catch a broken one: the command missing
+    (tmp_path / "ocihook-cdi-refresh.service").write_text(rendered_service("/nonexistent/bin"))
+    proc = subprocess.run([analyze, "verify", units[0]], capture_output=True, text=True)
+    assert proc.returncode != 0 and "/nonexistent/bin/ocihook" in proc.stderr
+
+
+def test_udev_rule() -> None:
+    with open(UDEV) as f:
+        rules = [ln for ln in f.read().splitlines() if ln.strip() and not ln.startswith("#")]
+    assert len(rules) == 1
+    pairs = re.findall(r'([A-Z]+(?:\{[A-Z_]+\})?)(==|!=|\+=|=)"([^"]*)"', rules[0])
+    assert ", ".join(f'{k}{op}"{v}"' for k, op, v in pairs) == rules[0]
+    keys = {(k, op): v for k, op, v in pairs}
+    assert keys[("ACTION", "==")] == "add"
+    assert keys[("SUBSYSTEM", "==")] == "module"
+    assert keys[("KERNEL", "==")] == "nvidia"
+    run = shlex.split(keys[("RUN", "+=")])
+    assert run[0].endswith("/systemctl") and run[1:] == [
+        "--no-block",
+        "start",
+        "ocihook-cdi-refresh.service",
+    ]
+
+
+# --- examples and hooks.d files ------------------------------------------------------------
+
+EXAMPLE_RUNTIME = "/usr/local/bin/ocihook-runtime"
+
+
+@pytest.mark.parametrize(
+    ("name", "edit"),
+    [
+        ("docker-daemon.json", configure_docker),
+        ("containerd-config.toml", configure_containerd),
+        ("crio-99-ocihook.conf", configure_crio),
+    ],
+)
+def test_examples_are_what_configure_writes(name: str, edit: object) -> None:
+    """packaging/examples/ are ``ocihook runtime configure --cdi`` on a missing file,
+    with the wrapper in /usr/local/bin (so they cannot drift from the command)."""
+    with open(os.path.join(PACKAGING, "examples", name), "rb") as f:
+        example = f.read()
+    after, _ = edit(None, path=name, runtime_path=EXAMPLE_RUNTIME, cdi=True)  # type: ignore[operator]
+    assert example == after
+
+
+def test_hooks_d_files() -> None:
+    with open(os.path.join(PACKAGING, "hooks.d/ocihook-prestart.json.in")) as f:
+        always = json.loads(f.read().replace("@PYTHON@", "/usr/bin/python3"))
+    assert always == hooks_d_document("/usr/bin/python3")
+    with open(os.path.join(PACKAGING, "hooks.d/ocihook-prestart-cdi-annotations.json.in")) as f:
+        cdi = json.loads(f.read().replace("@PYTHON@", "/usr/bin/python3"))
+    assert {**cdi, "when": always["when"]} == always
+    assert cdi["when"] == {"annotations": {r"^cdi\.k8s\.io/.*": ".*"}}
+
+
+# --- the distribution -------------------------------------------------------------------------
+
+
+def _source_copy(dest: Path) -> Path:
+    """The repository's files without build outputs, virtual environments or caches."""
+    ignore = shutil.ignore_patterns(
+        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis"
+    )
+    shutil.copytree(REPO, dest, ignore=ignore)
+    return dest
+
+
+def test_wheel_and_sdist_install_and_run(tmp_path: Path, sim: simhost.SimulatedHost) -> None:
+    """``python -m build`` (no isolation: the environment's setuptools, nothing fetched)
+    makes an sdist and a wheel built from it; the wheel installs into a fresh virtual
+    environment (dependencies from this environment, through a .pth file) and both
+    console scripts run from there."""
+    pytest.importorskip("build", reason="pip install -e '.[test]' installs build")
+    src = _source_copy(tmp_path / "src")
+    dist = tmp_path / "dist"
+    proc = subprocess.run(
+        [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(dist), str(src)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    wheels = list(dist.glob("ocihook-*-py3-none-any.whl"))
+    sdists = list(dist.glob("ocihook-*.tar.gz"))
+    assert len(wheels) == 1 and len(sdists) == 1, os.listdir(dist)
+    import tarfile
+    import zipfile
+
+    with tarfile.open(sdists[0]) as t:
+        names = {n.split("/", 1)[1] for n in t.getnames() if "/" in n}
+    for needed in (
+        "packaging/systemd/ocihook-cdi-refresh.service.in",
+        "packaging/udev/71-ocihook-cdi-refresh.rules",
+        "packaging/hooks.d/ocihook-prestart.json.in",
+        "specs/config.schema.json",
+        "ocihook/schemas/config.toml.example",
+    ):
+        assert needed in names, needed
+    with zipfile.ZipFile(wheels[0]) as z:
+        wnames = set(z.namelist())
+        entry_points = next(n for n in wnames if n.endswith(".dist-info/entry_points.txt"))
+        scripts = z.read(entry_points).decode()
+    assert "ocihook/schemas/config.schema.json" in wnames and "ocihook/py.typed" in wnames
+    assert "ocihook = ocihook._main:main" in scripts
+    assert "ocihook-runtime = ocihook.runtime:main" in scripts
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
+         "--no-index", "--disable-pip-version-check", str(wheels[0])],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    # dependencies (click, jsonschema, PyYAML, pyelftools, tomlkit) from this environment
+    Path(site, "zz-deps.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    env = {"PATH": f"{venv / 'bin'}:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(tmp_path)}
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            argv, capture_output=True, text=True, env=env, timeout=60, cwd=tmp_path
+        )
+
+    where = run(str(python), "-c", "import ocihook; print(ocihook.__file__)")
+    assert where.stdout.startswith(site + "/ocihook/"), where
+    out = run(str(venv / "bin/ocihook"), "--version")
+    assert out.returncode == 0 and "0.1.0" in out.stdout, out
+    out = run(
+        str(venv / "bin/ocihook"),
+        "info",
+        "--json",
+        "--driver-root",
+        sim.root,
+        "--dev-root",
+        sim.root,
+    )
+    assert out.returncode == 0, out.stderr
+    assert len(json.loads(out.stdout)["gpus"]) == len(sim.gpus)
+    out = run(str(venv / "bin/ocihook"), "config", "default")  # package data
+    assert out.returncode == 0 and "# runtimes = " in out.stdout
+    out = run(str(venv / "bin/ocihook-runtime"), "--help")
+    assert out.returncode == 0 and out.stdout.startswith("usage: ocihook-runtime")
+    # a pass-through to a stand-in runtime
+    fake = tmp_path / "bin" / "runc"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\necho "stand-in runc: $*"\n')
+    fake.chmod(0o755)
+    env["PATH"] = f"{fake.parent}:{env['PATH']}"
+    out = run(str(venv / "bin/ocihook-runtime"), "--root", "/r", "state", "cid")
+    assert out.returncode == 0 and out.stdout == "stand-in runc: --root /r state cid\n", out
+    # the hooks it registers run with the fresh environment's interpreter
+    out = run(
+        str(venv / "bin/ocihook"), "runtime", "configure", "--runtime", "podman",
+        "--config", str(tmp_path / "hook.json"),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    hook = json.loads((tmp_path / "hook.json").read_text())["hook"]
+    assert hook["path"] == hook["args"][0] and hook["path"].startswith(str(venv))
+    out = run(
+        str(venv / "bin/ocihook"), "runtime", "configure", "--runtime", "docker",
+        "--config", str(tmp_path / "daemon.json"),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    daemon = json.loads((tmp_path / "daemon.json").read_text())
+    assert daemon["runtimes"]["ocihook"]["path"] == str(venv / "bin/ocihook-runtime")

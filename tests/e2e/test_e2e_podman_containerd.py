@@ -1,0 +1,256 @@
+"""End to end through the container engines: podman (hooks.d, as packaged) and containerd
+(``ctr run`` of a full OCI spec with ocihook's prestart hook), on the simulated host.
+
+The container's own view is the oracle, as in test_e2e_runc.py: ``/dev/nvidia0`` is
+``c 195:0``, ``libcuda.so.1 -> libcuda.so.<version>``, the ELF magic read through it, ENXIO
+(allowed by the cgroup, no driver) on ``cat /dev/nvidia0`` and EPERM (denied by the
+cgroup) on a GPU node it did not ask for. A small logging hook records what each runtime
+passes to its hooks: the state JSON on stdin, the working directory, the stage the hook
+ended up in and whether the state's pid is in a mount namespace of its own.
+
+Both engines are confined to temporary directories: podman gets a private store, network
+config dir and ``--hooks-dir``; containerd a private config, root, state and socket (CRI
+plugin disabled) and is stopped at the end. Containers go to a cgroup parent of their own,
+removed at the end. What the engines insist on creating on the host (``/run/runc``,
+``/run/containerd/s``: empty directories) is removed if the tests created it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from support import (
+    ENGINE_SCRIPT,
+    REPO,
+    Containerd,
+    Podman,
+    busybox_rootfs,
+    check_gpu0,
+    check_no_gpu,
+    mounts_under,
+)
+
+from ocihook.sim import host as simhost
+
+HOOKS_D = os.path.join(REPO, "packaging/hooks.d/ocihook-prestart.json.in")
+HOOKS_D_CDI = os.path.join(REPO, "packaging/hooks.d/ocihook-prestart-cdi-annotations.json.in")
+SNIPPET = os.path.join(REPO, "packaging/config.json-hooks-snippet.json.in")
+
+#: A hook that appends one JSON line per call to LOG: its argv, cwd, the state from stdin,
+#: the stages of the bundle's config.json that register it, and the mount namespaces of
+#: itself and of the state's pid. With REAL set it then runs REAL with its own arguments
+#: (argv[1:]) and the same state on stdin — a logging stand-in for a hook's ``path``.
+LOGGER = """\
+import json, os, sys
+LOG = {log!r}
+REAL = {real!r}
+data = sys.stdin.buffer.read()
+entry = {{"argv": sys.argv, "cwd": os.getcwd(), "raw": data.decode(errors="replace")}}
+try:
+    state = json.loads(data)
+    entry["state"] = state
+    with open(os.path.join(state["bundle"], "config.json")) as f:
+        hooks = json.load(f).get("hooks") or {{}}
+    entry["stages"] = sorted(k for k, v in hooks.items() if any(h.get("path") == sys.argv[0] for h in v))
+    entry["mntns_self"] = os.readlink("/proc/self/ns/mnt")
+    entry["mntns_pid"] = os.readlink(f"/proc/{{state['pid']}}/ns/mnt")
+except Exception as e:
+    entry["error"] = repr(e)
+with open(LOG, "a") as f:
+    f.write(json.dumps(entry) + "\\n")
+if REAL:
+    r, w = os.pipe()
+    os.write(w, data)
+    os.close(w)
+    os.dup2(r, 0)
+    os.execv(REAL, [REAL, *sys.argv[1:]])
+"""
+
+
+def _read_log(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _check_state(entry: dict[str, Any], cid: str | None = None) -> dict[str, Any]:
+    """What every runtime here passes a prestart hook; returns the state."""
+    assert "error" not in entry, entry
+    state: dict[str, Any] = entry["state"]
+    assert state["status"] == "creating", state
+    assert isinstance(state["pid"], int) and state["pid"] > 0, state
+    assert cid is None or state["id"] == cid, state
+    assert entry["cwd"] == state["bundle"], entry
+    assert entry["mntns_pid"] != entry["mntns_self"], entry
+    # the logger runs where ocihook runs: wherever the runtime put the prestart hooks
+    assert entry["stages"] in (["prestart"], ["createRuntime"]), entry
+    return state
+
+
+def _write_logger(path: Path, log: Path, real: str = "") -> str:
+    path.write_text(f"#!{sys.executable} -I\n" + LOGGER.format(log=str(log), real=real))
+    path.chmod(0o755)
+    return str(path)
+
+
+def _render(template: str, root: str, *, path: str | None = None) -> dict[str, Any]:
+    """A packaged hooks.d file as its README says: ``@PYTHON@`` replaced by this interpreter
+    (in ``path`` and ``args[0]``), and the simulated host's roots appended to ``args``."""
+    with open(template) as f:
+        doc: dict[str, Any] = json.loads(f.read().replace("@PYTHON@", sys.executable))
+    assert doc["hook"]["path"] == doc["hook"]["args"][0] == sys.executable
+    doc["hook"]["args"] += ["--driver-root", root, "--dev-root", root]
+    if path is not None:
+        doc["hook"]["path"] = path
+    return doc
+
+
+def test_podman_hooks_d_gives_gpu0(
+    podman: Podman,
+    sim: simhost.SimulatedHost,
+    bundle_factory: Callable[..., str],
+    tmp_path: Path,
+) -> None:
+    """The packaged hooks.d file (``when.always``): a container with
+    NVIDIA_VISIBLE_DEVICES=0 sees GPU 0; one without the variable starts as usual and has
+    no NVIDIA node (the hook's fast exit)."""
+    hooks = tmp_path / "hooks.d"
+    hooks.mkdir()
+    doc = _render(HOOKS_D, sim.root)
+    assert doc["when"] == {"always": True}
+    (hooks / "ocihook-prestart.json").write_text(json.dumps(doc))
+    log = tmp_path / "state.log"
+    logger = {
+        "version": "1.0.0",
+        "hook": {"path": _write_logger(tmp_path / "logger", log), "args": ["logger"]},
+        "when": {"always": True},
+        "stages": ["prestart"],
+    }
+    (hooks / "00-state-logger.json").write_text(json.dumps(logger))
+
+    other = str(sim.gpus[1].minor)
+    env = {"NVIDIA_VISIBLE_DEVICES": "0", "OTHER": other}
+    proc = podman.run(hooks, busybox_rootfs(bundle_factory), "--cap-add", "MKNOD", env=env)
+    assert proc.returncode == 0, proc.stderr
+    check_gpu0(proc.stdout, sim)
+
+    proc = podman.run(hooks, busybox_rootfs(bundle_factory))
+    assert proc.returncode == 0, proc.stderr
+    check_no_gpu(proc.stdout)
+
+    entries = _read_log(log)
+    assert len(entries) == 2, entries
+    for entry in entries:
+        state = _check_state(entry)
+        # podman's annotations come with the state; the bundle is podman's userdata dir
+        assert state["annotations"]["io.container.manager"] == "libpod", state
+        assert state["bundle"].startswith(podman.store), state
+
+
+def test_podman_cdi_annotation_variant(
+    podman: Podman,
+    sim: simhost.SimulatedHost,
+    bundle_factory: Callable[..., str],
+    tmp_path: Path,
+) -> None:
+    """The annotation-conditioned hooks.d file runs ocihook only for a container with a
+    ``cdi.k8s.io/*`` annotation. Its ``path`` is a wrapper that logs each call and then
+    runs the packaged command line: every container here asks for GPU 0 by environment,
+    so the node appears exactly where the hook ran."""
+    hooks = tmp_path / "hooks.d"
+    hooks.mkdir()
+    log = tmp_path / "calls.log"
+    wrapper = _write_logger(tmp_path / "wrapper", log, real=sys.executable)
+    doc = _render(HOOKS_D_CDI, sim.root, path=wrapper)
+    assert doc["when"] == {"annotations": {r"^cdi\.k8s\.io/.*": ".*"}}
+    (hooks / "ocihook-prestart-cdi-annotations.json").write_text(json.dumps(doc))
+    gpu = {"NVIDIA_VISIBLE_DEVICES": "0"}
+    cdi = ["--annotation", "cdi.k8s.io/gpu=nvidia.com/gpu=0"]
+
+    # no annotation, or one of another domain: the hook does not run at all
+    for args in ([], ["--annotation", "example.com/gpu=nvidia.com/gpu=0"]):
+        proc = podman.run(hooks, busybox_rootfs(bundle_factory), *args, env=gpu)
+        assert proc.returncode == 0, proc.stderr
+        check_no_gpu(proc.stdout)
+    assert _read_log(log) == []
+
+    # the annotation: it runs and gives GPU 0
+    env = {**gpu, "OTHER": str(sim.gpus[1].minor)}
+    proc = podman.run(hooks, busybox_rootfs(bundle_factory), *cdi, "--cap-add", "MKNOD", env=env)
+    assert proc.returncode == 0, proc.stderr
+    check_gpu0(proc.stdout, sim)
+    (entry,) = _read_log(log)
+    state = _check_state(entry)
+    assert state["annotations"]["cdi.k8s.io/gpu"] == "nvidia.com/gpu=0", state
+    assert entry["argv"][1:] == doc["hook"]["args"][1:], entry
+
+    # the annotation without NVIDIA_VISIBLE_DEVICES: it runs, and injects nothing
+    proc = podman.run(hooks, busybox_rootfs(bundle_factory), *cdi)
+    assert proc.returncode == 0, proc.stderr
+    check_no_gpu(proc.stdout)
+    assert len(_read_log(log)) == 2
+
+
+# -- containerd --------------------------------------------------------------------------------
+
+
+def _ctr_spec(bundle: str, root: str, logger: str, cgroups_path: str) -> dict[str, Any]:
+    """A full OCI spec for ``ctr run --config``: absolute root.path (ctr makes no
+    snapshot; a relative one is taken inside containerd's own bundle dir), process.cwd
+    (runc: "Cwd property must not be empty"), terminal false (no -t), a mount namespace;
+    hooks.prestart = the logger, then ocihook's hook as the packaging snippet gives it."""
+    with open(os.path.join(bundle, "config.json")) as f:
+        spec: dict[str, Any] = json.load(f)
+    spec["root"]["path"] = os.path.join(bundle, "rootfs")
+    spec["process"]["capabilities"]["bounding"].append("CAP_MKNOD")
+    spec["process"]["capabilities"]["effective"].append("CAP_MKNOD")
+    spec["process"]["capabilities"]["permitted"].append("CAP_MKNOD")
+    spec["linux"]["cgroupsPath"] = cgroups_path
+    assert spec["process"]["cwd"] == "/" and spec["process"]["terminal"] is False
+    assert {"type": "mount"} in spec["linux"]["namespaces"]
+    with open(SNIPPET) as f:
+        hook = json.loads(f.read().replace("@PYTHON@", sys.executable))["hooks"]["prestart"][0]
+    hook["args"] += ["--driver-root", root, "--dev-root", root]
+    spec["hooks"] = {"prestart": [{"path": logger, "args": ["logger"]}, hook]}
+    return spec
+
+
+def test_containerd_ctr_gives_gpu0(
+    containerd: Containerd,
+    sim: simhost.SimulatedHost,
+    bundle_factory: Callable[..., str],
+    tmp_path: Path,
+) -> None:
+    """``ctr run --rm --config spec.json``: the runc shim runs the prestart hooks with the
+    state on stdin, and the container sees exactly GPU 0."""
+    other = str(sim.gpus[1].minor)
+    bundle = bundle_factory(
+        ["sh", "-c", ENGINE_SCRIPT], ["NVIDIA_VISIBLE_DEVICES=0", f"OTHER={other}"]
+    )
+    log = tmp_path / "state.log"
+    logger = _write_logger(tmp_path / "logger", log)
+    cid = f"ocihook-e2e-{uuid.uuid4().hex[:8]}"
+    spec = _ctr_spec(bundle, sim.root, logger, f"{containerd.cgroup_parent}/{cid}")
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    fifos = tmp_path / "fifo"
+    runc_root = tmp_path / "runc"
+    args = ["run", "--rm", "--fifo-dir", str(fifos), "--runc-root", str(runc_root)]
+    proc = containerd.ctr(*args, "--config", str(tmp_path / "spec.json"), cid)
+    assert proc.returncode == 0, proc.stderr + (containerd.dir / "containerd.log").read_text()
+    check_gpu0(proc.stdout, sim)
+
+    (entry,) = _read_log(log)
+    state = _check_state(entry, cid)
+    # the shim's bundle: containerd's state dir, namespace "default"; no annotations
+    want = containerd.dir / "state/io.containerd.runtime.v2.task/default" / cid
+    assert state["bundle"] == str(want), state
+    assert "annotations" not in state or not state["annotations"], state
+
+    assert containerd.ctr("containers", "ls", "-q").stdout.split() == []
+    assert not mounts_under(bundle)

@@ -1,0 +1,586 @@
+"""Shared helpers of the test suite: plain functions, classes and constants.
+
+Test modules import these (``from support import ...``) and never import one another;
+fixtures live in ``conftest.py``, which builds the engine fixtures from the generators here
+(:func:`guard_host`, :func:`start_podman`, :func:`start_containerd`). ``tests/`` is on
+``sys.path`` through ``pythonpath`` in pyproject.toml's ``[tool.pytest.ini_options]``.
+
+Contents:
+
+- paths: :data:`REPO`, :data:`TESTS`, :data:`DOUBLES`, :func:`realistic_dir`;
+- skipping: :func:`need_root_and`;
+- the packaged hook and ``ocihook edit``: :func:`packaged_hook`, :func:`register_hook`,
+  :func:`edit_cli`, :func:`edit_with_cdi`, :func:`modules_after`;
+- the wrapper runtime: :data:`WRAPPER`, :func:`make_executable`, :func:`config_bytes`;
+- what a container shows: :data:`RUNC_SCRIPT` / :func:`check_runc_view` (runc, simulated
+  or realistic host), :data:`ENGINE_SCRIPT` / :func:`check_gpu0` / :func:`check_no_gpu`
+  (through podman and containerd), :func:`tagged`, :func:`with_mknod_cap`;
+- hooks on every stage: :func:`stage_hook`, :func:`register_stage_hook`,
+  :func:`run_runtime`; the stand-in driver procfs: :func:`fake_proc_hook`;
+- container engines confined to temporary directories: :class:`Podman`,
+  :class:`Containerd`, :func:`busybox_rootfs`, :data:`PRIVATE_RUN`;
+- CDI specs: :data:`CDI_GPU_SPEC` (two GPUs), :data:`GOOD_CDI_YAML` (one device).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ocihook.sim import host as simhost
+
+# --- paths ------------------------------------------------------------------------------
+
+#: The tests directory (this file's).
+TESTS = os.path.dirname(os.path.abspath(__file__))
+#: The repository's root directory.
+REPO = os.path.dirname(TESTS)
+#: Stand-ins for third-party modules (a ``pynvml`` double).
+DOUBLES = os.path.join(TESTS, "doubles")
+
+
+def realistic_dir() -> str:
+    """Where fixtures/realistic/build.py puts the realistic 535.261.03 host tree."""
+    cache = os.environ.get("OCIHOOK_CACHE") or os.path.expanduser("~/.cache/ocihook")
+    return os.path.join(cache, "realistic-535.261.03", "root")
+
+
+def need_root_and(*tools: str) -> None:
+    """Skip unless root and every tool is installed; the reason is printed by -ra."""
+    if os.geteuid() != 0:
+        pytest.skip("end-to-end test needs root")
+    for tool in tools:
+        if shutil.which(tool) is None:
+            pytest.skip(f"end-to-end test needs {tool} (apt-get install {tool})")
+
+
+# --- the packaged hook and ocihook edit ----------------------------------------------------
+
+
+def packaged_hook(stage: str, root: str) -> dict[str, Any]:
+    """ocihook's hook entry as packaging/config.json-hooks-snippet.json.in gives it, with
+    ``@PYTHON@`` replaced by this interpreter, for ``stage``, reading the simulated host
+    at ``root`` (the README's registration, so the tests exercise the documented one)."""
+    with open(os.path.join(REPO, "packaging/config.json-hooks-snippet.json.in")) as f:
+        snippet = json.loads(f.read().replace("@PYTHON@", sys.executable))
+    hook: dict[str, Any] = snippet["hooks"]["prestart"][0]
+    hook["args"] = [*hook["args"][:-1], stage, "--driver-root", root, "--dev-root", root]
+    return hook
+
+
+def edit_cli(bundle: str, root: str, *, check: bool = False) -> Any:
+    """Run ``ocihook edit -b bundle`` against the host tree ``root`` (driver root and dev
+    root); returns the ``subprocess.CompletedProcess`` (text)."""
+    args = ["edit", "-b", bundle, "--driver-root", root, "--dev-root", root]
+    return subprocess.run(
+        [sys.executable, "-m", "ocihook", *args],
+        capture_output=True,
+        text=True,
+        check=check,
+    )
+
+
+def edit_with_cdi(bundle: str, spec_dir: Any, work: Any) -> str:
+    """``ocihook edit -b bundle`` with a configuration file (written in ``work``) whose
+    ``cdi-spec-dirs`` is ``spec_dir``; asserts it wrote ``config.json`` and returns its
+    stderr."""
+    cfg = os.path.join(str(work), "config.toml")
+    with open(cfg, "w") as f:
+        f.write(f'cdi-spec-dirs = ["{spec_dir}"]\n')
+    r = subprocess.run(
+        [sys.executable, "-m", "ocihook", "edit", "--config", cfg, "-b", str(bundle)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert r.returncode == 0 and "written" in r.stderr, r.stderr
+    return r.stderr
+
+
+def register_hook(bundle: str, root: str, stage: str = "prestart") -> None:
+    """Add :func:`packaged_hook` to the bundle's ``config.json`` under ``stage``."""
+    path = os.path.join(bundle, "config.json")
+    with open(path) as f:
+        doc = json.load(f)
+    doc.setdefault("hooks", {}).setdefault(stage, []).append(packaged_hook(stage, root))
+    with open(path, "w") as f:
+        json.dump(doc, f, indent="\t")
+
+
+def modules_after(code: str) -> set[str]:
+    """The modules a fresh ``python -I`` has loaded after running ``code`` (for the
+    import-cost tests: the start path must not load heavy modules)."""
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", code + "\nimport sys; print(' '.join(sys.modules))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return set(out.split())
+
+
+# --- the wrapper runtime -------------------------------------------------------------------
+
+#: The ``ocihook-runtime`` console script of this environment.
+WRAPPER = os.path.join(os.path.dirname(sys.executable), "ocihook-runtime")
+
+
+def make_executable(path: Path, text: str = "#!/bin/sh\nexit 0\n") -> str:
+    """Write ``text`` to ``path`` (parents made), mode 0755; returns the path."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o755)
+    return str(path)
+
+
+def config_bytes(bundle: str) -> bytes:
+    """The bytes of the bundle's ``config.json``."""
+    with open(os.path.join(bundle, "config.json"), "rb") as f:
+        return f.read()
+
+
+# --- what a container shows ----------------------------------------------------------------
+
+
+def tagged(out: str, tag: str) -> list[str]:
+    """The rest of each line of ``out`` that starts with ``tag`` and a space."""
+    return [ln[len(tag) + 1 :] for ln in out.splitlines() if ln.startswith(tag + " ")]
+
+
+def with_mknod_cap(bundle: str) -> None:
+    """Give the bundle's process CAP_MKNOD (bounding, effective, permitted)."""
+    path = os.path.join(bundle, "config.json")
+    with open(path) as f:
+        doc = json.load(f)
+    for key in ("bounding", "effective", "permitted"):
+        doc["process"]["capabilities"][key].append("CAP_MKNOD")
+    with open(path, "w") as f:
+        json.dump(doc, f, indent="\t")
+
+
+#: What a runc container prints (environment: LIBDIR, OTHER; needs CAP_MKNOD): its NVIDIA
+#: nodes, the soname links, the ELF magic read through libcuda.so.1, the mount options of
+#: the driver files, what opening GPU 0 and a node it made for another GPU give, and what
+#: writing a driver file gives. Read by :func:`check_runc_view`.
+RUNC_SCRIPT = r"""
+for n in /dev/nvidia*; do echo "NODE $n $(stat -c '%F %t:%T' $n)"; done
+echo "LINK $(readlink $LIBDIR/libcuda.so.1)"
+echo "LINKDEV $(readlink $LIBDIR/libcuda.so)"
+echo "MAGIC $(hexdump -n 4 -e '4/1 "%02x"' $LIBDIR/libcuda.so.1)"
+grep " $LIBDIR/" /proc/self/mountinfo | while read -r a b c d mp opts rest; do echo "MOUNT $mp $opts"; done
+echo "OPEN0 $(cat /dev/nvidia0 2>&1 | head -n 1)"
+busybox mknod /dev/nvidia$OTHER c 195 $OTHER && echo "OPENOTHER $(cat /dev/nvidia$OTHER 2>&1 | head -n 1)"
+echo "WRITE $(echo x 2>&1 > $LIBDIR/libcuda.so.1)"
+"""
+
+
+def check_runc_view(
+    out: str, *, version: str, libdir: str, minors: list[int], uvm_major: int
+) -> None:
+    """Assert :data:`RUNC_SCRIPT`'s output: exactly the GPUs ``minors`` and the control
+    nodes, libcuda linked and readable, driver files ro,nosuid,nodev, ENXIO on GPU 0,
+    EPERM on the other GPU's node, writes refused."""
+    nodes = dict(line.split(" ", 1) for line in tagged(out, "NODE"))
+    want = {f"/dev/nvidia{m}": f"character special file c3:{m:x}" for m in minors}
+    want["/dev/nvidiactl"] = "character special file c3:ff"
+    want["/dev/nvidia-uvm"] = f"character special file {uvm_major:x}:0"
+    want["/dev/nvidia-uvm-tools"] = f"character special file {uvm_major:x}:1"
+    assert nodes == want, out
+    assert tagged(out, "LINK") == [f"libcuda.so.{version}"]
+    assert tagged(out, "LINKDEV") == ["libcuda.so.1"]
+    assert tagged(out, "MAGIC") == ["7f454c46"]
+    mounts = dict(line.split(" ", 1) for line in tagged(out, "MOUNT"))
+    assert f"{libdir}/libcuda.so.{version}" in mounts, out
+    for mp, opts in mounts.items():
+        flags = opts.split(",")
+        assert {"ro", "nosuid", "nodev"} <= set(flags), (mp, opts)
+    assert tagged(out, "OPEN0") == ["cat: can't open '/dev/nvidia0': No such device or address"]
+    other = tagged(out, "OPENOTHER")
+    assert len(other) == 1 and "Operation not permitted" in other[0], out
+    assert "Read-only file system" in tagged(out, "WRITE")[0]
+
+
+#: What a container started by podman or containerd prints: its NVIDIA nodes, the soname
+#: link, the ELF magic read through it, what opening GPU 0 gives, and (with CAP_MKNOD, when
+#: $OTHER is set) what opening a node it made itself for a GPU it did not ask for gives.
+ENGINE_SCRIPT = r"""
+for n in /dev/nvidia*; do [ -e "$n" ] && echo "NODE $n $(stat -c '%F %t:%T' $n)"; done
+echo "LINK $(readlink /usr/lib64/libcuda.so.1)"
+echo "MAGIC $(hexdump -n 4 -e '4/1 "%02x"' /usr/lib64/libcuda.so.1 2>/dev/null)"
+echo "OPEN0 $(cat /dev/nvidia0 2>&1 | head -n 1)"
+if [ -n "$OTHER" ] && busybox mknod /dev/nvidia$OTHER c 195 $OTHER; then
+  echo "OPENOTHER $(cat /dev/nvidia$OTHER 2>&1 | head -n 1)"
+fi
+echo DONE
+"""
+
+
+def check_gpu0(out: str, sim: simhost.SimulatedHost) -> None:
+    """The container (:data:`ENGINE_SCRIPT`) sees exactly GPU 0 of the simulated host."""
+    assert "DONE" in out.splitlines(), out
+    nodes = dict(line.split(" ", 1) for line in tagged(out, "NODE"))
+    assert nodes == {
+        "/dev/nvidia0": "character special file c3:0",
+        "/dev/nvidiactl": "character special file c3:ff",
+        "/dev/nvidia-uvm": f"character special file {simhost.UVM_MAJOR:x}:0",
+        "/dev/nvidia-uvm-tools": f"character special file {simhost.UVM_MAJOR:x}:1",
+    }, out
+    assert tagged(out, "LINK") == [f"libcuda.so.{sim.driver_version}"], out
+    assert tagged(out, "MAGIC") == ["7f454c46"], out
+    assert tagged(out, "OPEN0") == ["cat: can't open '/dev/nvidia0': No such device or address"]
+    other = tagged(out, "OPENOTHER")
+    assert len(other) == 1 and "Operation not permitted" in other[0], out
+
+
+def check_no_gpu(out: str) -> None:
+    """The container (:data:`ENGINE_SCRIPT`) has no NVIDIA node and no driver library."""
+    assert "DONE" in out.splitlines(), out
+    assert tagged(out, "NODE") == [], out
+    assert tagged(out, "LINK") == [""], out
+    assert tagged(out, "OPEN0") == ["cat: can't open '/dev/nvidia0': No such file or directory"]
+
+
+# --- hooks on every stage ------------------------------------------------------------------
+
+
+def stage_hook(stage: str, root: str, env: list[str] | None = None) -> dict[str, Any]:
+    """:func:`packaged_hook` for ``stage``, with the hook's ``env`` set when given."""
+    hook = packaged_hook(stage, root)
+    if env is not None:
+        hook["env"] = env
+    return hook
+
+
+def register_stage_hook(
+    bundle: str, stage: str, hook: dict[str, Any], readonly: bool = False
+) -> None:
+    """Make ``hook`` the bundle's only hook (at ``stage``); ``root.readonly`` set."""
+    cfg = Path(bundle, "config.json")
+    doc = json.loads(cfg.read_text())
+    doc["hooks"] = {stage: [hook]}
+    doc["root"]["readonly"] = readonly
+    cfg.write_text(json.dumps(doc))
+
+
+def run_runtime(
+    runtime: str, bundle: str, state: str, cid: str
+) -> subprocess.CompletedProcess[str]:
+    """``runc run`` the bundle, or ``crun run`` in a private mount namespace without the
+    cgroup2 mount (crun refuses the hybrid layout here; testbed.md)."""
+    if runtime == "runc":
+        cmd = ["runc", "--root", state, "run", "-b", bundle, cid]
+    else:
+        cmd = [
+            "unshare",
+            "-m",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            f"umount /sys/fs/cgroup/unified 2>/dev/null; "
+            f"exec crun --root {state} run -b {bundle} {cid}",
+        ]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+
+
+FAKE_DRIVER_PROC = """
+import json, subprocess, sys
+state = json.load(sys.stdin)
+d = state["bundle"] + "/rootfs/proc/driver"
+subprocess.run(["nsenter", "-t", str(state["pid"]), "-m", "sh", "-c",
+    f"mount -t tmpfs tmpfs {d} && mkdir -p {d}/nvidia/gpus/stale && "
+    f"echo 'ModifyDeviceFiles: 1' > {d}/nvidia/params"], check=True)
+"""
+
+
+def fake_proc_hook(bundle: str, tmp_path: Any) -> dict[str, Any]:
+    """A prestart hook of the test's, run before ocihook's, that stands in for the kernel
+    driver: it puts a /proc/driver/nvidia (with a GPU directory the container must not
+    see) into the container's procfs, as the real driver would show."""
+    script = tmp_path / "fake_driver_proc.py"
+    script.write_text(FAKE_DRIVER_PROC)
+    return {"path": sys.executable, "args": [sys.executable, "-I", str(script)]}
+
+
+# --- container engines in temporary directories --------------------------------------------
+
+
+def mounts_under(*paths: str) -> list[str]:
+    """The lines of this process's mountinfo that name any of ``paths``."""
+    with open("/proc/self/mountinfo") as f:
+        return [ln for ln in f if any(p in ln for p in paths)]
+
+
+def _cgroup_mounts() -> list[str]:
+    with open("/proc/self/mountinfo") as f:
+        fields = [ln.split() for ln in f]
+    return [
+        ln[4] for ln in fields if ln[ln.index("-") + 1] in ("cgroup", "cgroup2") and ln[4] != "/"
+    ]
+
+
+def _cgroup_pids(name: str) -> set[int]:
+    pids: set[int] = set()
+    for mp in _cgroup_mounts():
+        for dirpath, _dirs, files in os.walk(os.path.join(mp, name)):
+            if "cgroup.procs" in files:
+                with contextlib.suppress(FileNotFoundError), open(dirpath + "/cgroup.procs") as f:
+                    pids.update(int(p) for p in f.read().split())
+    return pids
+
+
+def _pids_with_arg(arg: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if arg.encode() in f.read().split(b"\0"):
+                        found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+def _wait_gone(pids: Callable[[], Any], timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    left = pids()
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = pids()
+    return left
+
+
+#: Host paths the engines create when missing. Those in SCRATCH (runc's default root,
+#: containerd's shim socket dir) are removed again if the tests made them and they are
+#: empty (not empty: another engine on the host is using them); any other one appearing
+#: is a failure.
+SCRATCH = ("/run/containerd/s", "/run/containerd", "/run/runc")
+WATCHED = (
+    *SCRATCH,
+    "/run/containerd/fifo",
+    "/run/containerd/runc",
+    "/run/containers",
+    "/run/libpod",
+    "/etc/containers/networks",
+    "/etc/cni/net.d/cni.lock",
+    "/var/lib/containers",
+    "/var/lib/containerd",
+    "/opt/containerd",
+)
+
+
+def guard_host() -> Iterator[str]:
+    """A cgroup parent of our own for every container (its name is yielded), removed at the
+    end once the processes in it are gone; host paths restored (see WATCHED). The body of
+    the ``host_guard`` fixture."""
+    existed = {p for p in WATCHED if os.path.lexists(p)}
+    name = f"ocihook-e2e-{uuid.uuid4().hex[:12]}"
+    yield name
+    left = _wait_gone(lambda: _cgroup_pids(name), 15)
+    for pid in left:  # conmon and its cleanup process, which we started
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    _wait_gone(lambda: _cgroup_pids(name), 5)
+    for mp in _cgroup_mounts():
+        top = os.path.join(mp, name)
+        for dirpath, _dirs, _files in sorted(os.walk(top), key=lambda w: -len(w[0])):
+            os.rmdir(dirpath)
+    for path in SCRATCH:
+        if path not in existed and os.path.isdir(path) and not os.listdir(path):
+            os.rmdir(path)
+    created = sorted(
+        p for p in WATCHED if p not in SCRATCH and p not in existed and os.path.lexists(p)
+    )
+    assert not left, f"processes still in cgroup {name} after 15 s: {left}"
+    assert not created, f"the engines left files on the host: {created}"
+
+
+@dataclass
+class Podman:
+    """podman's command line confined to a private store (``base``), the store's
+    directory and the cgroup parent of :func:`guard_host`."""
+
+    base: list[str]
+    store: str
+    cgroup_parent: str
+
+    def run(
+        self, hooks_dir: Path, rootfs: str, *args: str, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """``podman run --rm`` of :data:`ENGINE_SCRIPT` in ``rootfs`` with ``hooks_dir``."""
+        cmd = [*self.base, "--hooks-dir", str(hooks_dir), "run", "--rm", "--network=none"]
+        cmd += ["--cgroup-parent", self.cgroup_parent]
+        cmd += ["--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768"]
+        for key, value in (env or {}).items():
+            cmd += ["--env", f"{key}={value}"]
+        cmd += [*args, "--rootfs", rootfs, "sh", "-c", ENGINE_SCRIPT]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        assert not mounts_under(rootfs, self.store)
+        return proc
+
+
+def start_podman(d: Path, host_guard: str) -> Iterator[Podman]:
+    """podman 4 with a private store in ``d``, cgroupfs, the file events backend and the
+    CNI backend with a private config dir (nothing written to /etc/containers or
+    /run/containers). The body of the ``podman`` fixture."""
+    need_root_and("podman", "runc")
+    base = ["podman", "--root", str(d / "root"), "--runroot", str(d / "runroot")]
+    base += ["--tmpdir", str(d / "tmp"), "--network-config-dir", str(d / "net")]
+    base += ["--network-backend", "cni", "--cgroup-manager=cgroupfs"]
+    base += ["--events-backend=file", "--runtime", "runc"]
+    yield Podman(base, str(d), f"/{host_guard}")
+    # podman's storage would unmount its own mounts on `system reset`; there should be none
+    left = mounts_under(str(d))
+    for line in left:
+        subprocess.run(["umount", "-l", line.split()[4]], check=False)
+    assert not left, left
+
+
+def busybox_rootfs(bundle_factory: Callable[..., str]) -> str:
+    """The rootfs of a new busybox bundle (for ``--rootfs``)."""
+    return os.path.join(bundle_factory(["true"], []), "rootfs")
+
+
+@dataclass
+class Containerd:
+    """A containerd of :func:`start_containerd`: its socket, directory and cgroup parent."""
+
+    address: str
+    dir: Path
+    cgroup_parent: str
+
+    def ctr(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """``ctr --address <this containerd> args...``."""
+        cmd = ["ctr", "--address", self.address, *args]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+CONTAINERD_CONFIG = """\
+version = 2
+root = "{d}/root"
+state = "{d}/state"
+disabled_plugins = [
+  "io.containerd.grpc.v1.cri",
+  "io.containerd.internal.v1.opt",
+  "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.tracing.processor.v1.otlp",
+]
+
+[grpc]
+  address = "{d}/containerd.sock"
+"""
+
+
+def start_containerd(d: Path, host_guard: str) -> Iterator[Containerd]:
+    """containerd started by hand with a private config, root, state and socket in ``d``
+    (CRI disabled); stopped at the end, with any shim of its own. The body of the
+    ``containerd`` fixture."""
+    need_root_and("containerd", "ctr", "runc")
+    (d / "config.toml").write_text(CONTAINERD_CONFIG.format(d=d))
+    address = str(d / "containerd.sock")
+    with open(d / "containerd.log", "wb") as log:
+        proc = subprocess.Popen(
+            ["containerd", "--config", str(d / "config.toml")],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    engine = Containerd(address, d, f"/{host_guard}")
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"containerd exited: {(d / 'containerd.log').read_text()[-3000:]}")
+            if os.path.exists(address) and engine.ctr("version", timeout=10).returncode == 0:
+                break
+            if time.monotonic() > deadline:
+                pytest.fail(f"containerd did not start: {(d / 'containerd.log').read_text()}")
+            time.sleep(0.05)
+        yield engine
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        # shims outlive a containerd that stops; ours name our socket on their command line
+        shims = _wait_gone(lambda: _pids_with_arg(address), 5)
+        for pid in shims:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        _wait_gone(lambda: _pids_with_arg(address), 5)
+        assert not mounts_under(str(d))
+        assert not shims, f"containerd shims still running after containerd stopped: {shims}"
+
+
+#: Runs its arguments in a private mount namespace where /run is a fresh tmpfs holding
+#: the spec at /run/cdi (= /var/run/cdi): podman 4.3 has no spec-dir setting.
+PRIVATE_RUN = """
+set -eu
+mount --make-rprivate /
+mount -t tmpfs -o mode=0755 ocihook-cdi-test /run
+mkdir /run/cdi
+cp "$SPEC" /run/cdi/
+exec "$@"
+"""
+
+
+# --- CDI -----------------------------------------------------------------------------------
+
+#: A valid CDI spec in YAML (cdiVersion 0.3.0, kind example.com/gpu): one device
+#: ``gpu0`` whose edits set ``A=1``; tests edit the text into the case they need.
+GOOD_CDI_YAML = """\
+cdiVersion: 0.3.0
+kind: example.com/gpu
+devices:
+- name: gpu0
+  containerEdits:
+    env: [A=1]
+"""
+
+#: A CDI spec (kind nvidia.com/gpu) for GPUs "0" and "1": their nodes, the control node,
+#: libcuda and ``NVIDIA_CDI=1`` for every device. Explicit type/major/minor: injection
+#: never needs a host device node for these.
+CDI_GPU_SPEC = {
+    "cdiVersion": "0.5.0",
+    "kind": "nvidia.com/gpu",
+    "containerEdits": {
+        "env": ["NVIDIA_CDI=1"],
+        "deviceNodes": [{"path": "/dev/nvidiactl", "type": "c", "major": 195, "minor": 255}],
+        "mounts": [
+            {
+                "hostPath": "/usr/lib/x86_64-linux-gnu/libcuda.so.535.261.03",
+                "containerPath": "/usr/lib/x86_64-linux-gnu/libcuda.so.535.261.03",
+                "options": ["ro", "nosuid", "nodev", "bind"],
+            }
+        ],
+    },
+    "devices": [
+        {
+            "name": str(i),
+            "containerEdits": {
+                "deviceNodes": [{"path": f"/dev/nvidia{i}", "type": "c", "major": 195, "minor": i}]
+            },
+        }
+        for i in range(2)
+    ],
+}

@@ -1,0 +1,354 @@
+"""Spec mode: ocihook edit rewrites config.json atomically, or leaves it byte-identical."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ocihook.appliers.spec import apply_plan, edit_bundle
+from ocihook.core.errors import DiscoveryError, RequestError, SpecError, StateError, exit_code_for
+from ocihook.core.hostroot import HostRoot
+from ocihook.oci import bundle as bundle_mod
+from ocihook.oci.bundle import load_bundle, parse_state
+from ocihook.sim import host as simhost
+
+
+def _bundle(tmp_path: Any, env: list[str], extra: dict[str, Any] | None = None) -> str:
+    from ocihook.sim.demo import default_config
+
+    b = tmp_path / "bundle"
+    (b / "rootfs").mkdir(parents=True)
+    doc = default_config(["sh"], env)
+    doc.update(extra or {})
+    (b / "config.json").write_text(json.dumps(doc, indent="\t") + "\n")
+    return str(b)
+
+
+def test_edit_two_gpus(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
+    bundle = _bundle(
+        tmp_path, ["NVIDIA_VISIBLE_DEVICES=0,3", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"]
+    )
+    result = edit_bundle(bundle, HostRoot.single(sim.root), command=("/py", "-I", "-m", "ocihook"))
+    assert result.written
+    doc = json.loads(Path(os.path.join(bundle, "config.json")).read_text())
+    devices = doc["linux"]["devices"]
+    assert [(d["path"], d["major"], d["minor"]) for d in devices][-2:] == [
+        ("/dev/nvidia0", 195, 0),
+        (f"/dev/nvidia{sim.gpus[3].minor}", 195, sim.gpus[3].minor),
+    ]
+    rules = doc["linux"]["resources"]["devices"]
+    assert rules[0] == {"allow": False, "access": "rwm"}  # the runtime's deny-all stays first
+    assert {(r["major"], r["minor"]) for r in rules[1:]} == {
+        (d["major"], d["minor"]) for d in devices
+    }
+    mounts = [m for m in doc["mounts"] if m["destination"].startswith("/usr/lib64/")]
+    assert mounts and all(m["options"] == ["ro", "nosuid", "nodev", "bind"] for m in mounts)
+    hooks = doc["hooks"]["createContainer"]
+    assert len(hooks) == 1
+    args = hooks[0]["args"]
+    assert args[:6] == ["/py", "-I", "-m", "ocihook", "hook", "create-container"]
+    assert f"libcuda.so.{sim.driver_version}::/usr/lib64/libcuda.so.1" in args
+    assert args[args.index("--lib") + 1].startswith("/usr/lib64/")
+    assert hooks[0]["timeout"] == 30
+    assert hooks[0]["env"] and not any(e.startswith("LD_") for e in hooks[0]["env"])
+    assert "NVIDIA_VISIBLE_DEVICES=void" in doc["process"]["env"]
+    assert "NVIDIA_VISIBLE_DEVICES=0,3" not in doc["process"]["env"]
+    # a second run is a no-op: the request is now void
+    again = edit_bundle(bundle, HostRoot.single(sim.root))
+    assert not again.written and again.plan is None
+
+
+def test_apply_plan_replaces_by_path_and_destination(
+    sim: simhost.SimulatedHost, tmp_path: Any
+) -> None:
+    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
+    first = edit_bundle(bundle, HostRoot.single(sim.root), dry_run=True)
+    assert first.plan is not None and not first.written
+    doc = json.loads(first.after)
+    twice = apply_plan(doc, first.plan)
+    assert len(twice["linux"]["devices"]) == len(doc["linux"]["devices"])
+    assert len(twice["mounts"]) == len(doc["mounts"])
+    assert twice["hooks"] == doc["hooks"]
+    assert twice["linux"]["resources"]["devices"] == doc["linux"]["resources"]["devices"]
+
+
+def test_void_request_leaves_file_identical(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
+    bundle = _bundle(tmp_path, [])
+    before = Path(os.path.join(bundle, "config.json")).read_bytes()
+    result = edit_bundle(bundle, HostRoot.single(sim.root))
+    assert not result.written
+    assert Path(os.path.join(bundle, "config.json")).read_bytes() == before
+
+
+def _run_cli(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "ocihook", *args], input=stdin, capture_output=True, timeout=60
+    )
+
+
+def _assert_one_line_error(
+    proc: subprocess.CompletedProcess[bytes], code: int, *needles: str
+) -> None:
+    err = proc.stderr.decode()
+    assert proc.returncode == code, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("ocihook: error[")
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+
+
+BAD_CASES = [
+    # (env, extra doc, exit code, needles)
+    (["NVIDIA_VISIBLE_DEVICES=9"], None, 5, ["no such GPU", "NVIDIA_VISIBLE_DEVICES", "'9'"]),
+    (
+        ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=compute,warp"],
+        None,
+        5,
+        ["unknown driver capability", "NVIDIA_DRIVER_CAPABILITIES", "'warp'"],
+    ),
+    (["NVIDIA_VISIBLE_DEVICES=GPU-1"], None, 5, ["unsupported GPU identifier", "'GPU-1'"]),
+    (["NVIDIA_VISIBLE_DEVICES=0"], {"root": {"path": 5}}, 3, ["root.path"]),
+    (["NVIDIA_VISIBLE_DEVICES=0"], {"linux": {"devices": "x"}}, 3, ["linux.devices"]),
+]
+
+
+@pytest.mark.parametrize(("env", "extra", "code", "needles"), BAD_CASES)
+def test_bad_input_edit(
+    sim: simhost.SimulatedHost,
+    tmp_path: Any,
+    env: list[str],
+    extra: dict[str, Any] | None,
+    code: int,
+    needles: list[str],
+) -> None:
+    bundle = _bundle(tmp_path, env, extra)
+    cfg = os.path.join(bundle, "config.json")
+    before = Path(cfg).read_bytes()
+    listing = sorted(os.listdir(bundle))
+    proc = _run_cli("edit", "-b", bundle, "--driver-root", sim.root, "--dev-root", sim.root)
+    _assert_one_line_error(proc, code, cfg, *needles)
+    assert Path(cfg).read_bytes() == before
+    assert sorted(os.listdir(bundle)) == listing  # no temporary file left
+
+
+def test_missing_and_malformed_config(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
+    proc = _run_cli("edit", "-b", str(tmp_path), "--driver-root", sim.root, "--dev-root", sim.root)
+    _assert_one_line_error(proc, 3, "config.json not found", str(tmp_path / "config.json"))
+    (tmp_path / "config.json").write_bytes(b'{"root": {"path": "rootfs"},\n "process": ')
+    proc = _run_cli("edit", "-b", str(tmp_path), "--driver-root", sim.root, "--dev-root", sim.root)
+    _assert_one_line_error(proc, 3, "malformed JSON at line 2", str(tmp_path / "config.json"))
+    assert (tmp_path / "config.json").read_bytes() == b'{"root": {"path": "rootfs"},\n "process": '
+
+
+def test_driver_root_without_driver(tmp_path: Any) -> None:
+    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    before = Path(os.path.join(bundle, "config.json")).read_bytes()
+    proc = _run_cli("edit", "-b", bundle, "--driver-root", str(empty), "--dev-root", str(empty))
+    _assert_one_line_error(
+        proc, 6, "NVIDIA driver version file not found", str(empty / "proc/driver/nvidia/version")
+    )
+    assert Path(os.path.join(bundle, "config.json")).read_bytes() == before
+
+
+def test_readonly_bundle_dir_is_an_apply_error(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
+    """A bundle whose directory cannot be written: exit 7, config.json unchanged."""
+    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
+    cfg = os.path.join(bundle, "config.json")
+    before = Path(cfg).read_bytes()
+    args = ["edit", "-b", bundle, "--driver-root", sim.root, "--dev-root", sim.root]
+    if os.geteuid() == 0:
+        # root ignores permission bits: make the bundle a read-only bind mount in a
+        # private mount namespace instead
+        script = f'mount --bind {bundle} {bundle} && mount -o remount,bind,ro {bundle} && exec "$@"'
+        proc = subprocess.run(
+            [
+                "unshare",
+                "-m",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                script,
+                "sh",
+                sys.executable,
+                "-m",
+                "ocihook",
+                *args,
+            ],
+            capture_output=True,
+            timeout=60,
+        )
+    else:
+        os.chmod(bundle, 0o555)
+        try:
+            proc = _run_cli(*args)
+        finally:
+            os.chmod(bundle, 0o755)
+    _assert_one_line_error(proc, 7, "cannot replace config.json", cfg)
+    assert Path(cfg).read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    ("stdin", "code", "needles"),
+    [
+        (b"", 4, ["no container state on stdin"]),
+        (b"{not json", 4, ["malformed JSON"]),
+        (b'{"id": "x", "pid": 1, "bundle": "relative"}', 4, ["bundle", "'relative'"]),
+        (b'{"id": "x", "pid": -3, "bundle": "/b"}', 4, ["pid"]),
+        (
+            b'{"id": "x", "pid": 5, "bundle": "/nonexistent-bundle"}',
+            3,
+            ["/nonexistent-bundle/config.json"],
+        ),
+    ],
+)
+def test_bad_state(stdin: bytes, code: int, needles: list[str]) -> None:
+    proc = _run_cli("hook", "prestart", stdin=stdin)
+    _assert_one_line_error(proc, code, *needles)
+
+
+def test_hook_fast_exit_for_no_gpu(tmp_path: Any) -> None:
+    bundle = _bundle(tmp_path, ["FOO=bar"])
+    state = json.dumps(
+        {"ociVersion": "1.0.2", "id": "c1", "status": "creating", "pid": 12345, "bundle": bundle}
+    ).encode()
+    proc = _run_cli("hook", "prestart", "--driver-root", "/nonexistent", stdin=state)
+    assert proc.returncode == 0 and proc.stderr == b""
+
+
+def test_state_and_bundle_parsers(tmp_path: Any) -> None:
+    s = parse_state(
+        b'{"ociVersion":"1.0.2","id":"a","status":"creating","pid":7,"bundle":"/b","annotations":{"k":"v"}}'
+    )
+    assert (s.id, s.pid, s.bundle, s.status, s.annotations) == (
+        "a",
+        7,
+        "/b",
+        "creating",
+        {"k": "v"},
+    )
+    with pytest.raises(StateError):
+        parse_state(b'{"id":"a","pid":true,"bundle":"/b"}')
+    bundle = _bundle(tmp_path, [])
+    b = load_bundle(bundle)
+    assert b.rootfs == os.path.join(bundle, "rootfs")
+    assert exit_code_for(SpecError("x")) == 3
+    assert exit_code_for(DiscoveryError("x")) == 6
+    assert exit_code_for(RequestError("x")) == 5
+    assert exit_code_for(ValueError()) == 1
+
+
+def test_diff_compares_documents_not_formatting(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
+    """A compact config.json: the diff shows only what ocihook adds, and --dry-run alone
+    says what it would do."""
+    from ocihook.sim.demo import default_config
+
+    b = tmp_path / "bundle"
+    (b / "rootfs").mkdir(parents=True)
+    doc = default_config(["sh"], ["NVIDIA_VISIBLE_DEVICES=1"])
+    (b / "config.json").write_text(json.dumps(doc, separators=(",", ":")))
+    before = (b / "config.json").read_bytes()
+    roots = ["--driver-root", sim.root, "--dev-root", sim.root]
+    proc = _run_cli("edit", "-b", str(b), "--dry-run", "--diff", *roots)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.decode()
+    removed = [ln for ln in out.splitlines() if ln.startswith("-") and not ln.startswith("---")]
+    assert removed == ['-\t\t\t"NVIDIA_VISIBLE_DEVICES=1"']  # replaced by void, nothing else
+    assert '+\t\t\t\t"path": "/dev/nvidia1",' in out
+    proc = _run_cli("edit", "-b", str(b), "--dry-run", *roots)
+    assert proc.returncode == 0
+    assert "would add 1 GPUs, 4 device nodes, 10 library mounts, 9 links" in proc.stdout.decode()
+    assert (b / "config.json").read_bytes() == before
+
+
+def test_missing_driver_root_is_named(tmp_path: Any) -> None:
+    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
+    proc = _run_cli("edit", "-b", bundle, "--driver-root", str(tmp_path / "nope"))
+    _assert_one_line_error(proc, 6, "driver root does not exist", str(tmp_path / "nope"))
+
+
+def test_hook_with_missing_bundle_config_hints_at_stdin(tmp_path: Any) -> None:
+    state = json.dumps({"id": "x", "pid": 5, "bundle": str(tmp_path)}).encode()
+    proc = _run_cli("hook", "prestart", stdin=state)
+    _assert_one_line_error(proc, 3, "config.json not found", "state JSON on stdin")
+
+
+# --- regressions (adversarial review): config.json written and read safely -----------------
+
+
+def _cli(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "ocihook", *args], input=stdin, capture_output=True, timeout=60
+    )
+
+
+def test_write_json_atomic_never_chmods_through_a_swapped_link(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bundle's owner swaps the temporary file for a link to a victim while the new
+    config.json is being written; the victim's mode must not change, and set-id bits of
+    the old config.json are not copied."""
+    victim = tmp_path / "victim"
+    victim.write_text("secret")
+    os.chmod(victim, 0o600)
+    d = tmp_path / "b"
+    d.mkdir()
+    cfg = d / "config.json"
+    cfg.write_text("{}")
+    os.chmod(cfg, 0o4777)
+    real_fsync = os.fsync
+
+    def swap(fd: int) -> None:
+        real_fsync(fd)
+        for name in os.listdir(d):
+            if name.startswith(".config.json."):
+                os.unlink(d / name)
+                os.symlink(victim, d / name)
+
+    monkeypatch.setattr(bundle_mod.os, "fsync", swap)
+    with contextlib.suppress(OSError):
+        bundle_mod.write_json_atomic(str(cfg), {"a": 1})
+    assert stat.S_IMODE(victim.stat().st_mode) == 0o600
+    assert victim.read_text() == "secret"
+    monkeypatch.setattr(bundle_mod.os, "fsync", real_fsync)
+    if cfg.is_symlink():  # the swapped link was renamed over config.json: the owner's doing
+        cfg.unlink()
+    cfg.write_text("{}")
+    os.chmod(cfg, 0o4777)
+    bundle_mod.write_json_atomic(str(cfg), {"a": 1})
+    assert stat.S_IMODE(cfg.stat().st_mode) == 0o777  # no set-uid bit carried over
+
+
+def test_lone_surrogate_in_config_is_written_as_an_escape(
+    sim: simhost.SimulatedHost, tmp_path: Any
+) -> None:
+    b = tmp_path / "b"
+    (b / "rootfs").mkdir(parents=True)
+    (b / "config.json").write_text(
+        '{"root": {"path": "rootfs"}, "annotations": {"x": "\\ud800"}, '
+        '"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]}}'
+    )
+    proc = _cli("edit", "-b", str(b), "--driver-root", sim.root, "--dev-root", sim.root)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((b / "config.json").read_bytes())
+    assert doc["annotations"]["x"] == "\ud800"
+
+
+@pytest.mark.parametrize("bad", [b"\xff\xfe{\x00}\x00", b"\xef\xbb\xbf{}", b'{"a": NaN}'])
+def test_non_json_config_is_refused(tmp_path: Any, bad: bytes) -> None:
+    (tmp_path / "config.json").write_bytes(bad)
+    proc = _cli("edit", "-b", str(tmp_path))
+    assert proc.returncode == 3, proc.stderr
+    assert b"Traceback" not in proc.stderr
+    assert (tmp_path / "config.json").read_bytes() == bad

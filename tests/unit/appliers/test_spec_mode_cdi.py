@@ -1,0 +1,266 @@
+"""Spec mode consuming CDI: ``NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0`` and ``cdi.k8s.io/``
+annotations inject devices from the CDI registry instead of host discovery."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import CDI_GPU_SPEC as GPU_SPEC
+from support import GOOD_CDI_YAML as GOOD_YAML
+
+from ocihook.appliers.spec import edit_bundle
+from ocihook.core.errors import CdiError
+from ocihook.pipeline import cdi_device_names
+from ocihook.request import request_from_spec
+from ocihook.settings import Options
+
+
+def _bundle(tmp_path: Path, env: list[str], annotations: dict[str, str] | None = None) -> Path:
+    from ocihook.sim.demo import default_config
+
+    b = tmp_path / "bundle"
+    (b / "rootfs").mkdir(parents=True)
+    doc: dict[str, Any] = default_config(["sh"], env)
+    if annotations is not None:
+        doc["annotations"] = annotations
+    (b / "config.json").write_text(json.dumps(doc, indent="\t") + "\n")
+    return b
+
+
+@pytest.fixture
+def spec_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "cdi"
+    d.mkdir()
+    (d / "nvidia.json").write_text(json.dumps(GPU_SPEC))
+    return d
+
+
+def _edit_cli(bundle: Path, spec_dir: Path) -> subprocess.CompletedProcess[str]:
+    """``ocihook edit -b bundle`` with a configuration file naming ``spec_dir``."""
+    cfg = bundle.parent / "config.toml"
+    cfg.write_text(f'cdi-spec-dirs = ["{spec_dir}"]\n')
+    return subprocess.run(
+        [sys.executable, "-m", "ocihook", "edit", "--config", str(cfg), "-b", str(bundle)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def _nodes(doc: dict[str, Any]) -> list[tuple[str, int]]:
+    return [(d["path"], d["minor"]) for d in doc["linux"]["devices"]]
+
+
+def test_env_cdi_name_injects_from_registry(tmp_path: Path, spec_dir: Path) -> None:
+    b = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1"])
+    before = (b / "config.json").read_bytes()
+    result = edit_bundle(str(b), options=Options(cdi_spec_dirs=(str(spec_dir),)))
+    assert result.written and result.plan is None
+    assert result.cdi_devices == ("nvidia.com/gpu=1",)
+    assert result.before == before
+    doc = json.loads((b / "config.json").read_text())
+    assert _nodes(doc) == [("/dev/nvidiactl", 255), ("/dev/nvidia1", 1)]
+    env = doc["process"]["env"]
+    assert "NVIDIA_CDI=1" in env and "NVIDIA_VISIBLE_DEVICES=void" in env
+    assert "NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1" not in env
+    allow = [r for r in doc["linux"]["resources"]["devices"] if r.get("allow")]
+    assert [(r["major"], r["minor"], r["access"]) for r in allow[-2:]] == [
+        (195, 255, "rwm"),
+        (195, 1, "rwm"),
+    ]
+    assert [m["destination"] for m in doc["mounts"]][-1].endswith("libcuda.so.535.261.03")
+
+
+def test_annotations_and_mixed_env(tmp_path: Path, spec_dir: Path) -> None:
+    b = _bundle(
+        tmp_path,
+        ["NVIDIA_VISIBLE_DEVICES=1,nvidia.com/gpu=0"],
+        {"cdi.k8s.io/extra": "nvidia.com/gpu=1", "other": "x"},
+    )
+    result = edit_bundle(str(b), options=Options(cdi_spec_dirs=(str(spec_dir),)))
+    # "1" gets the default kind; the annotation's repeat of gpu=1 is injected once
+    assert result.cdi_devices == ("nvidia.com/gpu=1", "nvidia.com/gpu=0")
+    doc = json.loads(result.after)
+    assert _nodes(doc) == [("/dev/nvidiactl", 255), ("/dev/nvidia1", 1), ("/dev/nvidia0", 0)]
+
+
+def test_annotation_only_request(tmp_path: Path, spec_dir: Path) -> None:
+    b = _bundle(tmp_path, [], {"cdi.k8s.io/gpu": "nvidia.com/gpu=0"})
+    result = edit_bundle(str(b), options=Options(cdi_spec_dirs=(str(spec_dir),)))
+    assert result.cdi_devices == ("nvidia.com/gpu=0",)
+    assert _nodes(json.loads(result.after)) == [("/dev/nvidiactl", 255), ("/dev/nvidia0", 0)]
+
+
+def test_unresolvable_leaves_bundle_untouched(tmp_path: Path, spec_dir: Path) -> None:
+    (spec_dir / "broken.yaml").write_text("cdiVersion: [\n")
+    b = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0,nvidia.com/gpu=5,acme.io/x=y"])
+    before = (b / "config.json").read_bytes()
+    with pytest.raises(CdiError) as info:
+        edit_bundle(str(b), options=Options(cdi_spec_dirs=(str(spec_dir),)))
+    err = info.value
+    assert err.value == ("nvidia.com/gpu=5", "acme.io/x=y")
+    assert err.path == str(b / "config.json")
+    assert err.hint is not None and str(spec_dir / "broken.yaml") in err.hint
+    assert (b / "config.json").read_bytes() == before
+
+
+def test_modes(tmp_path: Path) -> None:
+    doc = {
+        "process": {"env": ["NVIDIA_VISIBLE_DEVICES=0,GPU-1b2c3d4e-0000-1111-2222-333344445555"]}
+    }
+    req = request_from_spec(doc)
+    assert cdi_device_names(doc, req, Options()) == ()
+    assert cdi_device_names(doc, req, Options(mode="cdi")) == (
+        "nvidia.com/gpu=0",
+        "nvidia.com/gpu=GPU-1b2c3d4e-0000-1111-2222-333344445555",
+    )
+    all_doc = {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=all"]}}
+    assert cdi_device_names(all_doc, request_from_spec(all_doc), Options(mode="cdi")) == (
+        "nvidia.com/gpu=all",
+    )
+    cdi_doc = {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"]}}
+    cdi_req = request_from_spec(cdi_doc)
+    assert cdi_device_names(cdi_doc, cdi_req, Options(mode="legacy")) == ()
+    assert cdi_device_names(cdi_doc, cdi_req, Options(default_kind="acme.io/gpu")) == (
+        "nvidia.com/gpu=0",
+    )
+    ann = {"annotations": {"cdi.k8s.io/a": "acme.io/net=eth0"}, "process": {"env": []}}
+    assert cdi_device_names(ann, request_from_spec(ann), Options()) == ("acme.io/net=eth0",)
+    assert cdi_device_names(ann, request_from_spec(ann), Options(annotation_prefixes=("x/",))) == ()
+
+
+def test_bad_annotation_names_field(tmp_path: Path, spec_dir: Path) -> None:
+    b = _bundle(tmp_path, [], {"cdi.k8s.io/gpu": "nvidia.com/gpu"})
+    with pytest.raises(CdiError) as info:
+        edit_bundle(str(b), options=Options(cdi_spec_dirs=(str(spec_dir),)))
+    assert (info.value.field, info.value.path) == ("cdi.k8s.io/gpu", str(b / "config.json"))
+
+
+def test_cli_edit_with_config_file(tmp_path: Path, spec_dir: Path) -> None:
+    b = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"])
+    r = _edit_cli(b, spec_dir)
+    assert r.returncode == 0, r.stderr
+    assert "CDI devices nvidia.com/gpu=0; written" in r.stderr
+    doc = json.loads((b / "config.json").read_text())
+    assert _nodes(doc) == [("/dev/nvidiactl", 255), ("/dev/nvidia0", 0)]
+
+    b2 = tmp_path / "b2"
+    b.rename(b2)
+    r = _edit_cli(b2, spec_dir)
+    # already void after the first edit: nothing to do
+    assert r.returncode == 0 and "unchanged" in r.stderr
+
+
+def test_cli_unresolvable_exit_11(tmp_path: Path, spec_dir: Path) -> None:
+    b = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=7"])
+    r = _edit_cli(b, spec_dir)
+    assert r.returncode == 11
+    assert "unresolvable CDI devices nvidia.com/gpu=7" in r.stderr
+
+
+BASE = {"ociVersion": "1.0.2", "root": {"path": "rootfs"}}
+GPU0_ENV = {"args": ["sh"], "env": ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"], "cwd": "/"}
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"process": GPU0_ENV, "linux": []}, "linux"),
+        ({"process": GPU0_ENV, "linux": "x"}, "linux"),
+        ({"process": GPU0_ENV, "linux": {"devices": {}}}, "linux.devices"),
+        ({"process": GPU0_ENV, "linux": {"devices": [1]}}, "linux.devices[0]"),
+        ({"process": GPU0_ENV, "linux": {"resources": []}}, "linux.resources"),
+        (
+            {"process": GPU0_ENV, "linux": {"resources": {"devices": "x"}}},
+            "linux.resources.devices",
+        ),
+        ({"process": {**GPU0_ENV, "user": {"uid": "5", "gid": 0}}}, "process.user.uid"),
+        ({"process": {**GPU0_ENV, "user": {"uid": 0, "gid": True}}}, "process.user.gid"),
+        ({"process": GPU0_ENV, "mounts": {}}, "mounts"),
+        ({"process": GPU0_ENV, "hooks": {"prestart": {}}}, "hooks.prestart"),
+        (
+            {"process": {"args": ["sh"], "env": []}, "annotations": ["cdi.k8s.io/x"]},
+            "annotations",
+        ),
+    ],
+)
+def test_malformed_config_json_exit_3_untouched(
+    tmp_path: Path, spec_dir: Path, extra: dict[str, Any], field: str
+) -> None:
+    """Found by review: these shapes crashed with a traceback (exit 1)."""
+    b = tmp_path / "b"
+    (b / "rootfs").mkdir(parents=True)
+    (b / "config.json").write_text(json.dumps({**BASE, **extra}))
+    before = (b / "config.json").read_bytes()
+    r = _edit_cli(b, spec_dir)
+    assert r.returncode == 3, r.stderr
+    assert "Traceback" not in r.stderr
+    assert f"field {field}" in r.stderr
+    assert (b / "config.json").read_bytes() == before
+
+
+@pytest.mark.parametrize("process", [None, {"args": ["sh"], "env": None, "cwd": "/"}])
+def test_null_process_or_env_counts_as_absent(
+    tmp_path: Path, spec_dir: Path, process: dict[str, Any] | None
+) -> None:
+    b = tmp_path / "b"
+    (b / "rootfs").mkdir(parents=True)
+    doc = {**BASE, "process": process, "annotations": {"cdi.k8s.io/x": "nvidia.com/gpu=0"}}
+    (b / "config.json").write_text(json.dumps(doc))
+    result = edit_bundle(str(b), options=Options(cdi_spec_dirs=(str(spec_dir),)))
+    after = json.loads(result.after)
+    assert after["process"]["env"] == ["NVIDIA_CDI=1", "NVIDIA_VISIBLE_DEVICES=void"]
+    assert _nodes(after) == [("/dev/nvidiactl", 255), ("/dev/nvidia0", 0)]
+
+
+def test_malformed_env_name_reported_as_written(tmp_path: Path, spec_dir: Path) -> None:
+    b = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0,nvidia.com/=1"])
+    with pytest.raises(CdiError) as info:
+        edit_bundle(str(b), options=Options(cdi_spec_dirs=(str(spec_dir),)))
+    assert info.value.value == "nvidia.com/=1"
+    assert info.value.field == "process.env[NVIDIA_VISIBLE_DEVICES]"
+
+
+# --- regressions (adversarial review of the CDI generator and loader) ---------------------
+
+
+def test_cdi_edit_of_deeply_nested_config_is_no_traceback(tmp_path: Path) -> None:
+    """A config.json that json.loads accepts (an unknown field nested 600 deep) goes
+    through spec mode's host-discovery path fine, but a CDI request copies the document
+    with the recursive _copy_json (two frames a level with the list comprehension) and
+    dies with RecursionError: exit 1 and a traceback instead of a result or exit 3."""
+    from ocihook.sim.demo import default_config
+
+    spec_dir = tmp_path / "cdi"
+    spec_dir.mkdir()
+    (spec_dir / "gpu.yaml").write_text(
+        GOOD_YAML.replace("example.com", "nvidia.com")
+        .replace("name: gpu0", "name: '0'")
+        .replace("0.3.0", "0.5.0")
+    )
+    bundle = tmp_path / "bundle"
+    (bundle / "rootfs").mkdir(parents=True)
+    doc = default_config(["sh"], ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"])
+    depth = 600
+    text = json.dumps(doc)[:-1] + ', "x": ' + "[" * depth + "]" * depth + "}"
+    (bundle / "config.json").write_text(text)
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f'cdi-spec-dirs = ["{spec_dir}"]\n')
+    r = subprocess.run(
+        [sys.executable, "-m", "ocihook", "edit", "--config", str(cfg), "-b", str(bundle)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert "Traceback" not in r.stderr, r.stderr[-600:]
+    assert r.returncode in (0, 3), r.stderr
+    if r.returncode == 0:
+        out = json.loads((bundle / "config.json").read_text())
+        assert "A=1" in out["process"]["env"]
+    else:
+        assert (bundle / "config.json").read_text() == text

@@ -1,0 +1,176 @@
+"""The configuration file drives the commands: roots, request policy, requirement checks,
+capabilities, logging; hooks never take it from the environment."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from support import REPO
+
+from ocihook.sim import host as simhost
+
+
+def _cli(
+    *args: str, stdin: bytes = b"", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ocihook", *args],
+        input=stdin.decode(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def _bundle(tmp_path: Any, env: list[str], mounts: list[dict[str, Any]] | None = None) -> str:
+    from ocihook.sim.demo import default_config
+
+    b = tmp_path / "bundle"
+    (b / "rootfs").mkdir(parents=True)
+    doc = default_config(["sh"], env)
+    doc["mounts"] += mounts or []
+    (b / "config.json").write_text(json.dumps(doc))
+    return str(b)
+
+
+def _conf(tmp_path: Any, text: str) -> str:
+    p = tmp_path / "config.toml"
+    p.write_text(text)
+    return str(p)
+
+
+def test_roots_from_the_config_file(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
+    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
+    conf = _conf(tmp_path, f'driver-root = "{sim.root}"\ndev-root = "{sim.root}"\n')
+    proc = _cli("edit", "-b", bundle, "--dry-run", "--config", conf)
+    assert proc.returncode == 0, proc.stderr
+    assert "would add 1 GPUs" in proc.stdout
+    # OCIHOOK_CONFIG works for edit ...
+    proc = _cli("edit", "-b", bundle, "--dry-run", env={"OCIHOOK_CONFIG": conf})
+    assert proc.returncode == 0, proc.stderr
+    # ... but a hook never reads it (an image could set it for a createContainer hook)
+    state = json.dumps({"id": "c", "pid": os.getpid(), "bundle": bundle}).encode()
+    proc = _cli("hook", "prestart", stdin=state, env={"OCIHOOK_CONFIG": conf})
+    assert proc.returncode != 0
+    assert "OCIHOOK_CONFIG" not in proc.stderr and sim.root not in proc.stderr
+    # flags win over the file
+    proc = _cli(
+        "edit", "-b", bundle, "--dry-run", "--config", conf, "--driver-root", "/nonexistent"
+    )
+    assert proc.returncode == 6 and "/nonexistent" in proc.stderr
+
+
+def test_policy_keys(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
+    roots = f'driver-root = "{sim.root}"\ndev-root = "{sim.root}"\n'
+    mount = {
+        "destination": "/var/run/nvidia-container-devices/2",
+        "source": "/dev/null",
+        "type": "bind",
+        "options": ["bind"],
+    }
+    bundle = _bundle(tmp_path, ["NVIDIA_DRIVER_CAPABILITIES=all"], [mount])
+    off = _cli("edit", "-b", bundle, "--dry-run", "--config", _conf(tmp_path, roots))
+    assert "nothing requested" in off.stderr
+    on = _cli(
+        "edit",
+        "-b",
+        bundle,
+        "--dry-run",
+        "--config",
+        _conf(tmp_path, roots + "accept-nvidia-visible-devices-as-volume-mounts = true\n"),
+    )
+    assert on.returncode == 0 and "would add 1 GPUs" in on.stdout, on.stderr
+
+
+def test_disable_require_and_capabilities(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
+    roots = f'driver-root = "{sim.root}"\ndev-root = "{sim.root}"\n'
+    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_DRIVER=driver>=999"])
+    strict = _cli("edit", "-b", bundle, "--dry-run", "--config", _conf(tmp_path, roots))
+    assert strict.returncode == 5 and "driver>=999" in strict.stderr
+    relaxed = _cli(
+        "edit",
+        "-b",
+        bundle,
+        "--dry-run",
+        "--diff",
+        "--config",
+        _conf(
+            tmp_path, roots + 'disable-require = true\nsupported-driver-capabilities = "utility"\n'
+        ),
+    )
+    assert relaxed.returncode == 0, relaxed.stderr
+    assert "libnvidia-ml.so" in relaxed.stdout and "libcuda.so" not in relaxed.stdout
+
+
+def test_cuda_compat_disabled(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
+    """``cuda-compat = "disabled"`` drops the ``--cuda-compat`` argument of the
+    createContainer hook that spec mode registers; the default passes the host driver."""
+    roots = f'driver-root = "{sim.root}"\ndev-root = "{sim.root}"\n'
+    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
+    argv = ("edit", "-b", bundle, "--dry-run", "--diff", "--config")
+    default = _cli(*argv, _conf(tmp_path, roots))
+    assert default.returncode == 0, default.stderr
+    assert f'"/usr/local/cuda/compat::{sim.driver_version}"' in default.stdout
+    off = _cli(*argv, _conf(tmp_path, roots + 'cuda-compat = "disabled"\n'))
+    assert off.returncode == 0, off.stderr
+    assert "--cuda-compat" not in off.stdout and "libcuda.so" in off.stdout
+
+
+def test_log_file_records_the_decisions(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
+    log = tmp_path / "ocihook.core.log"
+    conf = _conf(
+        tmp_path,
+        f'driver-root = "{sim.root}"\ndev-root = "{sim.root}"\n'
+        f'log-file = "{log}"\nlog-level = "debug"\n',
+    )
+    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=3"])
+    assert _cli("edit", "-b", bundle, "--config", conf).returncode == 0
+    text = log.read_text()
+    minor = sim.gpus[3].minor
+    assert "request mode=spec kind=list devices=3" in text
+    assert f"gpus chosen gpus=3:{sim.gpus[3].uuid}:minor{minor}" in text
+    assert f"device node path=/dev/nvidia{minor} major=195 minor={minor}" in text
+    assert "mount destination=/usr/lib64/libcuda.so." in text
+
+
+def test_config_show_and_default(tmp_path: Any) -> None:
+    shown = _cli("config", "show", "--config", _conf(tmp_path, "no-cgroups = true\n"))
+    assert shown.returncode == 0
+    assert "no-cgroups = true" in shown.stdout and 'mode = "auto"' in shown.stdout
+    default = _cli("config", "default")
+    assert default.returncode == 0
+    assert default.stdout == Path(REPO, "packaging/config.toml.example").read_text()
+    # the default file is a valid configuration with every key at its default
+    again = _cli("config", "show", "--config", _conf(tmp_path, default.stdout))
+    assert again.returncode == 0
+    assert (
+        again.stdout.split("\n", 1)[1]
+        == _cli("config", "show", "--config", _conf(tmp_path, "")).stdout.split("\n", 1)[1]
+    )
+    bad = _cli("config", "show", "--config", _conf(tmp_path, "colour = 1\n"))
+    assert bad.returncode == 10 and "field colour" in bad.stderr
+
+
+def test_log_file_never_follows_a_link_or_blocks(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("secret\n")
+    link = tmp_path / "log-link"
+    link.symlink_to(victim)
+    fifo = tmp_path / "log-fifo"
+    os.mkfifo(fifo)
+    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
+    for target in (link, fifo):
+        conf = _conf(
+            tmp_path,
+            f'driver-root = "{sim.root}"\ndev-root = "{sim.root}"\n'
+            f'log-file = "{target}"\nlog-level = "debug"\n',
+        )
+        proc = _cli("edit", "-b", bundle, "--dry-run", "--config", conf)  # would hang on a FIFO
+        assert proc.returncode == 0, proc.stderr
+    assert victim.read_text() == "secret\n"

@@ -1,0 +1,702 @@
+"""``ocihook-runtime``, the runc-compatible wrapper: finding the command and the bundle in
+runc's command line, finding the real runtime, what it does to ``config.json`` in each
+mode, errors. End to end with real runc, crun and containerd (``ctr run --runc-binary``):
+tests/e2e/test_e2e_wrapper.py.
+
+The wrapper execs the real runtime, so most tests run it as a process with a stand-in
+``runc`` first on ``PATH`` that records its arguments, working directory and environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support import CDI_GPU_SPEC, WRAPPER, modules_after, need_root_and, packaged_hook
+from support import config_bytes as _config
+from support import make_executable as _executable
+
+from ocihook.appliers.spec import edit_bundle
+from ocihook.commands.runtime import (
+    EXEC_MARKER,
+    GLOBAL_FLAGS,
+    Invocation,
+    find_runtime,
+    legacy_hook,
+    parse_args,
+)
+from ocihook.core.errors import EXIT_CODES, RuntimeNotFound
+from ocihook.core.hostroot import HostRoot
+from ocihook.settings import HOOK_PROGRAM
+from ocihook.sim import host as simhost
+from ocihook.sim import vendors as simvendors
+
+# --- parsing runc's command line ---------------------------------------------------------
+
+PARSE_CASES: list[tuple[list[str], Invocation]] = [
+    (["create", "-b", "/b", "id"], Invocation("create", "/b")),
+    (["create", "--bundle=/b", "id"], Invocation("create", "/b")),
+    (["create", "-b=/b", "id"], Invocation("create", "/b")),
+    (["create", "id", "--bundle", "/b"], Invocation("create", "/b")),
+    (["create", "id"], Invocation("create")),
+    (["run", "-d", "--pid-file", "/p", "-b", "rel", "id"], Invocation("run", "rel")),
+    (["create", "--console-socket", "/s", "--pid-file", "/p", "id"], Invocation("create")),
+    # containerd's runc shim
+    (
+        [
+            "--root",
+            "/run/containerd/runc/k8s.io",
+            "--log",
+            "/b/log.json",
+            "--log-format",
+            "json",
+            "--systemd-cgroup",
+            "create",
+            "--bundle",
+            "/b",
+            "--pid-file",
+            "/b/init.pid",
+            "id",
+        ],
+        Invocation("create", "/b", "/b/log.json", "json"),
+    ),
+    (
+        ["--root=/r", "--log=/l", "--log-format=json", "run", "id"],
+        Invocation("run", None, "/l", "json"),
+    ),
+    (["-root", "/r", "--debug", "create", "-b", "/b", "id"], Invocation("create", "/b")),
+    # a bundle directory called "create", and a root called "run"
+    (["--root", "run", "create", "--bundle", "create", "x"], Invocation("create", "create")),
+    # unknown global options: a value unless the next word is a command or an option
+    (["--new-flag", "create", "-b", "/b", "id"], Invocation("create", "/b")),
+    (["--new-opt", "val", "create", "-b", "/b", "id"], Invocation("create", "/b")),
+    (["--new-flag", "--debug", "start", "id"], Invocation("start")),
+    (["start", "id"], Invocation("start")),
+    (["--root", "/r", "delete", "--force", "id"], Invocation("delete")),
+    (["--version"], Invocation()),
+    ([], Invocation()),
+    (["create", "--", "-b"], Invocation("create")),
+    (["create", "-f", "alt.json", "-b", "/b", "id"], Invocation("create", "/b", config="alt.json")),
+]
+
+
+@pytest.mark.parametrize(("args", "want"), PARSE_CASES)
+def test_parse_args(args: list[str], want: Invocation) -> None:
+    assert parse_args(args) == want
+
+
+_paths = st.text(st.sampled_from("abc/._-"), min_size=1, max_size=8).map(lambda p: "/" + p)
+_words = st.text(st.sampled_from("abcdefgh0123-"), min_size=1, max_size=8).filter(
+    lambda w: not w.startswith("-")
+)
+
+
+@st.composite
+def _command_lines(draw: st.DrawFn) -> tuple[list[str], str, str | None, str | None]:
+    """A runc command line built from runc's options: (args, command, bundle, log)."""
+    args: list[str] = []
+    log = None
+    for _ in range(draw(st.integers(0, 4))):
+        dash = draw(st.sampled_from(["-", "--"]))
+        name = draw(
+            st.sampled_from(
+                [
+                    "root",
+                    "log",
+                    "log-format",
+                    "criu",
+                    "rootless",
+                    *GLOBAL_FLAGS - {"help", "h", "version", "v"},
+                ]
+            )
+        )
+        if name in ("debug", "systemd-cgroup"):
+            args.append(dash + name)
+            continue
+        value = draw(st.sampled_from(["json", "text"]) if name == "log-format" else _paths)
+        if name == "log":
+            log = value
+        if draw(st.booleans()):
+            args.append(f"{dash}{name}={value}")
+        else:
+            args += [dash + name, value]
+    if any(a.lstrip("-").startswith("log-format") for a in args):
+        # keep the expected log format simple: drop log-format options
+        clean: list[str] = []
+        skip = False
+        for a in args:
+            if skip:
+                skip = False
+                continue
+            if a.lstrip("-") == "log-format":
+                skip = True
+                continue
+            if a.lstrip("-").startswith("log-format="):
+                continue
+            clean.append(a)
+        args = clean
+    command = draw(st.sampled_from(["create", "run", "start", "delete", "state"]))
+    args.append(command)
+    groups: list[list[str]] = [[draw(_words)]]  # the container id
+    bundle = None
+    for _ in range(draw(st.integers(0, 3))):
+        kind = draw(st.sampled_from(["bundle", "pid", "flag"]))
+        if kind == "bundle" and bundle is None:
+            bundle = draw(_paths)
+            form = draw(st.sampled_from(["-b", "--bundle", "-b=", "--bundle="]))
+            groups.append([form + bundle] if form.endswith("=") else [form, bundle])
+        elif kind == "pid":
+            groups.append(["--pid-file", draw(_paths)])
+        else:
+            groups.append([draw(st.sampled_from(["-d", "--detach", "--no-pivot", "--keep"]))])
+    draw(st.randoms()).shuffle(groups)
+    return [*args, *(a for g in groups for a in g)], command, bundle, log
+
+
+@settings(max_examples=400, deadline=None)
+@given(_command_lines())
+def test_parse_args_finds_command_and_bundle(
+    case: tuple[list[str], str, str | None, str | None],
+) -> None:
+    args, command, bundle, log = case
+    inv = parse_args(args)
+    assert inv.command == command, args
+    assert inv.log == log, args
+    if command in ("create", "run"):
+        assert inv.bundle == bundle, args
+
+
+def test_bundle_dir_defaults_to_cwd() -> None:
+    assert Invocation("create").bundle_dir("/x") == "/x"
+    assert Invocation("create", "b").bundle_dir("/x") == "/x/b"
+    assert Invocation("create", "/b").bundle_dir("/x") == "/b"
+
+
+# --- finding the real runtime ----------------------------------------------------------
+
+
+def test_find_runtime_order_and_self_exclusion(tmp_path: Path) -> None:
+    me = _executable(tmp_path / "me" / "ocihook-runtime")
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    os.symlink(me, first / "runc")  # the wrapper installed as runc: skipped
+    real = _executable(second / "runc")
+    crun = _executable(first / "crun")
+    env = {"PATH": f"{first}:relative:{second}"}
+    assert find_runtime(["runc", "crun"], environ=env, exclude=[me]) == real
+    assert find_runtime(["crun", "runc"], environ=env, exclude=[me]) == crun
+    assert find_runtime([crun], environ={"PATH": ""}, exclude=[me]) == crun
+    # a hard link to the wrapper is the wrapper too
+    os.unlink(real)
+    os.link(me, second / "runc")
+    assert find_runtime(["runc", "crun"], environ=env, exclude=[me]) == crun
+    # not executable, a directory: skipped
+    (second / "runc").unlink()
+    (second / "runc").write_text("")
+    (first / "crun").unlink()
+    (first / "crun").mkdir()
+    with pytest.raises(RuntimeNotFound) as e:
+        find_runtime(["runc", "crun"], environ=env, exclude=[me], source="/etc/x.toml")
+    assert e.value.field == "runtimes" and e.value.value == ["runc", "crun"]
+    assert e.value.path == "/etc/x.toml"
+    assert EXIT_CODES[RuntimeNotFound] == 12
+
+
+# --- the wrapper as a process -------------------------------------------------------------
+
+
+class Stage:
+    """A stand-in ``runc`` first on PATH that records what it was run with, a config
+    file for the wrapper, and helpers to run the wrapper."""
+
+    def __init__(self, tmp: Path, root: str) -> None:
+        self.tmp = tmp
+        self.bin = tmp / "bin"
+        self.record = tmp / "runc-called.json"
+        script = (
+            f"#!{sys.executable} -I\n"
+            "import json, os, sys\n"
+            f"with open({str(self.record)!r}, 'w') as f:\n"
+            "    json.dump({'argv': sys.argv, 'cwd': os.getcwd(),"
+            f" 'marker': os.environ.get({EXEC_MARKER!r})}}, f)\n"
+        )
+        self.runc = _executable(self.bin / "runc", script)
+        self.config = tmp / "ocihook.toml"
+        self.root = root
+        self.write_config()
+
+    def write_config(self, extra: str = "") -> None:
+        text = f'driver-root = "{self.root}"\ndev-root = "{self.root}"\n' + extra
+        self.config.write_text(text)
+
+    def run(
+        self, *args: str, cwd: str | None = None, **env: str
+    ) -> subprocess.CompletedProcess[str]:
+        if self.record.exists():
+            self.record.unlink()
+        environ = {
+            "PATH": f"{self.bin}:/usr/sbin:/usr/bin:/sbin:/bin",
+            "OCIHOOK_CONFIG": str(self.config),
+            **env,
+        }
+        return subprocess.run(
+            [WRAPPER, *args], capture_output=True, text=True, env=environ, cwd=cwd, timeout=60
+        )
+
+    def called(self) -> dict[str, Any] | None:
+        if not self.record.exists():
+            return None
+        data: dict[str, Any] = json.loads(self.record.read_text())
+        return data
+
+
+@pytest.fixture
+def stage(tmp_path: Path, sim: simhost.SimulatedHost) -> Stage:
+    if not os.path.exists(WRAPPER):
+        pytest.fail(f"{WRAPPER} missing: pip install -e . installs the console script")
+    return Stage(tmp_path, sim.root)
+
+
+def test_no_gpu_create_passes_through_untouched(
+    stage: Stage, bundle_factory: Callable[..., str]
+) -> None:
+    bundle = bundle_factory(["true"], [])
+    before = _config(bundle)
+    mtime = os.stat(os.path.join(bundle, "config.json")).st_mtime_ns
+    args = [
+        "--root",
+        "/r",
+        "--log",
+        "/l.json",
+        "--log-format",
+        "json",
+        "create",
+        "--bundle",
+        bundle,
+        "cid",
+    ]
+    proc = stage.run(*args)
+    assert proc.returncode == 0, proc.stderr
+    called = stage.called()
+    assert called is not None
+    assert called["argv"] == [stage.runc, *args]
+    assert called["marker"]
+    assert _config(bundle) == before
+    assert os.stat(os.path.join(bundle, "config.json")).st_mtime_ns == mtime
+
+
+def test_other_commands_pass_through(stage: Stage, tmp_path: Path) -> None:
+    for args in (["state", "cid"], ["--root", "/r", "delete", "--force", "cid"], ["--version"], []):
+        proc = stage.run(*args, cwd=str(tmp_path))
+        assert proc.returncode == 0, proc.stderr
+        called = stage.called()
+        assert called is not None and called["argv"] == [stage.runc, *args]
+        assert called["cwd"] == str(tmp_path)
+
+
+@pytest.mark.parametrize("form", ["-b", "--bundle=", "cwd", "relative"])
+def test_gpu_create_edits_like_ocihook_edit(
+    stage: Stage, bundle_factory: Callable[..., str], sim: simhost.SimulatedHost, form: str
+) -> None:
+    """auto mode: config.json becomes what ``ocihook edit`` writes; runc gets the same
+    arguments."""
+    bundle = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0,3"])
+    twin = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0,3"])
+    with open(WRAPPER) as f:  # the console script's interpreter registers the hooks
+        python = f.readline()[2:].strip()
+    command = (python, "-I", "-c", HOOK_PROGRAM)
+    want = edit_bundle(twin, HostRoot.single(sim.root), dry_run=True, command=command).after
+    cwd = None
+    if form == "-b":
+        args = ["--root", "/r", "create", "-b", bundle, "cid"]
+    elif form == "--bundle=":
+        args = ["create", "cid", f"--bundle={bundle}"]
+    elif form == "cwd":
+        args, cwd = ["run", "cid"], bundle
+    else:
+        args, cwd = ["create", "--bundle", os.path.basename(bundle), "cid"], os.path.dirname(bundle)
+    proc = stage.run(*args, cwd=cwd)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    assert _config(bundle) == want
+    doc = json.loads(want)
+    assert [d["minor"] for d in doc["linux"]["devices"] if d["major"] == 195] == [
+        255,
+        sim.gpus[0].minor,
+        sim.gpus[3].minor,
+    ]
+    called = stage.called()
+    assert called is not None and called["argv"] == [stage.runc, *args]
+    # a second start of the same bundle changes nothing
+    proc = stage.run(*args, cwd=cwd)
+    assert proc.returncode == 0 and _config(bundle) == want
+
+
+def test_legacy_mode_adds_the_packaged_hook_once(
+    stage: Stage, bundle_factory: Callable[..., str], sim: simhost.SimulatedHost
+) -> None:
+    stage.write_config('mode = "legacy"\n')
+    bundle = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0"])
+    proc = stage.run("create", "-b", bundle, "cid")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(_config(bundle))
+    (hook,) = doc["hooks"]["prestart"]
+    # the packaging snippet's command line, naming the wrapper's configuration file
+    packaged = packaged_hook("prestart", sim.root)
+    packaged["args"] = [*packaged["args"][:-4], "--config", str(stage.config)]
+    with open(WRAPPER) as f:
+        python = f.readline()[2:].strip()
+    packaged["path"] = packaged["args"][0] = python
+    assert hook == packaged
+    assert legacy_hook(str(stage.config))["args"][1:] == hook["args"][1:]
+    assert "linux" not in doc or "devices" not in doc["linux"]
+    once = _config(bundle)
+    proc = stage.run("create", "-b", bundle, "cid")
+    assert proc.returncode == 0 and _config(bundle) == once
+
+    # registered already (hooks.d / by hand, under another stage): not added again
+    other = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0"])
+    path = os.path.join(other, "config.json")
+    with open(path) as f:
+        d = json.load(f)
+    d["hooks"] = {"createRuntime": [packaged_hook("createRuntime", sim.root)]}
+    with open(path, "w") as f:
+        json.dump(d, f)
+    before = _config(other)
+    assert stage.run("create", "-b", other, "cid").returncode == 0
+    assert _config(other) == before
+
+    # nothing asked for: unchanged
+    none = bundle_factory(
+        ["true"], ["NVIDIA_VISIBLE_DEVICES=void", "NVIDIA_DRIVER_CAPABILITIES=all"]
+    )
+    before = _config(none)
+    assert stage.run("create", "-b", none, "cid").returncode == 0
+    assert _config(none) == before
+
+
+@pytest.mark.parametrize("how", ["env-cdi-mode", "env-qualified", "annotation"])
+def test_cdi_requests_injected_from_the_registry(
+    stage: Stage, bundle_factory: Callable[..., str], tmp_path: Path, how: str
+) -> None:
+    """CDI requests go through spec mode's CDI injection: ``mode = "cdi"`` with an index,
+    a qualified name in auto mode, and a ``cdi.k8s.io/`` annotation alone (no NVIDIA_
+    variable at all: the byte check must still see it, with no configuration file)."""
+    spec_dir = tmp_path / "cdi"
+    spec_dir.mkdir()
+    (spec_dir / "nvidia.json").write_text(json.dumps(CDI_GPU_SPEC))
+    config = f'cdi-spec-dirs = ["{spec_dir}"]\n' + (
+        'mode = "cdi"\n' if how == "env-cdi-mode" else ""
+    )
+    stage.write_config(config)
+    env = {
+        "env-cdi-mode": ["NVIDIA_VISIBLE_DEVICES=1"],
+        "env-qualified": ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1"],
+        "annotation": [],
+    }[how]
+    bundle = bundle_factory(["true"], env)
+    if how == "annotation":
+        path = os.path.join(bundle, "config.json")
+        with open(path) as f:
+            doc = json.load(f)
+        doc["annotations"] = {"cdi.k8s.io/gpu": "nvidia.com/gpu=1"}
+        with open(path, "w") as f:
+            json.dump(doc, f)
+    proc = stage.run("create", "-b", bundle, "cid")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(_config(bundle))
+    assert "NVIDIA_CDI=1" in doc["process"]["env"]
+    assert "NVIDIA_VISIBLE_DEVICES=void" in doc["process"]["env"]
+    assert [d["path"] for d in doc["linux"]["devices"]] == ["/dev/nvidiactl", "/dev/nvidia1"]
+    # a device in no spec: exit 11, untouched
+    missing = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=7"])
+    before = _config(missing)
+    proc = stage.run("create", "-b", missing, "cid")
+    assert proc.returncode == 11 and _config(missing) == before, proc.stderr
+
+
+def test_annotation_request_seen_with_default_settings(
+    stage: Stage, bundle_factory: Callable[..., str], tmp_path: Path
+) -> None:
+    """An empty configuration file (every key its default, so the file is not even
+    parsed): a bundle whose only request is a cdi.k8s.io/ annotation is not passed
+    through unread (spec mode injects it; here no spec has the device, so the start stops
+    with exit 11)."""
+    bundle = bundle_factory(["true"], [])
+    path = os.path.join(bundle, "config.json")
+    with open(path) as f:
+        doc = json.load(f)
+    doc["annotations"] = {"cdi.k8s.io/gpu": "example.invalid/gpu=nonexistent"}
+    with open(path, "w") as f:
+        json.dump(doc, f)
+    stage.config.write_text("")
+    proc = stage.run("create", "-b", bundle, "cid")
+    assert proc.returncode == 11, proc.stderr
+    assert stage.called() is None
+
+
+def test_bad_request_stops_before_runc_and_is_logged(
+    stage: Stage, bundle_factory: Callable[..., str], tmp_path: Path
+) -> None:
+    bundle = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=99"])
+    before = _config(bundle)
+    log = tmp_path / "log.json"
+    args = ["--log", str(log), "--log-format", "json", "create", "--bundle", bundle, "cid"]
+    proc = stage.run(*args)
+    assert proc.returncode == 5, proc.stderr
+    assert proc.stderr.startswith("ocihook-runtime: error[bad-request]: ")
+    assert "99" in proc.stderr and proc.stderr.count("\n") == 1
+    assert stage.called() is None
+    assert _config(bundle) == before
+    (entry,) = [json.loads(line) for line in log.read_text().splitlines()]
+    assert entry["level"] == "error" and entry["msg"] == proc.stderr.strip()
+    # text format
+    log2 = tmp_path / "log.txt"
+    proc = stage.run("--log", str(log2), "create", "--bundle", bundle, "cid")
+    assert proc.returncode == 5
+    assert log2.read_text().startswith('time="') and "level=error" in log2.read_text()
+
+
+def test_broken_config_json_and_config_file(
+    stage: Stage, bundle_factory: Callable[..., str]
+) -> None:
+    bundle = bundle_factory(["true"], [])
+    path = os.path.join(bundle, "config.json")
+    with open(path, "w") as f:
+        f.write('{"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]}, ')
+    proc = stage.run("create", "-b", bundle, "cid")
+    assert proc.returncode == 3 and path in proc.stderr, proc.stderr
+    assert stage.called() is None
+    stage.write_config('runtimes = "runc"\n')
+    proc = stage.run("state", "cid")
+    assert proc.returncode == 10 and "runtimes" in proc.stderr
+    assert stage.called() is None
+
+
+def test_no_runtime_found(stage: Stage, bundle_factory: Callable[..., str]) -> None:
+    bundle = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0"])
+    before = _config(bundle)
+    stage.write_config('runtimes = ["no-such-runtime", "/nonexistent/runc"]\n')
+    proc = stage.run("create", "-b", bundle, "cid")
+    assert proc.returncode == 12, proc.stderr
+    assert "error[no-runtime]" in proc.stderr and str(stage.config) in proc.stderr
+    assert _config(bundle) == before  # checked before anything is edited
+    # configured by path: that file runs
+    stage.write_config(f'runtimes = ["{stage.runc}"]\n')
+    proc = stage.run("state", "cid", PATH="/nonexistent")
+    assert proc.returncode == 0 and stage.called() is not None
+
+
+def test_never_execs_itself(stage: Stage, tmp_path: Path) -> None:
+    """The wrapper installed as ``runc`` first on PATH is skipped; a copy of it that runs
+    again is stopped by the marker."""
+    first = tmp_path / "first"
+    first.mkdir()
+    os.symlink(WRAPPER, first / "runc")
+    proc = stage.run("state", "cid", PATH=f"{first}:{stage.bin}")
+    assert proc.returncode == 0, proc.stderr
+    assert stage.called() is not None
+    # a copy (another inode) named runc before the stand-in: it runs, sees the marker, stops
+    (first / "runc").unlink()
+    shutil.copy(WRAPPER, first / "runc")
+    proc = stage.run("state", "cid", PATH=f"{first}:{stage.bin}")
+    assert proc.returncode == 12, proc.stderr
+    assert "started by itself" in proc.stderr
+    assert stage.called() is None
+
+
+def test_ocihook_runtime_exec_is_the_same(stage: Stage, bundle_factory: Callable[..., str]) -> None:
+    bundle = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0"])
+    env = {
+        "PATH": f"{stage.bin}:/usr/bin:/bin",
+        "OCIHOOK_CONFIG": str(stage.config),
+    }
+    ocihook = os.path.join(os.path.dirname(sys.executable), "ocihook")
+    proc = subprocess.run(
+        [ocihook, "runtime", "exec", "create", "-b", bundle, "cid"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    called = stage.called()
+    assert called is not None and called["argv"] == [stage.runc, "create", "-b", bundle, "cid"]
+    assert b"/dev/nvidiactl" in _config(bundle)
+
+
+def test_help(stage: Stage) -> None:
+    proc = stage.run("--help")
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: ocihook-runtime")
+    assert stage.called() is None
+    proc = stage.run("help")  # runc's own help
+    assert stage.called() is not None
+
+
+def test_start_path_imports_nothing_heavy(
+    tmp_path: Path, bundle_factory: Callable[..., str]
+) -> None:
+    """What the wrapper has imported when it execs the runtime, for a container that
+    asks for nothing (execve replaced by a print)."""
+    bundle = bundle_factory(["true"], [])
+    code = (
+        "import os, sys\n"
+        "def fake(path, argv, env):\n"
+        "    print(' '.join(sys.modules)); os._exit(0)\n"
+        "os.execve = fake\n"
+        "from ocihook.runtime import main\n"
+        f"main(['create', '-b', {bundle!r}, 'x'], environ={{'PATH': '/usr/sbin:/usr/bin'}})\n"
+    )
+    loaded = modules_after(code)
+    heavy = {"click", "jsonschema", "yaml", "elftools", "tomlkit", "tomllib", "json", "typing"}
+    assert not heavy & loaded, heavy & loaded
+
+
+# --- regression: --help=false is not help (Go flag booleans) --------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["create", "--help=false", "-b", "/b", "cid"],
+        ["run", "-b", "/b", "cid", "-h=0"],
+        ["--help=false", "create", "-b", "/b", "cid"],
+        ["create", "-help=False", "--bundle", "/b", "cid"],
+    ],
+)
+def test_help_false_is_not_help(args: list[str]) -> None:
+    """runc's flags are Go ``flag`` booleans (urfave/cli): ``--help=false``, ``-h=0``,
+    ``-help=False`` set help to false and runc creates the container (checked with the real
+    runc in :func:`test_runc_creates_with_help_false`). The wrapper takes any ``help``/``h``
+    option as help and skips the edit: a silent bypass of the configured mode (the
+    container starts without its GPUs / legacy hook)."""
+    inv = parse_args(args)
+    assert inv.command in ("create", "run")
+    assert inv.help is False
+
+
+def test_runc_creates_with_help_false(
+    stage: Stage,
+    bundle_factory: Callable[..., str],
+    sim: simhost.SimulatedHost,
+    tmp_path: Path,
+) -> None:
+    """End to end: the real runc runs a container given ``run --help=false``; the wrapper,
+    given the same command line for a GPU bundle, must still edit ``config.json``."""
+    need_root_and("runc")
+    probe = bundle_factory(["echo", "RAN"], [])
+    proc = subprocess.run(
+        ["runc", "--root", str(tmp_path / "runc"), "run", "--help=false", "-b", probe, "p1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0 and "RAN" in proc.stdout, proc.stderr  # runc: not help
+    bundle = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0"])
+    twin = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0"])
+    with open(os.path.join(os.path.dirname(sys.executable), "ocihook-runtime")) as f:
+        python = f.readline()[2:].strip()
+    command = (python, "-I", "-c", HOOK_PROGRAM)
+    want = edit_bundle(twin, HostRoot.single(sim.root), dry_run=True, command=command).after
+    before = _config(bundle)
+    proc = stage.run("create", "--help=false", "-b", bundle, "cid")
+    assert proc.returncode == 0, proc.stderr
+    assert stage.called() is not None  # the (stand-in) runtime was run: it creates
+    assert _config(bundle) != before, "config.json not edited: the GPU request is skipped"
+    assert _config(bundle) == want
+
+
+# --- regressions (adversarial review of the wrapper) ----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def amd_sim(tmp_path_factory: pytest.TempPathFactory) -> simvendors.SimDrmHost:
+    return simvendors.build_amd(str(tmp_path_factory.mktemp("amd")))
+
+
+@pytest.mark.parametrize("args", [["create", "--help"], ["run", "-h"], ["--help", "create"]])
+def test_create_help_reaches_the_real_runtime(
+    stage: Stage, tmp_path: Path, args: list[str]
+) -> None:
+    """``ocihook-runtime create --help`` (run in a directory without config.json) must
+    show runc's help for create, as ``runc create --help`` does. Found: the wrapper reads
+    ./config.json, fails with exit 3 (``config.json not found``) and never runs runc."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = stage.run(*args, cwd=str(empty))
+    assert proc.returncode == 0, proc.stderr
+    called = stage.called()
+    assert called is not None and called["argv"] == [stage.runc, *args]
+
+
+def test_crun_log_driver_prefix_is_not_a_file_in_the_bundle(stage: Stage, tmp_path: Path) -> None:
+    """crun's global ``--log`` takes ``file:PATH``, ``journald:ID`` or ``syslog:ID``
+    (crun(1)). On an error the wrapper appends its line to the ``--log`` value taken as a
+    path: ``--log journald:x`` creates a file named ``journald:x`` in the current
+    directory (the bundle), and ``--log file:/abs/log`` writes nothing to ``/abs/log``.
+    Expected: ``file:`` stripped, journald/syslog not taken as files."""
+    work = tmp_path / "work"
+    work.mkdir()
+    log = tmp_path / "crun.log"
+    proc = stage.run("--log", "journald:x", "create", "-b", "/nonexistent", "cid", cwd=str(work))
+    assert proc.returncode == 3, proc.stderr
+    assert os.listdir(work) == []
+    proc = stage.run(
+        "--log", f"file:{log}", "--log-format", "json", "create", "-b", "/nonexistent", "cid"
+    )
+    assert proc.returncode == 3, proc.stderr
+    assert log.exists(), "the error did not reach crun's --log file:PATH"
+    entry = json.loads(log.read_text().splitlines()[-1])
+    assert entry["level"] == "error" and "config.json not found" in entry["msg"]
+
+
+def test_failed_exec_leaves_config_json_as_it_was(
+    stage: Stage, bundle_factory: Any, tmp_path: Path
+) -> None:
+    """README: "On an error config.json is left as it was, the real runtime is not run".
+    A ``runc`` whose interpreter is missing (``#!/nonexistent/sh``) passes
+    :func:`find_runtime` (an executable file) but ``execve`` fails with ENOENT after the
+    bundle was edited: exit 12 and config.json keeps the GPU edits. Expected: the
+    original bytes put back when the exec fails."""
+    Path(stage.runc).write_text("#!/nonexistent/sh\nexit 0\n")
+    bundle = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0"])
+    config = Path(bundle, "config.json")
+    before = config.read_bytes()
+    proc = stage.run("create", "-b", bundle, "cid")
+    assert proc.returncode == EXIT_CODES[RuntimeNotFound], proc.stderr
+    assert config.read_bytes() == before
+
+
+def test_legacy_mode_adds_the_hook_for_an_amd_request(
+    stage: Stage, tmp_path: Path, amd_sim: simvendors.SimDrmHost
+) -> None:
+    """``mode = "legacy"``: a container asking only for ``AMD_VISIBLE_DEVICES=0`` gets no
+    hook (``_add_legacy_hook`` looks only at the NVIDIA request, which is void), so it
+    starts without its GPU and without an error; ``auto`` mode edits the same bundle and
+    the hook itself serves AMD requests. Expected: the prestart hook added."""
+    stage.root = amd_sim.root
+    stage.write_config('mode = "legacy"\n')
+    bundle = tmp_path / "b"
+    (bundle / "rootfs").mkdir(parents=True)
+    doc = {
+        "ociVersion": "1.0.2",
+        "process": {"args": ["true"], "cwd": "/", "env": ["AMD_VISIBLE_DEVICES=0"]},
+        "root": {"path": "rootfs"},
+        "linux": {},
+    }
+    (bundle / "config.json").write_text(json.dumps(doc))
+    proc = stage.run("create", "-b", str(bundle), "cid")
+    assert proc.returncode == 0, proc.stderr
+    after = json.loads((bundle / "config.json").read_text())
+    prestart = after.get("hooks", {}).get("prestart", [])
+    assert [h["args"][-4:] for h in prestart] == [
+        ["hook", "prestart", "--config", str(stage.config)]
+    ]
