@@ -623,9 +623,9 @@ def _read_regular_file(path: str) -> bytes:
 def validate(files: tuple[str, ...]) -> None:
     """Validate CDI spec FILES (JSON or YAML, CDI 0.3.0 to 1.1.0).
 
-    Each file is checked twice: against the CDI JSON Schema shipped in the package
-    (jsonschema; one line per violation, naming the JSON path) and by the spec loader
-    (every rule of CDI SPEC.md, the minimum cdiVersion). Prints one line per valid file: its
+    Each file is checked twice: by the spec loader (every rule of CDI SPEC.md, the minimum
+    cdiVersion; its first error) and against the CDI JSON Schema shipped in the package
+    (jsonschema; one line per violation, naming the JSON path). Prints one line per valid file: its
     kind, device count, declared and minimum cdiVersion. Every file is checked; exits 11
     when any is invalid."""
     from ..cdi.names import CdiError
@@ -651,11 +651,12 @@ def validate(files: tuple[str, ...]) -> None:
             bad += 1
             click.echo(f"{path}: invalid: {err}", err=True)
             continue
-        problems = [f"{path}: invalid: schema: {v}" for v in violations(document, schema)]
+        problems = []
         try:
             spec = spec_from_dict(document, path=path)
         except CdiError as err:
             problems.append(f"{path}: invalid: {err}")
+        problems += [f"{path}: invalid: schema: {v}" for v in violations(document, schema)]
         if problems:
             bad += 1
             for line in problems:
