@@ -217,3 +217,47 @@ def test_apt_wait_on_dpkgs_own_lock() -> None:
     assert lines[0].startswith(f"apt-wait: {lock} is held by process "), err
     assert lines[0].endswith("; waiting up to 30s for it to finish")
     assert lines[-1].startswith("apt-wait: the lock is free after ")
+
+
+def test_setup_waits_for_the_lock_before_apt_get(checkout: Path) -> None:
+    """scripts/setup --demo with runc missing (a PATH without it) and dpkg's lock held
+    (flock(1), 2 s): it says it waits, then runs apt-get (a stand-in) for runc."""
+    lock = "/var/lib/dpkg/lock-frontend"
+    if os.geteuid() != 0 or not os.path.exists(lock) or shutil.which("flock") is None:
+        pytest.skip(f"needs root, {lock} and flock(1)")
+    fakebin = checkout / "fakebin"
+    tools = "id ldd grep sed sha256sum cut rm stat awk cat sleep dirname basename tr uname"
+    for tool in tools.split():
+        found = shutil.which(tool)
+        assert found is not None, tool
+        (fakebin / tool).symlink_to(found)
+    holder = subprocess.Popen(
+        ["flock", "-n", "-o", lock, "-c", "echo locked; sleep 2"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None
+        if holder.stdout.readline() != "locked\n":
+            pytest.skip(f"{lock} is flock-ed by another process now")
+        proc = subprocess.run(
+            [str(checkout / "scripts/setup"), "--demo"],
+            capture_output=True,
+            text=True,
+            env={"PATH": str(fakebin), "PYTHON": sys.executable, "APT_LOCK_WAIT": "30",
+                 "STAND_IN_LOG": str(checkout / "log")},
+            timeout=120,
+        )  # fmt: skip
+    finally:
+        holder.kill()
+        holder.wait()
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("setup: installing Debian packages: runc"), proc.stdout
+    err = proc.stderr.splitlines()
+    assert err[0].startswith(f"apt-wait: {lock} is held by process ") and "(flock)" in err[0]
+    assert err[0].endswith("; waiting up to 30s for it to finish")
+    assert err[1].startswith("apt-wait: the lock is free after ")
+    apt = [
+        line for line in (checkout / "log").read_text().splitlines() if line.startswith("apt-get")
+    ]
+    assert apt[0] == "apt-get -o DPkg::Lock::Timeout=30 update -qq"
+    assert apt[1].startswith("apt-get -o DPkg::Lock::Timeout=30 install -y -qq ")
+    assert "runc" in apt[1].split() and "crun" not in apt[1].split()
