@@ -53,8 +53,8 @@ def _refuse_poisoned_hook() -> int | None:
     print(
         "ocihook: error[poisoned-environment]: refusing to run a hook whose environment sets "
         + ", ".join(bad)
-        + "; hint: register the hook with an explicit env (see packaging/), "
-        "as inherited variables can come from the container image",
+        + "; hint: register the hook with an explicit env, as `ocihook runtime configure` "
+        "does, since inherited variables can come from the container image",
         file=sys.stderr,
     )
     return 9

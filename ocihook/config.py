@@ -174,6 +174,7 @@ __all__ = [
     "config_may_set",
     "load_config",
     "load_schema",
+    "parse_config_bytes",
     "read_config_bytes",
     "resolve_config_path",
     "scan_debug_log_file",
@@ -736,10 +737,21 @@ def _parse(data: bytes, shown: str) -> dict[str, Any]:
             f"invalid TOML: {text}",
             path=shown,
             line=line,
-            hint="see packaging/config.toml.example for the syntax of each key",
+            hint="`ocihook config default` prints every key with its syntax",
         ) from None
     except RecursionError:
         raise ConfigError("invalid TOML: nested too deeply", path=shown) from None
+
+
+def parse_config_bytes(data: bytes, *, path: str) -> dict[str, Any]:
+    """The TOML document of a configuration file's bytes, parsed but not checked (for
+    ``ocihook config check``, which checks it against the JSON Schema as well as with
+    :func:`config_from_dict`); ``path`` names the file in errors.
+
+    Raises:
+        ConfigError: not UTF-8, not TOML (``line`` set when known), or nested too deeply.
+    """
+    return _parse(data, path)
 
 
 def load_config(path: str | None = None, *, environ: Mapping[str, str] | None = None) -> Config:

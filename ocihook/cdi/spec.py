@@ -37,6 +37,7 @@ __all__ = [
     "Mount",
     "NetDevice",
     "Spec",
+    "decode_spec",
     "load_spec",
     "minimum_version",
     "spec_from_dict",
@@ -706,6 +707,17 @@ def spec_from_dict(data: object, *, path: str | None = None) -> Spec:
     assert isinstance(spec, Spec)
     validate_spec(spec, path=path)
     return spec
+
+
+def decode_spec(data: bytes | str, *, path: str) -> object:
+    """Parse a CDI spec file's content (UTF-8 JSON, else YAML) into plain values without
+    validating them: what :func:`load_spec` validates, for checks of the raw document
+    (``ocihook cdi validate`` also checks it against the CDI JSON Schema).
+
+    Raises:
+        CdiError: not UTF-8, neither JSON nor YAML, or a field given twice.
+    """
+    return _decode(data, path)
 
 
 def load_spec(data: bytes | str, *, path: str) -> Spec:

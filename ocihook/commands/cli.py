@@ -292,6 +292,12 @@ def _print_nvidia_info(data: dict[str, Any]) -> None:
 @click.option("-f", "--firmwares", is_flag=True, help="List driver firmware files.")
 @click.option("--compat32", is_flag=True, help="Include the 32-bit libraries.")
 @click.option(
+    "--check",
+    is_flag=True,
+    help="Also check each NVIDIA driver library in depth (pyelftools): class, machine, "
+    "DT_SONAME, DT_NEEDED; exit 6 when one fails.",
+)
+@click.option(
     "--vendor",
     type=click.Choice(["nvidia", "amd", "intel"]),
     default=None,
@@ -311,6 +317,7 @@ def list_cmd(
     ipcs: bool,
     firmwares: bool,
     compat32: bool,
+    check: bool,
     vendor: str | None,
     as_json: bool,
 ) -> None:
@@ -319,7 +326,9 @@ def list_cmd(
     every driver capability. Without -l/-b/-i/-f every kind is listed. The device nodes of
     AMD and Intel GPUs (whose drivers are loaded) follow NVIDIA's; --device selects
     NVIDIA GPUs, or with --vendor amd|intel (or on a host with only that vendor) that
-    vendor's, in the forms of AMD_VISIBLE_DEVICES / INTEL_VISIBLE_DEVICES."""
+    vendor's, in the forms of AMD_VISIBLE_DEVICES / INTEL_VISIBLE_DEVICES. With --check,
+    each NVIDIA library (64-bit, with --compat32 also 32-bit) is checked with
+    ocihook.linux.elf.check_library; each problem is a line on stderr."""
     from ..discovery.nvidia import discover
 
     root = _root(driver_root, dev_root, ldcache, library_path, config_path)
@@ -329,15 +338,12 @@ def list_cmd(
     nvidia = vendor in (None, "nvidia") and _want_nvidia(root, drm_hosts, problems)
     every = not (libraries or binaries or ipcs or firmwares)
     out: dict[str, list[str]] = {"devices": []}
+    failed: list[str] = []
     if nvidia:
-        _list_nvidia(
-            out,
-            discover(root, gpu_backend=gpu_backend),
-            devices,
-            every,
-            compat32,
-            (libraries, binaries, ipcs, firmwares),
-        )
+        nv = discover(root, gpu_backend=gpu_backend)
+        _list_nvidia(out, nv, devices, every, compat32, (libraries, binaries, ipcs, firmwares))
+        if check:
+            failed = _check_libraries(nv, {64, 32} if compat32 else {64})
     elif vendor is None and not drm_hosts:
         raise problems[0] if problems else DiscoveryError("no GPU driver found", path=root.dev_root)
     for host in drm_hosts:
@@ -348,10 +354,36 @@ def list_cmd(
         click.echo(f"ocihook: warning: {e}", err=True)
     if as_json:
         click.echo(json.dumps(out, indent=2))
-        return
-    for paths in out.values():
-        for path in paths:
-            click.echo(path)
+    else:
+        for paths in out.values():
+            for path in paths:
+                click.echo(path)
+    if failed:
+        raise DiscoveryError(
+            f"{len(failed)} driver libraries failed the ELF check (listed above)",
+            path=root.driver_root,
+        )
+
+
+def _check_libraries(host: Any, classes: set[int]) -> list[str]:
+    """Check each of ``host``'s libraries of ``classes`` with
+    :func:`ocihook.linux.elf.check_library` against its discovery record (class,
+    ``ld.so.cache`` key and flags); print each problem on stderr; return the host paths of
+    the libraries that failed."""
+    from ..linux.elf import check_library
+
+    failed = []
+    for lib in host.libraries:
+        if lib.elf_class not in classes:
+            continue
+        problems = check_library(
+            lib.host_path, elf_class=lib.elf_class, soname=lib.soname, abi_flags=lib.abi_flags
+        )
+        for problem in problems:
+            click.echo(f"ocihook: check: {lib.host_path}: {problem}", err=True)
+        if problems:
+            failed.append(lib.host_path)
+    return failed
 
 
 def _drm_list_nodes(host: Any, devices: Sequence[str]) -> list[str]:
@@ -525,6 +557,48 @@ def default() -> None:
     click.echo(files("ocihook").joinpath("schemas/config.toml.example").read_text(), nl=False)
 
 
+@config.command(name="check")
+@click.option(
+    "--config",
+    "config_path",
+    default=None,
+    metavar="PATH",
+    help="Configuration file (default: $OCIHOOK_CONFIG, /etc/ocihook/config.toml).",
+)
+def config_check(config_path: str | None) -> None:
+    """Check the configuration file: against its JSON Schema shipped in the package
+    (jsonschema; one line per violation, naming the key) and with the loader every command
+    uses. Prints "PATH: OK"; exits 10 on the first error the loader finds, or when the
+    schema finds any."""
+    from ..config import (
+        DEFAULT_PATH,
+        config_from_dict,
+        parse_config_bytes,
+        read_config_bytes,
+        resolve_config_path,
+    )
+    from ..core.errors import ConfigError
+    from ..schemas import violations
+
+    file, _origin = resolve_config_path(config_path)
+    shown = os.path.abspath(file)
+    data = read_config_bytes(config_path)
+    if data is None:
+        click.echo(f"{DEFAULT_PATH}: OK (no such file: the built-in defaults apply)")
+        return
+    document = parse_config_bytes(data, path=shown)
+    found = violations(document, "config")
+    for v in found:
+        click.echo(f"{shown}: schema: {v}", err=True)
+    config_from_dict(document, source=shown)  # raises ConfigError, exit 10
+    if found:
+        raise ConfigError(
+            f"{len(found)} schema violations (listed above)", path=shown,
+            hint="`ocihook config default` prints every key with its syntax",
+        )  # fmt: skip
+    click.echo(f"{shown}: OK")
+
+
 @cli.group()
 def cdi() -> None:
     """Container Device Interface (CDI) spec files: generate, list, validate, transform."""
@@ -549,16 +623,26 @@ def _read_regular_file(path: str) -> bytes:
 def validate(files: tuple[str, ...]) -> None:
     """Validate CDI spec FILES (JSON or YAML, CDI 0.3.0 to 1.1.0).
 
-    Prints one line per file: its kind, device count, declared and minimum cdiVersion, or
-    the error naming the field. Every file is checked; exits 11 when any is invalid."""
+    Each file is checked twice: by the spec loader (every rule of CDI SPEC.md, the minimum
+    cdiVersion; its first error) and against the CDI JSON Schema shipped in the package
+    (jsonschema; one line per violation, naming the JSON path). Prints one line per valid file: its
+    kind, device count, declared and minimum cdiVersion. Every file is checked; exits 11
+    when any is invalid."""
     from ..cdi.names import CdiError
-    from ..cdi.spec import load_spec, minimum_version
+    from ..cdi.spec import decode_spec, minimum_version, spec_from_dict
+    from ..schemas import load_schema, schema_path, violations
 
+    try:
+        schema = load_schema("cdi")
+    except (OSError, ValueError) as err:
+        raise CdiError(
+            f"cannot read the CDI schema: {err}", path=schema_path("cdi"),
+            hint="the ocihook installation is incomplete; reinstall it",
+        ) from None  # fmt: skip
     bad = 0
     for path in files:
         try:
-            data = _read_regular_file(path)
-            spec = load_spec(data, path=path)
+            document = decode_spec(_read_regular_file(path), path=path)
         except OSError as err:
             bad += 1
             click.echo(f"{path}: invalid: cannot read: {err.strerror}", err=True)
@@ -566,6 +650,17 @@ def validate(files: tuple[str, ...]) -> None:
         except CdiError as err:
             bad += 1
             click.echo(f"{path}: invalid: {err}", err=True)
+            continue
+        problems = []
+        try:
+            spec = spec_from_dict(document, path=path)
+        except CdiError as err:
+            problems.append(f"{path}: invalid: {err}")
+        problems += [f"{path}: invalid: schema: {v}" for v in violations(document, schema)]
+        if problems:
+            bad += 1
+            for line in problems:
+                click.echo(line, err=True)
             continue
         click.echo(
             f"{path}: ok: kind {spec.kind}, {len(spec.devices)} devices, "

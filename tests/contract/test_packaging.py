@@ -230,13 +230,29 @@ def test_wheel_and_sdist_install_and_run(tmp_path: Path, sim: simhost.SimulatedH
         "packaging/hooks.d/ocihook-prestart.json.in",
         "specs/config.schema.json",
         "ocihook/schemas/config.toml.example",
+        "ocihook/schemas/cdi.schema.json",
+        "LICENSE",
     ):
         assert needed in names, needed
     with zipfile.ZipFile(wheels[0]) as z:
         wnames = set(z.namelist())
         entry_points = next(n for n in wnames if n.endswith(".dist-info/entry_points.txt"))
         scripts = z.read(entry_points).decode()
-    assert "ocihook/schemas/config.schema.json" in wnames and "ocihook/py.typed" in wnames
+        metadata = z.read("ocihook-0.1.0.dist-info/METADATA").decode()
+        license_text = z.read("ocihook-0.1.0.dist-info/licenses/LICENSE")
+    # what the README promises the wheel carries: every schema, the example, py.typed
+    for data in (
+        "ocihook/schemas/cdi.schema.json",
+        "ocihook/schemas/config.schema.json",
+        "ocihook/schemas/plan.schema.json",
+        "ocihook/schemas/config.toml.example",
+        "ocihook/py.typed",
+    ):
+        assert data in wnames, data
+    assert license_text == Path(REPO, "LICENSE").read_bytes()
+    assert license_text.split(b"\n")[1].strip() == b"Apache License"
+    assert "License-Expression: Apache-2.0\n" in metadata
+    assert "License-File: LICENSE\n" in metadata
     assert "ocihook = ocihook._main:main" in scripts
     assert "ocihook-runtime = ocihook.runtime:main" in scripts
 
@@ -283,6 +299,21 @@ def test_wheel_and_sdist_install_and_run(tmp_path: Path, sim: simhost.SimulatedH
     assert len(json.loads(out.stdout)["gpus"]) == len(sim.gpus)
     out = run(str(venv / "bin/ocihook"), "config", "default")  # package data
     assert out.returncode == 0 and "# runtimes = " in out.stdout
+    # the schemas are found in the installed package (jsonschema checks)
+    (tmp_path / "config.toml").write_text('log-level = "loud"\n')
+    out = run(str(venv / "bin/ocihook"), "config", "check", "--config", "config.toml")
+    assert out.returncode == 10, out
+    assert out.stderr.startswith(f"{tmp_path}/config.toml: schema: $.log-level: 'loud' is not"), out
+    gen = run(
+        str(venv / "bin/ocihook"), "cdi", "generate", "--driver-root", sim.root,
+        "--dev-root", sim.root, "--output", "nvidia.yaml",
+    )  # fmt: skip
+    assert gen.returncode == 0, gen.stderr
+    out = run(str(venv / "bin/ocihook"), "cdi", "validate", "nvidia.yaml")
+    assert out.returncode == 0 and out.stdout.startswith("nvidia.yaml: ok: "), out
+    out = run(str(venv / "bin/ocihook"), "list", "-l", "--check", "--driver-root", sim.root,
+              "--dev-root", sim.root)  # fmt: skip
+    assert out.returncode == 0 and "libcuda.so" in out.stdout, out
     out = run(str(venv / "bin/ocihook-runtime"), "--help")
     assert out.returncode == 0 and out.stdout.startswith("usage: ocihook-runtime")
     # a pass-through to a stand-in runtime

@@ -50,8 +50,12 @@ def test_validate_reports_every_file_and_exits_11(tmp_path: Path) -> None:
     err = r.stderr.splitlines()
     assert err[0].startswith("bad.json: invalid: unknown field (file bad.json, ")
     assert "field devices[0].containerEdits.deviceNodes[0].bogus" in err[0]
-    assert err[1] == "missing.json: invalid: cannot read: No such file or directory"
-    assert err[2] == "ocihook: error[bad-cdi-spec]: 2 of 4 CDI spec files invalid"
+    assert err[1] == (
+        "bad.json: invalid: schema: $.devices[0].containerEdits.deviceNodes[0]: "
+        "Additional properties are not allowed ('bogus' was unexpected)"
+    )
+    assert err[2] == "missing.json: invalid: cannot read: No such file or directory"
+    assert err[3] == "ocihook: error[bad-cdi-spec]: 2 of 4 CDI spec files invalid"
 
 
 def test_validate_all_good_exits_0(tmp_path: Path) -> None:
