@@ -1,0 +1,178 @@
+"""The package's layers: every import (top-level, function-local and under ``TYPE_CHECKING``)
+goes down the layer order, and the module graph has no cycle.
+
+The order, lowest first, is :data:`LAYERS`; the README's "Layout" table says the same in
+words. A module may import its own layer and the layers below it. Inside
+``ocihook.discovery`` the GPU backends never import the aggregators that choose between them.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from support import REPO
+
+PACKAGE = Path(REPO) / "ocihook"
+
+#: Layers, lowest first: (name, module prefixes). A module belongs to the layer of the
+#: longest prefix that matches it.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("core", ("ocihook.core",)),
+    ("schemas", ("ocihook.schemas",)),
+    ("linux", ("ocihook.linux",)),
+    ("oci", ("ocihook.oci",)),
+    ("discovery", ("ocihook.discovery",)),
+    ("requirements", ("ocihook.requirements",)),
+    ("request", ("ocihook.request", "ocihook.config")),
+    ("settings", ("ocihook.settings",)),
+    ("plan", ("ocihook.plan",)),
+    ("cdi", ("ocihook.cdi",)),
+    ("pipeline", ("ocihook.pipeline",)),
+    ("appliers", ("ocihook.appliers",)),
+    ("sim", ("ocihook.sim",)),
+    ("commands", ("ocihook.commands",)),
+    ("entry", ("ocihook._main", "ocihook.runtime", "ocihook.__main__", "ocihook")),
+)
+
+#: Discovery modules that aggregate backends, and the backends that must not import them.
+AGGREGATORS = ("ocihook.discovery.nvidia", "ocihook.discovery.drm")
+BACKENDS = (
+    "ocihook.discovery.gpus",
+    "ocihook.discovery.nvml",
+    "ocihook.discovery.amd",
+    "ocihook.discovery.intel",
+)
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(Path(REPO)).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _imports(module: str, path: Path) -> set[str]:
+    """Every ocihook module ``module`` imports, wherever the statement is."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            # ``from pkg import sub`` imports the submodule; ``from mod import name`` the module
+            targets = [
+                f"{target}.{a.name}" if f"{target}.{a.name}" in MODULES else target
+                for a in node.names
+            ]
+        else:
+            continue
+        out.update(t for t in targets if t in MODULES and t != module)
+    return out
+
+
+GRAPH = {m: _imports(m, p) for m, p in MODULES.items()}
+
+
+def layer_of(module: str) -> int:
+    best = (-1, -1)
+    for index, (_name, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if module == prefix or module.startswith(prefix + "."):
+                best = max(best, (len(prefix), index))
+    assert best[1] >= 0, f"{module} belongs to no layer: add it to LAYERS"
+    return best[1]
+
+
+def test_every_module_has_a_layer() -> None:
+    assert len(MODULES) > 50
+    for module in MODULES:
+        layer_of(module)
+
+
+def test_imports_go_down_the_layers() -> None:
+    upward = sorted(
+        f"{m} ({LAYERS[layer_of(m)][0]}) imports {t} ({LAYERS[layer_of(t)][0]})"
+        for m, targets in GRAPH.items()
+        for t in targets
+        if layer_of(t) > layer_of(m)
+    )
+    assert upward == []
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` as a path ``[a, b, ..., a]``, or ``None``."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt) :] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_no_import_cycles() -> None:
+    assert find_cycle(GRAPH) is None
+
+
+def test_backends_never_import_the_aggregators() -> None:
+    for backend in BACKENDS:
+        assert not GRAPH[backend] & set(AGGREGATORS), backend
+
+
+def test_core_is_stdlib_only() -> None:
+    """``ocihook.core`` imports nothing of ocihook outside itself."""
+    for module, targets in GRAPH.items():
+        if module.startswith("ocihook.core"):
+            assert all(t.startswith("ocihook.core") for t in targets), module
+
+
+@pytest.mark.parametrize(
+    ("graph", "cycle"),
+    [
+        ({"a": {"b"}, "b": {"c"}, "c": {"a"}}, ["a", "b", "c", "a"]),
+        ({"a": {"b"}, "b": set()}, None),
+        ({"a": {"a"}}, ["a", "a"]),
+    ],
+)
+def test_find_cycle_finds_them(graph: dict[str, set[str]], cycle: list[str] | None) -> None:
+    assert find_cycle(graph) == cycle
+
+
+def test_the_checker_sees_function_local_and_type_checking_imports(tmp_path: Path) -> None:
+    """The reader counts imports inside functions and ``if TYPE_CHECKING:`` blocks."""
+    src = tmp_path / "m.py"
+    src.write_text(
+        "TYPE_CHECKING = False\n"
+        "if TYPE_CHECKING:\n    from .plan import Plan\n"
+        "def f():\n    from .commands import cli\n    import ocihook.sim.host\n"
+    )
+    assert _imports("ocihook.settings", src) == {
+        "ocihook.plan",
+        "ocihook.commands.cli",
+        "ocihook.sim.host",
+    }
