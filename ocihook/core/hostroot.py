@@ -136,6 +136,23 @@ def listdir(path: str, what: str) -> list[str]:
         raise DiscoveryError(f"cannot list {what}: {e.strerror}", path=path) from None
 
 
+def read_optional_text(path: str, *, what: str, limit: int = 1 << 20) -> str | None:
+    """A small text file's contents (at most ``limit`` bytes, undecodable bytes replaced),
+    or ``None`` when it does not exist.
+
+    Raises:
+        DiscoveryError: it exists but cannot be read, naming it and ``what`` it is.
+    """
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as e:
+        raise DiscoveryError(f"cannot read {what}: {e.strerror}", path=path) from None
+    return data.decode("utf-8", "replace")
+
+
 def read_attr(path: str) -> str | None:
     """A sysfs attribute's text without surrounding white space, or ``None`` when the
     file does not exist. At most 64 KiB are read; undecodable bytes are replaced.
@@ -143,11 +160,21 @@ def read_attr(path: str) -> str | None:
     Raises:
         DiscoveryError: it exists but cannot be read.
     """
+    text = read_optional_text(path, what="a sysfs attribute", limit=1 << 16)
+    return None if text is None else text.strip()
+
+
+def read_small(path: str, *, limit: int = 1 << 16) -> bytes | None:
+    """Up to ``limit`` bytes of a host procfs file, opened without following a final link
+    and without blocking, or ``None`` when it cannot be opened or read — for copies of
+    files whose absence the caller reports itself (the ``/proc/driver/nvidia`` mask)."""
     try:
-        with open(path, "rb") as f:
-            data = f.read(1 << 16)
-    except (FileNotFoundError, NotADirectoryError):
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
         return None
-    except OSError as e:
-        raise DiscoveryError(f"cannot read a sysfs attribute: {e.strerror}", path=path) from None
-    return data.decode("utf-8", "replace").strip()
+    try:
+        return os.read(fd, limit)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)

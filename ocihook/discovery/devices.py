@@ -40,7 +40,7 @@ import os
 import stat
 
 from ..core.errors import DiscoveryError, RequestError
-from ..core.hostroot import HostRoot, read_text
+from ..core.hostroot import HostRoot, listdir, read_optional_text, read_text
 from ..core.vocab import parse_bus_id
 from ..core.vocab import sysfs_bus_id as vocab_sysfs_bus_id
 from ..linux.pathsafe import resolve_in_root
@@ -151,16 +151,6 @@ def sysfs_bus_id(bus_id: str) -> str:
 # -- helpers that read the host ------------------------------------------------------------
 
 
-def _listdir(path: str, what: str) -> list[str]:
-    """Names in the directory ``path``; ``[]`` when it does not exist."""
-    try:
-        return os.listdir(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    except OSError as e:
-        raise DiscoveryError(f"cannot list {what}: {e.strerror}", path=path) from None
-
-
 def _numbered(names: Iterable[str], prefix: str) -> list[int]:
     """The sorted ``N`` of the names ``<prefix><N>`` (canonical decimal ``N``)."""
     found = set()
@@ -212,14 +202,8 @@ def _described(path: str, host_path: str, st: os.stat_result) -> HostDeviceNode:
 def _read_misc(root: HostRoot) -> dict[str, int] | None:
     """``<proc>/misc`` parsed, or ``None`` when the file does not exist."""
     path = root.proc("misc")
-    try:
-        with open(path, "rb") as f:
-            data = f.read(1 << 20)
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        raise DiscoveryError(f"cannot read /proc/misc: {e.strerror}", path=path) from None
-    return parse_misc(data.decode("utf-8", "replace"))
+    text = read_optional_text(path, what="/proc/misc")
+    return None if text is None else parse_misc(text)
 
 
 def _misc_node(root: HostRoot, path: str, name: str) -> HostDeviceNode | None:
@@ -378,7 +362,7 @@ def drm_dir_nodes(root: HostRoot, drm_dir: str) -> dict[str, HostDeviceNode]:
             node that is not the char device it should be.
     """
     found: dict[str, HostDeviceNode] = {}
-    for name in sorted(_listdir(drm_dir, "DRM devices")):
+    for name in sorted(listdir(drm_dir, "DRM devices")):
         entry = _drm_entry(name)
         if entry is None:
             continue
@@ -460,7 +444,7 @@ def imex_channel_nodes(
     if isinstance(channels, str) and channels == "all":
         if major is None:
             return ()
-        numbers = _numbered(_listdir(root.dev(_IMEX_DIR), "IMEX channels"), "channel")
+        numbers = _numbered(listdir(root.dev(_IMEX_DIR), "IMEX channels"), "channel")
     else:
         numbers = _channel_numbers(channels)
         if numbers and major is None:
@@ -500,7 +484,7 @@ def nvswitch_nodes(root: HostRoot, majors: Mapping[str, int]) -> tuple[HostDevic
     if major is None:
         return ()
     nodes = [device_node(root, "/dev/nvidia-nvswitchctl", major, NVSWITCH_CTL_MINOR)]
-    for n in _numbered(_listdir(root.dev("/dev"), "/dev"), "nvidia-nvswitch"):
+    for n in _numbered(listdir(root.dev("/dev"), "/dev"), "nvidia-nvswitch"):
         nodes.append(device_node(root, f"/dev/nvidia-nvswitch{n}", major, n))
     return tuple(nodes)
 
@@ -546,7 +530,7 @@ def gds_nodes(root: HostRoot, majors: Mapping[str, int]) -> tuple[HostDeviceNode
     major = majors.get("nvidia-fs")
     if major is None:
         return ()
-    names = _listdir(root.dev("/dev"), "/dev")
+    names = listdir(root.dev("/dev"), "/dev")
     return tuple(
         device_node(root, f"/dev/nvidia-fs{n}", major, n) for n in _numbered(names, "nvidia-fs")
     )
@@ -603,7 +587,7 @@ def mofed_nodes(root: HostRoot) -> tuple[HostDeviceNode, ...]:
             ("invalid device node"); an unreadable ``<proc>/devices`` when a dynamic-region
             ``uverbs`` node needs it.
     """
-    names = _listdir(root.dev("/dev/infiniband"), "/dev/infiniband")
+    names = listdir(root.dev("/dev/infiniband"), "/dev/infiniband")
     dynamic: list[tuple[int, ...]] = []
     nodes = [_uverbs_node(root, n, dynamic) for n in _numbered(names, "uverbs")]
     rdma_cm = _misc_node(root, "/dev/infiniband/rdma_cm", "rdma_cm")
@@ -684,7 +668,7 @@ def wsl_devices(root: HostRoot) -> WslDevices | None:
         return None
     warnings: list[str] = []
     lib_dir = resolve_in_root(root.driver_root, WSL_LIB_DIR)
-    names = sorted(_listdir(lib_dir, "WSL driver libraries"))
+    names = sorted(listdir(lib_dir, "WSL driver libraries"))
     if not names:
         warnings.append(f"{lib_dir} is missing or empty: no WSL driver libraries")
     libraries: list[WslFile] = []
@@ -699,7 +683,7 @@ def wsl_devices(root: HostRoot) -> WslDevices | None:
 
     store_dirs: list[tuple[str, str]] = []  # (driver-root path, host path)
     drivers_host = resolve_in_root(root.driver_root, WSL_DRIVERS_DIR)
-    for package in sorted(_listdir(drivers_host, "the WSL driver store")):
+    for package in sorted(listdir(drivers_host, "the WSL driver store")):
         rel = f"{WSL_DRIVERS_DIR}/{package}"
         host = resolve_in_root(root.driver_root, rel)
         if not os.path.isdir(host):

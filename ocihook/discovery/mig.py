@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from ..core.errors import DiscoveryError
-from ..core.hostroot import HostRoot, read_text
+from ..core.hostroot import HostRoot, listdir, read_text
 from .devices import device_node
 from .procfs import _numbered, parse_capability_file, parse_mig_minors
 from .records import Gpu, HostDeviceNode, MigDevice
@@ -134,11 +134,11 @@ class _MigContext:
         ``capabilities/gpu<minor>/mig/gi<G>/ci<C>/access`` file, in ``(gi, ci)`` order."""
         mig_dir = self.root.proc(f"driver/nvidia/capabilities/gpu{gpu.minor}/mig")
         found: list[tuple[int, int]] = []
-        for gi_name in _listdir(mig_dir):
+        for gi_name in listdir(mig_dir, "MIG capabilities"):
             gi = _numbered("gi", gi_name)
             if gi is None:
                 continue
-            for ci_name in _listdir(os.path.join(mig_dir, gi_name)):
+            for ci_name in listdir(os.path.join(mig_dir, gi_name), "MIG capabilities"):
                 ci = _numbered("ci", ci_name)
                 if ci is not None and os.path.isfile(
                     os.path.join(mig_dir, gi_name, ci_name, "access")
@@ -150,14 +150,6 @@ class _MigContext:
             if device is not None:
                 devices.append(device)
         return tuple(devices)
-
-
-def _listdir(path: str) -> list[str]:
-    """Names in ``path``; ``[]`` when it is missing or not a directory."""
-    try:
-        return os.listdir(path)
-    except OSError:
-        return []
 
 
 def mig_management_nodes(root: HostRoot, majors: Mapping[str, int]) -> tuple[HostDeviceNode, ...]:

@@ -8,6 +8,7 @@ import os
 from collections.abc import Sequence
 
 from ...core.errors import ApplyError
+from ...core.hostroot import read_small
 from ...plan import ProcMask
 from .undo import _detach, _partial, _Undo
 
@@ -33,20 +34,6 @@ PROC_DRIVER = "/proc/driver/nvidia"
 
 #: The files of /proc/driver/nvidia copied into the mask (libnvidia-container).
 PROC_FILES = ("params", "version", "registry")
-
-
-def _read_small(path: str) -> bytes | None:
-    """Up to 64 KiB of a host procfs file (no links followed, never blocking), or ``None``."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, 1 << 16)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def capability_files(host_dir: str, minors: set[int]) -> dict[str, bytes]:
@@ -82,7 +69,7 @@ def capability_files(host_dir: str, minors: set[int]) -> dict[str, bytes]:
                     continue
             except OSError:
                 continue
-            data = _read_small(os.path.join(host_dir, sub))
+            data = read_small(os.path.join(host_dir, sub))
             value = _info_value(data, "DeviceFileMinor")
             if value.isascii() and value.isdigit() and len(value) <= 9 and int(value) in minors:
                 out[sub] = data or b""
@@ -117,7 +104,7 @@ def read_proc_files(host_dir: str, cap_minors: set[int] | None = None) -> dict[s
     left out."""
     out: dict[str, bytes] = {}
     for name in PROC_FILES:
-        data = _read_small(os.path.join(host_dir, name))
+        data = read_small(os.path.join(host_dir, name))
         if data is None:
             continue
         if name == "params":
@@ -181,7 +168,7 @@ def gpu_dirs_of_devices(host_dir: str, config: dict[str, Any]) -> tuple[str, ...
         return ()
     out = []
     for name in names:
-        data = _read_small(os.path.join(gpus, name, "information"))
+        data = read_small(os.path.join(gpus, name, "information"))
         if _info_value(data, "Device Minor") in minors:
             out.append(name)
     return tuple(out)

@@ -546,7 +546,7 @@ def test_gpu_dirs_of_devices_matches_the_node_number_not_its_name(host: NvidiaHo
 
 MASK_SCRIPT = """
 import json, os, sys
-from ocihook.appliers.live import mask_proc_driver, read_proc_files
+from ocihook.appliers.live.procmask import mask_proc_driver, read_proc_files
 host, rootfs, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 files = read_proc_files(host, set(range(n)))
 fd = os.open(rootfs, os.O_RDONLY | os.O_DIRECTORY)

@@ -592,7 +592,7 @@ def test_plan_command_and_simhost_vendor(tmp_path: Any) -> None:
 
 
 def test_hook_mode_warns_about_groups_it_cannot_add(amd_sim: simvendors.SimDrmHost) -> None:
-    from ocihook.appliers.live import _check_groups
+    from ocihook.appliers.live.injection import _check_groups
     from ocihook.oci.bundle import Bundle
 
     plan = make_drm_plan(
