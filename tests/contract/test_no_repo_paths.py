@@ -13,7 +13,7 @@ import ast
 import os
 import re
 
-from conftest import REPO
+from support import REPO
 
 #: Top-level folders of the repository that are not in the wheel.
 REPO_ONLY = ("packaging", "specs", "fixtures", "scripts", "tests", "benchmarks", ".ci")

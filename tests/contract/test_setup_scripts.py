@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from support import REPO
 
 #: The holder's /proc/PID/comm: the name this interpreter was started by, cut to 15.
 COMM = os.path.basename(sys.executable)[:15]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from conftest import REPO, modules_after
+from support import REPO, modules_after
 
 from ocihook import schemas
 from ocihook.schemas import MAX_MESSAGE, Violation, json_path, load_schema, violations

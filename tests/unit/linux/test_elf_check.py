@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import realistic_dir
+from support import realistic_dir
 
 from ocihook.core.hostroot import HostRoot
 from ocihook.discovery.nvidia import discover
@@ -178,7 +178,7 @@ def test_the_start_path_reader_disagreeing(tmp_path: Path, monkeypatch: pytest.M
 
 def test_importing_elf_loads_no_pyelftools() -> None:
     """check_library is off the start path, and pyelftools is imported on first use."""
-    from conftest import modules_after
+    from support import modules_after
 
     assert "elftools" not in modules_after("import ocihook.linux.elf")
     assert elf.check_library is check_library
