@@ -236,7 +236,12 @@ def libcuda_driver_version(path: str, timeout: float = 15.0) -> tuple[str | None
     except subprocess.TimeoutExpired:
         return None, f"cuDriverGetVersion did not return within {timeout:g} s"
     if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        status = (
+            f"killed by signal {-proc.returncode}"
+            if proc.returncode < 0
+            else f"exit {proc.returncode}"
+        )
+        last = (proc.stderr.strip().splitlines() or [status])[-1]
         return None, f"cannot load {path}: {last}"
     parts = proc.stdout.split()
     if len(parts) != 2 or parts[0] != "0" or not parts[1].isdigit() or int(parts[1]) <= 0:
@@ -809,30 +814,29 @@ def _shim(path: str) -> str | None:
     return None
 
 
-def _program_problem(reg: Registration, ctx: Context) -> str | None:
-    """What is wrong with the program ``reg`` runs, or ``None``."""
+def _program_problem(reg: Registration) -> str | None:
+    """What is wrong with the program ``reg`` runs, or ``None``. Its path is a path of
+    this machine (the engine runs it here), whatever the config root."""
     path = reg.path
     if not os.path.isabs(path):
-        found = shutil.which(path) if ctx.config_root == "/" else None
+        found = shutil.which(path)
         if found is None:
             return f"{path} is not an absolute path and is not on PATH"
         path = found
-    host = path if ctx.config_root == "/" else ctx.etc(path)
-    if not os.path.exists(host):
+    if not os.path.exists(path):
         return f"{path} does not exist"
-    if not os.access(host, os.X_OK) or not os.path.isfile(host):
+    if not os.access(path, os.X_OK) or not os.path.isfile(path):
         return f"{path} is not an executable file"
     if reg.engine == "podman":  # the hook's path is the interpreter itself
-        return _shim(os.path.realpath(host))
-    head = _read(host, 512) or ""
+        return _shim(os.path.realpath(path))
+    head = _read(path, 512) or ""
     if head.startswith("#!"):
         interp = head[2:].splitlines()[0].strip().split(" ", 1)[0]
         if interp.endswith("/env"):
             return f"{path} starts its interpreter through {interp} (PATH decides which Python)"
-        ihost = interp if ctx.config_root == "/" else ctx.etc(interp)
-        if not os.path.exists(ihost):
+        if not os.path.exists(interp):
             return f"{path}'s interpreter {interp} does not exist"
-        return _shim(os.path.realpath(ihost))
+        return _shim(os.path.realpath(interp))
     return None
 
 
@@ -879,7 +883,7 @@ def check_runtime(ctx: Context, engines: Sequence[str] | None = None) -> list[Ch
                 )
             )
             continue
-        problems = [f"{r.name} in {r.file}: {p}" for r in ours if (p := _program_problem(r, ctx))]
+        problems = [f"{r.name} in {r.file}: {p}" for r in ours if (p := _program_problem(r))]
         if problems:
             checks.append(
                 Check(
