@@ -1542,6 +1542,7 @@ def check_visibility(
         ]
     ctx.facts["bundle"] = bundle
     ctx.facts["plan"] = plan
+    ctx.facts["busybox"] = busybox
     seen: dict[str, dict[str, str]] = {"NODE": {}, "LIB": {}, "LINK": {}, "MOUNT": {}}
     procline = ""
     for line in out.splitlines():
@@ -1581,7 +1582,9 @@ def check_visibility(
             bad.append("the container has no /etc/ld.so.cache")
     except OcihookError as err:
         bad.append(f"the container's ld.so.cache: {err}")
-    proc_note = "/proc mask not checked: this kernel has no NVIDIA driver (simulated host)"
+    proc_note = (
+        "/proc mask not checked: this kernel has no NVIDIA driver (the host read is a fixture tree)"
+    )
     if ctx.root.dev_root == "/" and os.path.isdir("/proc/driver/nvidia/gpus") and edits.proc_mask:
         want_dirs = sorted(edits.proc_mask.gpu_dirs)
         got_dirs = sorted(procline.split())
@@ -1705,14 +1708,36 @@ def _host_ldcache_lookup() -> dict[str, str]:
     return out
 
 
-def _interp(path: str) -> str | None:
+def _elf_links(path: str) -> tuple[tuple[str, ...], tuple[str, ...], str | None]:
+    """``(DT_NEEDED, DT_RUNPATH or DT_RPATH directories with $ORIGIN expanded, PT_INTERP)``
+    of the ELF file at ``path`` (pyelftools)."""
+    from elftools.elf.dynamic import DynamicSection
     from elftools.elf.elffile import ELFFile
 
+    needed: list[str] = []
+    runpath: list[str] = []
+    interp = None
+    origin = os.path.dirname(path)
     with open(path, "rb") as f:
-        for seg in ELFFile(f).iter_segments():
+        elf = ELFFile(f)
+        for seg in elf.iter_segments():
             if seg["p_type"] == "PT_INTERP":
-                return str(seg.get_interp_name())  # type: ignore[attr-defined]
-    return None
+                interp = str(seg.get_interp_name())  # type: ignore[attr-defined]
+        for section in elf.iter_sections():
+            if isinstance(section, DynamicSection):
+                for tag in section.iter_tags():
+                    kind = tag.entry.d_tag
+                    if kind == "DT_NEEDED":
+                        needed.append(str(tag.needed))  # type: ignore[attr-defined]
+                    elif kind in ("DT_RUNPATH", "DT_RPATH"):
+                        text = str(getattr(tag, "runpath", None) or getattr(tag, "rpath", ""))
+                        for d in text.split(":"):
+                            if d:
+                                runpath.append(
+                                    d.replace("$ORIGIN", origin).replace("${ORIGIN}", origin)
+                                )
+                break
+    return tuple(needed), tuple(runpath), interp
 
 
 def probe_mounts(
@@ -1738,8 +1763,6 @@ def probe_mounts(
     """
     import sysconfig
 
-    from ..linux.elf import read_elf_info
-
     exe = os.path.realpath(sys.executable)
     stdlib = os.path.realpath(sysconfig.get_paths()["stdlib"])
     ver = f"python{sys.version_info[0]}.{sys.version_info[1]}"
@@ -1747,28 +1770,32 @@ def probe_mounts(
 
     ctypes_so = os.path.realpath(_ctypes.__file__ or "")
     cache = _host_ldcache_lookup()
+    machine = os.uname().machine
+    system_dirs = (
+        "/lib64",
+        "/usr/lib64",
+        f"/lib/{machine}-linux-gnu",
+        f"/usr/lib/{machine}-linux-gnu",
+    )
     wanted: dict[str, str] = {}
+    # (name, directories its requester's RUNPATH names), resolved as ld.so would
+    names: list[tuple[str, tuple[str, ...]]] = [(n, ()) for n in libcuda_needs]
     todo = [exe, ctypes_so] if ctypes_so.endswith(".so") else [exe]
-    names = list(libcuda_needs)
     done: set[str] = set()
     while todo or names:
         while names:
-            n = names.pop()
+            n, dirs = names.pop()
             if n in wanted:
                 continue
-            path = cache.get(n)
+            path = next(
+                (os.path.join(d, n) for d in dirs if os.path.exists(os.path.join(d, n))), None
+            )
+            path = path or cache.get(n)
             if path is None:
-                for d in (
-                    "/lib64",
-                    "/usr/lib64",
-                    f"/lib/{os.uname().machine}-linux-gnu",
-                    f"/usr/lib/{os.uname().machine}-linux-gnu",
-                    "/usr/local/lib",
-                    os.path.dirname(exe) + "/../lib",
-                ):
-                    if os.path.exists(os.path.join(d, n)):
-                        path = os.path.join(d, n)
-                        break
+                path = next(
+                    (os.path.join(d, n) for d in system_dirs if os.path.exists(os.path.join(d, n))),
+                    None,
+                )
             if path is None:
                 raise FileNotFoundError(f"{n} (needed by the CUDA probe's interpreter) not found")
             wanted[n] = os.path.realpath(path)
@@ -1778,7 +1805,8 @@ def probe_mounts(
             if p in done:
                 continue
             done.add(p)
-            names.extend(read_elf_info(p).needed)
+            needed, runpath, _interp_name = _elf_links(p)
+            names.extend((n, runpath) for n in needed)
     mounts: list[dict[str, Any]] = []
     opts = ["rbind", "ro", "nosuid", "nodev"]
 
@@ -1789,7 +1817,7 @@ def probe_mounts(
     bind(stdlib, f"{PROBE_DIR}/lib/{ver}")
     for n, p in sorted(wanted.items()):
         bind(p, f"{PROBE_DIR}/so/{n}")
-    interp = _interp(exe)
+    interp = _elf_links(exe)[2]
     if interp:
         bind(os.path.realpath(interp), interp)
     env = [
@@ -1840,7 +1868,9 @@ def real_gpu_reason(ctx: Context) -> str:
     return ""
 
 
-def check_gpu_operation(ctx: Context, workdir: str, *, runc: str | None = None) -> list[Check]:
+def check_gpu_operation(
+    ctx: Context, workdir: str, *, runc: str | None = None, options: Any = None
+) -> list[Check]:
     """Layer 5: :data:`PROBE` in the container of :func:`check_visibility` (see the
     module docstring). PASS only when every word read back is right; SKIP (with the
     reason) without a real GPU or without the container."""
@@ -1851,7 +1881,13 @@ def check_gpu_operation(ctx: Context, workdir: str, *, runc: str | None = None) 
     if why:
         return [Check("gpu", "CUDA operation", "SKIP", why)]
     runc = runc or shutil.which("runc")
-    assert runc is not None and isinstance(bundle, str)
+    assert runc is not None
+    try:  # a fresh bundle: the visibility container's rootfs has been through a start
+        bundle, _plan = prepare_bundle(
+            ctx, os.path.join(workdir, "gpu"), busybox=ctx.facts["busybox"], options=options
+        )
+    except OcihookError as exc:
+        return [Check("gpu", "CUDA operation", "FAIL", f"ocihook edit failed: {exc}", "")]
     result = run_probe(bundle, runc, os.path.join(workdir, "runc"))
     ctx.facts["probe"] = result
     if not result.get("ok"):
@@ -1962,12 +1998,12 @@ def run_doctor(
         tmp = workdir or tempfile.mkdtemp(prefix="ocihook-doctor-")
         try:
             checks += check_visibility(ctx, tmp, runc=runc, busybox=busybox, options=options)
-            checks += check_gpu_operation(ctx, tmp, runc=runc)
+            checks += check_gpu_operation(ctx, tmp, runc=runc, options=options)
         finally:
             if workdir is None:
                 shutil.rmtree(tmp, ignore_errors=True)
-    ctx.facts.pop("bundle", None)
-    ctx.facts.pop("plan", None)
+    for key in ("bundle", "plan", "busybox", "request_env"):
+        ctx.facts.pop(key, None)
     if ctx.host is not None:
         ctx.facts["gpus"] = [
             {

@@ -47,9 +47,9 @@ def _sim(tmp_path: Path, version: str = simhost.DEFAULT_DRIVER_VERSION) -> Path:
 def _generate_cdi(root: Path, etc: Path) -> Path:
     out = etc / "etc/cdi/nvidia.json"
     out.parent.mkdir(parents=True, exist_ok=True)
+    hostargs = ["--driver-root", str(root), "--dev-root", str(root)]
     subprocess.run(
-        [sys.executable, "-m", "ocihook", "cdi", "generate", "--driver-root", str(root)]
-        + ["--dev-root", str(root), "--output", str(out)],
+        [sys.executable, "-m", "ocihook", "cdi", "generate", *hostargs, "--output", str(out)],
         check=True,
         capture_output=True,
     )

@@ -1,0 +1,114 @@
+"""``ocihook doctor``'s container layers with real runc on the simulated host: the
+visibility layer PASSes (a busybox container ocihook edits, checked from inside), FAILs
+when something between ocihook and the container drops the devices, the GPU layer is SKIP
+(no real GPU here, never PASS), and the CUDA probe's interpreter really starts inside
+the libc-less busybox container (it then reports that it found no libcuda, which a
+utility-only container does not get)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import need_root_and
+
+from ocihook.commands import doctor
+from ocihook.core.hostroot import HostRoot
+from ocihook.sim import host as simhost
+
+pytestmark = pytest.mark.e2e
+
+
+def _needs() -> None:
+    need_root_and("runc", "busybox")
+
+
+def _report(root: Path, tmp_path: Path, **kw: object) -> doctor.Report:
+    return doctor.run_doctor(
+        HostRoot.single(str(root)),
+        config_root=str(tmp_path / "etc-root"),
+        gpu_backend="procfs",
+        workdir=str(tmp_path / "work"),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_visibility_passes_and_gpu_is_skip(tmp_path: Path) -> None:
+    _needs()
+    root = tmp_path / "host"
+    sim = simhost.build(str(root))
+    (tmp_path / "work").mkdir()
+    env = tmp_path / "env"
+    env.write_text("NVIDIA_VISIBLE_DEVICES=2\nNVIDIA_DRIVER_CAPABILITIES=compute,utility\n")
+    report = _report(root, tmp_path, image_env=str(env))
+    vis = [c for c in report.checks if c.layer == "visibility"]
+    assert [c.status for c in vis] == ["PASS"], vis
+    # nvidiactl, uvm, uvm-tools and GPU 2's node (minor 3 on the simulated host)
+    assert sim.gpus[2].minor == 3
+    assert vis[0].evidence.startswith(
+        "runc container edited by ocihook: 4 device nodes with the right major:minor, "
+        "10 libraries mounted ro,nosuid,nodev and readable, 9 links; "
+        "ld.so.cache lists all 10 libraries"
+    ), vis[0]
+    gpu = [c for c in report.checks if c.layer == "gpu"]
+    assert [(c.status, c.evidence) for c in gpu] == [
+        ("SKIP", f"the dev root is {root}, not this machine's: no real GPU to run on")
+    ]
+
+
+def test_visibility_fails_when_devices_are_dropped(tmp_path: Path) -> None:
+    _needs()
+    root = tmp_path / "host"
+    simhost.build(str(root))
+    (tmp_path / "work").mkdir()
+    # a "runtime" between ocihook and runc that loses the device entries
+    wrapper = tmp_path / "runc-dropping-devices"
+    wrapper.write_text(
+        f"#!{sys.executable}\n"
+        "import json, os, sys\n"
+        "args = sys.argv[1:]\n"
+        "b = args[args.index('--bundle') + 1] if '--bundle' in args else None\n"
+        "if b:\n"
+        "    p = os.path.join(b, 'config.json'); d = json.load(open(p))\n"
+        "    d['linux']['devices'] = [x for x in d['linux'].get('devices', []) if x['path'] != '/dev/nvidiactl']\n"
+        "    json.dump(d, open(p, 'w'))\n"
+        f"os.execv({shutil.which('runc')!r}, ['runc', *args])\n"
+    )
+    wrapper.chmod(0o755)
+    report = _report(root, tmp_path, runc=str(wrapper))
+    vis = [c for c in report.checks if c.layer == "visibility"]
+    assert len(vis) == 1 and vis[0].status == "FAIL", vis
+    assert vis[0].evidence.startswith("/dev/nvidiactl: missing (want c3:ff)"), vis[0]
+    assert vis[0].fix.startswith("check the engine registration")
+
+
+def test_probe_interpreter_runs_inside_busybox(tmp_path: Path) -> None:
+    _needs()
+    root = tmp_path / "host"
+    simhost.build(str(root))
+    work = tmp_path / "work"
+    work.mkdir()
+    ctx = doctor.Context(HostRoot.single(str(root)))
+    doctor.check_host(ctx, gpu_backend="procfs")
+    ctx.facts["request_env"] = {
+        "NVIDIA_VISIBLE_DEVICES": "0",
+        "NVIDIA_DRIVER_CAPABILITIES": "utility",
+    }
+    from ocihook.sim.demo import find_busybox
+
+    busybox = find_busybox()
+    assert busybox is not None
+    bundle, plan = doctor.prepare_bundle(ctx, str(work), busybox=busybox)
+    assert plan is not None and not any("libcuda" in m.destination for m in plan.edits.mounts)
+    result = doctor.run_probe(bundle, shutil.which("runc") or "runc", str(work / "runc"))
+    assert result["python"] == sys.version.split()[0], result
+    assert result["stage"] == "dlopen" and "libcuda.so.1" in result["error"], result
+    assert result["ok"] is False
+    doc = json.loads(Path(bundle, "config.json").read_text())
+    binds = [m for m in doc["mounts"] if m["destination"].startswith(doctor.PROBE_DIR)]
+    assert binds and all({"ro", "nosuid", "nodev"} <= set(m["options"]) for m in binds)
+    assert os.path.realpath(sys.executable) in {m["source"] for m in binds}
