@@ -112,3 +112,44 @@ def test_probe_interpreter_runs_inside_busybox(tmp_path: Path) -> None:
     binds = [m for m in doc["mounts"] if m["destination"].startswith(doctor.PROBE_DIR)]
     assert binds and all({"ro", "nosuid", "nodev"} <= set(m["options"]) for m in binds)
     assert os.path.realpath(sys.executable) in {m["source"] for m in binds}
+
+
+def fake_libcuda(dest: Path) -> None:
+    """tests/doubles/fake_libcuda.c built as ``dest`` (soname libcuda.so.1); skips without cc."""
+    import subprocess
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("needs a C compiler for the libcuda stand-in (apt-get install gcc)")
+    src = Path(__file__).resolve().parents[1] / "doubles/fake_libcuda.c"
+    subprocess.run(
+        [cc, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(dest), str(src)], check=True
+    )
+
+
+def test_probe_runs_the_driver_api_inside_the_container(tmp_path: Path) -> None:
+    """The GPU layer's whole path short of the hardware: the simulated host's libcuda
+    replaced by a C stand-in (tests/doubles/fake_libcuda.c), the container edited by
+    ocihook, the probe run in it with runc: it loads the libcuda ocihook mounted (through
+    the container's ld.so.cache, the C library from /.ocihook-doctor), allocates, copies,
+    launches and reads back."""
+    _needs()
+    from ocihook.sim.demo import find_busybox
+
+    root = tmp_path / "host"
+    sim = simhost.build(str(root))
+    lib = root / sim.libdir.lstrip("/") / f"nvidia/current/libcuda.so.{sim.driver_version}"
+    assert lib.is_file()
+    fake_libcuda(lib)
+    work = tmp_path / "work"
+    work.mkdir()
+    ctx = doctor.Context(HostRoot.single(str(root)))
+    doctor.check_host(ctx, gpu_backend="procfs")
+    ctx.facts["request_env"] = {"NVIDIA_VISIBLE_DEVICES": "0"}
+    busybox = find_busybox()
+    assert busybox is not None
+    bundle, plan = doctor.prepare_bundle(ctx, str(work), busybox=busybox)
+    assert any(m.source == str(lib) for m in plan.edits.mounts)
+    result = doctor.run_probe(bundle, shutil.which("runc") or "runc", str(work / "runc"))
+    assert result["ok"] is True, result
+    assert result["name"] == "Fake GPU" and result["wrongWords"] == 0
