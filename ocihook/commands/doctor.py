@@ -127,6 +127,16 @@ NVIDIA_TOOLKIT_PROGRAMS = (
 )
 HOOKS_D_DIRS = ("/usr/share/containers/oci/hooks.d", "/etc/containers/oci/hooks.d")
 CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
+#: Bundle annotation prefixes kept in the record: the image's and the engine's own
+#: (OCI image-spec ``annotations.md``, CRI, Docker, nerdctl, podman).
+IMAGE_ANNOTATION_PREFIXES = (
+    "org.opencontainers.image.",
+    "io.kubernetes.cri",
+    "io.container.manager",
+    "com.docker",
+    "nerdctl/",
+    "io.podman",
+)
 #: Where the CUDA probe's files go in the container.
 PROBE_DIR = "/.ocihook-doctor"
 
@@ -1215,19 +1225,7 @@ def check_request(
                 image_facts["annotations"] = {
                     k: v
                     for k, v in annotations.items()
-                    if isinstance(v, str)
-                    and (
-                        k.startswith(
-                            (
-                                "org.opencontainers.image.",
-                                "io.kubernetes.cri",
-                                "io.container.manager",
-                                "com.docker",
-                                "nerdctl/",
-                                "io.podman",
-                            )
-                        )
-                    )
+                    if isinstance(v, str) and k.startswith(IMAGE_ANNOTATION_PREFIXES)
                 }
                 for key in (
                     "org.opencontainers.image.digest",
@@ -1382,17 +1380,16 @@ def check_upgrade(ctx: Context, env: Mapping[str, str], driver_version: str) -> 
 
 
 def _container_env(ctx: Context) -> list[str]:
+    """The ``NVIDIA_*`` variables of the request checked (not its requirements: layer 3
+    checks those), asking for GPU 0 when it names none."""
     env = ctx.facts.get("request_env") or {}
     keep = [
-        f"{k}={v}" for k, v in env.items() if k.startswith("NVIDIA_") and k != "NVIDIA_REQUIRE_CUDA"
+        f"{k}={v}"
+        for k, v in env.items()
+        if k.startswith("NVIDIA_") and not k.startswith("NVIDIA_REQUIRE_")
     ]
-    keep = [e for e in keep if not e.startswith("NVIDIA_REQUIRE_")]
     names = {e.partition("=")[0] for e in keep}
-    if "NVIDIA_VISIBLE_DEVICES" not in names or env.get("NVIDIA_VISIBLE_DEVICES") in (
-        "void",
-        "none",
-        "",
-    ):
+    if env.get("NVIDIA_VISIBLE_DEVICES") in (None, "void", "none", ""):
         keep = [e for e in keep if not e.startswith("NVIDIA_VISIBLE_DEVICES=")]
         keep.append("NVIDIA_VISIBLE_DEVICES=0")
     if "NVIDIA_DRIVER_CAPABILITIES" not in names:
