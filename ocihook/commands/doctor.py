@@ -1159,21 +1159,58 @@ def _cuda_fact(ctx: Context) -> str:
     )
 
 
-def _compat_version(rootfs: str | None) -> str | None:
-    """The version of the image's forward-compatibility libcuda, or ``None``."""
+def _compat_library(rootfs: str | None) -> tuple[str, str] | None:
+    """``(version, host path)`` of the newest ``libcuda.so.<version>`` in the image's
+    ``/usr/local/cuda/compat`` (resolved inside ``rootfs``), or ``None``."""
     if rootfs is None:
         return None
     from ..linux.pathsafe import resolve_in_root
+    from ..requirements import version_key
 
     try:
         d = resolve_in_root(rootfs, "/usr/local/cuda/compat")
         names = os.listdir(d)
     except (OcihookError, OSError):
         return None
-    for n in sorted(names):
-        if n.startswith("libcuda.so.") and n.count(".") >= 3:
-            return n[len("libcuda.so.") :]
-    return None
+    found = [
+        (key, n[len("libcuda.so.") :])
+        for n in names
+        if n.startswith("libcuda.so.")
+        and (key := version_key(n[len("libcuda.so.") :]))
+        and len(key) >= 2
+    ]
+    if not found:
+        return None
+    version = max(found)[1]
+    return version, os.path.join(d, "libcuda.so." + version)
+
+
+def _compat_check(ctx: Context, rootfs: str | None) -> Check | None:
+    """Whether the image's CUDA forward-compatibility libcuda would be used on this host
+    (:meth:`ocihook.plan.CudaCompat.decide`, the rule the hook applies, with the library's
+    ``.note.cuda.fwd_compatibility``: the image file is only read), or ``None`` when the
+    image has none."""
+    found = _compat_library(rootfs)
+    driver = ctx.facts.get("driverVersion")
+    if found is None or not driver:
+        return None
+    from ..linux.elfscan import cuda_compat_note
+    from ..plan import CudaCompat
+
+    version, path = found
+    rule = CudaCompat(
+        host_major=int(driver.split(".")[0]),
+        host_driver=driver,
+        host_cuda=ctx.facts.get("cudaVersion") or "",
+    )
+    used, why = rule.decide(version, cuda_compat_note(path))
+    return Check(
+        "request",
+        "CUDA forward compatibility",
+        "PASS",
+        f"the image's /usr/local/cuda/compat/libcuda.so.{version} "
+        f"{'is used' if used else 'is not used'} on driver {driver} ({why})",
+    )
 
 
 def check_request(
@@ -1290,6 +1327,10 @@ def check_request(
         )
     )
     checks.append(_requirements_check(ctx, request, select_gpus(request, host.gpus), rootfs))
+    if "compute" in plan.capabilities:
+        compat = _compat_check(ctx, rootfs)
+        if compat is not None:
+            checks.append(compat)
     return checks
 
 
@@ -1311,18 +1352,20 @@ def _requirements_check(
             source=request.source,
         )
     except RequestError as exc:
-        compat = _compat_version(rootfs)
-        if compat is not None:
-            return Check(
-                "request",
-                "requirements",
-                "WARN",
-                f"{exc.message} ({_cuda_fact(ctx)}); the image carries CUDA forward-compatibility "
-                f"libcuda.so.{compat}, used on data-center GPUs whose branch it supports",
-                exc.hint or "",
+        fix = exc.hint or ""
+        note = ""
+        if _compat_library(rootfs) is not None:
+            note = (
+                "; the image carries CUDA forward-compatibility libraries, but the check uses "
+                "the host driver's CUDA version"
             )
+            fix += " (or, to rely on the image's compat libcuda, NVIDIA_DISABLE_REQUIRE=true)"
         return Check(
-            "request", "requirements", "FAIL", f"{exc.message} ({_cuda_fact(ctx)})", exc.hint or ""
+            "request",
+            "requirements",
+            "FAIL",
+            f"{exc.message} ({_cuda_fact(ctx)}){note}",
+            fix,
         )
     return Check("request", "requirements", "PASS", f"{listed}: met with {_cuda_fact(ctx)}")
 
@@ -1838,7 +1881,14 @@ def run_probe(bundle: str, runc: str, state: str) -> dict[str, Any]:
         mounts, env, args = probe_mounts()
     except (FileNotFoundError, OcihookError) as exc:
         return {"ok": False, "stage": "prepare", "error": str(exc)}
-    _set_args(bundle, args, env, mounts)
+    # CUDA's IPC and the runtime's defaults (runc spec) have a /dev/shm; busybox's config not
+    shm = {
+        "destination": "/dev/shm",
+        "type": "tmpfs",
+        "source": "shm",
+        "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"],
+    }
+    _set_args(bundle, args, env, [*mounts, shm])
     proc = _run_runc(runc, bundle, state, timeout=180)
     for line in proc.stdout.splitlines():
         if line.startswith("PROBE "):

@@ -516,3 +516,39 @@ def test_probe_against_the_driver_api(tmp_path: Path, corrupt: bool) -> None:
         assert result["error"] == "1 words read back wrong"
     else:
         assert r.returncode == 0 and result["ok"] is True and result["wrongWords"] == 0
+
+
+def test_forward_compatibility_is_reported_and_does_not_hide_a_failure(tmp_path: Path) -> None:
+    root = _sim(tmp_path)
+    bundle = tmp_path / "bundle"
+    compat = bundle / "rootfs/usr/local/cuda/compat"
+    compat.mkdir(parents=True)
+    (compat / "libcuda.so.575.57.08").write_bytes(make_shared_object("libcuda.so.1"))
+    (compat / "libcuda.so.1").symlink_to("libcuda.so.575.57.08")
+    (bundle / "config.json").write_text(
+        json.dumps(
+            {
+                "ociVersion": "1.0.2",
+                "process": {
+                    "args": ["sh"],
+                    "cwd": "/",
+                    "env": ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>=12.9"],
+                },
+                "root": {"path": "rootfs"},
+            }
+        )
+    )
+    report = _run(root, bundle=str(bundle))
+    fwd = _check(report, "request", "CUDA forward compatibility")
+    assert fwd.status == "PASS"
+    assert fwd.evidence == (
+        "the image's /usr/local/cuda/compat/libcuda.so.575.57.08 is used on driver 550.127.05 "
+        "(no usable note: compat branch 575 > host branch 550)"
+    )
+    req = _check(report, "request", "requirements")
+    assert req.status == "FAIL"
+    assert req.evidence.endswith(
+        "the image carries CUDA forward-compatibility libraries, but the check uses the host "
+        "driver's CUDA version"
+    )
+    assert req.fix.endswith("NVIDIA_DISABLE_REQUIRE=true)")
