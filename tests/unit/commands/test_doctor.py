@@ -552,3 +552,117 @@ def test_forward_compatibility_is_reported_and_does_not_hide_a_failure(tmp_path:
         "driver's CUDA version"
     )
     assert req.fix.endswith("NVIDIA_DISABLE_REQUIRE=true)")
+
+
+def test_containerd_import_overriding_the_runtime_fails(tmp_path: Path) -> None:
+    root = _sim(tmp_path)
+    etc = _configured(tmp_path, root)
+    main = etc / "etc/containerd/config.toml"
+    main.write_text('imports = ["conf.d/*.toml"]\n' + main.read_text())
+    dropin = etc / "etc/containerd/conf.d/50-gpu.toml"
+    dropin.parent.mkdir()
+    dropin.write_text(
+        "version = 2\n"
+        '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.ocihook.options]\n'
+        'BinaryName = "/usr/local/bin/ocihook-runtime-old"\n'
+    )
+    report = _run(root, etc)
+    c = _check(report, "runtime", "containerd")
+    assert c.status == "FAIL"
+    assert c.evidence == f"ocihook in {dropin}: /usr/local/bin/ocihook-runtime-old does not exist"
+    assert report.facts["engines"]["containerd"]["files"] == [str(main), str(dropin)]
+
+
+def test_crio_drop_in_registration(tmp_path: Path) -> None:
+    root = _sim(tmp_path)
+    etc = tmp_path / "etc-root"
+    dropins = etc / "etc/crio/crio.conf.d"
+    dropins.mkdir(parents=True)
+    (dropins / "99-ocihook.conf").write_text(
+        f'[crio.runtime.runtimes.ocihook]\nruntime_path = "{RUNTIME}"\nruntime_type = "oci"\n'
+    )
+    report = _run(root, etc)
+    c = _check(report, "runtime", "crio")
+    assert c.status == "PASS" and c.evidence.startswith(f"ocihook -> {RUNTIME} in ")
+    (dropins / "10-nvidia.conf").write_text(
+        '[crio.runtime]\ndefault_runtime = "nvidia"\n'
+        '[crio.runtime.runtimes.nvidia]\nruntime_path = "/usr/bin/nvidia-container-runtime"\n'
+    )
+    c = _check(_run(root, etc), "runtime", "crio")
+    assert c.status == "WARN" and "the NVIDIA Container Toolkit too" in c.evidence
+    assert (
+        c.fix == f"remove the toolkit's registration ({dropins / '10-nvidia.conf'}) or uninstall it"
+    )
+
+
+def test_malformed_engine_file_fails(tmp_path: Path) -> None:
+    root = _sim(tmp_path)
+    etc = tmp_path / "etc-root"
+    (etc / "etc/docker").mkdir(parents=True)
+    (etc / "etc/docker/daemon.json").write_text('{"runtimes": ')
+    c = _check(_run(root, etc), "runtime", "docker")
+    assert c.status == "FAIL" and c.evidence.startswith("not valid JSON")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the simulated host's device nodes need root")
+def test_device_node_with_the_wrong_minor_fails(tmp_path: Path) -> None:
+    import stat as st
+
+    root = _sim(tmp_path)
+    node = root / "dev/nvidia0"
+    node.unlink()
+    os.mknod(node, 0o666 | st.S_IFCHR, os.makedev(195, 9))
+    c = _check(_run(root), "host", "device nodes")
+    assert c.status == "FAIL" and str(node) in c.evidence
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the simulated host's device nodes need root")
+def test_device_node_mode_warns(tmp_path: Path) -> None:
+    root = _sim(tmp_path)
+    os.chmod(root / "dev/nvidia0", 0o600)
+    c = _check(_run(root), "host", "device nodes")
+    assert c.status == "WARN"
+    assert f"{root}/dev/nvidia0 mode 0600" in c.evidence
+    assert c.fix.startswith("chmod 0666 the nodes")
+
+
+def test_no_gpu_fails(tmp_path: Path) -> None:
+    import shutil
+
+    root = _sim(tmp_path)
+    shutil.rmtree(root / "proc/driver/nvidia/gpus")
+    (root / "proc/driver/nvidia/gpus").mkdir()
+    c = _check(_run(root), "host", "GPUs")
+    assert c.status == "FAIL" and c.fix.startswith("check dmesg")
+
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_names = st.text("ABCDNVIDIA_", min_size=1, max_size=10)
+#: printable ASCII and some non-ASCII letters; no line breaks (one variable per line)
+_values = st.text(st.sampled_from([*map(chr, range(32, 127)), "é", "ü", "文"]), max_size=16)
+
+
+@given(st.dictionaries(_names, _values, max_size=8))
+def test_read_image_env_round_trips(env: dict[str, str]) -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        lines = Path(d, "lines")
+        lines.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
+        as_json = Path(d, "json")
+        as_json.write_text(json.dumps([{"Config": {"Env": [f"{k}={v}" for k, v in env.items()]}}]))
+        assert doctor.read_image_env(str(as_json))[0] == env
+        if env:  # an empty file is no JSON: lines
+            assert doctor.read_image_env(str(lines))[0] == env
+
+
+@given(st.integers(0, 999), st.integers(0, 999))
+def test_cuda_for_driver_is_monotonic(a: int, b: int) -> None:
+    from ocihook.requirements import version_key
+
+    lo, hi = sorted((a, b))
+    ca, cb = doctor.cuda_for_driver(f"{lo}.1"), doctor.cuda_for_driver(f"{hi}.1")
+    if ca is not None:
+        assert cb is not None and version_key(ca) <= version_key(cb)  # type: ignore[operator]
