@@ -838,7 +838,7 @@ def _program_problem(reg: Registration) -> str | None:
     if not os.access(path, os.X_OK) or not os.path.isfile(path):
         return f"{path} is not an executable file"
     if reg.engine == "podman":  # the hook's path is the interpreter itself
-        return _shim(os.path.realpath(path))
+        return _shim(os.path.realpath(path)) or _imports_ocihook(path)
     head = _read(path, 512) or ""
     if head.startswith("#!"):
         interp = head[2:].splitlines()[0].strip().split(" ", 1)[0]
@@ -846,7 +846,27 @@ def _program_problem(reg: Registration) -> str | None:
             return f"{path} starts its interpreter through {interp} (PATH decides which Python)"
         if not os.path.exists(interp):
             return f"{path}'s interpreter {interp} does not exist"
-        return _shim(os.path.realpath(interp))
+        return _shim(os.path.realpath(interp)) or _imports_ocihook(interp)
+    return None
+
+
+def _imports_ocihook(python: str) -> str | None:
+    """Why the interpreter ``python`` (a host program the engine's configuration names)
+    cannot import ocihook in isolated mode, as the registered hook and wrapper run it; or
+    ``None``. Run with a timeout, nothing from any container involved."""
+    try:
+        proc = subprocess.run(
+            [python, "-I", "-c", "import ocihook._main"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{python} does not run: {exc}"
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        return f"{python} cannot import ocihook ({last})"
     return None
 
 

@@ -666,3 +666,17 @@ def test_cuda_for_driver_is_monotonic(a: int, b: int) -> None:
     ca, cb = doctor.cuda_for_driver(f"{lo}.1"), doctor.cuda_for_driver(f"{hi}.1")
     if ca is not None:
         assert cb is not None and version_key(ca) <= version_key(cb)  # type: ignore[operator]
+
+
+def test_hook_interpreter_without_ocihook_fails(tmp_path: Path) -> None:
+    import venv
+
+    root = _sim(tmp_path)
+    etc = _configured(tmp_path, root)
+    bare = tmp_path / "bare-venv"
+    venv.EnvBuilder(with_pip=False).create(bare)
+    hooks = etc / "usr/share/containers/oci/hooks.d/ocihook-prestart.json"
+    hooks.write_text(json.dumps(hooks_d_document(str(bare / "bin/python"))))
+    c = _check(_run(root, etc), "runtime", "podman")
+    assert c.status == "FAIL"
+    assert f"{bare}/bin/python cannot import ocihook (ModuleNotFoundError" in c.evidence
