@@ -1461,7 +1461,14 @@ def _container_env(ctx: Context) -> list[str]:
 
 
 def _visibility_script(plan: Any) -> str:
-    lines = ["for n in /dev/nvidia*; do echo \"NODE $n $(stat -c '%t:%T' $n)\"; done"]
+    """The busybox ``sh`` script that prints what the container sees of ``plan``: one
+    ``NODE``, ``LIB``, ``LINK`` line per planned node, library and link, ``MOUNT`` lines
+    from mountinfo, the ``PROC`` listing of ``/proc/driver/nvidia/gpus``, then ``DONE``.
+    Paths come from the plan (host-side data), never from the container."""
+    lines = [
+        f"echo \"NODE {n.path} $(stat -c '%t:%T' {n.path} 2>/dev/null)\""
+        for n in plan.edits.device_nodes
+    ]
     for m in plan.edits.mounts:
         if ".so" in m.destination:
             d = m.destination

@@ -153,3 +153,18 @@ def test_probe_runs_the_driver_api_inside_the_container(tmp_path: Path) -> None:
     result = doctor.run_probe(bundle, shutil.which("runc") or "runc", str(work / "runc"))
     assert result["ok"] is True, result
     assert result["name"] == "Fake GPU" and result["wrongWords"] == 0
+
+
+def test_visibility_of_a_mig_device(tmp_path: Path) -> None:
+    """A MIG device's capability nodes (/dev/nvidia-caps/...) are checked like the others."""
+    _needs()
+    root = tmp_path / "host"
+    simhost.build(str(root))
+    (tmp_path / "work").mkdir()
+    env = tmp_path / "env"
+    env.write_text("NVIDIA_VISIBLE_DEVICES=1:0\nNVIDIA_DRIVER_CAPABILITIES=utility\n")
+    report = _report(root, tmp_path, image_env=str(env))
+    vis = [c for c in report.checks if c.layer == "visibility"]
+    assert [c.status for c in vis] == ["PASS"], vis
+    # nvidiactl, GPU 1's node and the instance's two capability nodes
+    assert vis[0].evidence.startswith("runc container edited by ocihook: 4 device nodes"), vis[0]
