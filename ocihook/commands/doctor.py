@@ -78,7 +78,7 @@ __all__ = [
 ]
 
 LAYERS = ("host", "runtime", "request", "visibility", "gpu")
-#: Worst last.
+#: The statuses, in the order :func:`worst` ranks them (SKIP counts only alone).
 STATUSES = ("PASS", "SKIP", "WARN", "FAIL")
 
 #: The CUDA version each driver branch supports (what ``cuDriverGetVersion`` and
@@ -170,7 +170,8 @@ class Check(Record):
 
 
 def worst(statuses: Iterable[str]) -> str:
-    """The worst of ``statuses`` (FAIL > WARN > SKIP > PASS); ``SKIP`` for none."""
+    """The worst of ``statuses``: FAIL > WARN > PASS, SKIP only when every one (or none)
+    is SKIP — a layer whose applicable checks PASS is PASS."""
     found = list(statuses)
     if not found:
         return "SKIP"
@@ -399,6 +400,14 @@ def _persistenced_check(root: HostRoot) -> Check:
         if pid.isdigit():
             alive = os.path.isdir(root.proc(pid))
             found.append(f"pid {pid} ({'running' if alive else 'not running'})")
+    if any(f.endswith("(not running)") for f in found):
+        return Check(
+            "host",
+            "persistence daemon",
+            "WARN",
+            "nvidia-persistenced: " + ", ".join(found) + ": its pid file names no live process",
+            "systemctl restart nvidia-persistenced",
+        )
     if any(f.endswith("socket") for f in found):
         return Check(
             "host", "persistence daemon", "PASS", "nvidia-persistenced: " + ", ".join(found)

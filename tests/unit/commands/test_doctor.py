@@ -680,3 +680,13 @@ def test_hook_interpreter_without_ocihook_fails(tmp_path: Path) -> None:
     c = _check(_run(root, etc), "runtime", "podman")
     assert c.status == "FAIL"
     assert f"{bare}/bin/python cannot import ocihook (ModuleNotFoundError" in c.evidence
+
+
+def test_persistenced_pid_file_of_a_dead_daemon_warns(tmp_path: Path) -> None:
+    root = _sim(tmp_path)
+    (root / "var/run/nvidia-persistenced/nvidia-persistenced.pid").write_text("4242\n")
+    c = _check(_run(root), "host", "persistence daemon")
+    assert c.status == "WARN" and "pid 4242 (not running)" in c.evidence
+    (root / "proc/4242").mkdir()
+    c = _check(_run(root), "host", "persistence daemon")
+    assert c.status == "PASS" and c.evidence.endswith("pid 4242 (running)")
