@@ -890,10 +890,7 @@ def check_runtime(ctx: Context, engines: Sequence[str] | None = None) -> list[Ch
 
     chosen = list(engines or _ENGINE_READERS)
     checks: list[Check] = []
-    fix_for = {
-        e: f"ocihook runtime configure --runtime {e}" for e in ("docker", "containerd", "crio")
-    }
-    fix_for["podman"] = "ocihook runtime configure --runtime podman"
+    fix_for = {e: f"ocihook runtime configure --runtime {e}" for e in _ENGINE_READERS}
     for engine in chosen:
         try:
             files, regs = _ENGINE_READERS[engine](ctx)
