@@ -168,3 +168,50 @@ def test_visibility_of_a_mig_device(tmp_path: Path) -> None:
     assert [c.status for c in vis] == ["PASS"], vis
     # nvidiactl, GPU 1's node and the instance's two capability nodes
     assert vis[0].evidence.startswith("runc container edited by ocihook: 4 device nodes"), vis[0]
+
+
+def test_gpu_check_kit_on_the_simulated_host(tmp_path: Path) -> None:
+    """scripts/gpu-check run with a kit prepared beforehand (``scripts/gpu-check prepare``
+    needs the package registries, so it is not run here: set OCIHOOK_GPU_KIT to the kit, or
+    prepare .gpu-kit in the checkout): installs, runs doctor with every layer on the
+    simulated host (GPU layer SKIP), compares list with ldconfig -p, exits 0."""
+    import subprocess
+
+    import jsonschema
+
+    _needs()
+    repo = Path(__file__).resolve().parents[2]
+    kit = Path(os.environ.get("OCIHOOK_GPU_KIT") or repo / ".gpu-kit")
+    if not (kit / "whl").is_dir():
+        pytest.skip(f"no gpu-check kit at {kit}: run scripts/gpu-check prepare (needs registries)")
+    root = tmp_path / "host"
+    simhost.build(str(root))
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {
+        **os.environ,
+        "OUT": str(out),
+        "GPU_CHECK_ROOTS": str(root),
+        "GPU_CHECK_DEV_ROOT": str(root),
+        "GPU_CHECK_ARGS": f"--config-root {tmp_path / 'etc'}",
+    }
+    r = subprocess.run(
+        ["bash", str(repo / "scripts/gpu-check"), "run", str(kit)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(tmp_path),
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stdout[-3000:]
+    lines = r.stdout.splitlines()
+    assert f"PASS  doctor (driver root {root}): no check FAILed; gpu layer SKIP" in lines
+    assert (
+        f"PASS  ocihook list has every driver library of ldconfig -p (driver root {root})" in lines
+    )
+    assert (out / "report.txt").read_text() == r.stdout
+    (record,) = out.glob("record-*.json")
+    schema = json.loads((repo / "specs/doctor-record.schema.json").read_text())
+    doc = json.loads(record.read_text())
+    jsonschema.validate(doc, schema)
+    assert doc["layers"]["visibility"] == "PASS" and doc["layers"]["gpu"] == "SKIP"
