@@ -1855,6 +1855,7 @@ def probe_mounts(
     names: list[tuple[str, tuple[str, ...]]] = [(n, ()) for n in libcuda_needs]
     todo = [exe, ctypes_so] if ctypes_so.endswith(".so") else [exe]
     done: set[str] = set()
+    needed_by_python: set[str] = set()
     while todo or names:
         while names:
             n, dirs = names.pop()
@@ -1870,6 +1871,8 @@ def probe_mounts(
                     None,
                 )
             if path is None:
+                if n in libcuda_needs and n not in needed_by_python:
+                    continue  # glibc 2.34+ folds libdl/libpthread/librt into libc
                 raise FileNotFoundError(f"{n} (needed by the CUDA probe's interpreter) not found")
             wanted[n] = os.path.realpath(path)
             todo.append(wanted[n])
@@ -1879,6 +1882,7 @@ def probe_mounts(
                 continue
             done.add(p)
             needed, runpath, _interp_name = _elf_links(p)
+            needed_by_python.update(needed)
             names.extend((n, runpath) for n in needed)
     mounts: list[dict[str, Any]] = []
     opts = ["rbind", "ro", "nosuid", "nodev"]
