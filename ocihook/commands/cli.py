@@ -869,7 +869,7 @@ def configure(
     "--record",
     default=None,
     metavar="FILE",
-    help="Write the deployment record (JSON, specs/doctor-record.schema.json) here.",
+    help="Write the deployment record here (JSON; schema: ocihook.schemas doctor-record).",
 )
 @click.option(
     "--config-root",
@@ -904,9 +904,9 @@ def doctor(
     specs), request (--bundle / --image-env and its requirements), visibility (a runc
     container ocihook edits, checked from inside) and gpu (a CUDA allocation, copy and
     kernel inside it; SKIP without a real GPU). Exits 14 when a check FAILs."""
-    from ..appliers.spec import options_from_config
     from ..config import load_config
     from ..core.errors import DoctorFailed
+    from ..settings import options_from_config
     from .doctor import deployment_record, run_doctor
 
     if bundle is not None and image_env is not None:

@@ -112,9 +112,8 @@ CUDA_BY_BRANCH: tuple[tuple[int, str], ...] = (
 
 REFRESH_UNIT = "ocihook-cdi-refresh.service"
 REFRESH_FIX = (
-    f"regenerate it: systemctl start {REFRESH_UNIT} (packaging/systemd; enable "
-    "ocihook-cdi-refresh.path to refresh on driver changes), or ocihook cdi generate --output "
-    "<the spec file>"
+    f"regenerate it: systemctl start {REFRESH_UNIT} (and enable ocihook-cdi-refresh.path to "
+    "refresh on driver changes), or ocihook cdi generate --output <the spec file>"
 )
 #: Programs of the NVIDIA Container Toolkit that inject GPUs when registered.
 NVIDIA_TOOLKIT_PROGRAMS = (
@@ -277,7 +276,7 @@ def _read(path: str, limit: int = 1 << 20) -> str | None:
 
 
 def _module_check(root: HostRoot) -> tuple[Check, str | None]:
-    from ..discovery.nvidia import parse_driver_version
+    from ..discovery.procfs import parse_driver_version
 
     path = root.proc("driver/nvidia/version")
     text = _read(path)
@@ -490,7 +489,7 @@ def check_driver_libraries(root: HostRoot, version: str, machine: str | None = N
     """
     from ..discovery.driverfiles import CAPABILITY_LIBRARIES
     from ..linux import ldcache
-    from ..linux.elf import read_elf_info
+    from ..linux.elf import check_library, read_elf_info
     from ..linux.pathsafe import resolve_in_root
 
     machine = machine or os.uname().machine
@@ -538,17 +537,13 @@ def check_driver_libraries(root: HostRoot, version: str, machine: str | None = N
             stale += 1
             continue
         elf_class, elf_machine = flags[e.flags]
-        try:
-            info = read_elf_info(host_path)
-        except OcihookError as err:
-            bad.append(f"{e.path} -> {host_path}: {err.message}")
+        problems = check_library(
+            host_path, elf_class=elf_class, machine=elf_machine, abi_flags=e.flags
+        )
+        if problems:
+            bad.append(f"{host_path} (ld.so.cache {e.soname}): " + ", ".join(problems))
             continue
-        if info.elf_class != elf_class or info.machine != elf_machine:
-            bad.append(
-                f"{host_path} is a {info.elf_class}-bit {info.machine} ELF file, listed in "
-                f"ld.so.cache as {elf_class}-bit {elf_machine} ({e.soname})"
-            )
-            continue
+        info = read_elf_info(host_path)
         here = os.path.dirname(host_path)
         for needed in info.needed:
             if not _is_driver_name(needed):
@@ -958,12 +953,6 @@ def check_runtime(ctx: Context, engines: Sequence[str] | None = None) -> list[Ch
     return checks
 
 
-def _cdi_schema() -> Any:
-    from importlib.resources import files
-
-    return json.loads(files("ocihook").joinpath("schemas/cdi.schema.json").read_text())
-
-
 def _spec_versions(doc: Any) -> set[str]:
     """The driver versions named in a spec's host paths (``libcuda.so.550.127.05``) and
     in ocihook's ``--cuda-compat`` hook argument."""
@@ -1019,9 +1008,8 @@ def check_cdi(ctx: Context, spec_dirs: Sequence[str] = CDI_DIRS) -> list[Check]:
     with the loaded driver: a driver version in its host paths other than the loaded one,
     or host paths that no longer exist, make it stale (FAIL naming the refresh unit).
     No spec at all is SKIP (only CDI requests need one)."""
-    import jsonschema
-
-    from ..cdi.spec import _decode, load_spec
+    from ..cdi.spec import decode_spec, load_spec
+    from ..schemas import violations
 
     checks: list[Check] = []
     specs: list[dict[str, Any]] = []
@@ -1043,7 +1031,7 @@ def check_cdi(ctx: Context, spec_dirs: Sequence[str] = CDI_DIRS) -> list[Check]:
                 checks.append(Check("runtime", f"CDI spec {path}", "FAIL", exc.strerror or "", ""))
                 continue
             try:
-                doc = _decode(data, path)
+                doc = decode_spec(data, path=path)
             except OcihookError as exc:
                 checks.append(Check("runtime", f"CDI spec {path}", "FAIL", str(exc), REFRESH_FIX))
                 continue
@@ -1057,21 +1045,22 @@ def check_cdi(ctx: Context, spec_dirs: Sequence[str] = CDI_DIRS) -> list[Check]:
             }
             specs.append(info)
             name_ = f"CDI spec {path}"
-            try:
-                jsonschema.validate(doc, _cdi_schema())
-                spec = load_spec(data, path=path)
-            except jsonschema.ValidationError as exc:
-                where = "/".join(str(p) for p in exc.absolute_path) or "(top)"
+            wrong = violations(doc, "cdi")
+            if wrong:
+                shown = "; ".join(str(v) for v in wrong[:3])
+                more = f" (and {len(wrong) - 3} more)" if len(wrong) > 3 else ""
                 checks.append(
                     Check(
                         "runtime",
                         name_,
                         "FAIL",
-                        f"invalid against the CDI schema at {where}: {exc.message}",
+                        f"invalid against the CDI schema: {shown}{more}",
                         REFRESH_FIX,
                     )
                 )
                 continue
+            try:
+                spec = load_spec(data, path=path)
             except OcihookError as exc:
                 checks.append(Check("runtime", name_, "FAIL", str(exc), REFRESH_FIX))
                 continue
@@ -1271,8 +1260,8 @@ def check_request(
     config: Mapping[str, Any] = {}
     try:
         if bundle is not None:
-            from ..appliers.spec import layout_for_rootfs
             from ..oci.bundle import load_bundle
+            from ..pipeline import layout_for_rootfs
             from ..request import env_from_spec
 
             b = load_bundle(bundle)

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import need_root_and
+from support import need_root_and
 
 from ocihook.commands import doctor
 from ocihook.core.hostroot import HostRoot

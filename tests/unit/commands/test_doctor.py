@@ -171,9 +171,11 @@ def test_library_of_the_wrong_class_fails(tmp_path: Path) -> None:
     lib.write_bytes(make_shared_object("libcuda.so.1", elf_class=32, machine="i386"))
     c = _check(_run(root), "host", "driver libraries")
     assert c.status == "FAIL"
-    assert f"{lib} is a 32-bit EM_386 ELF file, listed in ld.so.cache as 64-bit EM_X86_64" in (
-        c.evidence
-    )
+    assert (
+        f"{lib} (ld.so.cache libcuda.so.1): ELF class 32, expected 64, machine EM_386, "
+        "expected EM_X86_64, ld.so.cache flags 0x0303 name another ABI than the file's "
+        "32-bit EM_386 (0x0003)"
+    ) in c.evidence, c.evidence
     assert c.fix.startswith("reinstall the driver's user-space packages")
 
 
@@ -288,7 +290,9 @@ def test_invalid_cdi_spec_fails_schema(tmp_path: Path) -> None:
     spec.write_text(json.dumps(doc))
     c = _check(_run(root, etc), "runtime", "CDI spec")
     assert c.status == "FAIL"
-    assert c.evidence.startswith("invalid against the CDI schema at devices/0/containerEdits")
+    assert c.evidence.startswith(
+        "invalid against the CDI schema: $.devices[0].containerEdits.deviceNodes: 'nope' is "
+    ), c.evidence
 
 
 def test_image_needing_newer_cuda_fails(tmp_path: Path) -> None:
@@ -472,7 +476,7 @@ def test_cli_refuses_bundle_and_image_env(tmp_path: Path) -> None:
 
 
 def test_doctor_stays_off_the_start_path() -> None:
-    from conftest import modules_after
+    from support import modules_after
 
     loaded = modules_after("import sys; from ocihook._main import main")
     assert "ocihook.commands.doctor" not in loaded and "elftools" not in loaded
