@@ -31,6 +31,8 @@ code  class                        meaning
                                    (``runtimes``), or was started by itself
 13    :class:`EngineConfigError`   ``ocihook runtime configure``: a container engine's
                                    configuration file is malformed or cannot be written
+14    :class:`DoctorFailed`        ``ocihook doctor``: a check FAILed (WARN and SKIP
+                                   alone exit 0)
 ====  ===========================  =====================================================
 """
 
@@ -46,6 +48,7 @@ __all__ = [
     "CdiError",
     "ConfigError",
     "DiscoveryError",
+    "DoctorFailed",
     "EngineConfigError",
     "LdCacheError",
     "OcihookError",
@@ -217,6 +220,13 @@ class EngineConfigError(OcihookError):
     reference = "bad-engine-config"
 
 
+class DoctorFailed(OcihookError):
+    """``ocihook doctor``: at least one check FAILed; the message counts them and names
+    the first. The report itself has been printed (and the record written) already."""
+
+    reference = "doctor-failed"
+
+
 #: Exit code per error class; the most specific class listed wins.
 EXIT_CODES: dict[type[OcihookError], int] = {
     SpecError: 3,
@@ -229,6 +239,7 @@ EXIT_CODES: dict[type[OcihookError], int] = {
     ConfigError: 10,
     RuntimeNotFound: 12,
     EngineConfigError: 13,
+    DoctorFailed: 14,
 }
 
 

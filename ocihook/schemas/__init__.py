@@ -2,13 +2,16 @@
 
 The files beside this module are package data, installed with ocihook (wheel or editable):
 
-=====================  ================================================================
-``cdi.schema.json``    a CDI spec file, versions 0.3.0 to 1.1.0 (``ocihook cdi validate``)
-``config.schema.json`` the configuration file ``/etc/ocihook/config.toml``
-                       (``ocihook config check``)
-``plan.schema.json``   ``ocihook plan``'s JSON output
-``config.toml.example`` the commented default configuration (``ocihook config default``)
-=====================  ================================================================
+=============================  ========================================================
+``cdi.schema.json``            a CDI spec file, versions 0.3.0 to 1.1.0 (``ocihook cdi
+                               validate``)
+``config.schema.json``         the configuration file ``/etc/ocihook/config.toml``
+                               (``ocihook config check``)
+``plan.schema.json``           ``ocihook plan``'s JSON output
+``doctor-record.schema.json``  ``ocihook doctor --record``'s deployment record
+``config.toml.example``        the commented default configuration (``ocihook config
+                               default``)
+=============================  ========================================================
 
 They are copies of the repository's ``specs/*.json`` and ``packaging/config.toml.example``
 (the tests keep them identical). :func:`violations` validates with :mod:`jsonschema`,
@@ -35,7 +38,7 @@ if TYPE_CHECKING:
 __all__ = ["SCHEMA_NAMES", "Violation", "json_path", "load_schema", "schema_path", "violations"]
 
 #: The schemas shipped, by the name :func:`load_schema` takes.
-SCHEMA_NAMES = ("cdi", "config", "plan")
+SCHEMA_NAMES = ("cdi", "config", "plan", "doctor-record")
 
 #: At most this many characters of one violation's message (jsonschema quotes the value).
 MAX_MESSAGE = 240
