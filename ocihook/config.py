@@ -58,7 +58,14 @@ annotation-prefixes                                     [string], ``["cdi.k8s.io
 accept-nvidia-visible-devices-envvar-when-unprivileged  bool, ``true``: honour
                                                         ``NVIDIA_VISIBLE_DEVICES`` from containers
                                                         without ``CAP_SYS_ADMIN`` in their bounding
-                                                        set; ``false`` ignores it there
+                                                        set; ``false`` ignores it there, and
+                                                        every other request variable of every
+                                                        vendor (``AMD_VISIBLE_DEVICES``, ...)
+accept-cdi-annotations-when-unprivileged                bool, ``true``: honour CDI request
+                                                        annotations (``annotation-prefixes``) of
+                                                        containers without ``CAP_SYS_ADMIN``;
+                                                        ``false`` ignores them there (ocihook's
+                                                        own; the toolkit never checks)
 accept-nvidia-visible-devices-as-volume-mounts          bool, ``false``: read device requests from
                                                         mounts at
                                                         ``/var/run/nvidia-container-devices/<dev>``
@@ -410,6 +417,10 @@ KEYS: dict[str, tuple[str, Callable[[str, object], None]]] = {
         "accept_nvidia_visible_devices_envvar_when_unprivileged",
         _check_bool,
     ),
+    "accept-cdi-annotations-when-unprivileged": (
+        "accept_cdi_annotations_when_unprivileged",
+        _check_bool,
+    ),
     "accept-nvidia-visible-devices-as-volume-mounts": (
         "accept_nvidia_visible_devices_as_volume_mounts",
         _check_bool,
@@ -556,6 +567,7 @@ class Config(Record):
     default_kind: str = "nvidia.com/gpu"
     annotation_prefixes: tuple[str, ...] = ("cdi.k8s.io/",)
     accept_nvidia_visible_devices_envvar_when_unprivileged: bool = True
+    accept_cdi_annotations_when_unprivileged: bool = True
     accept_nvidia_visible_devices_as_volume_mounts: bool = False
     swarm_resource: str = ""
     supported_driver_capabilities: str = ",".join(CAPABILITIES)

@@ -41,7 +41,15 @@ from ..plan import (
     make_plan,
     merge_plans,
 )
-from ..request import DrmRequest, Request, RequestPolicy, drm_requests_from_spec, request_from_spec
+from ..request import (
+    DrmRequest,
+    Request,
+    RequestPolicy,
+    drm_requests_from_spec,
+    ignored_by_policy,
+    policy_note,
+    request_from_spec,
+)
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
 if TYPE_CHECKING:
@@ -272,6 +280,7 @@ def options_from_config(cfg: Config) -> Options:
             accept_env_unprivileged=cfg.accept_nvidia_visible_devices_envvar_when_unprivileged,
             accept_volume_mounts=cfg.accept_nvidia_visible_devices_as_volume_mounts,
             swarm_resource=cfg.swarm_envvars,
+            accept_annotations_unprivileged=cfg.accept_cdi_annotations_when_unprivileged,
         ),
         supported=cfg.driver_capabilities,
         check_requirements=not cfg.disable_require,
@@ -289,7 +298,9 @@ def cdi_device_names(config: dict[str, Any], request: Request, options: Options)
     once), or ``()`` when it is for the legacy path.
 
     Sources: ``annotations`` keys starting with one of ``options.annotation_prefixes``
-    (comma lists of qualified names, CDI ``SPEC.md`` "Annotations"), and the device list
+    (comma lists of qualified names, CDI ``SPEC.md`` "Annotations"; skipped for an
+    unprivileged container when ``accept-cdi-annotations-when-unprivileged = false``), and
+    the device list
     of ``NVIDIA_VISIBLE_DEVICES`` when it names a CDI device (``nvidia.com/gpu=0``) or
     ``options.mode`` is ``"cdi"``: then every entry that is not qualified gets
     ``options.default_kind`` (``0`` -> ``nvidia.com/gpu=0``, ``all`` ->
@@ -301,6 +312,7 @@ def cdi_device_names(config: dict[str, Any], request: Request, options: Options)
     """
     from ..cdi.names import is_qualified_name, parse_annotations, parse_qualified_name
     from ..core.errors import CdiError
+    from ..request import annotations_trusted
 
     if options.mode == "legacy":
         return ()
@@ -308,7 +320,7 @@ def cdi_device_names(config: dict[str, Any], request: Request, options: Options)
     from_annotations: tuple[str, ...] = ()
     if annotations is not None and not isinstance(annotations, dict):
         raise SpecError("annotations must be an object", field="annotations")
-    if annotations:
+    if annotations and annotations_trusted(config, options.policy):
         _keys, from_annotations = parse_annotations(annotations, options.annotation_prefixes)
     devices: tuple[str, ...] = ()
     if request.kind == "all":
@@ -338,13 +350,22 @@ def cdi_device_names(config: dict[str, Any], request: Request, options: Options)
 def _drm_cdi_names(config: dict[str, Any], options: Options) -> list[str]:
     """The CDI names in ``AMD_VISIBLE_DEVICES``/``INTEL_VISIBLE_DEVICES``: when one entry is
     a qualified name (or ``options.mode`` is ``"cdi"``), every entry is, the others given
-    the vendor's kind (``amd.com/gpu``, ``intel.com/gpu``)."""
+    the vendor's kind (``amd.com/gpu``, ``intel.com/gpu``). None when the policy ignores
+    the container's environment (:func:`ocihook.request.env_trusted`)."""
     from ..cdi.names import parse_qualified_name
     from ..core.errors import CdiError
-    from ..request import DRM_CDI_KINDS, DRM_VARIABLES, env_from_spec, is_drm_cdi_name
+    from ..request import (
+        DRM_CDI_KINDS,
+        DRM_VARIABLES,
+        env_from_spec,
+        env_trusted,
+        is_drm_cdi_name,
+    )
 
     env = env_from_spec(config)
     names: list[str] = []
+    if not env_trusted(config, options.policy):
+        return names
     for vendor, variable in DRM_VARIABLES.items():
         items = [i.strip() for i in env.get(variable, "").split(",") if i.strip()]
         if not items or any(i in ("void", "none") for i in items):
@@ -474,9 +495,15 @@ def _drm_requests_beside_cdi(
     Raises:
         RequestError: a malformed entry in such a variable (``path`` set).
     """
-    from ..request import DRM_VARIABLES, drm_request_from_env, env_from_spec, is_drm_cdi_name
+    from ..request import (
+        DRM_VARIABLES,
+        drm_request_from_env,
+        env_from_spec,
+        env_trusted,
+        is_drm_cdi_name,
+    )
 
-    if options.mode == "cdi":
+    if options.mode == "cdi" or not env_trusted(config, options.policy):
         return ()
     env = env_from_spec(config, path=path)
     found = []
@@ -667,6 +694,9 @@ class EditResult(Record):
         written: whether the file was replaced.
         cdi_devices: the CDI devices injected from the CDI registry (then ``plan`` is
             ``None``), in request order; ``()`` for the legacy path.
+        ignored: the requests the unprivileged policy ignored
+            (:func:`ocihook.request.ignored_by_policy`; message:
+            :func:`ocihook.request.policy_note`).
     """
 
     bundle: Bundle
@@ -676,6 +706,7 @@ class EditResult(Record):
     after: bytes
     written: bool
     cdi_devices: tuple[str, ...] = ()
+    ignored: tuple[str, ...] = ()
 
 
 def edit_bundle(
@@ -714,6 +745,11 @@ def edit_bundle(
     options = options or Options()
     bundle = load_bundle(bundle_dir)
     request = request_from_spec(bundle.config, path=bundle.config_path, policy=options.policy)
+    ignored = ignored_by_policy(bundle.config, options.policy, options.annotation_prefixes)
+    if ignored:
+        from ..core import log
+
+        log.info("request ignored", reason=policy_note(ignored))
     try:
         cdi_names = cdi_device_names(bundle.config, request, options)
     except OcihookError as e:
@@ -724,19 +760,22 @@ def edit_bundle(
         if beside:
             void = Request("void", source=request.source)
             drm_plan = plan_for_bundle(bundle, void, root, options, "spec", beside)
-        return _edit_bundle_cdi(bundle, request, cdi_names, options, dry_run, drm_plan, command)
-    drm_requests = drm_requests_from_spec(bundle.config, path=bundle.config_path)
+        result = _edit_bundle_cdi(bundle, request, cdi_names, options, dry_run, drm_plan, command)
+        return result.replace(ignored=ignored)
+    drm_requests = drm_requests_from_spec(
+        bundle.config, path=bundle.config_path, policy=options.policy
+    )
     if request.is_void and not drm_requests:
-        return EditResult(bundle, request, None, bundle.raw, bundle.raw, False)
+        return EditResult(bundle, request, None, bundle.raw, bundle.raw, False, (), ignored)
     plan = plan_for_bundle(bundle, request, root, options, "spec", drm_requests)
     doc = apply_plan(bundle.config, plan, command=command, path=bundle.config_path)
     if dry_run:
         after = dump_json(doc)
-        return EditResult(bundle, request, plan, bundle.raw, after, False)
+        return EditResult(bundle, request, plan, bundle.raw, after, False, (), ignored)
     try:
         after = write_json_atomic(bundle.config_path, doc)
     except OSError as e:
         raise ApplyError(
             f"cannot replace config.json: {e.strerror}", path=bundle.config_path
         ) from None
-    return EditResult(bundle, request, plan, bundle.raw, after, True)
+    return EditResult(bundle, request, plan, bundle.raw, after, True, (), ignored)

@@ -353,7 +353,8 @@ def _add_legacy_hook(bundle_dir: str, cfg: Config) -> bool:
     b = load_bundle(bundle_dir)
     options = options_from_config(cfg)
     request = request_from_spec(b.config, path=b.config_path, policy=options.policy)
-    if request.is_void and not drm_requests_from_spec(b.config, path=b.config_path):
+    drm = drm_requests_from_spec(b.config, path=b.config_path, policy=options.policy)
+    if request.is_void and not drm:
         return False
     hooks = b.config.get("hooks")
     if hooks is not None and not isinstance(hooks, dict):
