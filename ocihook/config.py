@@ -728,7 +728,8 @@ def _parse(data: bytes, shown: str) -> dict[str, Any]:
     """Parse TOML bytes with :mod:`tomllib`.
 
     Raises:
-        ConfigError: not UTF-8, not TOML (with the line), or nested too deeply.
+        ConfigError: not UTF-8, not TOML (with the line), nested too deeply, or holding a
+            decimal integer too long to convert.
     """
     import tomllib
 
@@ -752,6 +753,18 @@ def _parse(data: bytes, shown: str) -> dict[str, Any]:
         ) from None
     except RecursionError:
         raise ConfigError("invalid TOML: nested too deeply", path=shown) from None
+    except ValueError as e:
+        # tomllib lets int()'s ValueError through for a decimal integer of more than
+        # sys.get_int_max_str_digits() (4300) digits
+        import sys
+
+        raise ConfigError(
+            f"invalid TOML: an integer of more than {sys.get_int_max_str_digits()} digits"
+            if "digits" in str(e)
+            else f"invalid TOML: {' '.join(str(e).split())[:120]}",
+            path=shown,
+            hint="no key takes a number that long",
+        ) from None
 
 
 def load_config(path: str | None = None, *, environ: Mapping[str, str] | None = None) -> Config:

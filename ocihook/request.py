@@ -258,7 +258,7 @@ def classify_device(item: str) -> str | None:
         rest = item[4:]
         if _is_gpu_uuid(rest.split("/", 1)[0]) and rest.count("/") == 2:
             gi, ci = rest.split("/")[1:]
-            if gi.isascii() and gi.isdigit() and ci.isascii() and ci.isdigit():
+            if all(x.isascii() and x.isdigit() and len(x) <= 6 for x in (gi, ci)):
                 return "mig-uuid"
         if _is_gpu_uuid("GPU-" + rest):
             return "mig-uuid"

@@ -383,10 +383,12 @@ def _cmd_edit(ns: Any) -> int:
     )
     if ns.diff:
         import difflib
-        import json
+
+        from ..oci.bundle import dump_json
 
         # compare documents, not formatting: the old one re-indented as the new one is
-        before = json.dumps(result.bundle.config, indent="\t", ensure_ascii=False) + "\n"
+        # (dump_json: a lone surrogate from a \ud800 escape stays an escape)
+        before = dump_json(result.bundle.config).decode()
         sys.stdout.writelines(
             difflib.unified_diff(
                 before.splitlines(keepends=True),

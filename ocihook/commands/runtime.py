@@ -489,7 +489,9 @@ def _report(err: OcihookError, inv: Invocation) -> None:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            os.write(fd, (line + "\n").encode())
+            # backslashreplace: a bundle path from the command line may hold bytes that
+            # are not UTF-8 (surrogateescape characters)
+            os.write(fd, (line + "\n").encode("utf-8", "backslashreplace"))
         finally:
             os.close(fd)
     except OSError:

@@ -198,8 +198,9 @@ class WslDevices(Record):
 
 
 def _decimal(text: str) -> int | None:
-    """A canonical non-negative ASCII decimal (no sign, no leading zero), else ``None``."""
-    if not text or not text.isascii() or not text.isdigit():
+    """A canonical non-negative ASCII decimal (no sign, no leading zero; at most 18
+    digits: more is no device number, and :func:`int` refuses over 4300), else ``None``."""
+    if not text or not text.isascii() or not text.isdigit() or len(text) > 18:
         return None
     if len(text) > 1 and text[0] == "0":
         return None
@@ -239,8 +240,9 @@ def parse_misc(text: str) -> dict[str, int]:
     minors: dict[str, int] = {}
     for line in text.splitlines():
         fields = line.split()
-        if len(fields) == 2 and fields[0].isascii() and fields[0].isdigit():
-            minors.setdefault(fields[1], int(fields[0]))
+        number = fields[0] if len(fields) == 2 else ""
+        if number.isascii() and number.isdigit() and len(number) <= 18:
+            minors.setdefault(fields[1], int(number))
     return minors
 
 

@@ -67,8 +67,9 @@ def _is_hex(text: str, lengths: tuple[int, ...]) -> bool:
 
 
 def _decimal(text: str) -> int | None:
-    """``text`` as a non-negative decimal integer (ASCII digits only), else ``None``."""
-    return int(text) if text.isascii() and text.isdigit() else None
+    """``text`` as a non-negative decimal integer (ASCII digits only, at most 18: more is
+    no device number, and :func:`int` refuses over 4300), else ``None``."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 18 else None
 
 
 def _numbered(prefix: str, text: str) -> int | None:

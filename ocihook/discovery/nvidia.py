@@ -184,7 +184,7 @@ def parse_char_majors(text: str) -> dict[str, tuple[int, ...]]:
         if not in_char or not s:
             continue
         num, _, name = s.partition(" ")
-        if num.isascii() and num.isdigit() and name.strip():
+        if num.isascii() and num.isdigit() and len(num) <= 18 and name.strip():
             found = majors.setdefault(name.strip(), [])
             if int(num) not in found:
                 found.append(int(num))

@@ -30,6 +30,7 @@ __all__ = [
     "dump_json",
     "load_bundle",
     "parse_state",
+    "path_problem",
     "write_bytes_atomic",
     "write_json_atomic",
 ]
@@ -98,13 +99,37 @@ def _loads(data: bytes, *, path: str, err: type[SpecError] | type[StateError]) -
         raise err(f"malformed JSON{where}: {msg}", path=path) from None
 
 
+def path_problem(path: str, *, from_json: bool = True) -> str | None:
+    """Why ``path`` cannot name a file: ``"holds a NUL byte"`` (every system call refuses
+    it; Python raises ``ValueError``) or ``"is not valid Unicode (a lone surrogate)"``,
+    else ``None``. A string from JSON (``from_json``) must be valid UTF-8 text: a
+    ``\\ud800`` escape spells no bytes (Python raises ``UnicodeEncodeError``) and the Go
+    runtimes read any lone surrogate as U+FFFD, another name. A string from the command
+    line or a directory listing (``from_json=False``) may hold the ``surrogateescape``
+    characters that stand for bytes that are not UTF-8 (:func:`os.fsencode`)."""
+    if "\0" in path:
+        return "holds a NUL byte"
+    try:
+        if from_json:
+            path.encode("utf-8")
+        else:
+            os.fsencode(path)
+    except UnicodeEncodeError:
+        return "is not valid Unicode (a lone surrogate)"
+    return None
+
+
 def load_bundle(bundle: str, *, hint: str = "pass the bundle directory with --bundle") -> Bundle:
     """Read and check ``<bundle>/config.json``; ``hint`` is given when it does not exist.
 
     Raises:
-        SpecError: the file is missing, unreadable, too large, not JSON, not an object, or
-            ``root.path`` / ``process.env`` has the wrong type.
+        SpecError: the bundle path cannot name a file (:func:`path_problem`), the file is
+            missing, unreadable, too large, not JSON, not an object, or ``root.path`` /
+            ``process.env`` has the wrong type or ``root.path`` cannot name a file.
     """
+    problem = path_problem(bundle, from_json=False)
+    if problem is not None:
+        raise SpecError(f"the bundle path {problem}", path=ascii(bundle), hint=hint)
     bundle = os.path.abspath(bundle)
     config_path = os.path.join(bundle, "config.json")
     try:
@@ -122,6 +147,11 @@ def load_bundle(bundle: str, *, hint: str = "pass the bundle directory with --bu
     root = doc.get("root")
     if not isinstance(root, dict) or not isinstance(root.get("path"), str) or not root["path"]:
         raise SpecError("root.path must be a non-empty string", path=config_path, field="root.path")
+    problem = path_problem(root["path"])
+    if problem is not None:
+        raise SpecError(
+            f"root.path {problem}", path=config_path, field="root.path", value=root["path"]
+        )
     rootfs = os.path.normpath(os.path.join(bundle, root["path"]))
     process = doc.get("process")
     if process is not None:
@@ -146,7 +176,8 @@ def parse_state(data: bytes, *, source: str = "<stdin>") -> State:
 
     Raises:
         StateError: empty input, malformed JSON, or a missing/mistyped ``id``, ``pid``,
-            ``bundle`` (must be absolute) or ``annotations``.
+            ``bundle`` (must be absolute and name a file: :func:`path_problem`) or
+            ``annotations``.
     """
     if not data.strip():
         raise StateError(
@@ -170,6 +201,9 @@ def parse_state(data: bytes, *, source: str = "<stdin>") -> State:
         raise StateError(
             "bundle must be an absolute path", path=source, field="bundle", value=bundle
         )
+    problem = path_problem(bundle)
+    if problem is not None:
+        raise StateError(f"bundle {problem}", path=source, field="bundle", value=bundle)
     annotations = doc.get("annotations") or {}
     if not isinstance(annotations, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in annotations.items()
