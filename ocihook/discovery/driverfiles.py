@@ -340,11 +340,32 @@ def _rel(root: HostRoot, host_path: str) -> str:
     return host_path
 
 
-def _is_regular(path: str) -> bool:
+def _is_regular(path: str, what: str = "driver library") -> bool:
+    """Whether ``path`` is a regular file (``False`` when it does not exist).
+
+    Raises:
+        DiscoveryError: it exists but ``stat`` failed (:func:`unreadable`).
+    """
     try:
         return stat.S_ISREG(os.stat(path).st_mode)
-    except OSError:
+    except (FileNotFoundError, NotADirectoryError):
         return False
+    except OSError as e:
+        raise unreadable(path, e, what) from None
+
+
+def _listdir(host_dir: str, what: str) -> list[str] | None:
+    """The names in ``host_dir``, or ``None`` when it does not exist.
+
+    Raises:
+        DiscoveryError: it exists but cannot be listed (:func:`unreadable`).
+    """
+    try:
+        return os.listdir(host_dir)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as e:
+        raise unreadable(host_dir, e, what) from None
 
 
 def _plain_name(name: str) -> bool:
@@ -549,13 +570,20 @@ class _DirIndex:
         self._dirs: dict[str, tuple[str, frozenset[str]] | None] = {}
 
     def get(self, directory: str) -> tuple[str, frozenset[str]] | None:
-        """(host path, names) of ``directory`` (driver-root terms), or ``None``."""
+        """(host path, names) of ``directory`` (driver-root terms), or ``None`` when it
+        does not exist.
+
+        Raises:
+            DiscoveryError: it exists but cannot be listed.
+        """
         if directory not in self._dirs:
             try:
                 host_dir = resolve_in_root(self.root.driver_root, directory)
-                self._dirs[directory] = (host_dir, frozenset(os.listdir(host_dir)))
-            except (OcihookError, OSError):
+            except OcihookError:
                 self._dirs[directory] = None
+                return None
+            names = _listdir(host_dir, "library directory")
+            self._dirs[directory] = None if names is None else (host_dir, frozenset(names))
         return self._dirs[directory]
 
 
@@ -602,7 +630,7 @@ def find_binaries(
                     host_path = resolve_in_root(root.driver_root, path)
                 except OcihookError:
                     continue
-                if not _is_regular(host_path):
+                if not _is_regular(host_path, "driver binary"):
                     continue
                 header = _elf_header(host_path, "driver binary")
                 if header is None or header[1] != native:
@@ -615,21 +643,28 @@ def find_binaries(
 
 def find_firmware(root: HostRoot, version: str) -> tuple[DriverFile, ...]:
     """The GSP firmware files ``<firmware dir>/nvidia/<version>/gsp*.bin`` (every GPU
-    container gets them on drivers that use GSP; none on WSL)."""
+    container gets them on drivers that use GSP; none on WSL).
+
+    Raises:
+        DiscoveryError: a firmware directory or file exists but cannot be read.
+    """
     out: list[DriverFile] = []
     seen: set[str] = set()
     for directory in FIRMWARE_DIRS:
         rel_dir = f"{directory}/nvidia/{version}"
         try:
             host_dir = resolve_in_root(root.driver_root, rel_dir)
-            names = sorted(os.listdir(host_dir))
-        except (OcihookError, OSError):
+        except OcihookError:
             continue
+        listed = _listdir(host_dir, "firmware directory")
+        if listed is None:
+            continue
+        names = sorted(listed)
         for name in names:
             if not (name.startswith("gsp") and name.endswith(".bin")):
                 continue
             host_path = resolve_in_root(root.driver_root, f"{rel_dir}/{name}")
-            if host_path in seen or not _is_regular(host_path):
+            if host_path in seen or not _is_regular(host_path, "firmware file"):
                 continue
             seen.add(host_path)
             out.append(DriverFile("firmware", "all", f"{rel_dir}/{name}", host_path))
@@ -675,7 +710,7 @@ def find_config_files(
             host_path = resolve_in_root(root.driver_root, path)
         except OcihookError:
             return
-        if host_path not in seen and _is_regular(host_path):
+        if host_path not in seen and _is_regular(host_path, "driver configuration file"):
             seen.add(host_path)
             out.append(DriverFile(kind, capability, path, host_path))
 

@@ -22,6 +22,7 @@ from ocihook.linux import elfscan
 from ocihook.sim import host as simhost
 
 LIBCUDA = "usr/lib/x86_64-linux-gnu/nvidia/current/libcuda.so.550.127.05"
+FIRMWARE = "usr/lib/firmware/nvidia/550.127.05"
 WRAPPER = os.path.join(os.path.dirname(sys.executable), "ocihook-runtime")
 
 
@@ -38,6 +39,9 @@ def world() -> Iterator[Path]:
     try:
         base.chmod(0o755)
         simhost.build(str(base / "host"))
+        firmware = base / "host" / FIRMWARE
+        firmware.mkdir(parents=True)
+        (firmware / "gsp_ga10x.bin").write_bytes(b"firmware")
         yield base
     finally:
         shutil.rmtree(base)
@@ -181,3 +185,26 @@ def test_elfscan_strict_raises_read_errors(tmp_path: Path) -> None:
             elfscan.abi_tag(fd, strict=True)
     finally:
         os.close(fd)
+
+
+@pytest.mark.parametrize(
+    ("target", "syscall", "what"),
+    [
+        (FIRMWARE, "openat", "cannot read firmware directory"),
+        (FIRMWARE + "/gsp_ga10x.bin", "newfstatat", "cannot resolve"),
+        ("usr/lib/x86_64-linux-gnu/nvidia/current", "openat", "cannot read library directory"),
+    ],
+)
+def test_unreadable_firmware_and_directories(
+    target: str, syscall: str, what: str, world: Path
+) -> None:
+    """A firmware or fallback library directory that exists but cannot be listed, or a
+    firmware file that cannot be examined, is an error too (the GSP firmware or a library
+    the cache lacks would be missing)."""
+    _need_strace()
+    path = world / "host" / target
+    bundle = _bundle(world, "b-dir-" + target.replace("/", "-"))
+    r = _edit(bundle, world, *_strace(path, syscall, "EIO"), dry_run=True)
+    assert r.returncode == 6, r.stderr
+    assert r.stderr.startswith("ocihook: error[host-discovery]: " + what), r.stderr
+    assert f": Input/output error (file {path})" in r.stderr, r.stderr
