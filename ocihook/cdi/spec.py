@@ -277,21 +277,6 @@ def _expect(value: object, want: type | tuple[type, ...], name: str, where: str)
         )
 
 
-def _check_text(value: str, where: str) -> str:
-    """Refuse a string no container could use: one holding a NUL byte (no path, variable
-    or argument can; Python's os functions raise ``ValueError``) or a lone surrogate (a
-    ``\\ud800`` escape: no bytes spell it; the Go library reads it as U+FFFD)."""
-    if "\0" in value:
-        raise CdiError("a string holding a NUL byte", field=where, value=value)
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise CdiError(
-            "a string that is not valid Unicode (a lone surrogate)", field=where, value=value
-        ) from None
-    return value
-
-
 def _tuple(want: type | tuple[type, ...]) -> tuple[type, ...]:
     return want if isinstance(want, tuple) else (want,)
 
@@ -307,8 +292,7 @@ def _load_int(value: object, lo: int, hi: int, where: str) -> int:
 def _load_value(kind: Any, value: object, where: str) -> object:
     if kind == "str":
         _expect(value, str, "a string", where)
-        assert isinstance(value, str)
-        return _check_text(value, where)
+        return value
     if kind == "bool":
         _expect(value, bool, "a boolean", where)
         return value
@@ -317,7 +301,6 @@ def _load_value(kind: Any, value: object, where: str) -> object:
         assert isinstance(value, list)
         for i, item in enumerate(value):
             _expect(item, str, "a string", f"{where}[{i}]")
-            _check_text(item, f"{where}[{i}]")
         return tuple(value)
     if kind == "annotations":
         _expect(value, dict, "an object of strings", where)
@@ -325,9 +308,7 @@ def _load_value(kind: Any, value: object, where: str) -> object:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise CdiError("annotation key is not a string", field=where, value=key)
-            _check_text(key, where)
             _expect(item, str, "a string", f"{where}[{json.dumps(key)}]")
-            _check_text(item, f"{where}[{json.dumps(key)}]")
         return tuple(value.items())
     if isinstance(kind, tuple) and kind[0] == "int":
         return _load_int(value, kind[1], kind[2], where)

@@ -75,32 +75,23 @@ def test_cdi_version_thousands_of_digits(version: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("edits", "field"),
-    [
-        ({"deviceNodes": [{"path": "/dev/nu\0ll"}]}, "deviceNodes[0].path"),
-        ({"mounts": [{"hostPath": "/x\ud800", "containerPath": "/y"}]}, "mounts[0].hostPath"),
-        ({"env": ["A=\0"]}, "env[0]"),
-    ],
+    ("path", "shown"), [("/dev/nu\0ll", "/dev/nu\\x00ll"), ("/dev/\ud800", "/dev/\\ud800")]
 )
-def test_cdi_strings_that_name_nothing(edits: Any, field: str, tmp_path: Path) -> None:
+def test_cdi_device_path_that_names_nothing(path: str, shown: str, tmp_path: Path) -> None:
+    """A CDI device node whose path holds a NUL byte or a lone surrogate: the host lookup
+    fails as Go's os.Lstat does (EINVAL), exit 11 naming it (a ValueError traceback
+    before)."""
     spec_dir = tmp_path / "cdi"
     spec_dir.mkdir()
-    bad = spec_dir / "bad.json"
-    spec = {
-        "cdiVersion": "0.5.0",
-        "kind": "example.com/gpu",
-        "devices": [{"name": "bad", "containerEdits": edits}],
-    }
-    bad.write_text(json.dumps(spec))
-    r = _run("cdi", "validate", str(bad))
-    assert r.returncode == 11
-    assert f"field devices[0].containerEdits.{field}" in r.stdout + r.stderr
+    _spec(spec_dir, "bad", deviceNodes=[{"path": path}])
     bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=example.com/gpu=bad"])
     cfg = tmp_path / "config.toml"
     cfg.write_text(f'cdi-spec-dirs = ["{spec_dir}"]\n')
+    before = (bundle / "config.json").read_bytes()
     r = _run("edit", "--config", str(cfg), "-b", str(bundle))
     assert r.returncode == 11
-    assert "CDI spec files that failed to load" in r.stderr
+    assert f'failed to stat CDI host device "{shown}": invalid argument' in r.stderr
+    assert (bundle / "config.json").read_bytes() == before
 
 
 def test_config_integer_too_long(tmp_path: Path) -> None:
