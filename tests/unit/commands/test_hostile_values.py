@@ -227,3 +227,22 @@ def test_runtime_log_of_non_utf8_bundle(tmp_path: Path) -> None:
         f"(file {tmp_path}/missing\\udcff/config.json); hint: pass the bundle directory with "
         '--bundle"'
     )
+
+
+@pytest.mark.parametrize(
+    ("engine", "text"),
+    [
+        ("containerd", "version = 2\nsome_limit = 0x" + "f" * 5000 + "\n"),
+        ("crio", "[crio.runtime]\nsome_limit = 0x" + "f" * 5000 + "\n"),
+    ],
+)
+def test_engine_config_with_a_huge_hex_integer(engine: str, text: str, tmp_path: Path) -> None:
+    """An engine file holding an integer of more than 4300 decimal digits (hex in TOML)
+    is edited like any other: the meaning check compares integers, never their text
+    (json.dumps raised ValueError, reported as a usage error, exit 2)."""
+    path = tmp_path / "engine.toml"
+    path.write_text(text)
+    r = _run("runtime", "configure", "--runtime", engine, "--config", str(path))
+    assert r.returncode == 0, r.stderr
+    after = path.read_text()
+    assert after.startswith(text) and "ocihook-runtime" in after
