@@ -450,6 +450,12 @@ def prepare_bundle(bundle_dir: str, cfg: Config) -> str:
     from ..appliers.spec import edit_bundle, options_from_config
 
     result = edit_bundle(bundle_dir, cfg.host_root(), options=options_from_config(cfg))
+    if result.ignored:
+        from ..request import policy_note
+
+        print(
+            f"{PROG}: {result.bundle.config_path}: {policy_note(result.ignored)}", file=sys.stderr
+        )
     return "edited" if result.written else "unchanged"
 
 

@@ -339,3 +339,35 @@ def test_config_key(tmp_path: Path) -> None:
     bad = _config(tmp_path, 'accept-cdi-annotations-when-unprivileged = "no"\n')
     assert _ocihook("config", "show", "--config", bad).returncode == 10
     assert os.path.exists(bad)
+
+
+def test_runtime_wrapper_ignores_drm_variable_of_unprivileged(
+    amd_nodes: simvendors.SimDrmHost, tmp_path: Path
+) -> None:
+    """ocihook-runtime (spec edits before the real runtime) leaves config.json as it was,
+    says why, and runs the real runtime."""
+    bundle = _bundle(tmp_path, _doc(["AMD_VISIBLE_DEVICES=all"], privileged=False))
+    before = (bundle / "config.json").read_bytes()
+    called = tmp_path / "called"
+    fake = tmp_path / "fake-runc"
+    fake.write_text(f'#!/bin/sh\necho "$@" > {called}\n')
+    fake.chmod(0o755)
+    root = amd_nodes.root
+    cfg = _config(
+        tmp_path,
+        STRICT + f'driver-root = "{root}"\ndev-root = "{root}"\nruntimes = ["{fake}"]\n',
+    )
+    wrapper = os.path.join(os.path.dirname(sys.executable), "ocihook-runtime")
+    r = subprocess.run(
+        [wrapper, "create", "--bundle", str(bundle), "cid"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "OCIHOOK_CONFIG": cfg},
+    )
+    assert r.returncode == 0, r.stderr
+    assert (bundle / "config.json").read_bytes() == before
+    assert (
+        f"ocihook-runtime: {bundle}/config.json: AMD_VISIBLE_DEVICES ignored by policy"
+    ) in r.stderr
+    assert called.read_text().split() == ["create", "--bundle", str(bundle), "cid"]
