@@ -23,13 +23,22 @@ raised. Errors after it (``fsync`` of the directory, closing a descriptor) canno
 the replacement: they are returned as warnings, so that a caller never says "cannot
 replace" about a file that was replaced.
 
-Only :mod:`os`, :mod:`stat` and :mod:`fcntl` are used (this is on every container start).
+Only :mod:`os`, :mod:`stat` and :mod:`fcntl` are used (this is on every container start),
+imported with the module: a hook runs :func:`replace_at` inside the container's mount
+namespace, where no more modules can be loaded from the host.
 """
 
 from __future__ import annotations
 
+# Everything is imported with the module, not lazily: a hook calls replace_at inside the
+# container's mount namespace, where the interpreter's lib-dynload may not be visible.
 import errno
+import fcntl
 import os
+import stat
+import sys
+
+from ..core import log
 
 __all__ = [
     "TEMP_MARK",
@@ -84,9 +93,6 @@ def remove_stale(dir_fd: int, name: str) -> list[str]:
     left: regular files named by :func:`temporary_name` whose pid is not alive and whose
     ``flock`` can be taken without waiting. Returns the names removed. Never raises: a
     directory that cannot be listed, or an entry that cannot be opened, is left alone."""
-    import fcntl
-    import stat
-
     removed: list[str] = []
     try:  # a listable descriptor: dir_fd may be O_PATH (ocihook.linux.pathsafe)
         list_fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
@@ -126,10 +132,6 @@ def report(warnings: list[str], path: str) -> None:
     ``ocihook: warning: <path>: ...`` line on stderr each, and in the log."""
     if not warnings:
         return
-    import sys
-
-    from ..core import log
-
     for w in warnings:
         print(f"ocihook: warning: {path}: {w}", file=sys.stderr)
         log.warning("replaced with a warning", path=path, text=w)
@@ -189,8 +191,6 @@ def replace_at(
         OSError: the file could not be replaced; the old one is untouched and no temporary
             is left.
     """
-    import fcntl
-
     remove_stale(dir_fd, name)
     tmp = temporary_name(name)
     fd = _open_anonymous(dir_fd) if tmpfile else None

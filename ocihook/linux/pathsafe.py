@@ -43,6 +43,7 @@ import os
 import stat
 
 from ..core.errors import ApplyError, DiscoveryError
+from . import atomicfile
 from . import syscalls as _linux
 
 __all__ = [
@@ -746,8 +747,6 @@ def write_file_in_root(
     try:
         parent_fd = _makedirs(root_fd, parent, 0o755, created)
         try:
-            from . import atomicfile
-
             try:
                 os.lstat(name, dir_fd=parent_fd)
                 existed = True
