@@ -371,3 +371,17 @@ def test_runtime_wrapper_ignores_drm_variable_of_unprivileged(
         f"ocihook-runtime: {bundle}/config.json: AMD_VISIBLE_DEVICES ignored by policy"
     ) in r.stderr
     assert called.read_text().split() == ["create", "--bundle", str(bundle), "cid"]
+
+
+def test_plan_command_follows_the_policy(tmp_path: Path, sim: Any) -> None:
+    """``ocihook plan`` shows what the container would get: nothing, and why."""
+    bundle = _bundle(tmp_path, _doc(["NVIDIA_VISIBLE_DEVICES=all"], privileged=False))
+    cfg = _config(tmp_path, STRICT)
+    args = ["plan", "--config", cfg, "-b", str(bundle), "--driver-root", sim.root]
+    r = _ocihook(*args, "--dev-root", sim.root)
+    assert r.returncode == 0, r.stderr
+    assert "NVIDIA_VISIBLE_DEVICES ignored by policy" in r.stderr
+    assert json.loads(r.stdout)["gpus"] == []
+    r = _ocihook(*args[:1], *args[3:], "--dev-root", sim.root)  # no --config: the default
+    assert r.returncode == 0, r.stderr
+    assert len(json.loads(r.stdout)["gpus"]) == len(sim.gpus)
