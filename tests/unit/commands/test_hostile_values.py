@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ocihook.discovery import devices, gpus, nvidia
 from ocihook.request import classify_device
@@ -246,3 +248,21 @@ def test_engine_config_with_a_huge_hex_integer(engine: str, text: str, tmp_path:
     assert r.returncode == 0, r.stderr
     after = path.read_text()
     assert after.startswith(text) and "ocihook-runtime" in after
+
+
+@given(
+    parts=st.lists(
+        st.text(alphabet="0123456789", min_size=1, max_size=6000), min_size=3, max_size=3
+    ),
+    prefix=st.sampled_from(["", "v"]),
+)
+@settings(max_examples=50, deadline=None)
+def test_cdi_version_parse_never_raises(parts: list[str], prefix: str) -> None:
+    """Any MAJOR.MINOR.PATCH of decimal digits parses (long numbers count as huge) and
+    compares as the numbers do."""
+    from ocihook.cdi.spec import _version_tuple
+
+    got = _version_tuple(prefix + ".".join(parts))
+    assert got is not None
+    want = tuple(int(p) if len(p) <= 9 else 10**9 for p in parts)
+    assert got == want

@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ocihook.linux import atomicfile, pathsafe
 from ocihook.oci.bundle import write_bytes_atomic
@@ -315,3 +317,29 @@ def test_write_file_in_root_cleans_stale_temporary(tmp_path: Path) -> None:
         os.close(root_fd)
     assert _entries(etc) == ["ld.so.cache"]
     assert (etc / "ld.so.cache").read_bytes() == b"cache"
+
+
+_NAMES = st.text(
+    alphabet=st.characters(blacklist_characters="/\0", blacklist_categories=("Cs",)),
+    min_size=1,
+    max_size=40,
+).filter(lambda n: n not in (".", ".."))
+
+
+@given(name=_NAMES)
+def test_temporary_names_round_trip(name: str) -> None:
+    tmp = atomicfile.temporary_name(name)
+    assert atomicfile.is_temporary_of(tmp, name) == os.getpid()
+    assert tmp.startswith("." + name + ".") and "/" not in tmp
+
+
+@given(name=_NAMES, entry=st.text(max_size=80))
+def test_only_temporary_names_match(name: str, entry: str) -> None:
+    """Whatever a directory holds, only ``.<name>.<decimal pid>.<12 hex>`` is taken for a
+    temporary of ``name``."""
+    pid = atomicfile.is_temporary_of(entry, name)
+    if pid is not None:
+        rest = entry[len(name) + 2 :]
+        digits, _, mark = rest.partition(".")
+        assert entry.startswith(f".{name}.") and int(digits) == pid
+        assert len(mark) == 12 and set(mark) <= set("0123456789abcdef")
