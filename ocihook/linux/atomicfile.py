@@ -11,7 +11,8 @@ the old file (``rename(2)`` is atomic: readers see the old or the new file, neve
    filesystem has no ``O_TMPFILE`` (``EOPNOTSUPP``: overlayfs on old kernels, NFS, FUSE)
    or ``/proc`` is missing, the temporary file is made under that name from the start.
 2. Every writer holds an exclusive ``flock(2)`` on its temporary file until the rename is
-   done. A later :func:`replace_at` of the same file removes the temporaries that a killed
+   done (where the filesystem has locks: NFS without them answers ``ENOLCK``, and the
+   writer goes on). A later :func:`replace_at` of the same file removes the temporaries that a killed
    writer left (:func:`remove_stale`): a sibling named ``.<name>.<pid>.<hex>`` whose
    ``pid`` is not alive here and whose lock can be taken (the kernel drops a dead
    process's locks, also for a writer in another pid namespace).
@@ -201,7 +202,10 @@ def replace_at(
     linked = named
     renamed = False
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:  # noqa: SIM105 (contextlib is not imported on the start path)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            pass  # ENOLCK (NFS without locks): the pid check alone guards the temporary
         _write_all(fd, data)
         if owner is not None:
             os.fchown(fd, *owner)

@@ -79,7 +79,7 @@ def _edit(
 
 @pytest.mark.parametrize(
     ("syscall", "when"),
-    [("fsync", 1), ("linkat", 1), ("renameat", 1), ("flock", 1)],
+    [("fsync", 1), ("linkat", 1), ("renameat", 1)],
 )
 def test_fault_before_rename_keeps_old_file(
     syscall: str, when: int, tmp_path: Path, sim: Any
@@ -129,6 +129,17 @@ def test_fault_after_rename_is_a_warning(
     assert "cannot replace" not in r.stderr
     doc = json.loads((bundle / "config.json").read_text())
     assert "NVIDIA_VISIBLE_DEVICES=void" in doc["process"]["env"] or doc.get("mounts")
+    assert _entries(bundle) == ["config.json", "rootfs"]
+
+
+def test_no_locks_still_writes(tmp_path: Path, sim: Any) -> None:
+    """``flock`` refused (ENOLCK: NFS mounted without locks): the file is written anyway;
+    the lock only helps tell a dead writer's temporary from a live one's."""
+    _need_strace()
+    bundle = _bundle(tmp_path)
+    r = _edit(bundle, sim.root, ["-e", "trace=flock", "-e", "inject=flock:error=ENOLCK"])
+    assert r.returncode == 0, r.stderr
+    assert json.loads((bundle / "config.json").read_text())["mounts"]
     assert _entries(bundle) == ["config.json", "rootfs"]
 
 
