@@ -12,8 +12,8 @@ the old file (``rename(2)`` is atomic: readers see the old or the new file, neve
    or ``/proc`` is missing, the temporary file is made under that name from the start.
 2. Every writer holds an exclusive ``flock(2)`` on its temporary file until the rename is
    done (where the filesystem has locks: NFS without them answers ``ENOLCK``, and the
-   writer goes on). A later :func:`replace_at` of the same file removes the temporaries that a killed
-   writer left (:func:`remove_stale`): a sibling named ``.<name>.<pid>.<hex>`` whose
+   writer goes on). A later :func:`replace_at` of the same file removes the temporaries
+   that a killed writer left (:func:`remove_stale`): a sibling named ``.<name>.<pid>.<hex>`` whose
    ``pid`` is not alive here and whose lock can be taken (the kernel drops a dead
    process's locks, also for a writer in another pid namespace).
 3. With ``durable`` the file is ``fsync``-ed before the rename and the directory after
