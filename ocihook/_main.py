@@ -60,9 +60,39 @@ def _refuse_poisoned_hook() -> int | None:
     return 9
 
 
+def _stdout_error(err: UnicodeError) -> tuple[str | bytes, int]:
+    """The ``"ocihook-stdout"`` codec error handler: a file name byte that is not UTF-8
+    (a ``surrogateescape`` character from the command line or a directory listing) is
+    written as that byte, as ``ls`` would; a lone surrogate (a ``\\ud800`` JSON escape),
+    which no byte spells, as a ``\\ud800`` escape."""
+    import codecs
+
+    try:
+        return codecs.lookup_error("surrogateescape")(err)
+    except UnicodeError:
+        return codecs.lookup_error("backslashreplace")(err)
+
+
+def tolerant_stdout() -> None:
+    """Make printing a name that is not valid UTF-8 on stdout never raise
+    ``UnicodeEncodeError`` (Python's stdout is ``strict`` outside the C locale, and even
+    ``surrogateescape`` refuses a lone surrogate); stderr already uses
+    ``backslashreplace``."""
+    import codecs
+
+    stream = sys.stdout
+    if getattr(stream, "errors", None) in ("strict", "surrogateescape"):
+        codecs.register_error("ocihook-stdout", _stdout_error)
+        try:  # noqa: SIM105 (contextlib is not imported on the start path)
+            stream.reconfigure(errors="ocihook-stdout")  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            pass  # a replaced sys.stdout (tests, embedding): leave it
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Console-script entry point. Returns the process exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
+    tolerant_stdout()
     if args and args[0] == "hook":
         refused = _refuse_poisoned_hook()
         if refused is not None:

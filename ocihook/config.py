@@ -58,7 +58,14 @@ annotation-prefixes                                     [string], ``["cdi.k8s.io
 accept-nvidia-visible-devices-envvar-when-unprivileged  bool, ``true``: honour
                                                         ``NVIDIA_VISIBLE_DEVICES`` from containers
                                                         without ``CAP_SYS_ADMIN`` in their bounding
-                                                        set; ``false`` ignores it there
+                                                        set; ``false`` ignores it there, and
+                                                        every other request variable of every
+                                                        vendor (``AMD_VISIBLE_DEVICES``, ...)
+accept-cdi-annotations-when-unprivileged                bool, ``true``: honour CDI request
+                                                        annotations (``annotation-prefixes``) of
+                                                        containers without ``CAP_SYS_ADMIN``;
+                                                        ``false`` ignores them there (ocihook's
+                                                        own; the toolkit never checks)
 accept-nvidia-visible-devices-as-volume-mounts          bool, ``false``: read device requests from
                                                         mounts at
                                                         ``/var/run/nvidia-container-devices/<dev>``
@@ -411,6 +418,10 @@ KEYS: dict[str, tuple[str, Callable[[str, object], None]]] = {
         "accept_nvidia_visible_devices_envvar_when_unprivileged",
         _check_bool,
     ),
+    "accept-cdi-annotations-when-unprivileged": (
+        "accept_cdi_annotations_when_unprivileged",
+        _check_bool,
+    ),
     "accept-nvidia-visible-devices-as-volume-mounts": (
         "accept_nvidia_visible_devices_as_volume_mounts",
         _check_bool,
@@ -557,6 +568,7 @@ class Config(Record):
     default_kind: str = "nvidia.com/gpu"
     annotation_prefixes: tuple[str, ...] = ("cdi.k8s.io/",)
     accept_nvidia_visible_devices_envvar_when_unprivileged: bool = True
+    accept_cdi_annotations_when_unprivileged: bool = True
     accept_nvidia_visible_devices_as_volume_mounts: bool = False
     swarm_resource: str = ""
     supported_driver_capabilities: str = ",".join(CAPABILITIES)
@@ -717,7 +729,8 @@ def _parse(data: bytes, shown: str) -> dict[str, Any]:
     """Parse TOML bytes with :mod:`tomllib`.
 
     Raises:
-        ConfigError: not UTF-8, not TOML (with the line), or nested too deeply.
+        ConfigError: not UTF-8, not TOML (with the line), nested too deeply, or holding a
+            decimal integer too long to convert.
     """
     import tomllib
 
@@ -741,6 +754,18 @@ def _parse(data: bytes, shown: str) -> dict[str, Any]:
         ) from None
     except RecursionError:
         raise ConfigError("invalid TOML: nested too deeply", path=shown) from None
+    except ValueError as e:
+        # tomllib lets int()'s ValueError through for a decimal integer of more than
+        # sys.get_int_max_str_digits() (4300) digits
+        import sys
+
+        raise ConfigError(
+            f"invalid TOML: an integer of more than {sys.get_int_max_str_digits()} digits"
+            if "digits" in str(e)
+            else f"invalid TOML: {' '.join(str(e).split())[:120]}",
+            path=shown,
+            hint="no key takes a number that long",
+        ) from None
 
 
 def parse_config_bytes(data: bytes, *, path: str) -> dict[str, Any]:

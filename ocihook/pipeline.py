@@ -51,7 +51,9 @@ def cdi_device_names(config: dict[str, Any], request: Request, options: Options)
     once), or ``()`` when it is for the legacy path.
 
     Sources: ``annotations`` keys starting with one of ``options.annotation_prefixes``
-    (comma lists of qualified names, CDI ``SPEC.md`` "Annotations"), and the device list
+    (comma lists of qualified names, CDI ``SPEC.md`` "Annotations"; skipped for an
+    unprivileged container when ``accept-cdi-annotations-when-unprivileged = false``), and
+    the device list
     of ``NVIDIA_VISIBLE_DEVICES`` when it names a CDI device (``nvidia.com/gpu=0``) or
     ``options.mode`` is ``"cdi"``: then every entry that is not qualified gets
     ``options.default_kind`` (``0`` -> ``nvidia.com/gpu=0``, ``all`` ->
@@ -63,6 +65,7 @@ def cdi_device_names(config: dict[str, Any], request: Request, options: Options)
     """
     from .cdi.names import is_qualified_name, parse_annotations, parse_qualified_name
     from .core.errors import CdiError
+    from .request import annotations_trusted
 
     if options.mode == "legacy":
         return ()
@@ -70,7 +73,7 @@ def cdi_device_names(config: dict[str, Any], request: Request, options: Options)
     from_annotations: tuple[str, ...] = ()
     if annotations is not None and not isinstance(annotations, dict):
         raise SpecError("annotations must be an object", field="annotations")
-    if annotations:
+    if annotations and annotations_trusted(config, options.policy):
         _keys, from_annotations = parse_annotations(annotations, options.annotation_prefixes)
     devices: tuple[str, ...] = ()
     if request.kind == "all":
@@ -100,13 +103,16 @@ def cdi_device_names(config: dict[str, Any], request: Request, options: Options)
 def _drm_cdi_names(config: dict[str, Any], options: Options) -> list[str]:
     """The CDI names in ``AMD_VISIBLE_DEVICES``/``INTEL_VISIBLE_DEVICES``: when one entry is
     a qualified name (or ``options.mode`` is ``"cdi"``), every entry is, the others given
-    the vendor's kind (``amd.com/gpu``, ``intel.com/gpu``)."""
+    the vendor's kind (``amd.com/gpu``, ``intel.com/gpu``). None when the policy ignores
+    the container's environment (:func:`ocihook.request.env_trusted`)."""
     from .cdi.names import parse_qualified_name
     from .core.errors import CdiError
-    from .request import DRM_CDI_KINDS, DRM_VARIABLES, env_from_spec, is_drm_cdi_name
+    from .request import DRM_CDI_KINDS, DRM_VARIABLES, env_from_spec, env_trusted, is_drm_cdi_name
 
     env = env_from_spec(config)
     names: list[str] = []
+    if not env_trusted(config, options.policy):
+        return names
     for vendor, variable in DRM_VARIABLES.items():
         items = [i.strip() for i in env.get(variable, "").split(",") if i.strip()]
         if not items or any(i in ("void", "none") for i in items):
@@ -185,9 +191,15 @@ def _drm_requests_beside_cdi(
     Raises:
         RequestError: a malformed entry in such a variable (``path`` set).
     """
-    from .request import DRM_VARIABLES, drm_request_from_env, env_from_spec, is_drm_cdi_name
+    from .request import (
+        DRM_VARIABLES,
+        drm_request_from_env,
+        env_from_spec,
+        env_trusted,
+        is_drm_cdi_name,
+    )
 
-    if options.mode == "cdi":
+    if options.mode == "cdi" or not env_trusted(config, options.policy):
         return ()
     env = env_from_spec(config, path=path)
     found = []

@@ -42,21 +42,28 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ALL_CAPABILITIES",
+    "ANNOTATION_POLICY_KEY",
     "DEFAULT_CAPABILITIES",
     "DRM_CDI_KINDS",
     "DRM_VARIABLES",
+    "ENV_POLICY_KEY",
+    "REQUEST_VARIABLES",
     "VOLUME_MOUNT_DIR",
     "DrmRequest",
     "Request",
     "RequestPolicy",
     "Selection",
+    "annotations_trusted",
     "classify_device",
     "drm_request_from_env",
     "drm_requests_from_spec",
     "env_from_spec",
+    "env_trusted",
+    "ignored_by_policy",
     "is_drm_cdi_name",
     "is_privileged",
     "parse_env",
+    "policy_note",
     "request_from_env",
     "request_from_spec",
     "select_devices",
@@ -237,7 +244,7 @@ def classify_device(item: str) -> str | None:
         rest = item[4:]
         if _is_gpu_uuid(rest.split("/", 1)[0]) and rest.count("/") == 2:
             gi, ci = rest.split("/")[1:]
-            if gi.isascii() and gi.isdigit() and ci.isascii() and ci.isdigit():
+            if all(x.isascii() and x.isdigit() and len(x) <= 6 for x in (gi, ci)):
                 return "mig-uuid"
         if _is_gpu_uuid("GPU-" + rest):
             return "mig-uuid"
@@ -274,20 +281,109 @@ class RequestPolicy(Record):
     """What an operator lets containers ask by, and how (toolkit ``config.toml`` keys).
 
     Attributes:
-        accept_env_unprivileged: honour ``NVIDIA_VISIBLE_DEVICES`` from containers without
+        accept_env_unprivileged: honour the request variables of containers without
             ``CAP_SYS_ADMIN`` (``accept-nvidia-visible-devices-envvar-when-unprivileged``,
-            default true); when false such a request counts as none.
+            default true). When false, every vendor's variables of such a container are
+            ignored — ``NVIDIA_VISIBLE_DEVICES`` and the other ``NVIDIA_*`` request
+            variables, the swarm variables, ``AMD_VISIBLE_DEVICES``,
+            ``INTEL_VISIBLE_DEVICES`` — and :func:`ignored_by_policy` names them.
         accept_volume_mounts: read the device list from mounts under
             ``/var/run/nvidia-container-devices`` (``accept-nvidia-visible-devices-as-volume-
             mounts``, default false) — the way for clusters that cannot trust env.
         swarm_resource: names of variables Docker Swarm sets for generic resources
             (``swarm-resource``, e.g. ``DOCKER_RESOURCE_GPU``); the first set one is read
             before ``NVIDIA_VISIBLE_DEVICES``.
+        accept_annotations_unprivileged: honour CDI request annotations
+            (``cdi.k8s.io/...``) of containers without ``CAP_SYS_ADMIN``
+            (``accept-cdi-annotations-when-unprivileged``, ocihook's own, default true as
+            the toolkit, which never checks privilege for annotations).
     """
 
     accept_env_unprivileged: bool = True
     accept_volume_mounts: bool = False
     swarm_resource: tuple[str, ...] = ()
+    accept_annotations_unprivileged: bool = True
+
+
+#: The configuration keys of the unprivileged policy, for messages.
+ENV_POLICY_KEY = "accept-nvidia-visible-devices-envvar-when-unprivileged"
+ANNOTATION_POLICY_KEY = "accept-cdi-annotations-when-unprivileged"
+
+#: Every ``process.env`` variable that asks for devices (the swarm variables of the
+#: policy come on top), in message order.
+REQUEST_VARIABLES = (
+    "NVIDIA_VISIBLE_DEVICES",
+    "NVIDIA_MIG_CONFIG_DEVICES",
+    "NVIDIA_MIG_MONITOR_DEVICES",
+    "NVIDIA_IMEX_CHANNELS",
+    "NVIDIA_GDS",
+    "NVIDIA_MOFED",
+    "NVIDIA_NVSWITCH",
+    "NVIDIA_GDRCOPY",
+    "AMD_VISIBLE_DEVICES",
+    "INTEL_VISIBLE_DEVICES",
+)
+
+
+def env_trusted(config: Mapping[str, Any], policy: RequestPolicy | None) -> bool:
+    """Whether the request variables of ``config``'s container are honoured: it is
+    privileged (:func:`is_privileged`) or ``policy.accept_env_unprivileged`` (``None``:
+    the default policy, which honours them)."""
+    return policy is None or policy.accept_env_unprivileged or is_privileged(config)
+
+
+def annotations_trusted(config: Mapping[str, Any], policy: RequestPolicy | None) -> bool:
+    """Whether the CDI request annotations of ``config``'s container are honoured (see
+    :attr:`RequestPolicy.accept_annotations_unprivileged`)."""
+    return policy is None or policy.accept_annotations_unprivileged or is_privileged(config)
+
+
+def ignored_by_policy(
+    config: Mapping[str, Any],
+    policy: RequestPolicy | None,
+    annotation_prefixes: Sequence[str] = ("cdi.k8s.io/",),
+) -> tuple[str, ...]:
+    """The requests of ``config`` that ``policy`` ignores because the container is
+    unprivileged, for messages: the names of the request variables set to a non-empty
+    value (:data:`REQUEST_VARIABLES`, the swarm variables; ``CUDA_VERSION`` of a legacy
+    CUDA image, which asks for every GPU), then ``annotations[<key>]`` of each CDI
+    request annotation. ``()`` when nothing is ignored. Never raises."""
+    out: list[str] = []
+    if not env_trusted(config, policy):
+        try:
+            env = env_from_spec(config)
+        except OcihookError:
+            env = {}
+        swarm = policy.swarm_resource if policy is not None else ()
+        out += [v for v in (*REQUEST_VARIABLES, *swarm) if env.get(v, "").strip(" ,")]
+        legacy = env.get("CUDA_VERSION") and not env.get("NVIDIA_REQUIRE_CUDA")
+        if ENV_VISIBLE_DEVICES not in env and legacy:
+            out.append("CUDA_VERSION (a legacy CUDA image asks for all GPUs)")
+    if not annotations_trusted(config, policy):
+        annotations = config.get("annotations")
+        if isinstance(annotations, dict):
+            out += [
+                f"annotations[{k}]"
+                for k in annotations
+                if isinstance(k, str) and any(k.startswith(p) for p in annotation_prefixes)
+            ]
+    return tuple(dict.fromkeys(out))
+
+
+def policy_note(ignored: Sequence[str]) -> str:
+    """The message for :func:`ignored_by_policy`'s list: ``"AMD_VISIBLE_DEVICES ignored:
+    unprivileged container (no CAP_SYS_ADMIN in its bounding set) and
+    accept-nvidia-visible-devices-envvar-when-unprivileged = false"``, naming the setting
+    (or settings) that ignored them."""
+    keys = []
+    if any(not i.startswith("annotations[") for i in ignored):
+        keys.append(f"{ENV_POLICY_KEY} = false")
+    if any(i.startswith("annotations[") for i in ignored):
+        keys.append(f"{ANNOTATION_POLICY_KEY} = false")
+    return (
+        f"{', '.join(ignored)} ignored by policy: unprivileged container (no CAP_SYS_ADMIN "
+        f"in its bounding set) and {' and '.join(keys)}"
+    )
 
 
 #: Where device requests as volume mounts point (``/dev/null`` mounted at
@@ -354,10 +450,7 @@ def void_reason(request: Request, config: Mapping[str, Any]) -> str:
     GPU, for the operator's log: ``"NVIDIA_VISIBLE_DEVICES=void"``, ``"... unset"``,
     ``"... empty"``, or the unprivileged policy. Never raises."""
     if "unprivileged" in request.source:
-        return (
-            "NVIDIA_VISIBLE_DEVICES ignored: unprivileged container and "
-            "accept-nvidia-visible-devices-envvar-when-unprivileged = false"
-        )
+        return policy_note(ignored_by_policy(config, RequestPolicy(accept_env_unprivileged=False)))
     try:
         env = env_from_spec(config)
     except OcihookError:
@@ -398,18 +491,18 @@ def request_from_spec(
         # the environment of an unprivileged container is not trusted when the operator
         # says so: neither NVIDIA_VISIBLE_DEVICES, nor the swarm variables, nor the other
         # request variables (IMEX, feature sets, MIG management)
-        env_trusted = privileged or policy.accept_env_unprivileged
+        trusted = privileged or policy.accept_env_unprivileged
         if from_mounts:
             override = request_from_env(
                 {**env, ENV_VISIBLE_DEVICES: ",".join(from_mounts)}, source="mounts"
             )
             request = override
-        elif not env_trusted:
+        elif not trusted:
             request = Request(kind="void", source="process.env (unprivileged: ignored)")
         elif swarm is not None:
             request = request_from_env({**env, ENV_VISIBLE_DEVICES: env[swarm]}, source=swarm)
         extras = _extras(
-            env if env_trusted else {},
+            env if trusted else {},
             privileged,
             config if policy.accept_volume_mounts else None,
         )
@@ -728,16 +821,20 @@ def drm_request_from_env(
 
 
 def drm_requests_from_spec(
-    config: Mapping[str, Any], *, path: str | None = None
+    config: Mapping[str, Any], *, path: str | None = None, policy: RequestPolicy | None = None
 ) -> tuple[DrmRequest, ...]:
     """The AMD and Intel requests of a ``config.json`` document, in
-    :data:`DRM_VARIABLES` order (see :func:`drm_request_from_env`).
+    :data:`DRM_VARIABLES` order (see :func:`drm_request_from_env`); ``()`` when
+    ``policy`` ignores the environment of this (unprivileged) container
+    (:func:`env_trusted`; :func:`ignored_by_policy` says so).
 
     Raises:
         SpecError: ``process.env`` has the wrong JSON type.
         RequestError: a malformed entry (``path`` set to ``path``).
     """
     env = env_from_spec(config, path=path)
+    if not env_trusted(config, policy):
+        return ()
     found = []
     for vendor in DRM_VARIABLES:
         try:

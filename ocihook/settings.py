@@ -79,6 +79,7 @@ def options_from_config(cfg: Config) -> Options:
             accept_env_unprivileged=cfg.accept_nvidia_visible_devices_envvar_when_unprivileged,
             accept_volume_mounts=cfg.accept_nvidia_visible_devices_as_volume_mounts,
             swarm_resource=cfg.swarm_envvars,
+            accept_annotations_unprivileged=cfg.accept_cdi_annotations_when_unprivileged,
         ),
         supported=cfg.driver_capabilities,
         check_requirements=not cfg.disable_require,

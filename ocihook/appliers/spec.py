@@ -36,7 +36,13 @@ from ..plan import (
     Hook,
     Plan,
 )
-from ..request import Request, drm_requests_from_spec, request_from_spec
+from ..request import (
+    Request,
+    drm_requests_from_spec,
+    ignored_by_policy,
+    policy_note,
+    request_from_spec,
+)
 from ..settings import HOOK_ENV, HOOK_TIMEOUT, Options, hook_command
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
@@ -271,6 +277,9 @@ class EditResult(Record):
         written: whether the file was replaced.
         cdi_devices: the CDI devices injected from the CDI registry (then ``plan`` is
             ``None``), in request order; ``()`` for the legacy path.
+        ignored: the requests the unprivileged policy ignored
+            (:func:`ocihook.request.ignored_by_policy`; message:
+            :func:`ocihook.request.policy_note`).
     """
 
     bundle: Bundle
@@ -280,6 +289,7 @@ class EditResult(Record):
     after: bytes
     written: bool
     cdi_devices: tuple[str, ...] = ()
+    ignored: tuple[str, ...] = ()
 
 
 def edit_bundle(
@@ -318,6 +328,11 @@ def edit_bundle(
     options = options or Options()
     bundle = load_bundle(bundle_dir)
     request = request_from_spec(bundle.config, path=bundle.config_path, policy=options.policy)
+    ignored = ignored_by_policy(bundle.config, options.policy, options.annotation_prefixes)
+    if ignored:
+        from ..core import log
+
+        log.info("request ignored", reason=policy_note(ignored))
     try:
         cdi_names = cdi_device_names(bundle.config, request, options)
     except OcihookError as e:
@@ -328,19 +343,22 @@ def edit_bundle(
         if beside:
             void = Request("void", source=request.source)
             drm_plan = plan_for_bundle(bundle, void, root, options, "spec", beside)
-        return _edit_bundle_cdi(bundle, request, cdi_names, options, dry_run, drm_plan, command)
-    drm_requests = drm_requests_from_spec(bundle.config, path=bundle.config_path)
+        result = _edit_bundle_cdi(bundle, request, cdi_names, options, dry_run, drm_plan, command)
+        return result.replace(ignored=ignored)
+    drm_requests = drm_requests_from_spec(
+        bundle.config, path=bundle.config_path, policy=options.policy
+    )
     if request.is_void and not drm_requests:
-        return EditResult(bundle, request, None, bundle.raw, bundle.raw, False)
+        return EditResult(bundle, request, None, bundle.raw, bundle.raw, False, (), ignored)
     plan = plan_for_bundle(bundle, request, root, options, "spec", drm_requests)
     doc = apply_plan(bundle.config, plan, command=command, path=bundle.config_path)
     if dry_run:
         after = dump_json(doc)
-        return EditResult(bundle, request, plan, bundle.raw, after, False)
+        return EditResult(bundle, request, plan, bundle.raw, after, False, (), ignored)
     try:
         after = write_json_atomic(bundle.config_path, doc)
     except OSError as e:
         raise ApplyError(
             f"cannot replace config.json: {e.strerror}", path=bundle.config_path
         ) from None
-    return EditResult(bundle, request, plan, bundle.raw, after, True)
+    return EditResult(bundle, request, plan, bundle.raw, after, True, (), ignored)

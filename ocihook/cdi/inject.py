@@ -155,13 +155,15 @@ def _complete_node(
     minimal = dev_type != "" and (major != 0 or dev_type == "p")
     try:
         st = lstat(host_path)
-    except OSError as err:
+    except (OSError, ValueError) as err:
+        # ValueError: a NUL byte or a lone surrogate (from a \u escape), which no path
+        # holds; Go's os.Lstat fails with EINVAL there
         if minimal:
             return host_path, dev_type, major, minor, file_mode
-        reason = err.strerror or str(err)
-        raise CdiError(
-            f'failed to stat CDI host device "{host_path}": {reason}', path=host_path
-        ) from None
+        reason = err.strerror if isinstance(err, OSError) else "invalid argument"
+        reason = reason or str(err)
+        shown = host_path if host_path.isprintable() else ascii(host_path)[1:-1]
+        raise CdiError(f'failed to stat CDI host device "{shown}": {reason}', path=shown) from None
     host_type = _HOST_TYPES.get(stat.S_IFMT(st.st_mode))
     if host_type is None:
         if minimal:  # deviceInfoFromPath fails, which is ignored here

@@ -495,6 +495,11 @@ _PERMISSIONS_RE = re.compile(r"none|[rwm]*")
 _IFNAME_RE = re.compile(r"(?!\.\.?\Z)[!-.0-9;-~]{1,15}")
 
 
+def _bounded(digits: str) -> int:
+    """A decimal number of a version; more than 9 digits count as ``10**9``."""
+    return int(digits) if len(digits) <= 9 else 10**9
+
+
 def _version_tuple(version: str) -> tuple[int, int, int] | None:
     """``"0.6.0"`` or ``"v0.6.0"`` -> ``(0, 6, 0)`` (:func:`ocihook.core.vocab.version_tuple`
     with three numbers), else ``None``."""

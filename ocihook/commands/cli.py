@@ -449,16 +449,23 @@ def plan(
     bundle: str,
 ) -> None:
     """Print the plan (container edits) for a bundle as JSON, without changing anything."""
+    from ..config import load_config
     from ..discovery.drm import discover_vendor
     from ..discovery.nvidia import discover
     from ..oci.bundle import load_bundle
     from ..pipeline import layout_for_rootfs
     from ..plan import make_drm_plan, make_plan, merge_plans
-    from ..request import drm_requests_from_spec, request_from_spec
+    from ..request import drm_requests_from_spec, ignored_by_policy, policy_note, request_from_spec
+    from ..settings import options_from_config
 
     b = load_bundle(bundle)
-    request = request_from_spec(b.config, path=b.config_path)
-    drm_requests = drm_requests_from_spec(b.config, path=b.config_path)
+    options = options_from_config(load_config(config_path))
+    policy = options.policy
+    request = request_from_spec(b.config, path=b.config_path, policy=policy)
+    drm_requests = drm_requests_from_spec(b.config, path=b.config_path, policy=policy)
+    ignored = ignored_by_policy(b.config, policy, options.annotation_prefixes)
+    if ignored:
+        click.echo(f"ocihook: {b.config_path}: {policy_note(ignored)}", err=True)
     root = _root(driver_root, dev_root, ldcache, library_path, config_path)
     p = None
     if not request.is_void or not drm_requests:

@@ -340,15 +340,11 @@ def _check_toml(
         got: Any = new
         for key in keys:
             got = got.get(key) if isinstance(got, dict) else None
-        ok = ok and json.dumps(got, sort_keys=True, default=str) == json.dumps(
-            value, sort_keys=True, default=str
-        )
+        ok = ok and _same(got, value)
     if ok and new is not None:
         _strip(old, list(wrote))
         _strip(new, list(wrote))
-        ok = json.dumps(old, sort_keys=True, default=str) == json.dumps(
-            new, sort_keys=True, default=str
-        )
+        ok = _same(old, new)
     if not ok:
         raise EngineConfigError(
             "cannot edit this layout of TOML and keep its meaning (tables written with "
@@ -363,6 +359,26 @@ def _check_toml(
             "or add the runtime by hand (see ocihook runtime configure --dry-run on an "
             "empty file)",
         )
+
+
+def _canonical(value: Any) -> Any:
+    """``value`` (tomllib output) for comparing meanings: NaN made equal to NaN, dates and
+    times as their text, containers recursively. Integers stay integers: comparing them
+    needs no conversion to text, which :func:`int` refuses past 4300 digits."""
+    if isinstance(value, dict):
+        return {k: _canonical(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_canonical(v) for v in value]
+    if isinstance(value, float) and value != value:
+        return ("nan",)
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    return str(value)  # datetime, date, time
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two parsed TOML values mean the same (:func:`_canonical`)."""
+    return bool(_canonical(a) == _canonical(b))
 
 
 def _edit_error(e: Exception, path: str) -> EngineConfigError:

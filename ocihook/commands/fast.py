@@ -342,6 +342,12 @@ def _cmd_edit(ns: Any) -> int:
     result = edit_bundle(
         ns.bundle, host_root_from(ns, cfg), dry_run=ns.dry_run, options=options_from_config(cfg)
     )
+    if result.ignored and (result.cdi_devices or result.plan is not None):
+        from ..request import policy_note
+
+        print(
+            f"ocihook: {result.bundle.config_path}: {policy_note(result.ignored)}", file=sys.stderr
+        )
     if result.cdi_devices:
         done = "written" if result.written else "not written (--dry-run)"
         names = ", ".join(result.cdi_devices)
@@ -353,12 +359,17 @@ def _cmd_edit(ns: Any) -> int:
         edited = isinstance(created, list) and any(
             isinstance(h, dict) and "create-container" in (h.get("args") or []) for h in created
         )
-        why = (
-            "already edited by ocihook"
-            if edited
-            else "nothing requested: NVIDIA_VISIBLE_DEVICES unset, empty or void"
-            " (and no AMD_VISIBLE_DEVICES or INTEL_VISIBLE_DEVICES)"
-        )
+        if edited:
+            why = "already edited by ocihook"
+        elif result.ignored:
+            from ..request import policy_note
+
+            why = "nothing requested: " + policy_note(result.ignored)
+        else:
+            why = (
+                "nothing requested: NVIDIA_VISIBLE_DEVICES unset, empty or void"
+                " (and no AMD_VISIBLE_DEVICES or INTEL_VISIBLE_DEVICES)"
+            )
         print(f"ocihook: {result.bundle.config_path}: {why}; unchanged", file=sys.stderr)
         return 0
     # An interactive command: what could not be given is always said (hooks stay quiet
@@ -373,10 +384,12 @@ def _cmd_edit(ns: Any) -> int:
     )
     if ns.diff:
         import difflib
-        import json
+
+        from ..oci.bundle import dump_json
 
         # compare documents, not formatting: the old one re-indented as the new one is
-        before = json.dumps(result.bundle.config, indent="\t", ensure_ascii=False) + "\n"
+        # (dump_json: a lone surrogate from a \ud800 escape stays an escape)
+        before = dump_json(result.bundle.config).decode()
         sys.stdout.writelines(
             difflib.unified_diff(
                 before.splitlines(keepends=True),
@@ -452,14 +465,22 @@ def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
         log.configure(cfg.log_file or None, cfg.log_level, container=state.id)
         options = options_from_config(cfg)
         request = request_from_spec(b.config, path=b.config_path, policy=options.policy)
-        drm_requests = drm_requests_from_spec(b.config, path=b.config_path)
+        drm_requests = drm_requests_from_spec(b.config, path=b.config_path, policy=options.policy)
+        from ..request import ignored_by_policy, policy_note
+
+        # hook mode has no CDI path: annotations are never read here
+        ignored = ignored_by_policy(b.config, options.policy, ())
+        if ignored:
+            note = policy_note(ignored)
+            log.info("request ignored", stage=ns.stage, reason=note)
+            print(f"ocihook: {b.config_path}: {note}", file=sys.stderr)
         if request.is_void and not drm_requests:
             from ..request import void_reason
 
             log.debug(
                 "nothing requested",
                 stage=ns.stage,
-                reason=void_reason(request, b.config),
+                reason=policy_note(ignored) if ignored else void_reason(request, b.config),
                 source=request.source,
             )
             return 0

@@ -353,7 +353,8 @@ def _add_legacy_hook(bundle_dir: str, cfg: Config) -> bool:
     b = load_bundle(bundle_dir)
     options = options_from_config(cfg)
     request = request_from_spec(b.config, path=b.config_path, policy=options.policy)
-    if request.is_void and not drm_requests_from_spec(b.config, path=b.config_path):
+    drm = drm_requests_from_spec(b.config, path=b.config_path, policy=options.policy)
+    if request.is_void and not drm:
         return False
     hooks = b.config.get("hooks")
     if hooks is not None and not isinstance(hooks, dict):
@@ -450,6 +451,12 @@ def prepare_bundle(bundle_dir: str, cfg: Config) -> str:
     from ..settings import options_from_config
 
     result = edit_bundle(bundle_dir, cfg.host_root(), options=options_from_config(cfg))
+    if result.ignored:
+        from ..request import policy_note
+
+        print(
+            f"{PROG}: {result.bundle.config_path}: {policy_note(result.ignored)}", file=sys.stderr
+        )
     return "edited" if result.written else "unchanged"
 
 
@@ -489,7 +496,9 @@ def _report(err: OcihookError, inv: Invocation) -> None:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            os.write(fd, (line + "\n").encode())
+            # backslashreplace: a bundle path from the command line may hold bytes that
+            # are not UTF-8 (surrogateescape characters)
+            os.write(fd, (line + "\n").encode("utf-8", "backslashreplace"))
         finally:
             os.close(fd)
     except OSError:

@@ -36,7 +36,11 @@ Rules:
   (:data:`FALLBACK_LIBRARY_DIRS`, e.g. Debian's ``nvidia/current``) and in the directories
   the user gives;
 * ``libnvidia-tls`` is kept only if its ``.note.ABI-tag`` says Linux 2.3.99;
-* binaries are searched in :data:`BINARY_DIRS` of the driver root, first match wins.
+* binaries are searched in :data:`BINARY_DIRS` of the driver root, first match wins;
+* a library or binary that exists but cannot be read (``EACCES``, ``EIO``, ``EMFILE``...)
+  is an error (:class:`~ocihook.core.errors.DiscoveryError`, exit 6) naming the file and
+  the reason — never skipped: the container would start without ``libcuda`` and nobody
+  would know why. Only a file that does not exist (a stale cache entry) is passed over.
 
 Nothing here writes anything. The TLS note, DT_NEEDED and DT_SONAME are read with
 :mod:`ocihook.linux.elfscan` (not pyelftools, whose import costs more than a container start).
@@ -73,6 +77,7 @@ __all__ = [
     "find_ipcs",
     "find_libraries",
     "select_libraries",
+    "unreadable",
 ]
 
 #: Library soname prefixes per driver capability (libnvidia-container ``src/nvc_info.c``).
@@ -286,21 +291,39 @@ def select_libraries(
     return tuple(lib for lib in libraries if lib.capability in wanted and lib.elf_class in classes)
 
 
-def _elf_header(path: str) -> tuple[int, int] | None:
-    """(class, e_machine) of an ELF file from its first 20 bytes, or ``None``.
+def unreadable(host_path: str, err: OSError, what: str = "driver library") -> DiscoveryError:
+    """The error for a driver file that exists but cannot be read (``err`` from ``open``,
+    ``fstat`` or ``pread``)."""
+    return DiscoveryError(
+        f"cannot read {what}: {err.strerror or err}",
+        path=host_path,
+        hint="the file exists but cannot be read (permissions, a failing disk, too many "
+        "open files); without it the container would lack the driver — fix the file, or "
+        "remove it and refresh the driver root's ld.so.cache",
+    )
+
+
+def _elf_header(path: str, what: str = "driver library") -> tuple[int, int] | None:
+    """(class, e_machine) of an ELF file from its first 20 bytes, or ``None`` when it is
+    missing, not a regular file or not ELF.
 
     Cheap on purpose: runs for every candidate file on every container start.
+
+    Raises:
+        DiscoveryError: the file exists but cannot be read (:func:`unreadable`).
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
-    except OSError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
+    except OSError as e:
+        raise unreadable(path, e, what) from None
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
         head = os.pread(fd, 20, 0)
-    except OSError:
-        return None
+    except OSError as e:
+        raise unreadable(path, e, what) from None
     finally:
         os.close(fd)
     if len(head) < 20 or head[:4] != b"\x7fELF" or head[4] not in (1, 2):
@@ -316,11 +339,32 @@ def _rel(root: HostRoot, host_path: str) -> str:
     return host_path
 
 
-def _is_regular(path: str) -> bool:
+def _is_regular(path: str, what: str = "driver library") -> bool:
+    """Whether ``path`` is a regular file (``False`` when it does not exist).
+
+    Raises:
+        DiscoveryError: it exists but ``stat`` failed (:func:`unreadable`).
+    """
     try:
         return stat.S_ISREG(os.stat(path).st_mode)
-    except OSError:
+    except (FileNotFoundError, NotADirectoryError):
         return False
+    except OSError as e:
+        raise unreadable(path, e, what) from None
+
+
+def _listdir(host_dir: str, what: str) -> list[str] | None:
+    """The names in ``host_dir``, or ``None`` when it does not exist.
+
+    Raises:
+        DiscoveryError: it exists but cannot be listed (:func:`unreadable`).
+    """
+    try:
+        return os.listdir(host_dir)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as e:
+        raise unreadable(host_dir, e, what) from None
 
 
 def _plain_name(name: str) -> bool:
@@ -344,7 +388,10 @@ def _tls_note_ok(host_path: str) -> bool:
     (libnvidia-container ``src/nvc_info.c``): other builds need a different kernel ABI."""
     from ..linux.elfscan import abi_tag
 
-    return abi_tag(host_path) == (0, 2, 3, 99)
+    try:
+        return abi_tag(host_path, strict=True) == (0, 2, 3, 99)
+    except OSError as e:
+        raise unreadable(host_path, e) from None
 
 
 def _links_to_nvidia_core(host_path: str) -> bool:
@@ -352,7 +399,10 @@ def _links_to_nvidia_core(host_path: str) -> bool:
     libnvidia-eglcore (libnvidia-container ``src/nvc_info.c``)."""
     from ..linux.elfscan import dynamic_names
 
-    names = dynamic_names(host_path)
+    try:
+        names = dynamic_names(host_path, strict=True)
+    except OSError as e:
+        raise unreadable(host_path, e) from None
     needed = names[1] if names else ()
     return any(n.startswith(("libnvidia-glcore.so", "libnvidia-eglcore.so")) for n in needed)
 
@@ -374,7 +424,11 @@ def _soname_outside_cache(directory: str, name: str, prefix: str) -> str:
                 continue
     from ..linux.elfscan import dynamic_names
 
-    names = dynamic_names(os.path.join(directory, name))
+    path = os.path.join(directory, name)
+    try:
+        names = dynamic_names(path, strict=True)
+    except OSError as e:
+        raise unreadable(path, e) from None
     soname = names[0] if names else None
     return soname if soname and _plain_name(soname) else name
 
@@ -404,7 +458,8 @@ def find_libraries(
         ``(libraries, warnings)``; libraries in capability, prefix, class order.
 
     Raises:
-        DiscoveryError: the driver root's ``ld.so.cache`` is missing or unreadable.
+        DiscoveryError: the driver root's ``ld.so.cache`` is missing or unreadable, or a
+            library it lists (or a fallback directory holds) exists but cannot be read.
         LdCacheError: it is malformed.
     """
     warnings: list[str] = []
@@ -514,13 +569,20 @@ class _DirIndex:
         self._dirs: dict[str, tuple[str, frozenset[str]] | None] = {}
 
     def get(self, directory: str) -> tuple[str, frozenset[str]] | None:
-        """(host path, names) of ``directory`` (driver-root terms), or ``None``."""
+        """(host path, names) of ``directory`` (driver-root terms), or ``None`` when it
+        does not exist.
+
+        Raises:
+            DiscoveryError: it exists but cannot be listed.
+        """
         if directory not in self._dirs:
             try:
                 host_dir = resolve_in_root(self.root.driver_root, directory)
-                self._dirs[directory] = (host_dir, frozenset(os.listdir(host_dir)))
-            except (OcihookError, OSError):
+            except OcihookError:
                 self._dirs[directory] = None
+                return None
+            names = _listdir(host_dir, "library directory")
+            self._dirs[directory] = None if names is None else (host_dir, frozenset(names))
         return self._dirs[directory]
 
 
@@ -550,7 +612,11 @@ def find_binaries(
 ) -> tuple[tuple[DriverFile, ...], list[str]]:
     """Find the binaries of ``capabilities`` (default: all) in :data:`BINARY_DIRS` of the
     driver root; the first regular ELF file of this machine wins. Missing ones are not an
-    error (``nv-fabricmanager`` exists only on NVSwitch systems)."""
+    error (``nv-fabricmanager`` exists only on NVSwitch systems).
+
+    Raises:
+        DiscoveryError: a binary exists but cannot be read (:func:`unreadable`).
+    """
     caps = list(CAPABILITY_BINARIES) if capabilities is None else list(capabilities)
     native = _ELF_MACHINES.get(machine, {}).get(64)
     out: list[DriverFile] = []
@@ -563,9 +629,9 @@ def find_binaries(
                     host_path = resolve_in_root(root.driver_root, path)
                 except OcihookError:
                     continue
-                if not _is_regular(host_path):
+                if not _is_regular(host_path, "driver binary"):
                     continue
-                header = _elf_header(host_path)
+                header = _elf_header(host_path, "driver binary")
                 if header is None or header[1] != native:
                     warnings.append(f"{host_path} is not a {machine} ELF binary; skipped")
                     continue
@@ -576,21 +642,28 @@ def find_binaries(
 
 def find_firmware(root: HostRoot, version: str) -> tuple[DriverFile, ...]:
     """The GSP firmware files ``<firmware dir>/nvidia/<version>/gsp*.bin`` (every GPU
-    container gets them on drivers that use GSP; none on WSL)."""
+    container gets them on drivers that use GSP; none on WSL).
+
+    Raises:
+        DiscoveryError: a firmware directory or file exists but cannot be read.
+    """
     out: list[DriverFile] = []
     seen: set[str] = set()
     for directory in FIRMWARE_DIRS:
         rel_dir = f"{directory}/nvidia/{version}"
         try:
             host_dir = resolve_in_root(root.driver_root, rel_dir)
-            names = sorted(os.listdir(host_dir))
-        except (OcihookError, OSError):
+        except OcihookError:
             continue
+        listed = _listdir(host_dir, "firmware directory")
+        if listed is None:
+            continue
+        names = sorted(listed)
         for name in names:
             if not (name.startswith("gsp") and name.endswith(".bin")):
                 continue
             host_path = resolve_in_root(root.driver_root, f"{rel_dir}/{name}")
-            if host_path in seen or not _is_regular(host_path):
+            if host_path in seen or not _is_regular(host_path, "firmware file"):
                 continue
             seen.add(host_path)
             out.append(DriverFile("firmware", "all", f"{rel_dir}/{name}", host_path))
@@ -636,7 +709,7 @@ def find_config_files(
             host_path = resolve_in_root(root.driver_root, path)
         except OcihookError:
             return
-        if host_path not in seen and _is_regular(host_path):
+        if host_path not in seen and _is_regular(host_path, "driver configuration file"):
             seen.add(host_path)
             out.append(DriverFile(kind, capability, path, host_path))
 

@@ -19,9 +19,9 @@ _DEFAULT_CAP_MODE = DEFAULT_CAP_MODE
 
 
 def decimal(text: str) -> int | None:
-    """``text`` as a non-negative decimal integer (ASCII digits only, at most 19 of them:
+    """``text`` as a non-negative decimal integer (ASCII digits only, at most 18 of them:
     no unbounded ``int()``), else ``None``."""
-    return int(text) if text.isascii() and text.isdigit() and len(text) <= 19 else None
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 18 else None
 
 
 def canonical_decimal(text: str) -> int | None:
@@ -87,7 +87,7 @@ def parse_char_majors(text: str) -> dict[str, tuple[int, ...]]:
         if not in_char or not s:
             continue
         num, _, name = s.partition(" ")
-        if num.isascii() and num.isdigit() and name.strip():
+        if num.isascii() and num.isdigit() and len(num) <= 18 and name.strip():
             found = majors.setdefault(name.strip(), [])
             if int(num) not in found:
                 found.append(int(num))
@@ -253,6 +253,11 @@ def parse_misc(text: str) -> dict[str, int]:
     minors: dict[str, int] = {}
     for line in text.splitlines():
         fields = line.split()
-        if len(fields) == 2 and fields[0].isascii() and fields[0].isdigit():
+        if (
+            len(fields) == 2
+            and fields[0].isascii()
+            and fields[0].isdigit()
+            and len(fields[0]) <= 18
+        ):
             minors.setdefault(fields[1], int(fields[0]))
     return minors

@@ -13,8 +13,11 @@ Section", "Dynamic Section"; glibc ``elf/elf.h`` for the GNU ABI note):
   :func:`parse_cuda_compat_note`.
 
 Every offset, size and count is bounded by the bytes read; a malformed file gives
-``None`` (or empty results), never an exception. The tests check both functions against
-pyelftools on generated files of every class and byte order and on NVIDIA's real
+``None`` (or empty results), never an exception. A file that cannot be read does too,
+unless the caller passes ``strict=True`` (discovery does: a driver library that exists but
+cannot be read must not vanish without a word): then the :class:`OSError` of the failed
+``open``/``pread`` is raised (a missing file still gives ``None``). The tests check both
+functions against pyelftools on generated files of every class and byte order and on NVIDIA's real
 libraries.
 """
 
@@ -45,16 +48,20 @@ DT_NULL, DT_NEEDED, DT_STRTAB, DT_STRSZ, DT_SONAME = 0, 1, 5, 10, 14
 
 
 class _File:
-    """Bounded positional reads of one file (``os.pread``); never raises. ``path`` is a
-    host path, or an open descriptor (not closed here). Only regular files are read: a
-    FIFO or a device would block or have side effects."""
+    """Bounded positional reads of one file (``os.pread``). ``path`` is a host path, or an
+    open descriptor (not closed here). Only regular files are read: a FIFO or a device
+    would block or have side effects. Never raises, unless ``strict``: then an
+    :class:`OSError` of ``open`` (other than a missing file), ``fstat`` or ``pread``
+    propagates."""
 
-    def __init__(self, path: str | int) -> None:
+    def __init__(self, path: str | int, strict: bool = False) -> None:
         import os
         import stat
 
         self._os = os
         self._own = isinstance(path, str)
+        self._strict = strict
+        self.fd = -1
         try:
             if isinstance(path, str):
                 self.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
@@ -63,15 +70,23 @@ class _File:
             if not stat.S_ISREG(os.fstat(self.fd).st_mode):
                 self.close()
                 self.fd = -1
+        except FileNotFoundError:
+            self.close()
         except OSError:
-            self.fd = -1
+            self.close()
+            if strict:
+                raise
 
     def read(self, offset: int, size: int) -> bytes:
         if self.fd < 0 or offset < 0 or size <= 0:
             return b""
         try:
             return self._os.pread(self.fd, min(size, MAX_PIECE), offset)
-        except (OSError, OverflowError):
+        except OverflowError:
+            return b""
+        except OSError:
+            if self._strict:
+                raise
             return b""
 
     def close(self) -> None:
@@ -124,10 +139,14 @@ def identify(path: str | int) -> tuple[int, int] | None:
     return (64 if head[4] == 2 else 32), e_machine
 
 
-def abi_tag(path: str | int) -> tuple[int, int, int, int] | None:
+def abi_tag(path: str | int, *, strict: bool = False) -> tuple[int, int, int, int] | None:
     """The GNU ABI note of the ELF file at ``path``: (os, major, minor, patch) with os 0 =
-    Linux, or ``None`` when there is none or the file is not a readable ELF file."""
-    f = _File(path)
+    Linux, or ``None`` when there is none or the file is not a readable ELF file.
+
+    Raises:
+        OSError: with ``strict``, the file exists but could not be read.
+    """
+    f = _File(path, strict)
     try:
         parsed = _segments(f)
         if parsed is None:
@@ -154,14 +173,19 @@ def abi_tag(path: str | int) -> tuple[int, int, int, int] | None:
         f.close()
 
 
-def dynamic_names(path: str | int) -> tuple[str | None, tuple[str, ...]] | None:
+def dynamic_names(
+    path: str | int, *, strict: bool = False
+) -> tuple[str | None, tuple[str, ...]] | None:
     """(DT_SONAME or ``None``, DT_NEEDED names) of the ELF file at ``path``, or ``None``
     when it is not a readable ELF file with a dynamic section.
 
     The string table address (DT_STRTAB) is a virtual address, mapped to a file offset
     through the PT_LOAD segment that contains it.
+
+    Raises:
+        OSError: with ``strict``, the file exists but could not be read.
     """
-    f = _File(path)
+    f = _File(path, strict)
     try:
         parsed = _segments(f)
         if parsed is None:

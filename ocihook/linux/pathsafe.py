@@ -43,6 +43,7 @@ import os
 import stat
 
 from ..core.errors import ApplyError, DiscoveryError
+from . import atomicfile
 from . import syscalls as _linux
 
 __all__ = [
@@ -727,12 +728,15 @@ def write_file_in_root(
     """Replace (or make) the regular file ``path`` inside the root ``root_fd`` with ``data``,
     atomically, for example the container's ``/etc/ld.so.cache``.
 
-    ``data`` goes to a new temporary file made with ``O_CREAT|O_EXCL|O_NOFOLLOW`` in the
-    parent's descriptor (missing parents made as by :func:`makedirs_in_root`), which gets
-    ``mode`` exactly (``fchmod``) and is then ``renameat`` over ``path``: readers see the old
-    file or the new one, never a mix, and an existing link or hard link at ``path`` is
-    replaced, never written through (CVE-2024-0134). Not flushed to disk (a container root
-    does not outlive a crash). ``path`` is appended to ``created`` if nothing was there.
+    ``data`` goes to an anonymous ``O_TMPFILE`` file (where the filesystem has none, a new
+    one made with ``O_CREAT|O_EXCL|O_NOFOLLOW``) in the parent's descriptor (missing
+    parents made as by :func:`makedirs_in_root`), which gets ``mode`` exactly (``fchmod``)
+    and is then ``renameat`` over ``path`` (:func:`ocihook.linux.atomicfile.replace_at`):
+    readers see the old file or the new one, never a mix, a killed writer leaves no
+    temporary (or one the next write removes), and an existing link or hard link at
+    ``path`` is replaced, never written through (CVE-2024-0134). Not flushed to disk (a
+    container root does not outlive a crash). ``path`` is appended to ``created`` if
+    nothing was there.
 
     Raises:
         ApplyError: ``path`` is a directory (EISDIR), a parent is not a directory, the root
@@ -743,35 +747,15 @@ def write_file_in_root(
     try:
         parent_fd = _makedirs(root_fd, parent, 0o755, created)
         try:
-            tmp = f".ocihook-{os.urandom(8).hex()}"
-            fd = os.open(
-                tmp,
-                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                0o600,
-                dir_fd=parent_fd,
-            )
             try:
-                try:
-                    view = memoryview(data)
-                    while view:
-                        view = view[os.write(fd, view) :]
-                    os.fchmod(fd, mode)
-                finally:
-                    os.close(fd)
-                try:
-                    os.lstat(name, dir_fd=parent_fd)
-                    existed = True
-                except FileNotFoundError:
-                    existed = False
-                os.rename(tmp, name, src_dir_fd=parent_fd, dst_dir_fd=parent_fd)
-            except BaseException:
-                try:  # noqa: SIM105 (contextlib is not imported on the hook's fast path)
-                    os.unlink(tmp, dir_fd=parent_fd)
-                except OSError:
-                    pass
-                raise
+                os.lstat(name, dir_fd=parent_fd)
+                existed = True
+            except FileNotFoundError:
+                existed = False
+            late = atomicfile.replace_at(parent_fd, name, data, mode, durable=False)
             if not existed and created is not None:
                 created.append(_join(parent, name))
+            atomicfile.report(late, path)
         finally:
             os.close(parent_fd)
     except OSError as err:

@@ -4,9 +4,10 @@
   ``config.md``) and checks the few fields ocihook relies on;
 * :func:`parse_state` reads the state JSON a runtime writes on a hook's stdin
   (runtime-spec ``runtime.md`` "State");
-* :func:`write_json_atomic` replaces a file atomically (temporary file in the same
-  directory, ``fsync``, ``rename``), keeping the original's mode, so a crash or an error
-  never leaves a half-written ``config.json``.
+* :func:`write_json_atomic` replaces a file atomically (anonymous temporary file in the
+  same directory, ``fsync``, ``rename``, ``fsync`` of the directory), keeping the
+  original's mode, so a crash, a kill or an error never leaves a half-written
+  ``config.json`` nor a temporary file (:mod:`ocihook.linux.atomicfile`).
 
 Only ``json`` and ``os`` are imported here (no dataclasses, no typing at run time): this
 module is on the path of every container start, including those that ask for no GPU.
@@ -30,6 +31,7 @@ __all__ = [
     "dump_json",
     "load_bundle",
     "parse_state",
+    "path_problem",
     "write_bytes_atomic",
     "write_json_atomic",
 ]
@@ -98,13 +100,37 @@ def _loads(data: bytes, *, path: str, err: type[SpecError] | type[StateError]) -
         raise err(f"malformed JSON{where}: {msg}", path=path) from None
 
 
+def path_problem(path: str, *, from_json: bool = True) -> str | None:
+    """Why ``path`` cannot name a file: ``"holds a NUL byte"`` (every system call refuses
+    it; Python raises ``ValueError``) or ``"is not valid Unicode (a lone surrogate)"``,
+    else ``None``. A string from JSON (``from_json``) must be valid UTF-8 text: a
+    ``\\ud800`` escape spells no bytes (Python raises ``UnicodeEncodeError``) and the Go
+    runtimes read any lone surrogate as U+FFFD, another name. A string from the command
+    line or a directory listing (``from_json=False``) may hold the ``surrogateescape``
+    characters that stand for bytes that are not UTF-8 (:func:`os.fsencode`)."""
+    if "\0" in path:
+        return "holds a NUL byte"
+    try:
+        if from_json:
+            path.encode("utf-8")
+        else:
+            os.fsencode(path)
+    except UnicodeEncodeError:
+        return "is not valid Unicode (a lone surrogate)"
+    return None
+
+
 def load_bundle(bundle: str, *, hint: str = "pass the bundle directory with --bundle") -> Bundle:
     """Read and check ``<bundle>/config.json``; ``hint`` is given when it does not exist.
 
     Raises:
-        SpecError: the file is missing, unreadable, too large, not JSON, not an object, or
-            ``root.path`` / ``process.env`` has the wrong type.
+        SpecError: the bundle path cannot name a file (:func:`path_problem`), the file is
+            missing, unreadable, too large, not JSON, not an object, or ``root.path`` /
+            ``process.env`` has the wrong type or ``root.path`` cannot name a file.
     """
+    problem = path_problem(bundle, from_json=False)
+    if problem is not None:
+        raise SpecError(f"the bundle path {problem}", path=ascii(bundle), hint=hint)
     bundle = os.path.abspath(bundle)
     config_path = os.path.join(bundle, "config.json")
     try:
@@ -122,6 +148,11 @@ def load_bundle(bundle: str, *, hint: str = "pass the bundle directory with --bu
     root = doc.get("root")
     if not isinstance(root, dict) or not isinstance(root.get("path"), str) or not root["path"]:
         raise SpecError("root.path must be a non-empty string", path=config_path, field="root.path")
+    problem = path_problem(root["path"])
+    if problem is not None:
+        raise SpecError(
+            f"root.path {problem}", path=config_path, field="root.path", value=root["path"]
+        )
     rootfs = os.path.normpath(os.path.join(bundle, root["path"]))
     process = doc.get("process")
     if process is not None:
@@ -146,7 +177,8 @@ def parse_state(data: bytes, *, source: str = "<stdin>") -> State:
 
     Raises:
         StateError: empty input, malformed JSON, or a missing/mistyped ``id``, ``pid``,
-            ``bundle`` (must be absolute) or ``annotations``.
+            ``bundle`` (must be absolute and name a file: :func:`path_problem`) or
+            ``annotations``.
     """
     if not data.strip():
         raise StateError(
@@ -170,6 +202,9 @@ def parse_state(data: bytes, *, source: str = "<stdin>") -> State:
         raise StateError(
             "bundle must be an absolute path", path=source, field="bundle", value=bundle
         )
+    problem = path_problem(bundle)
+    if problem is not None:
+        raise StateError(f"bundle {problem}", path=source, field="bundle", value=bundle)
     annotations = doc.get("annotations") or {}
     if not isinstance(annotations, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in annotations.items()
@@ -208,23 +243,40 @@ def write_json_atomic(path: str, doc: Any, *, indent: int | str | None = "\t") -
     return data
 
 
-def write_bytes_atomic(path: str, data: bytes, *, new_mode: int = 0o644) -> None:
-    """Replace ``path`` with ``data`` atomically.
+def write_bytes_atomic(
+    path: str, data: bytes, *, new_mode: int = 0o644, warnings: list[str] | None = None
+) -> None:
+    """Replace ``path`` with ``data`` atomically and crash-safely
+    (:func:`ocihook.linux.atomicfile.replace_at`).
 
-    The new content goes to a new temporary file in the same directory (``O_EXCL |
-    O_NOFOLLOW``, relative to a descriptor of the directory), gets the original file's
-    permission bits through its descriptor (``fchmod``: never by path, which a link
+    The new content goes to an anonymous ``O_TMPFILE`` file in the same directory (a
+    named ``.<name>.<pid>.<hex>`` one where the filesystem has none), gets the original
+    file's permission bits through its descriptor (``fchmod``: never by path, which a link
     swapped in by the directory's owner could redirect; set-id and sticky bits dropped), is
-    flushed with ``fsync``, and replaces ``path`` with ``rename(2)``: readers see the old or
-    the new file, never a mix. A new file gets ``new_mode``; the owner of a replaced file
-    is kept when this process may set it (root).
+    flushed with ``fsync``, and replaces ``path`` with ``rename(2)``; then the directory is
+    flushed. Readers see the old or the new file, never a mix; a writer killed midway
+    leaves nothing, or a named temporary that the next write of ``path`` removes. A new
+    file gets ``new_mode``; the owner of a replaced file is kept when this process may set
+    it (root).
+
+    Args:
+        path: the file to replace.
+        data: its new content.
+        new_mode: permission bits of a file that did not exist.
+        warnings: where to add what failed after the file was replaced (flushing the
+            directory, closing); ``None``: print each on stderr and log it
+            (:func:`ocihook.linux.atomicfile.report`).
 
     Raises:
-        OSError: the directory is not writable (the original is left untouched).
+        OSError: the file could not be replaced (the original is left untouched, no
+            temporary is left).
     """
+    from ..linux import atomicfile
+
     directory = os.path.dirname(os.path.abspath(path))
     name = os.path.basename(path)
     dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    done: list[str] = []
     try:
         owner = None
         try:
@@ -234,25 +286,18 @@ def write_bytes_atomic(path: str, data: bytes, *, new_mode: int = 0o644) -> None
                 owner = (st.st_uid, st.st_gid)
         except FileNotFoundError:
             mode = new_mode
-        # A new name of our own, as tempfile.mkstemp would make, without importing
-        # tempfile, shutil and random on the container start path.
-        tmp = f".{name}.{os.getpid()}.{os.urandom(6).hex()}"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
-        fd = os.open(tmp, flags, 0o600, dir_fd=dir_fd)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                if owner is not None:
-                    os.fchown(f.fileno(), *owner)
-                os.fchmod(f.fileno(), mode)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        except BaseException:
-            try:  # noqa: SIM105 (contextlib is not imported on this path)
-                os.unlink(tmp, dir_fd=dir_fd)
-            except FileNotFoundError:
-                pass
-            raise
-    finally:
+        done = atomicfile.replace_at(dir_fd, name, data, mode, owner=owner)
+    except BaseException:
+        try:  # noqa: SIM105 (contextlib is not imported on this path)
+            os.close(dir_fd)
+        except OSError:
+            pass
+        raise
+    try:
         os.close(dir_fd)
+    except OSError as e:
+        done.append(f"{name} was replaced, but closing its directory failed: {e.strerror}")
+    if warnings is not None:
+        warnings.extend(done)
+    else:
+        atomicfile.report(done, path)

@@ -115,6 +115,7 @@ cdi-spec-dirs = ["/etc/cdi"]
 default-kind = "example.com/accel"
 annotation-prefixes = ["cdi.k8s.io/", "nvidia.cdi.k8s.io/"]
 accept-nvidia-visible-devices-envvar-when-unprivileged = false
+accept-cdi-annotations-when-unprivileged = false
 accept-nvidia-visible-devices-as-volume-mounts = true
 swarm-resource = "DOCKER_RESOURCE_GPU, DOCKER_RESOURCE_NVIDIA-GPU"
 supported-driver-capabilities = "compute,utility"
@@ -140,6 +141,7 @@ def test_full_file(tmp_path: Any) -> None:
         default_kind="example.com/accel",
         annotation_prefixes=("cdi.k8s.io/", "nvidia.cdi.k8s.io/"),
         accept_nvidia_visible_devices_envvar_when_unprivileged=False,
+        accept_cdi_annotations_when_unprivileged=False,
         accept_nvidia_visible_devices_as_volume_mounts=True,
         swarm_resource="DOCKER_RESOURCE_GPU, DOCKER_RESOURCE_NVIDIA-GPU",
         supported_driver_capabilities="compute,utility",
@@ -273,6 +275,12 @@ BAD: list[tuple[str, str, str, Any]] = [
         '"yes"',
         "accept-nvidia-visible-devices-envvar-when-unprivileged",
         "yes",
+    ),
+    (
+        "accept-cdi-annotations-when-unprivileged",
+        '"no"',
+        "accept-cdi-annotations-when-unprivileged",
+        "no",
     ),
     (
         "accept-nvidia-visible-devices-as-volume-mounts",

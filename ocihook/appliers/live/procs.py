@@ -35,7 +35,8 @@ def _parent_pid() -> int:
     ``/proc/self/status`` answers in the namespace of the procfs mounted at ``/proc``,
     which before ``pivot_root`` is still the host's."""
     words = _status_field("PPid")
-    return int(words[0]) if words and words[0].isdigit() else 0
+    ok = words and words[0].isascii() and words[0].isdigit() and len(words[0]) <= 18
+    return int(words[0]) if ok else 0
 
 
 def _container_root_ids(pid: int) -> tuple[int, int] | None:

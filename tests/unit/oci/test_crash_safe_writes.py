@@ -1,0 +1,356 @@
+"""Crash-safe writes of config.json and every other replaced file (issue 18, item 4).
+
+A writer killed between creating its temporary file and the rename leaves nothing (the
+temporary is an anonymous ``O_TMPFILE`` file), or — where it had to be named — a file the
+next write removes; a failure before the rename leaves the old file and no temporary
+(exit 7); a failure after it (flushing the directory, closing) is a warning, not
+"cannot replace config.json". Faults are injected with ``strace -e inject`` into ``ocihook
+edit`` and with a patched ``os`` function in a child process that is then SIGKILLed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ocihook.linux import atomicfile, pathsafe
+from ocihook.oci.bundle import write_bytes_atomic
+
+OLD = b'{"old": true}\n'
+NEW = b'{"new": true}\n'
+
+
+def _need_strace() -> None:
+    if shutil.which("strace") is None:
+        pytest.skip("needs strace (apt-get install strace)")
+
+
+def _bundle(tmp: Path) -> Path:
+    bundle = tmp / "bundle"
+    (bundle / "rootfs").mkdir(parents=True)
+    doc = {"root": {"path": "rootfs"}, "process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]}}
+    (bundle / "config.json").write_text(json.dumps(doc))
+    return bundle
+
+
+def _entries(directory: Path) -> list[str]:
+    return sorted(os.listdir(directory))
+
+
+def _nth(tmp: Path, root: str, syscall: str, match: str, *, last: bool = False) -> int:
+    """Which call (1-based) of ``syscall`` on the bundle directory (``-P``) is the first
+    (or last) whose line holds ``match``, in a run of ``ocihook edit`` on a copy of the
+    bundle (so that ``when=N`` hits exactly that call)."""
+    bundle = _bundle(tmp / "probe")
+    trace = tmp / "probe.trace"
+    r = _edit(bundle, root, ["-P", str(bundle), "-e", f"trace={syscall}"], str(trace))
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in trace.read_text().splitlines() if f"{syscall}(" in ln]
+    hits = [i + 1 for i, ln in enumerate(lines) if match in ln]
+    assert hits, lines
+    return hits[-1] if last else hits[0]
+
+
+def _edit(
+    bundle: Path, root: str, strace: list[str], out: str = "/dev/null"
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            *("strace", "-f", "-qq", "-o", out, *strace),
+            *(sys.executable, "-m", "ocihook", "edit", "-b", str(bundle)),
+            *("--driver-root", root, "--dev-root", root),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("syscall", "when"),
+    [("fsync", 1), ("linkat", 1), ("renameat", 1)],
+)
+def test_fault_before_rename_keeps_old_file(
+    syscall: str, when: int, tmp_path: Path, sim: Any
+) -> None:
+    """``fsync`` of the new file, ``linkat`` naming it, ``renameat`` itself: exit 7, the
+    old config.json byte for byte, no temporary."""
+    _need_strace()
+    bundle = _bundle(tmp_path)
+    before = (bundle / "config.json").read_bytes()
+    inject = ["-e", f"trace={syscall}", "-e", f"inject={syscall}:error=EIO:when={when}"]
+    r = _edit(bundle, sim.root, inject)
+    assert r.returncode == 7, r.stderr
+    assert r.stderr.strip().startswith(
+        "ocihook: error[apply-failed]: cannot replace config.json: Input/output error"
+    ), r.stderr
+    assert (bundle / "config.json").read_bytes() == before
+    assert _entries(bundle) == ["config.json", "rootfs"]
+
+
+@pytest.mark.parametrize(
+    ("syscall", "warning"),
+    [
+        (
+            "fsync",
+            "config.json was replaced, but flushing its directory failed: Input/output "
+            "error; after a power loss the old file may come back",
+        ),
+        (
+            "close",
+            "config.json was replaced, but closing its directory failed: Input/output error",
+        ),
+    ],
+)
+def test_fault_after_rename_is_a_warning(
+    syscall: str, warning: str, tmp_path: Path, sim: Any
+) -> None:
+    """The directory's ``fsync`` or its final ``close`` fails after the rename:
+    config.json is the new one, exit 0, and the warning says so."""
+    _need_strace()
+    when = _nth(tmp_path, sim.root, syscall, "", last=True)
+    bundle = _bundle(tmp_path)
+    inject = ["-P", str(bundle), "-e", f"trace={syscall}"]
+    inject += ["-e", f"inject={syscall}:error=EIO:when={when}"]
+    r = _edit(bundle, sim.root, inject)
+    assert r.returncode == 0, r.stderr
+    assert f"ocihook: warning: {bundle}/config.json: {warning}\n" in r.stderr
+    assert "cannot replace" not in r.stderr
+    doc = json.loads((bundle / "config.json").read_text())
+    assert "NVIDIA_VISIBLE_DEVICES=void" in doc["process"]["env"] or doc.get("mounts")
+    assert _entries(bundle) == ["config.json", "rootfs"]
+
+
+def test_no_locks_still_writes(tmp_path: Path, sim: Any) -> None:
+    """``flock`` refused (ENOLCK: NFS mounted without locks): the file is written anyway;
+    the lock only helps tell a dead writer's temporary from a live one's."""
+    _need_strace()
+    bundle = _bundle(tmp_path)
+    r = _edit(bundle, sim.root, ["-e", "trace=flock", "-e", "inject=flock:error=ENOLCK"])
+    assert r.returncode == 0, r.stderr
+    assert json.loads((bundle / "config.json").read_text())["mounts"]
+    assert _entries(bundle) == ["config.json", "rootfs"]
+
+
+def test_no_tmpfile_falls_back_to_a_named_temporary(tmp_path: Path, sim: Any) -> None:
+    """``O_TMPFILE`` refused (EOPNOTSUPP, as on NFS): the same result through a named
+    temporary, which the rename consumes."""
+    _need_strace()
+    when = _nth(tmp_path, sim.root, "openat", "O_TMPFILE")
+    bundle = _bundle(tmp_path)
+    trace = tmp_path / "trace"
+    r = subprocess.run(
+        [
+            *("strace", "-f", "-qq", "-o", str(trace), "-P", str(bundle)),
+            *("-e", "trace=openat,renameat"),
+            *("-e", f"inject=openat:error=EOPNOTSUPP:when={when}"),
+            *(sys.executable, "-m", "ocihook", "edit", "-b", str(bundle)),
+            *("--driver-root", sim.root, "--dev-root", sim.root),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    lines = trace.read_text().splitlines()
+    assert any(
+        "O_TMPFILE" in ln and "EOPNOTSUPP (Operation not supported) (INJECTED)" in ln
+        for ln in lines
+    ), lines
+    named = [ln for ln in lines if "O_CREAT|O_EXCL" in ln and ".config.json." in ln]
+    assert len(named) == 1, lines
+    assert _entries(bundle) == ["config.json", "rootfs"]
+    assert json.loads((bundle / "config.json").read_text())["mounts"]
+
+
+DRIVER = textwrap.dedent(
+    """
+    import os, sys, time
+    from ocihook.linux import atomicfile
+    from ocihook.oci.bundle import write_bytes_atomic
+
+    path, pause_at, named, ready = sys.argv[1], sys.argv[2], sys.argv[3] == "1", int(sys.argv[4])
+    if named:
+        atomicfile._open_anonymous = lambda dir_fd: None
+    real = getattr(os, pause_at)
+
+    def pause(*args, **kwargs):
+        os.write(ready, b"x")
+        time.sleep(600)
+        return real(*args, **kwargs)
+
+    setattr(os, pause_at, pause)
+    write_bytes_atomic(path, b'{"new": true}\\n')
+    """
+)
+
+
+def _killed_writer(path: Path, pause_at: str, *, named: bool) -> None:
+    """Run a writer of ``path`` in a child process, SIGKILL it when it reaches
+    ``os.<pause_at>`` (after creating its temporary file, before the rename)."""
+    r, w = os.pipe()
+    child = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, str(path), pause_at, "1" if named else "0", str(w)],
+        pass_fds=(w,),
+    )
+    os.close(w)
+    try:
+        assert os.read(r, 1) == b"x", "the writer never reached " + pause_at
+    finally:
+        os.close(r)
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    assert child.returncode == -signal.SIGKILL
+
+
+@pytest.mark.parametrize("pause_at", ["fsync", "fchmod", "link"])
+def test_kill_while_writing_anonymous_leaves_nothing(pause_at: str, tmp_path: Path) -> None:
+    target = tmp_path / "config.json"
+    target.write_bytes(OLD)
+    _killed_writer(target, pause_at, named=False)
+    assert _entries(tmp_path) == ["config.json"]
+    assert target.read_bytes() == OLD
+
+
+@pytest.mark.parametrize(
+    ("pause_at", "named"), [("rename", True), ("fsync", True), ("rename", False)]
+)
+def test_kill_leaving_named_temporary_is_cleaned_by_next_write(
+    pause_at: str, named: bool, tmp_path: Path
+) -> None:
+    """A named temporary (no O_TMPFILE, or killed between linkat and rename) of a dead
+    writer is removed by the next write of the same file."""
+    target = tmp_path / "config.json"
+    target.write_bytes(OLD)
+    _killed_writer(target, pause_at, named=named)
+    left = [e for e in _entries(tmp_path) if e != "config.json"]
+    assert len(left) == 1 and atomicfile.is_temporary_of(left[0], "config.json"), left
+    assert target.read_bytes() == OLD
+    write_bytes_atomic(str(target), NEW)
+    assert _entries(tmp_path) == ["config.json"]
+    assert target.read_bytes() == NEW
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+def test_locked_temporary_of_another_namespace_is_kept(tmp_path: Path) -> None:
+    """A temporary whose pid is not alive here but whose lock is held (a writer in
+    another pid namespace) is left alone; once the lock is gone it is removed."""
+    import fcntl
+
+    target = tmp_path / "config.json"
+    target.write_bytes(OLD)
+    other = tmp_path / f".config.json.{_dead_pid()}.0123456789ab"
+    other.write_bytes(b"half")
+    fd = os.open(other, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        write_bytes_atomic(str(target), NEW)
+        assert other.exists()
+    finally:
+        os.close(fd)
+    write_bytes_atomic(str(target), NEW)
+    assert _entries(tmp_path) == ["config.json"]
+
+
+def test_own_and_foreign_names_are_kept(tmp_path: Path) -> None:
+    """Only ``.<name>.<pid>.<12 hex>`` of the file being written, with a dead pid, is
+    removed: not another file's temporary, not a live process's, not other dot files."""
+    dead = _dead_pid()
+    keep = [
+        f".other.json.{dead}.0123456789ab",
+        f".config.json.{os.getpid()}.0123456789ab",
+        f".config.json.{dead}.0123456789",
+        ".config.json.swp",
+    ]
+    for name in keep:
+        (tmp_path / name).write_bytes(b"x")
+    (tmp_path / f".config.json.{dead}.abcdefabcdef").write_bytes(b"x")
+    write_bytes_atomic(str(tmp_path / "config.json"), NEW)
+    assert _entries(tmp_path) == sorted([*keep, "config.json"])
+
+
+def test_close_failing_after_rename_is_a_warning(tmp_path: Path) -> None:
+    """The new file's descriptor fails to close after the rename (NFS can report that):
+    a warning, the new content in place."""
+    target = tmp_path / "f"
+    target.write_bytes(OLD)
+    real_close, real_rename = os.close, os.rename
+    state = {"renamed": False, "failed": False}
+
+    def rename(*args: Any, **kwargs: Any) -> None:
+        real_rename(*args, **kwargs)
+        state["renamed"] = True
+
+    def close(fd: int) -> None:
+        real_close(fd)
+        if state["renamed"] and not state["failed"]:
+            state["failed"] = True
+            raise OSError(5, "Input/output error")
+
+    warnings: list[str] = []
+    mp = pytest.MonkeyPatch()
+    mp.setattr(os, "rename", rename)
+    mp.setattr(os, "close", close)
+    try:
+        write_bytes_atomic(str(target), NEW, warnings=warnings)
+    finally:
+        mp.undo()
+    assert warnings == ["f was replaced, but closing it failed: Input/output error"]
+    assert target.read_bytes() == NEW
+    assert _entries(tmp_path) == ["f"]
+
+
+def test_write_file_in_root_cleans_stale_temporary(tmp_path: Path) -> None:
+    """The container's ld.so.cache writer (pathsafe) shares the scheme."""
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / f".ld.so.cache.{_dead_pid()}.0123456789ab").write_bytes(b"half")
+    root_fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        pathsafe.write_file_in_root(root_fd, "/etc/ld.so.cache", b"cache", 0o644)
+    finally:
+        os.close(root_fd)
+    assert _entries(etc) == ["ld.so.cache"]
+    assert (etc / "ld.so.cache").read_bytes() == b"cache"
+
+
+_NAMES = st.text(
+    alphabet=st.characters(blacklist_characters="/\0", blacklist_categories=("Cs",)),
+    min_size=1,
+    max_size=40,
+).filter(lambda n: n not in (".", ".."))
+
+
+@given(name=_NAMES)
+def test_temporary_names_round_trip(name: str) -> None:
+    tmp = atomicfile.temporary_name(name)
+    assert atomicfile.is_temporary_of(tmp, name) == os.getpid()
+    assert tmp.startswith("." + name + ".") and "/" not in tmp
+
+
+@given(name=_NAMES, entry=st.text(max_size=80))
+def test_only_temporary_names_match(name: str, entry: str) -> None:
+    """Whatever a directory holds, only ``.<name>.<decimal pid>.<12 hex>`` is taken for a
+    temporary of ``name``."""
+    pid = atomicfile.is_temporary_of(entry, name)
+    if pid is not None:
+        rest = entry[len(name) + 2 :]
+        digits, _, mark = rest.partition(".")
+        assert entry.startswith(f".{name}.") and int(digits) == pid
+        assert len(mark) == 12 and set(mark) <= set("0123456789abcdef")
