@@ -495,15 +495,11 @@ _PERMISSIONS_RE = re.compile(r"none|[rwm]*")
 _IFNAME_RE = re.compile(r"(?!\.\.?\Z)[!-.0-9;-~]{1,15}")
 
 
-def _bounded(digits: str) -> int:
-    """A decimal number of a version; more than 9 digits count as ``10**9``."""
-    return int(digits) if len(digits) <= 9 else 10**9
-
-
 def _version_tuple(version: str) -> tuple[int, int, int] | None:
     """``"0.6.0"`` or ``"v0.6.0"`` -> ``(0, 6, 0)`` (:func:`ocihook.core.vocab.version_tuple`
     with three numbers), else ``None``."""
-    parsed = version_tuple(version[1:] if version.startswith("v") else version, parts=(3,))
+    text = version[1:] if version.startswith("v") else version
+    parsed = version_tuple(text, parts=(3,), clamp=True)
     return None if parsed is None else (parsed[0], parsed[1], parsed[2])
 
 

@@ -104,16 +104,20 @@ def is_sysfs_bus_id(text: str) -> bool:
     return key is not None and rest == rest.lower() and len(rest) == 7
 
 
-def version_tuple(text: str, *, parts: tuple[int, ...] = (2, 3, 4)) -> tuple[int, ...] | None:
+def version_tuple(
+    text: str, *, parts: tuple[int, ...] = (2, 3, 4), clamp: bool = False
+) -> tuple[int, ...] | None:
     """``"550.127.05"`` -> ``(550, 127, 5)``; ``None`` unless ``text`` is dot-separated
     ASCII decimal numbers, as many as one of ``parts`` says (driver and CUDA versions have
-    2 to 4; CDI's ``cdiVersion`` 3), at most 32 characters (no unbounded ``int()``)."""
+    2 to 4; CDI's ``cdiVersion`` 3), at most 32 characters — or, with ``clamp``, of any
+    length, a number of more than 9 digits counting as ``10**9`` (above every real version,
+    as Go's semver compares it; never an unbounded ``int()``)."""
     fields = text.split(".")
-    if len(fields) not in parts or len(text) > 32:
+    if len(fields) not in parts or (len(text) > 32 and not clamp):
         return None
     if not all(f.isascii() and f.isdigit() for f in fields):
         return None
-    return tuple(int(f) for f in fields)
+    return tuple(int(f) if len(f) <= 9 else 10**9 for f in fields)
 
 
 def is_cdi_vendor_or_class(text: str) -> bool:

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ocihook.discovery import devices, gpus, nvidia
+from ocihook.discovery import procfs
 from ocihook.request import classify_device
 
 LONG = "9" * 5000
@@ -192,12 +192,12 @@ def test_mig_instance_ids_too_long(tmp_path: Path, sim: Any) -> None:
 def test_host_numbers_too_long() -> None:
     """Driver-root files are read, not trusted: a number of thousands of digits is no
     number (these parsers raised ValueError)."""
-    assert gpus._decimal(LONG) is None
-    assert gpus._decimal("195") == 195
-    assert devices._decimal(LONG) is None
-    assert devices.parse_misc(f"{LONG} nvidia-caps\n 63 gdrdrv\n") == {"gdrdrv": 63}
+    assert procfs.decimal(LONG) is None
+    assert procfs.decimal("195") == 195
+    assert procfs.canonical_decimal(LONG) is None
+    assert procfs.parse_misc(f"{LONG} nvidia-caps\n 63 gdrdrv\n") == {"gdrdrv": 63}
     proc = f"Character devices:\n{LONG} nvidia\n195 nvidia\n"
-    assert nvidia.parse_char_majors(proc) == {"nvidia": (195,)}
+    assert procfs.parse_char_majors(proc) == {"nvidia": (195,)}
 
 
 def test_runtime_log_of_non_utf8_bundle(tmp_path: Path) -> None:
