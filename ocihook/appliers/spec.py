@@ -289,12 +289,16 @@ def cdi_device_names(config: dict[str, Any], request: Request, options: Options)
     once), or ``()`` when it is for the legacy path.
 
     Sources: ``annotations`` keys starting with one of ``options.annotation_prefixes``
-    (comma lists of qualified names, CDI ``SPEC.md`` "Annotations"), and the device list
-    of ``NVIDIA_VISIBLE_DEVICES`` when it names a CDI device (``nvidia.com/gpu=0``) or
-    ``options.mode`` is ``"cdi"``: then every entry that is not qualified gets
-    ``options.default_kind`` (``0`` -> ``nvidia.com/gpu=0``, ``all`` ->
-    ``nvidia.com/gpu=all``), as the NVIDIA Container Toolkit's CDI mode does. ``"legacy"``
-    mode returns ``()``.
+    (comma lists of qualified names, CDI ``SPEC.md`` "Annotations"); when they name no
+    device, the device list of ``NVIDIA_VISIBLE_DEVICES`` (or of the request's other
+    source: swarm variables, volume mounts) when it names a CDI device
+    (``nvidia.com/gpu=0``) or ``options.mode`` is ``"cdi"``: then every entry that is not
+    qualified gets ``options.default_kind`` (``0`` -> ``nvidia.com/gpu=0``, ``all`` ->
+    ``nvidia.com/gpu=all``). Annotations *replace* the NVIDIA request, as in the NVIDIA
+    Container Toolkit (``internal/config/image`` ``CUDA.VisibleDevices``, ``internal/
+    modifier/cdi.go``): a CUDA image's default ``NVIDIA_VISIBLE_DEVICES=all`` beside an
+    annotation naming GPU 1 gives GPU 1 only. The AMD/Intel variables' CDI names are added
+    in either case. ``"legacy"`` mode returns ``()`` (annotations are not read).
 
     Raises:
         CdiError: a malformed annotation (``field`` = its key) or device name.
@@ -327,6 +331,8 @@ def cdi_device_names(config: dict[str, Any], request: Request, options: Options)
                     err.message, field=f"{request.source}[NVIDIA_VISIBLE_DEVICES]", value=d
                 ) from None
             from_env.append(name)
+    if from_annotations:  # the toolkit: annotations replace NVIDIA_VISIBLE_DEVICES
+        from_env = []
     from_env.extend(_drm_cdi_names(config, options))
     names: list[str] = []
     for name in (*from_env, *from_annotations):
