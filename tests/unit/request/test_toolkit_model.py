@@ -86,7 +86,7 @@ def _go_semver_major_minor(v: str) -> tuple[str, str] | None:
         return None
     rest = got[1]
     if rest.startswith("-"):
-        pre, _, build = rest[1:].partition("+")
+        pre = rest[1:].partition("+")[0]
         if not idents(pre, True):
             return None
         rest = rest[1 + len(pre) :]
