@@ -38,7 +38,7 @@ from collections.abc import Sequence
 
 from ..core.errors import DiscoveryError
 from ..core.records import Record
-from ..plan import DEVELOPMENT_LINKS, IPC_MOUNT_OPTIONS, LIBRARY_MOUNT_OPTIONS
+from ..plan import IPC_MOUNT_OPTIONS, LIBRARY_MOUNT_OPTIONS, development_links, node_groups
 from .names import validate_class, validate_device_name, validate_vendor
 from .spec import ContainerEdits, Device, DeviceNode, Hook, Mount, Spec, minimum_version
 
@@ -68,9 +68,6 @@ NAME_STRATEGIES = ("index", "uuid", "type-index")
 #: The strategies used when none is given: every device by index and by UUID.
 DEFAULT_NAME_STRATEGIES = ("index", "uuid")
 
-#: Links libnvidia-container makes besides the soname links, by soname.
-_DEVELOPMENT_LINKS = dict(DEVELOPMENT_LINKS)
-
 
 class _Named(Record):
     names: tuple[str, ...]
@@ -88,6 +85,8 @@ def _node(n: HostDeviceNode) -> DeviceNode:
         minor=n.minor,
         file_mode=n.file_mode,
         permissions="rw",
+        uid=n.uid or None,
+        gid=n.gid or None,
     )
 
 
@@ -165,9 +164,8 @@ def _common_edits(host: NvidiaHost, command: Sequence[str]) -> ContainerEdits:
         if lib.soname != lib.name:
             links.append(f"{lib.name}::{soname_path}")
         libs.append(soname_path)
-        dev = _DEVELOPMENT_LINKS.get(lib.soname)
-        if dev is not None:
-            links.append(f"{lib.soname}::{directory}/{dev}")
+        for extra in development_links(lib.soname, lib.name, capabilities):
+            links.append(f"{extra.target}::{directory}/{extra.link}")
     for f in host.files_for(capabilities):
         if f.path in seen:
             continue
@@ -179,6 +177,7 @@ def _common_edits(host: NvidiaHost, command: Sequence[str]) -> ContainerEdits:
         args += ["--link", link]
     for lib_path in libs:
         args += ["--lib", lib_path]
+    args.append("--ld-so-conf")  # host directories: an ldconfig in the image must keep them
     compat = "::".join(("/usr/local/cuda/compat", host.driver_version, host.cuda_version or ""))
     args += ["--cuda-compat", compat.rstrip(":")]
     args += ["--mask-proc", host.root.proc("driver/nvidia"), "--proc-gpus-from-devices"]
@@ -261,11 +260,17 @@ def generate_spec(
                 validate_device_name(name)
                 out.append(Device(name, d.edits))
     out.append(Device("all", _edits(all_nodes, all_links, command)))
+    common = _common_edits(host, command)
+    # the groups of nodes a non-root user could not open otherwise (0660 group video):
+    # with them the spec needs cdiVersion 0.7.0, so only a host that needs them has them
+    gids = node_groups([*common.device_nodes, *all_nodes])
+    if gids:
+        common = common.replace(additional_gids=gids)
     spec = Spec(
         version="0.3.0",
         kind=f"{vendor}/{device_class}",
         devices=tuple(out),
-        container_edits=_common_edits(host, command),
+        container_edits=common,
     )
     return Spec(minimum_version(spec), spec.kind, spec.devices, spec.container_edits)
 
