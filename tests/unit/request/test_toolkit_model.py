@@ -232,7 +232,16 @@ def _outcome(f: Any, *args: Any) -> Any:
 @settings(max_examples=1500, deadline=None)
 @given(environments(), st.sampled_from([(), SWARM[:1], SWARM]))
 def test_request_agrees_with_the_toolkit_hook(env: dict[str, str], swarm: tuple[str, ...]) -> None:
-    assert _outcome(_ocihook, env, swarm) == _outcome(toolkit_hook, env, swarm)
+    expected = _outcome(toolkit_hook, env, swarm)
+    caps = {c.strip() for c in env.get("NVIDIA_DRIVER_CAPABILITIES", "").split(",")}
+    if (
+        expected != "error"
+        and expected[0] != "void"
+        and "all" in caps
+        and caps - ALL7 - {"", "all"}
+    ):
+        expected = "error"  # deliberate: an unknown capability is refused beside all too
+    assert _outcome(_ocihook, env, swarm) == expected
 
 
 _QUALIFIED = st.sampled_from(["nvidia.com/gpu=0", "nvidia.com/gpu=1", "nvidia.com/gpu=all"])
@@ -367,6 +376,14 @@ def test_deliberate_case_insensitive_special_values_and_capabilities() -> None:
     r = _req({"NVIDIA_VISIBLE_DEVICES": "0", "NVIDIA_DRIVER_CAPABILITIES": "COMPUTE"})
     assert r.capabilities == {"compute"}
     assert toolkit_hook({"NVIDIA_VISIBLE_DEVICES": "ALL"}, ()) == ("list", ("ALL",), DEFAULT)
+
+
+def test_deliberate_unknown_capability_beside_all_is_refused() -> None:
+    env = {"NVIDIA_VISIBLE_DEVICES": "0", "NVIDIA_DRIVER_CAPABILITIES": "all,compte"}
+    assert toolkit_hook(env, ())[2] == ALL7  # the toolkit ignores the typo
+    with pytest.raises(RequestError) as ei:
+        _req(env)
+    assert ei.value.value == "compte"
 
 
 def test_deliberate_malformed_gpu_ids_are_refused() -> None:
