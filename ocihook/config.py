@@ -102,7 +102,10 @@ of truth for keys, types and values.
 Coming from the NVIDIA Container Toolkit (``/etc/nvidia-container-runtime/config.toml``):
 ocihook's file is flat. The toolkit's top-level keys keep their names; keys from its
 sections move to the top level under the name of the matching ocihook flag. A toolkit
-section in an ocihook file is refused with a hint naming the ocihook key of each entry.
+section in an ocihook file is refused (before any other key is checked) with a hint naming
+the ocihook key of each entry and the converting command: ``ocihook config migrate``
+(:func:`migrate_toolkit_config`) writes ocihook's file from the toolkit's, naming once each
+key it drops or changes.
 
 ======================================================  ============================================
 toolkit key                                             ocihook key
