@@ -14,7 +14,7 @@ What goes into the document (OCI runtime-spec ``config.md`` / ``config-linux.md`
 * ``mounts`` — read-only, nosuid, nodev bind mounts, replacing a mount with the same
   destination;
 * ``process.user.additionalGids`` — the host group ids of AMD/Intel device nodes
-  (``render``, ``video``), each once;
+  (``render``, ``video``) and of NVIDIA nodes that are not world read-writable, each once;
 * ``hooks.createContainer`` — ``ocihook hook create-container``: the soname links, then
   the container's ``/etc/ld.so.cache``, undone together on failure; run from the host's
   interpreter with ``-I``, an explicit ``env`` (nothing from the container's environment

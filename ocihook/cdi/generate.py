@@ -14,9 +14,13 @@ The spec is built from host discovery (:func:`ocihook.discovery.nvidia.discover`
   read-only nosuid nodev bind mounts of the driver libraries (64- and 32-bit), binaries,
   firmware and graphics configuration files, the IPC sockets (read-write, noexec), and one
   ``createContainer`` hook that runs ocihook's own ``hook create-container``: the soname
-  links, the container's ``ld.so.cache``, CUDA forward compatibility and the
+  and development links, the container's ``ld.so.cache`` and an ``ld.so.conf.d`` drop-in
+  for the library directories the image's ``ld.so.conf`` lacks (``--ld-so-conf``: an
+  ``ldconfig`` the image runs keeps them), CUDA forward compatibility and the
   ``/proc/driver/nvidia`` mask with ``ModifyDeviceFiles: 0`` (the driver inside must not
-  create device nodes), showing the ``gpus/`` entries of the GPUs the container got.
+  create device nodes), showing the ``gpus/`` entries of the GPUs the container got;
+  ``additionalGids`` with the groups of nodes that are not world read-writable (0660
+  group ``video``), and then only, so that other hosts keep the older ``cdiVersion``.
 
 Files are mounted at their paths in the driver root (as the NVIDIA Container Toolkit's
 generator does: the image layout is unknown when the spec is written); the hook enters
