@@ -341,6 +341,17 @@ def cdi_device_names(config: dict[str, Any], request: Request, options: Options)
     return tuple(names)
 
 
+def _has_annotation_request(config: dict[str, Any], options: Options) -> bool:
+    """Whether ``config`` has an annotation with one of ``options.annotation_prefixes``
+    (outside ``legacy`` mode), so that its CDI devices replace the environment's request."""
+    annotations = config.get("annotations")
+    if options.mode == "legacy" or not isinstance(annotations, dict):
+        return False
+    return any(
+        isinstance(k, str) and k.startswith(options.annotation_prefixes) for k in annotations
+    )
+
+
 def _drm_cdi_names(config: dict[str, Any], options: Options) -> list[str]:
     """The CDI names in ``AMD_VISIBLE_DEVICES``/``INTEL_VISIBLE_DEVICES``: when one entry is
     a qualified name (or ``options.mode`` is ``"cdi"``), every entry is, the others given
@@ -719,7 +730,13 @@ def edit_bundle(
     """
     options = options or Options()
     bundle = load_bundle(bundle_dir)
-    request = request_from_spec(bundle.config, path=bundle.config_path, policy=options.policy)
+    try:
+        request = request_from_spec(bundle.config, path=bundle.config_path, policy=options.policy)
+    except RequestError:
+        # annotations replace the environment's request (the toolkit does not read it then)
+        if not _has_annotation_request(bundle.config, options):
+            raise
+        request = Request("void", source="annotations")
     try:
         cdi_names = cdi_device_names(bundle.config, request, options)
     except OcihookError as e:

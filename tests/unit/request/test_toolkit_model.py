@@ -301,6 +301,63 @@ def test_legacy_image_with_annotations_gets_only_those() -> None:
     assert cdi_device_names(config, request, Options(mode="cdi")) == ("nvidia.com/gpu=0",)
 
 
+@pytest.mark.parametrize(
+    "env",
+    [
+        ["NVIDIA_VISIBLE_DEVICES=gpu0"],
+        ["CUDA_VERSION=011.8"],
+        ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=bogus"],
+    ],
+)
+def test_annotations_are_served_whatever_the_environment_says(
+    env: list[str], tmp_path: Any
+) -> None:
+    """The environment is not read when annotations request devices (toolkit
+    ``CUDA.VisibleDevices``): its malformed values stop nothing."""
+    import json
+
+    from ocihook.appliers.spec import edit_bundle
+
+    spec_dir = tmp_path / "cdi"
+    spec_dir.mkdir()
+    (spec_dir / "gpu.json").write_text(
+        json.dumps(
+            {
+                "cdiVersion": "0.5.0",  # a device named "1" needs it
+                "kind": "nvidia.com/gpu",
+                "devices": [
+                    {
+                        "name": "1",
+                        "containerEdits": {
+                            "deviceNodes": [
+                                {"path": "/dev/nvidia1", "type": "c", "major": 195, "minor": 1}
+                            ]
+                        },
+                    }
+                ],
+            }
+        )
+    )
+    bundle = tmp_path / "bundle"
+    (bundle / "rootfs").mkdir(parents=True)
+    doc = {
+        "ociVersion": "1.0.2",
+        "process": {"args": ["true"], "cwd": "/", "env": env},
+        "root": {"path": "rootfs"},
+        "annotations": {"cdi.k8s.io/gpu": "nvidia.com/gpu=1"},
+    }
+    (bundle / "config.json").write_text(json.dumps(doc))
+    result = edit_bundle(str(bundle), options=Options(cdi_spec_dirs=(str(spec_dir),)))
+    assert result.cdi_devices == ("nvidia.com/gpu=1",)
+    after = json.loads(result.after)
+    assert [d["path"] for d in after["linux"]["devices"]] == ["/dev/nvidia1"]
+    # without the annotation the same environment is refused
+    del doc["annotations"]
+    (bundle / "config.json").write_text(json.dumps(doc))
+    with pytest.raises(RequestError):
+        edit_bundle(str(bundle), options=Options(cdi_spec_dirs=(str(spec_dir),)))
+
+
 def test_legacy_mode_reads_no_annotations() -> None:
     config = {
         "process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]},
