@@ -52,13 +52,16 @@ def cdi_device_names(config: dict[str, Any], request: Request, options: Options)
 
     Sources: ``annotations`` keys starting with one of ``options.annotation_prefixes``
     (comma lists of qualified names, CDI ``SPEC.md`` "Annotations"; skipped for an
-    unprivileged container when ``accept-cdi-annotations-when-unprivileged = false``), and
-    the device list
-    of ``NVIDIA_VISIBLE_DEVICES`` when it names a CDI device (``nvidia.com/gpu=0``) or
-    ``options.mode`` is ``"cdi"``: then every entry that is not qualified gets
-    ``options.default_kind`` (``0`` -> ``nvidia.com/gpu=0``, ``all`` ->
-    ``nvidia.com/gpu=all``), as the NVIDIA Container Toolkit's CDI mode does. ``"legacy"``
-    mode returns ``()``.
+    unprivileged container when ``accept-cdi-annotations-when-unprivileged = false``);
+    when they name no device, the device list of ``NVIDIA_VISIBLE_DEVICES`` (or of the
+    request's other source: swarm variables, volume mounts) when it names a CDI device
+    (``nvidia.com/gpu=0``) or ``options.mode`` is ``"cdi"``: then every entry that is not
+    qualified gets ``options.default_kind`` (``0`` -> ``nvidia.com/gpu=0``, ``all`` ->
+    ``nvidia.com/gpu=all``). Annotations *replace* the NVIDIA request, as in the NVIDIA
+    Container Toolkit (``internal/config/image`` ``CUDA.VisibleDevices``, ``internal/
+    modifier/cdi.go``): a CUDA image's default ``NVIDIA_VISIBLE_DEVICES=all`` beside an
+    annotation naming GPU 1 gives GPU 1 only. The AMD/Intel variables' CDI names are added
+    in either case. ``"legacy"`` mode returns ``()`` (annotations are not read).
 
     Raises:
         CdiError: a malformed annotation (``field`` = its key) or device name.
@@ -92,12 +95,25 @@ def cdi_device_names(config: dict[str, Any], request: Request, options: Options)
                     err.message, field=f"{request.source}[NVIDIA_VISIBLE_DEVICES]", value=d
                 ) from None
             from_env.append(name)
+    if from_annotations:  # the toolkit: annotations replace NVIDIA_VISIBLE_DEVICES
+        from_env = []
     from_env.extend(_drm_cdi_names(config, options))
     names: list[str] = []
     for name in (*from_env, *from_annotations):
         if name not in names:
             names.append(name)
     return tuple(names)
+
+
+def _has_annotation_request(config: dict[str, Any], options: Options) -> bool:
+    """Whether ``config`` has an annotation with one of ``options.annotation_prefixes``
+    (outside ``legacy`` mode), so that its CDI devices replace the environment's request."""
+    annotations = config.get("annotations")
+    if options.mode == "legacy" or not isinstance(annotations, dict):
+        return False
+    return any(
+        isinstance(k, str) and k.startswith(options.annotation_prefixes) for k in annotations
+    )
 
 
 def _drm_cdi_names(config: dict[str, Any], options: Options) -> list[str]:

@@ -14,10 +14,13 @@ edits" (device nodes, mounts, hooks, env):
 * device nodes: ``/dev/nvidiactl`` always, ``/dev/nvidia-uvm`` and
   ``/dev/nvidia-uvm-tools`` with ``compute``, ``/dev/nvidia<minor>`` per selected GPU;
 * one cgroup allow rule (``rw``) per device node, nothing else;
+* the groups of nodes that are not world read-writable (``0660`` group ``video``) as
+  additional groups of the container process, so that a non-root user can open them;
 * a bind mount per driver library, read-only, nosuid, nodev, at
   ``<container libdir>/<file name>``;
-* soname links (``libcuda.so.1 -> libcuda.so.535.261.03``) and the development link
-  ``libcuda.so -> libcuda.so.1``;
+* soname links (``libcuda.so.1 -> libcuda.so.535.261.03``) and the development links
+  (``libcuda.so -> libcuda.so.1``, ``libnvidia-ml.so``, ``libGLX_indirect.so.0``, the GBM
+  backend ``gbm/nvidia-drm_gbm.so``: :func:`development_links`);
 * the folders whose libraries must enter the container's ``ld.so.cache``;
 * env ``NVIDIA_VISIBLE_DEVICES=void`` for spec mode, so that a legacy hook registered as
   well (ours or the toolkit's) does not inject a second time.
@@ -53,19 +56,52 @@ __all__ = [
     "Plan",
     "ProcMask",
     "Symlink",
+    "development_links",
     "links_to_mounts",
     "make_drm_plan",
     "make_plan",
     "merge_plans",
+    "node_groups",
 ]
 
-#: Development links libnvidia-container makes beside the soname links
-#: (``src/nvc_container.c``): ``libcuda.so`` for linkers, ``libnvidia-opticalflow.so``
-#: which the Optical Flow SDK opens by that name.
+#: Development links made beside the soname links, by soname: ``(soname, link name)``, the
+#: link pointing at the soname. libnvidia-container (``src/nvc_mount.c``) and the NVIDIA
+#: Container Toolkit (``internal/discover/symlinks.go``) make ``libcuda.so`` (applications
+#: ``dlopen`` it by that name) and ``libnvidia-opticalflow.so``; the toolkit's
+#: ``create-dot-so-symlinks`` makes ``lib*.so -> soname`` for the libraries whose ``.so``
+#: link the driver packages install (Debian's ``nvidia/current``: ``libnvidia-ml.so``,
+#: ``libnvcuvid.so``, ``libnvidia-encode.so``, ``libnvidia-fbc.so``, ``libnvidia-ngx.so``);
+#: GLVND's indirect GLX needs ``libGLX_indirect.so.0``.
 DEVELOPMENT_LINKS = (
     ("libcuda.so.1", "libcuda.so"),
     ("libnvidia-opticalflow.so.1", "libnvidia-opticalflow.so"),
+    ("libnvidia-ml.so.1", "libnvidia-ml.so"),
+    ("libnvcuvid.so.1", "libnvcuvid.so"),
+    ("libnvidia-encode.so.1", "libnvidia-encode.so"),
+    ("libnvidia-fbc.so.1", "libnvidia-fbc.so"),
+    ("libnvidia-ngx.so.1", "libnvidia-ngx.so"),
+    ("libGLX_nvidia.so.0", "libGLX_indirect.so.0"),
 )
+_DEVELOPMENT_LINKS = dict(DEVELOPMENT_LINKS)
+
+
+def development_links(soname: str, name: str, capabilities: Iterable[str]) -> list[Symlink]:
+    """The links to make beside one driver library (soname ``soname``, file ``name``) in
+    its directory, as ``Symlink`` with the link *relative to that directory*: the
+    :data:`DEVELOPMENT_LINKS`; ``libnvidia-vulkan-producer.so`` -> the versioned file
+    (it has no soname); with ``graphics``, the GBM backend
+    ``gbm/nvidia-drm_gbm.so -> ../libnvidia-allocator.so.1`` that Mesa's libgbm loads
+    (toolkit ``internal/discover/graphics.go``). No I/O."""
+    out: list[Symlink] = []
+    dev = _DEVELOPMENT_LINKS.get(soname)
+    if dev is not None:
+        out.append(Symlink(link=dev, target=soname))
+    if name.startswith("libnvidia-vulkan-producer.so."):
+        out.append(Symlink(link="libnvidia-vulkan-producer.so", target=name))
+    if soname == "libnvidia-allocator.so.1" and "graphics" in capabilities:
+        out.append(Symlink(link="gbm/nvidia-drm_gbm.so", target="../libnvidia-allocator.so.1"))
+    return out
+
 
 #: Options of driver file bind mounts (libnvidia-container ``src/nvc_mount.c``).
 LIBRARY_MOUNT_OPTIONS = ("ro", "nosuid", "nodev", "bind")
@@ -248,7 +284,8 @@ class ContainerEdits(Record):
         cuda_compat: CUDA forward compatibility from the image (with ``compute``), or
             ``None``.
         additional_gids: host group ids the container process must have to open the
-            device nodes (AMD/Intel: ``render``, ``video``), for
+            device nodes (AMD/Intel: ``render``, ``video``; NVIDIA: the groups of nodes
+            that are not world read-writable, :func:`node_groups`), for
             ``process.user.additionalGids``; never 0.
     """
 
@@ -504,9 +541,8 @@ def make_plan(
             ld_libs.append(f"{libdir}/{lib.soname}")
         else:
             ld_libs.append(dest)
-        for soname, dev in DEVELOPMENT_LINKS:
-            if lib.soname == soname:
-                links.append(Symlink(link=f"{libdir}/{dev}", target=soname))
+        for dev_link in development_links(lib.soname, lib.name, capabilities):
+            links.append(Symlink(link=f"{libdir}/{dev_link.link}", target=dev_link.target))
     for f in host.files_for(capabilities):
         if f.kind == "binary":
             name = f.path.rsplit("/", 1)[-1]
@@ -529,6 +565,7 @@ def make_plan(
         symlinks=tuple(links),
         ldcache_libraries=tuple(ld_libs),
         proc_mask=proc_mask,
+        additional_gids=node_groups(nodes),
         cuda_compat=CudaCompat(
             host_major=int(host.driver_version.split(".")[0]),
             host_driver=host.driver_version,
@@ -544,6 +581,21 @@ def make_plan(
         edits=edits,
         warnings=tuple(warnings),
     )
+
+
+def node_groups(nodes: Iterable[Any]) -> tuple[int, ...]:
+    """The groups a non-root container user needs to open ``nodes``: the group (other
+    than 0) of each node that others may not both read and write (``0660`` group
+    ``video``, as ``NVreg_DeviceFileMode``/``NVreg_DeviceFileGID`` make the NVIDIA nodes),
+    sorted, each once; for ``process.user.additionalGids``. A world read-writable node
+    needs no group. ``nodes``: records with ``gid`` and ``file_mode`` (a plan's, a host's
+    or a CDI spec's nodes; ``None`` = unset: group 0, mode ``0666``)."""
+    out: set[int] = set()
+    for n in nodes:
+        mode = 0o666 if n.file_mode is None else n.file_mode
+        if n.gid and mode & 0o006 != 0o006:
+            out.add(n.gid)
+    return tuple(sorted(out))
 
 
 def links_to_mounts(plan: Plan, occupied: Iterable[str]) -> Plan:

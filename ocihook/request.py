@@ -6,13 +6,16 @@ The variables and their meaning follow the NVIDIA Container Toolkit
 ``NVIDIA_VISIBLE_DEVICES``
     ``all``; ``none`` (driver files, no GPU); ``void``, empty or unset (not a GPU
     container); or a comma list of GPU indices and ``GPU-`` UUIDs (case-insensitive).
-    Any ``void`` entry makes the whole request void. Unset on a *legacy* CUDA image
-    (``CUDA_VERSION`` set, ``NVIDIA_REQUIRE_CUDA`` unset) means ``all``.
+    The special values rank as the toolkit's: any ``void`` entry makes the whole request
+    void, else any ``none`` makes it ``none``, else any ``all`` makes it ``all``. Unset
+    on a *legacy* CUDA image (``CUDA_VERSION`` set, ``NVIDIA_REQUIRE_CUDA`` unset) means
+    ``all``.
 ``NVIDIA_DRIVER_CAPABILITIES``
-    comma list of ``utility``, ``compute`` or ``all``; unset or empty means
-    ``utility,compute`` (``all`` on a legacy image). The toolkit's other capability names
-    (``video``, ``graphics``, ``display``, ``ngx``, ``compat32``) are accepted and reported
-    as not yet provided; any other name is an error.
+    comma list of ``utility``, ``compute`` or ``all``; unset means ``utility,compute``
+    (``all`` on a legacy image); set to the empty string means ``utility,compute`` on any
+    image; a value of only blanks and commas means no capability at all (as the
+    toolkit). The toolkit's other capability names (``video``, ``graphics``,
+    ``display``, ``ngx``, ``compat32``) are accepted; any other name is an error.
 
 When a variable appears more than once in ``process.env`` the last one wins, as in the
 toolkit. Parsing is pure: no file or host access.
@@ -137,26 +140,31 @@ def parse_env(env: Iterable[str]) -> dict[str, str]:
 
 
 def _parse_capabilities(raw: str | None, *, legacy: bool, field_name: str) -> frozenset[str]:
-    if raw is None or raw.strip() == "":
+    """The capability set of ``NVIDIA_DRIVER_CAPABILITIES`` (``raw``; ``None`` = unset), as
+    the NVIDIA Container Toolkit's hook decides it (``getDriverCapabilities``): unset on a
+    legacy image: every capability; unset otherwise, or set to the empty string (on any
+    image): ``utility,compute``; any other value: its comma-separated names, blanks around
+    them dropped, so that a value of only blanks and commas means *no* capability (device
+    nodes without driver files). ``all`` anywhere means every capability; an unknown name
+    is refused even beside ``all`` (the toolkit ignores it there: a deliberate difference).
+    Names are
+    matched ignoring case (the toolkit: exact; a deliberate difference)."""
+    if raw is None:
         return ALL_CAPABILITIES if legacy else DEFAULT_CAPABILITIES
-    caps: set[str] = set()
-    everything = False
-    for item in raw.split(","):
-        name = item.strip().lower()
-        if not name:
-            continue
-        if name == "all":
-            everything = True
-            continue
-        if name not in ALL_CAPABILITIES:
+    if raw == "":
+        return DEFAULT_CAPABILITIES
+    names = [item.strip() for item in raw.split(",") if item.strip()]
+    for name in names:  # unknown names are refused beside all too (the toolkit: ignored)
+        if name.lower() not in ALL_CAPABILITIES and name.lower() != "all":
             raise RequestError(
                 "unknown driver capability",
                 field=field_name,
-                value=item.strip(),
+                value=name,
                 hint="use a comma list of " + ", ".join(sorted(ALL_CAPABILITIES)) + " or all",
             )
-        caps.add(name)
-    return ALL_CAPABILITIES if everything else frozenset(caps)
+    if any(name.lower() == "all" for name in names):
+        return ALL_CAPABILITIES
+    return frozenset(name.lower() for name in names)
 
 
 def request_from_env(env: Mapping[str, str], *, source: str = "process.env") -> Request:
@@ -191,10 +199,11 @@ def request_from_env(env: Mapping[str, str], *, source: str = "process.env") -> 
         from .requirements import requirements_from_env  # 1.5 ms: only when needed
 
         reqs = tuple(requirements_from_env(env, source=source))
+    # the toolkit's precedence of the special values: void > none > all > a device list
+    if "none" in lowered:
+        return Request(kind="none", capabilities=capabilities, source=source, requirements=reqs)
     if "all" in lowered:
         return Request(kind="all", capabilities=capabilities, source=source, requirements=reqs)
-    if lowered == ["none"]:
-        return Request(kind="none", capabilities=capabilities, source=source, requirements=reqs)
     devices: list[str] = []
     for item in items:
         if classify_device(item) is None:
@@ -456,7 +465,8 @@ def void_reason(request: Request, config: Mapping[str, Any]) -> str:
     except OcihookError:
         env = {}
     var = ENV_VISIBLE_DEVICES if request.source in ("process.env", "mounts") else request.source
-    raw = env.get(var)
+    names = var.split(",")  # the swarm resource variables joined
+    raw = None if all(n not in env for n in names) else ",".join(env.get(n, "") for n in names)
     if raw is None:
         return f"{var} unset"
     if not raw.strip(" ,"):
@@ -485,9 +495,10 @@ def request_from_spec(
     try:
         env = env_from_spec(config, path=path)
         privileged = is_privileged(config)
-        request = request_from_env(env)
         from_mounts = _devices_from_mounts(config) if policy.accept_volume_mounts else []
-        swarm = next((v for v in policy.swarm_resource if env.get(v)), None)
+        # the toolkit joins every swarm resource variable that is set, an empty one too
+        # (then NVIDIA_VISIBLE_DEVICES is not read at all)
+        swarm = [v for v in policy.swarm_resource if v in env]
         # the environment of an unprivileged container is not trusted when the operator
         # says so: neither NVIDIA_VISIBLE_DEVICES, nor the swarm variables, nor the other
         # request variables (IMEX, feature sets, MIG management)
@@ -499,8 +510,11 @@ def request_from_spec(
             request = override
         elif not trusted:
             request = Request(kind="void", source="process.env (unprivileged: ignored)")
-        elif swarm is not None:
-            request = request_from_env({**env, ENV_VISIBLE_DEVICES: env[swarm]}, source=swarm)
+        elif swarm:
+            joined = ",".join(env[v] for v in swarm)
+            request = request_from_env({**env, ENV_VISIBLE_DEVICES: joined}, source=",".join(swarm))
+        else:  # only the source in charge is parsed: another one's errors do not count
+            request = request_from_env(env)
         extras = _extras(
             env if trusted else {},
             privileged,

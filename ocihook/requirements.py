@@ -321,26 +321,99 @@ def require_disabled(env: Mapping[str, str]) -> bool:
     return env.get(ENV_DISABLE_REQUIRE) in DISABLE_REQUIRE_TRUE
 
 
+_U32_MAX = (1 << 32) - 1
+_IDENT_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-")
+
+
+def _semver_number(text: str) -> tuple[str, str] | None:
+    """The leading decimal number of ``text`` (no leading zero unless it is ``0``) and the
+    rest, or ``None`` (Go ``golang.org/x/mod/semver`` ``parseInt``)."""
+    i = 0
+    while i < len(text) and "0" <= text[i] <= "9":
+        i += 1
+    if i == 0 or (text[0] == "0" and i != 1):
+        return None
+    return text[:i], text[i:]
+
+
+def _semver_idents(text: str, *, numeric_rule: bool) -> bool:
+    """Whether ``text`` is a dot list of non-empty ``[0-9A-Za-z-]`` identifiers; with
+    ``numeric_rule`` (pre-release) a numeric identifier has no leading zero."""
+    for ident in text.split("."):
+        if not ident or not set(ident) <= _IDENT_CHARS:
+            return False
+        if numeric_rule and len(ident) > 1 and ident[0] == "0" and ident.isdigit():
+            return False
+    return True
+
+
+def semver_major_minor(version: str) -> tuple[str, str] | None:
+    """``(major, minor)`` of a version string as the NVIDIA Container Toolkit reads
+    ``CUDA_VERSION`` (``parseMajorMinorVersion``): one leading ``v`` dropped, then a Go
+    semantic version (``golang.org/x/mod/semver.IsValid``): ``MAJOR``, ``MAJOR.MINOR`` or
+    ``MAJOR.MINOR.PATCH``, decimal numbers without leading zeros, and only the full form
+    may carry a ``-pre.release`` and ``+build`` suffix. ``None`` when not valid. The
+    numbers are returned as written (any length); the caller bounds them."""
+    rest = version[1:] if version.startswith("v") else version
+    parts: list[str] = []
+    for position in range(3):
+        got = _semver_number(rest)
+        if got is None:
+            return None
+        number, rest = got
+        parts.append(number)
+        if rest == "" and position < 2:
+            return parts[0], (parts[1] if len(parts) > 1 else "0")
+        if position < 2:
+            if not rest.startswith("."):
+                return None
+            rest = rest[1:]
+    if rest.startswith("-"):
+        pre, plus, build = rest[1:].partition("+")
+        if not _semver_idents(pre, numeric_rule=True):
+            return None
+        rest = plus + build
+    if rest.startswith("+"):
+        if not _semver_idents(rest[1:], numeric_rule=False):
+            return None
+        rest = ""
+    if rest:
+        return None
+    return parts[0], parts[1]
+
+
 def _legacy_major_minor(raw: str, source: str) -> str:
     """``major.minor`` of a ``CUDA_VERSION`` value (``"10.0.130"`` -> ``"10.0"``,
-    ``"12"`` -> ``"12.0"``), as the toolkit's ``parseMajorMinorVersion``: an optional
-    ``v``, and a semver pre-release or build suffix, are ignored."""
-    core = raw[1:] if raw.startswith("v") else raw
-    for sep in ("-", "+"):
-        core = core.partition(sep)[0]
-    parts = core.split(".")
-    if version_key(core) is None or len(parts) > 3:
+    ``"12"`` -> ``"12.0"``), by the toolkit's rule (:func:`semver_major_minor`): an
+    optional ``v``, a semver pre-release or build suffix on a full version ignored; the
+    major and the minor must each fit in 32 bits (``strconv.ParseUint(.., 10, 32)``).
+
+    Raises:
+        RequestError: not such a version, or a number too large (``field`` =
+            ``<source>[CUDA_VERSION]``).
+    """
+    field = f"{source}[{ENV_CUDA_VERSION}]"
+    got = semver_major_minor(raw)
+    if got is None:
         raise RequestError(
             "CUDA_VERSION is not a version",
-            field=f"{source}[{ENV_CUDA_VERSION}]",
+            field=field,
             value=raw,
             hint="a CUDA image without NVIDIA_REQUIRE_CUDA must set CUDA_VERSION to "
-            "major.minor[.patch] (12.2.0); set NVIDIA_REQUIRE_CUDA to state the requirement "
-            "instead, or NVIDIA_DISABLE_REQUIRE=true to skip it",
+            "major[.minor[.patch]] without leading zeros (12.2.0); set NVIDIA_REQUIRE_CUDA "
+            "to state the requirement instead, or NVIDIA_DISABLE_REQUIRE=true to skip it",
         )
-    major = str(int(parts[0]))
-    minor = str(int(parts[1])) if len(parts) > 1 else "0"
-    return f"{major}.{minor}"
+    for what, number in zip(("major", "minor"), got, strict=True):
+        if len(number) > 10 or int(number) > _U32_MAX:
+            raise RequestError(
+                f"CUDA_VERSION {what} version does not fit in 32 bits",
+                field=field,
+                value=raw,
+                hint=f"the {what} version must be at most {_U32_MAX} (the NVIDIA Container "
+                "Toolkit refuses larger ones too); fix CUDA_VERSION, or set "
+                "NVIDIA_DISABLE_REQUIRE=true to skip the check",
+            )
+    return f"{int(got[0])}.{int(got[1])}"
 
 
 def requirements_from_env(

@@ -14,7 +14,7 @@ What goes into the document (OCI runtime-spec ``config.md`` / ``config-linux.md`
 * ``mounts`` — read-only, nosuid, nodev bind mounts, replacing a mount with the same
   destination;
 * ``process.user.additionalGids`` — the host group ids of AMD/Intel device nodes
-  (``render``, ``video``), each once;
+  (``render``, ``video``) and of NVIDIA nodes that are not world read-writable, each once;
 * ``hooks.createContainer`` — ``ocihook hook create-container``: the soname links, then
   the container's ``/etc/ld.so.cache``, undone together on failure; run from the host's
   interpreter with ``-I``, an explicit ``env`` (nothing from the container's environment
@@ -25,12 +25,17 @@ from __future__ import annotations
 
 import json
 
-from ..core.errors import ApplyError, OcihookError, SpecError
+from ..core.errors import ApplyError, OcihookError, RequestError, SpecError
 from ..core.hostroot import HostRoot
 from ..core.records import Record
 from ..oci.bundle import Bundle, dump_json, load_bundle, write_json_atomic
 from ..oci.edit import child_list, child_object, set_env
-from ..pipeline import _drm_requests_beside_cdi, cdi_device_names, plan_for_bundle
+from ..pipeline import (
+    _drm_requests_beside_cdi,
+    _has_annotation_request,
+    cdi_device_names,
+    plan_for_bundle,
+)
 from ..plan import (
     ContainerEdits,
     Hook,
@@ -327,7 +332,13 @@ def edit_bundle(
     """
     options = options or Options()
     bundle = load_bundle(bundle_dir)
-    request = request_from_spec(bundle.config, path=bundle.config_path, policy=options.policy)
+    try:
+        request = request_from_spec(bundle.config, path=bundle.config_path, policy=options.policy)
+    except RequestError:
+        # annotations replace the environment's request (the toolkit does not read it then)
+        if not _has_annotation_request(bundle.config, options):
+            raise
+        request = Request("void", source="annotations")
     ignored = ignored_by_policy(bundle.config, options.policy, options.annotation_prefixes)
     if ignored:
         from ..core import log

@@ -14,9 +14,13 @@ The spec is built from host discovery (:func:`ocihook.discovery.nvidia.discover`
   read-only nosuid nodev bind mounts of the driver libraries (64- and 32-bit), binaries,
   firmware and graphics configuration files, the IPC sockets (read-write, noexec), and one
   ``createContainer`` hook that runs ocihook's own ``hook create-container``: the soname
-  links, the container's ``ld.so.cache``, CUDA forward compatibility and the
+  and development links, the container's ``ld.so.cache`` and an ``ld.so.conf.d`` drop-in
+  for the library directories the image's ``ld.so.conf`` lacks (``--ld-so-conf``: an
+  ``ldconfig`` the image runs keeps them), CUDA forward compatibility and the
   ``/proc/driver/nvidia`` mask with ``ModifyDeviceFiles: 0`` (the driver inside must not
-  create device nodes), showing the ``gpus/`` entries of the GPUs the container got.
+  create device nodes), showing the ``gpus/`` entries of the GPUs the container got;
+  ``additionalGids`` with the groups of nodes that are not world read-writable (0660
+  group ``video``), and then only, so that other hosts keep the older ``cdiVersion``.
 
 Files are mounted at their paths in the driver root (as the NVIDIA Container Toolkit's
 generator does: the image layout is unknown when the spec is written); the hook enters
@@ -38,7 +42,7 @@ from collections.abc import Sequence
 
 from ..core.errors import DiscoveryError
 from ..core.records import Record
-from ..plan import DEVELOPMENT_LINKS, IPC_MOUNT_OPTIONS, LIBRARY_MOUNT_OPTIONS
+from ..plan import IPC_MOUNT_OPTIONS, LIBRARY_MOUNT_OPTIONS, development_links, node_groups
 from .names import validate_class, validate_device_name, validate_vendor
 from .spec import ContainerEdits, Device, DeviceNode, Hook, Mount, Spec, minimum_version
 
@@ -67,9 +71,6 @@ NAME_STRATEGIES = ("index", "uuid", "type-index")
 #: The strategies used when none is given: every device by index and by UUID.
 DEFAULT_NAME_STRATEGIES = ("index", "uuid")
 
-#: Links libnvidia-container makes besides the soname links, by soname.
-_DEVELOPMENT_LINKS = dict(DEVELOPMENT_LINKS)
-
 
 class _Named(Record):
     names: tuple[str, ...]
@@ -87,6 +88,8 @@ def _node(n: HostDeviceNode) -> DeviceNode:
         minor=n.minor,
         file_mode=n.file_mode,
         permissions="rw",
+        uid=n.uid or None,
+        gid=n.gid or None,
     )
 
 
@@ -164,9 +167,8 @@ def _common_edits(host: NvidiaHost, command: Sequence[str]) -> ContainerEdits:
         if lib.soname != lib.name:
             links.append(f"{lib.name}::{soname_path}")
         libs.append(soname_path)
-        dev = _DEVELOPMENT_LINKS.get(lib.soname)
-        if dev is not None:
-            links.append(f"{lib.soname}::{directory}/{dev}")
+        for extra in development_links(lib.soname, lib.name, capabilities):
+            links.append(f"{extra.target}::{directory}/{extra.link}")
     for f in host.files_for(capabilities):
         if f.path in seen:
             continue
@@ -178,6 +180,7 @@ def _common_edits(host: NvidiaHost, command: Sequence[str]) -> ContainerEdits:
         args += ["--link", link]
     for lib_path in libs:
         args += ["--lib", lib_path]
+    args.append("--ld-so-conf")  # host directories: an ldconfig in the image must keep them
     compat = "::".join(("/usr/local/cuda/compat", host.driver_version, host.cuda_version or ""))
     args += ["--cuda-compat", compat.rstrip(":")]
     args += ["--mask-proc", host.root.proc("driver/nvidia"), "--proc-gpus-from-devices"]
@@ -260,11 +263,17 @@ def generate_spec(
                 validate_device_name(name)
                 out.append(Device(name, d.edits))
     out.append(Device("all", _edits(all_nodes, all_links, command)))
+    common = _common_edits(host, command)
+    # the groups of nodes a non-root user could not open otherwise (0660 group video):
+    # with them the spec needs cdiVersion 0.7.0, so only a host that needs them has them
+    gids = node_groups([*common.device_nodes, *all_nodes])
+    if gids:
+        common = common.replace(additional_gids=gids)
     spec = Spec(
         version="0.3.0",
         kind=f"{vendor}/{device_class}",
         devices=tuple(out),
-        container_edits=_common_edits(host, command),
+        container_edits=common,
     )
     return Spec(minimum_version(spec), spec.kind, spec.devices, spec.container_edits)
 

@@ -592,6 +592,17 @@ def _check_edits(edits: ContainerEdits, where: str, version: tuple[int, int, int
                     f"{_join(where, 'intelRdt')}.{name}",
                     hint="use enableMonitoring",
                 )
+    if rdt is not None and rdt.clos_id and rdt.clos_id != "/":
+        c = rdt.clos_id  # a directory name under resctrl; "/" is the root CLOS
+        if len(c) >= 4096 or c in (".", "..") or "/" in c or "\n" in c:
+            raise _fail(
+                "invalid intelRdt closID: not a directory name",
+                f"{_join(where, 'intelRdt')}.closID",
+                c,
+                hint="a single file name (no '/' or newline, not '.' or '..'), or '/' for "
+                "the root class of service",
+            )
+    seen: dict[str, dict[str, int]] = {"hostInterfaceName": {}, "name": {}}
     for i, dev in enumerate(edits.net_devices):
         at = f"{_join(where, 'netDevices')}[{i}]"
         for attr, name in (("host_interface_name", "hostInterfaceName"), ("name", "name")):
@@ -604,6 +615,15 @@ def _check_edits(edits: ContainerEdits, where: str, version: tuple[int, int, int
                     hint="1 to 15 printable ASCII characters, no '/', ':' or blank, "
                     "not '.' or '..'",
                 )
+            first = seen[name].setdefault(value, i)
+            if first != i:
+                raise _fail(
+                    f"duplicate net device {name}",
+                    f"{at}.{name}",
+                    value,
+                    hint=f"{_join(where, 'netDevices')}[{first}] has the same {name}; each "
+                    "host interface moves into the container once, under a name of its own",
+                )
 
 
 def validate_spec(spec: Spec, *, path: str | None = None) -> None:
@@ -615,8 +635,10 @@ def validate_spec(spec: Spec, *, path: str | None = None) -> None:
     each device's edits non-empty; annotation keys follow Kubernetes rules; env entries
     ``KEY=value``; device node ``path`` non-empty, ``type`` in b/c/u/p/"", ``permissions``
     "", ``none`` or from ``rwm``; mounts name both paths; hooks have a known ``hookName``
-    and a ``path``; net device names are valid Linux interface names; ``enableCMT`` and
-    ``enableMBM`` only before 1.1.0.
+    and a ``path``; net device names are valid Linux interface names, no
+    ``hostInterfaceName`` or ``name`` twice in one edits list; ``intelRdt.closID`` a
+    directory name (no ``/`` or newline, not ``.``/``..``, under 4096 bytes) or ``/``;
+    ``enableCMT`` and ``enableMBM`` only before 1.1.0 (CDI ``pkg/cdi/container-edits.go``).
     """
     try:
         _validate(spec)

@@ -606,6 +606,41 @@ def config_check(config_path: str | None) -> None:
     click.echo(f"{shown}: OK")
 
 
+@config.command()
+@click.argument("toolkit_file", metavar="[TOOLKIT_FILE]", required=False)
+@click.option(
+    "-o",
+    "--output",
+    default=None,
+    metavar="PATH",
+    help="Write the ocihook file here (mode 0644, atomically) instead of standard output.",
+)
+@click.option("--force", is_flag=True, help="Replace an existing --output file.")
+def migrate(toolkit_file: str | None, output: str | None, force: bool) -> None:
+    """Convert the NVIDIA Container Toolkit's config.toml (default
+    /etc/nvidia-container-runtime/config.toml) to an ocihook configuration file.
+
+    Keys with an ocihook equivalent are carried over; every key that is dropped or whose
+    value changes is named once on standard error. The result is checked as ocihook reads
+    it before anything is written."""
+    from ..config import TOOLKIT_PATH, load_toolkit_config, render_config
+
+    shown = os.path.abspath(toolkit_file or TOOLKIT_PATH)
+    migration = load_toolkit_config(shown)
+    text = render_config(migration.document, f"ocihook configuration converted from {shown}")
+    for note in migration.notes:
+        click.echo(f"ocihook: note: {note}", err=True)
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    if os.path.lexists(output) and not force:
+        raise click.ClickException(f"{output} exists; pass --force to replace it")
+    from ..oci.bundle import write_bytes_atomic
+
+    write_bytes_atomic(output, text.encode(), new_mode=0o644)
+    click.echo(f"ocihook: wrote {output} ({len(migration.document)} keys)", err=True)
+
+
 @cli.group()
 def cdi() -> None:
     """Container Device Interface (CDI) spec files: generate, list, validate, transform."""

@@ -146,6 +146,13 @@ COMMANDS: tuple[tuple[tuple[str, ...], str, tuple[Option, ...]], ...] = (
                 help="also show the gpus/ entries of the GPUs whose /dev/nvidiaN nodes "
                 "config.json gives the container (CDI specs)",
             ),
+            Option(
+                "--ld-so-conf",
+                action="store_true",
+                help="also list the --lib directories the image's ld.so.conf lacks in "
+                "/etc/ld.so.conf.d/00-ocihook.conf, so that the image's own ldconfig keeps "
+                "them (CDI specs)",
+            ),
         ),
     ),
     (
@@ -516,7 +523,7 @@ def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
         compat = None
         if ns.cuda_compat:
             compat = parse_cuda_compat_arg(ns.cuda_compat)
-        live.create_container_hook(b, ns.link, ns.lib, mask, compat)
+        live.create_container_hook(b, ns.link, ns.lib, mask, compat, ns.ld_so_conf)
     elif ns.stage == "create-symlinks":
         live.create_symlinks_hook(b, ns.link)
     elif ns.stage == "update-ldcache":

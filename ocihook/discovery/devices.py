@@ -756,3 +756,14 @@ def device_node(root: HostRoot, path: str, major: int, minor: int) -> HostDevice
         gid=st.st_gid,
         present=True,
     )
+
+
+def with_driver_defaults(node: HostDeviceNode, defaults: tuple[int, int, int]) -> HostDeviceNode:
+    """``node`` as the driver would create it when the host lacks it: the mode and owner
+    of the driver's parameters (:func:`parse_device_file_params`); a present node as is."""
+    if node.present:
+        return node
+    mode, uid, gid = defaults
+    return HostDeviceNode(
+        node.path, node.host_path, node.major, node.minor, file_mode=mode, uid=uid, gid=gid
+    )

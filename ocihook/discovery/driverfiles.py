@@ -12,9 +12,10 @@ compute    libcuda, libcudadebugger, libnvidia-opencl, -gpucomp, -ptxjitcompiler
            -tileiras; nvidia-cuda-mps-control, nvidia-cuda-mps-server; the MPS pipe
            directory; the OpenCL ICD file
 video      libvdpau_nvidia, libnvidia-encode, libnvidia-opticalflow, libnvcuvid
-graphics   libnvidia-eglcore, -glcore, -tls, -glsi, -fbc, -ifr, -rtcore, libnvoptix, and the
-           GLVND libraries (libGLX_nvidia, libEGL_nvidia, libGLESv2_nvidia,
-           libGLESv1_CM_nvidia, libnvidia-glvkspirv, libnvidia-cbl) — or, with ``glvnd=False``,
+graphics   libnvidia-eglcore, -glcore, -tls, -glsi, -fbc, -ifr, -rtcore, -vulkan-producer,
+           libnvoptix, and the GLVND libraries (libGLX_nvidia, libEGL_nvidia,
+           libGLESv2_nvidia, libGLESv1_CM_nvidia, libnvidia-glvkspirv, libnvidia-cbl) — or,
+           with ``glvnd=False``,
            the non-GLVND libGL, libEGL, libGLESv1_CM, libGLESv2 when they link
            libnvidia-glcore/eglcore; EGL, Vulkan and X11 configuration, nvoptix.bin, the
            application profile
@@ -119,6 +120,8 @@ CAPABILITY_LIBRARIES: dict[str, tuple[str, ...]] = {
         "libGLESv1_CM_nvidia.so",
         "libnvidia-glvkspirv.so",
         "libnvidia-cbl.so",
+        # the Vulkan WSI producer (no soname; the toolkit mounts it by file pattern)
+        "libnvidia-vulkan-producer.so",
     ),
     "ngx": ("libnvidia-ngx.so",),
 }

@@ -22,7 +22,7 @@ from ..core.errors import DiscoveryError
 from ..core.hostroot import HostRoot, read_text
 from ..core.records import Record
 from ..core.vocab import DRIVER_CAPABILITIES, with_implied
-from .devices import device_node
+from .devices import device_node, with_driver_defaults
 from .driverfiles import (
     CAPABILITY_LIBRARIES,
     DriverFile,
@@ -35,7 +35,12 @@ from .driverfiles import (
     select_libraries,
 )
 from .gpus import enumerate_procfs
-from .procfs import parse_devices, parse_driver_version
+from .procfs import (
+    DEVICE_FILE_DEFAULTS,
+    parse_device_file_params,
+    parse_devices,
+    parse_driver_version,
+)
 from .records import Gpu, GpuInventory, HostDeviceNode
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
@@ -132,6 +137,21 @@ class NvidiaHost(Record):
 # -- discovery (reads files) ---------------------------------------------------------------
 
 
+def _device_file_defaults(root: HostRoot, warnings: list[str]) -> tuple[int, int, int]:
+    """The driver's ``DeviceFileMode``/``UID``/``GID`` (``/proc/driver/nvidia/params``),
+    or the module defaults with a warning when the file is unreadable or malformed."""
+    path = root.proc("driver/nvidia/params")
+    try:
+        parsed = parse_device_file_params(read_text(path, what="NVIDIA driver parameters"))
+    except DiscoveryError as e:
+        warnings.append(f"{e.message}: new device nodes get mode 0666, owner root")
+        return DEVICE_FILE_DEFAULTS
+    if parsed is None:
+        warnings.append(f"{path}: malformed DeviceFile* values; new nodes get mode 0666, root")
+        return DEVICE_FILE_DEFAULTS
+    return parsed
+
+
 def discover(
     root: HostRoot | None = None,
     *,
@@ -217,6 +237,11 @@ def discover(
     for node in (*control, *gpu_nodes.values()):
         if not node.present:
             warnings.append(f"{node.host_path} does not exist; the container gets a new node")
+    if not all(n.present for n in (*control, *gpu_nodes.values())):
+        # a node the container gets new is made as the driver makes its own nodes
+        defaults = _device_file_defaults(root, warnings)
+        control = [with_driver_defaults(n, defaults) for n in control]
+        gpu_nodes = {m: with_driver_defaults(n, defaults) for m, n in gpu_nodes.items()}
     caps = set(CAPABILITY_LIBRARIES) if capabilities is None else set(capabilities)
     caps = with_implied(caps)
     lib_caps = [c for c in CAPABILITY_LIBRARIES if c in caps]

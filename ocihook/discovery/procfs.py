@@ -261,3 +261,30 @@ def parse_misc(text: str) -> dict[str, int]:
         ):
             minors.setdefault(fields[1], int(fields[0]))
     return minors
+
+
+#: ``(mode, uid, gid)`` nvidia.ko gives the device files it creates when its parameters
+#: do not say (the module's defaults: ``0666``, root).
+DEVICE_FILE_DEFAULTS = (0o666, 0, 0)
+
+
+def parse_device_file_params(text: str) -> tuple[int, int, int] | None:
+    """``(mode, uid, gid)`` of the device files the NVIDIA driver creates, from its
+    ``/proc/driver/nvidia/params``: ``DeviceFileMode`` (decimal, ``438`` = ``0o666``),
+    ``DeviceFileUID`` and ``DeviceFileGID`` (decimal; the nvidia.ko module parameters
+    ``NVreg_DeviceFileMode`` / ``UID`` / ``GID``). A missing key keeps its default
+    (:data:`DEVICE_FILE_DEFAULTS`); ``None`` when a value is not a decimal in range (mode
+    at most ``0o7777``, ids below ``2**32``). Never raises."""
+    info = parse_gpu_information(text)
+    out = list(DEVICE_FILE_DEFAULTS)
+    for i, (key, limit) in enumerate(
+        (("DeviceFileMode", 0o7777), ("DeviceFileUID", 2**32 - 1), ("DeviceFileGID", 2**32 - 1))
+    ):
+        raw = info.get(key)
+        if raw is None:
+            continue
+        value = _decimal(raw) if len(raw) <= 10 else None
+        if value is None or value > limit:
+            return None
+        out[i] = value
+    return out[0], out[1], out[2]

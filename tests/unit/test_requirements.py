@@ -424,7 +424,6 @@ def test_parse_error_from_env_names_variable() -> None:
         ("12", "12.0"),
         ("v11.8.0", "11.8"),
         ("12.4.0-rc1", "12.4"),
-        ("011.08", "11.8"),
     ],
 )
 def test_legacy_image_implies_cuda_minimum(cuda_version: str, minimum: str) -> None:

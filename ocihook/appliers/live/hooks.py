@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from ...core.errors import ApplyError, OcihookError
 from ...oci.bundle import Bundle
 from ...plan import CudaCompat, ProcMask
-from .libraries import write_ldcache
+from .libraries import LD_SO_CONF_DROP_IN, write_ld_so_conf, write_ldcache
 from .procmask import (
     _config_devices,
     caps_minors,
@@ -46,10 +46,13 @@ def create_container_hook(
     libraries: Sequence[str] = (),
     proc_mask: ProcMask | None = None,
     cuda_compat: CudaCompat | None = None,
+    ld_so_conf: bool = False,
 ) -> None:
     """createContainer hook: create ``TARGET::LINK`` links inside the bundle's rootfs, then
-    enter ``libraries`` in its ``/etc/ld.so.cache``; if a step fails, the links made and
-    the cache are restored before :class:`ApplyError` is raised.
+    enter ``libraries`` in its ``/etc/ld.so.cache`` (with ``ld_so_conf``, also list their
+    directories in an ``ld.so.conf.d`` drop-in: :func:`write_ld_so_conf`); if a step
+    fails, the links made, the drop-in and the cache are restored before
+    :class:`ApplyError` is raised.
 
     Runs in the container's mount namespace before ``pivot_root``, so the rootfs is at
     its host path. Every link is made relative to an in-root directory descriptor. Last,
@@ -72,6 +75,16 @@ def create_container_hook(
             previous = pathsafe.symlink_in_root(root_fd, link, target, created=created)
             if previous is not None:
                 replaced.append((link, previous))
+        if libraries and ld_so_conf:
+            written, before = write_ld_so_conf(root_fd, libraries)
+            if written and before is None:
+                undo.append(_partial(pathsafe.remove_in_root, root_fd, LD_SO_CONF_DROP_IN))
+            elif written:
+                undo.append(
+                    _partial(
+                        pathsafe.write_file_in_root, root_fd, LD_SO_CONF_DROP_IN, before, 0o644
+                    )
+                )
         if libraries:
             old = write_ldcache(root_fd, libraries, cuda_compat)
             if old is None:

@@ -18,7 +18,15 @@ if TYPE_CHECKING:
     pass
 
 
-__all__ = ["MAX_COMPAT_LIBRARIES", "MAX_LDCACHE_BYTES", "cuda_compat_entries", "write_ldcache"]
+__all__ = [
+    "LD_SO_CONF_DROP_IN",
+    "MAX_COMPAT_LIBRARIES",
+    "MAX_LDCACHE_BYTES",
+    "cuda_compat_entries",
+    "ld_so_conf_dirs",
+    "write_ld_so_conf",
+    "write_ldcache",
+]
 
 
 #: Largest container ``/etc/ld.so.cache`` read (glibc's own caches are far smaller).
@@ -215,3 +223,115 @@ def write_ldcache(
     data = ldcache.build(ldcache.merge(kept, added))
     pathsafe.write_file_in_root(root_fd, "/etc/ld.so.cache", data, 0o644)
     return old
+
+
+#: The drop-in :func:`write_ld_so_conf` writes (``00-``: read before the image's own, as
+#: the toolkit's ``00-nvcr-*.conf``).
+LD_SO_CONF_DROP_IN = "/etc/ld.so.conf.d/00-ocihook.conf"
+
+
+_LD_SO_CONF_MAX_FILES = 64
+
+
+_LD_SO_CONF_MAX_BYTES = 64 * 1024
+
+
+def _read_in_root(root_fd: int, path: str) -> bytes | None:
+    """A small regular file of the rootfs (at most 64 KiB read), ``None`` when absent or
+    not a regular file; never follows a link out of the root."""
+    try:
+        fd = _open_regular(root_fd, path)
+    except OcihookError:
+        return None
+    if fd is None:
+        return None
+    try:
+        return os.pread(fd, _LD_SO_CONF_MAX_BYTES, 0)
+    finally:
+        os.close(fd)
+
+
+def _list_in_root(root_fd: int, path: str) -> list[str] | None:
+    """The names in a directory of the rootfs, ``None`` when it is not one."""
+    from ...linux import pathsafe
+
+    try:
+        fd = pathsafe.open_in_root(root_fd, path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OcihookError:
+        return None
+    try:
+        return sorted(os.listdir(fd))
+    finally:
+        os.close(fd)
+
+
+def ld_so_conf_dirs(root_fd: int, skip: str = LD_SO_CONF_DROP_IN) -> set[str]:
+    """The directories the image's ``/etc/ld.so.conf`` names, following ``include``
+    lines (glob patterns, relative ones from the including file's directory, as glibc's
+    ``ldconfig`` ``parse_conf``); ``hwcap`` lines and comments ignored, an old-style
+    ``=TYPE`` suffix dropped. Files are read inside the rootfs (at most 64, 64 KiB each);
+    ``skip`` (ocihook's own drop-in) is not read. Never raises: what cannot be read
+    counts as naming nothing."""
+    import fnmatch
+    import posixpath
+
+    found: set[str] = set()
+    todo = ["/etc/ld.so.conf"]
+    seen: set[str] = set()
+    while todo and len(seen) < _LD_SO_CONF_MAX_FILES:
+        path = posixpath.normpath(todo.pop(0))
+        if path in seen or path == skip:
+            continue
+        seen.add(path)
+        data = _read_in_root(root_fd, path)
+        if data is None:
+            continue
+        for raw in data.decode("utf-8", "replace").splitlines():
+            line = raw.split("#", 1)[0].strip()
+            if line.startswith("include") and line[7:8] in (" ", "\t"):
+                for pattern in line[7:].split():
+                    if not pattern.startswith("/"):
+                        pattern = posixpath.join(posixpath.dirname(path), pattern)
+                    directory, name = posixpath.split(pattern)
+                    for entry in _list_in_root(root_fd, directory) or ():
+                        if fnmatch.fnmatchcase(entry, name):
+                            todo.append(posixpath.join(directory, entry))
+                continue
+            if line.startswith("hwcap"):
+                continue
+            for word in line.replace(",", " ").replace(":", " ").split():
+                word = word.split("=", 1)[0]
+                if word.startswith("/"):
+                    found.add(posixpath.normpath(word))
+    return found
+
+
+def write_ld_so_conf(root_fd: int, libraries: Sequence[str]) -> tuple[bool, bytes | None]:
+    """List the directories of ``libraries`` that the image's ``ld.so.conf`` does not
+    name (:func:`ld_so_conf_dirs`) in :data:`LD_SO_CONF_DROP_IN`, one per line, mode
+    0644, so that an ``ldconfig`` the image runs later keeps them in its cache (what the
+    NVIDIA Container Toolkit's ``update-ldcache`` hook does with ``ld.so.conf.d``). Done
+    only when the image has ``/etc/ld.so.conf.d`` (else its ``ldconfig`` would not read
+    the file); nothing is written when every directory is named already.
+
+    Returns:
+        ``(written, previous)``: whether the file was written, and its previous bytes
+        (``None``: there was none), for rollback.
+
+    Raises:
+        ApplyError: the file cannot be written (a hostile ``ld.so.conf.d``).
+    """
+    import posixpath
+
+    from ...linux import pathsafe
+
+    wanted = list(dict.fromkeys(posixpath.dirname(lib) for lib in libraries))
+    known = ld_so_conf_dirs(root_fd)
+    missing = [d for d in wanted if d and d not in known]
+    if not missing or _list_in_root(root_fd, "/etc/ld.so.conf.d") is None:
+        return False, None
+    previous = _read_in_root(root_fd, LD_SO_CONF_DROP_IN)
+    text = "# written by ocihook: driver library directories of this container\n"
+    text += "".join(f"{d}\n" for d in missing)
+    pathsafe.write_file_in_root(root_fd, LD_SO_CONF_DROP_IN, text.encode(), 0o644)
+    return True, previous

@@ -83,10 +83,10 @@ def test_annotations_and_mixed_env(tmp_path: Path, spec_dir: Path) -> None:
         {"cdi.k8s.io/extra": "nvidia.com/gpu=1", "other": "x"},
     )
     result = edit_bundle(str(b), options=Options(cdi_spec_dirs=(str(spec_dir),)))
-    # "1" gets the default kind; the annotation's repeat of gpu=1 is injected once
-    assert result.cdi_devices == ("nvidia.com/gpu=1", "nvidia.com/gpu=0")
+    # the annotation replaces NVIDIA_VISIBLE_DEVICES, as in the NVIDIA toolkit
+    assert result.cdi_devices == ("nvidia.com/gpu=1",)
     doc = json.loads(result.after)
-    assert _nodes(doc) == [("/dev/nvidiactl", 255), ("/dev/nvidia1", 1), ("/dev/nvidia0", 0)]
+    assert _nodes(doc) == [("/dev/nvidiactl", 255), ("/dev/nvidia1", 1)]
 
 
 def test_annotation_only_request(tmp_path: Path, spec_dir: Path) -> None:

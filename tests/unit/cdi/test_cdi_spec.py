@@ -674,7 +674,9 @@ HOOKS = st.builds(
 )
 RDT = st.builds(
     IntelRdt,
-    clos_id=TEXT,
+    clos_id=TEXT.filter(
+        lambda c: c == "/" or ("/" not in c and "\n" not in c and c not in (".", ".."))
+    ),
     l3_cache_schema=TEXT,
     mem_bw_schema=TEXT,
     schemata=st.lists(TEXT, **LISTS).map(tuple),
@@ -688,7 +690,11 @@ EDITS = st.builds(
     mounts=st.lists(MOUNTS, **LISTS).map(tuple),
     intel_rdt=st.none() | RDT,
     additional_gids=st.lists(U32, **LISTS).map(tuple),
-    net_devices=st.lists(st.builds(NetDevice, IFNAME, IFNAME), **LISTS).map(tuple),
+    net_devices=st.lists(
+        st.builds(NetDevice, IFNAME, IFNAME),
+        unique_by=(lambda d: d.host_interface_name, lambda d: d.name),
+        **LISTS,
+    ).map(tuple),
 )
 DEVICES = st.builds(
     Device,
