@@ -126,7 +126,7 @@ def check_library(
         not a readable ELF file (then the only line); not a shared object (``e_type``
         other than ``ET_DYN``); the wrong class or machine; a machine without
         ``ld.so.cache`` ABI flags; a cache entry whose ABI differs from the file's; no
-        DT_SONAME, or one other than ``soname``; a DT_NEEDED entry that is a path; the
+        DT_SONAME (unless ``soname`` is the file's own name), or one other than ``soname``; a DT_NEEDED entry that is a path; the
         start path's reader disagreeing with pyelftools about DT_SONAME or DT_NEEDED.
 
     Source of the rules: System V gABI (ELF header, dynamic section); glibc ``ldconfig``
@@ -157,7 +157,10 @@ def check_library(
             f"{info.elf_class}-bit {info.machine} (0x{info.abi_flags:04x})"
         )
     if info.soname is None:
-        problems.append("no DT_SONAME")
+        # a library known by its own file name (loaded by path, as
+        # libnvidia-vulkan-producer.so.<version>) needs no DT_SONAME
+        if soname is None or soname != path.rsplit("/", 1)[-1]:
+            problems.append("no DT_SONAME")
     elif soname is not None and info.soname != soname:
         problems.append(f"DT_SONAME {info.soname}, expected {soname}")
     for name in info.needed:
