@@ -6,6 +6,13 @@ It only dispatches: the fast commands (``edit``, ``hook``, ``cdi generate``) to
 :mod:`ocihook.commands.runtime`, everything else to the click CLI
 (:mod:`ocihook.commands.cli`). A hook whose environment sets code-loading variables is
 refused before anything is imported.
+
+:func:`nvidia_hook_main` is the ``nvidia-container-runtime-hook`` console script: the
+program dockerd looks for on its ``PATH`` to enable ``docker run --gpus`` (moby
+``daemon/nvidia_linux.go``). dockerd runs it as a prestart hook with the arguments
+``nvidia-container-runtime-hook prestart`` and its own whole environment, so there it
+honours ``$OCIHOOK_CONFIG`` (a prestart hook runs in the runtime's process, never with the
+image's environment).
 """
 
 from __future__ import annotations
@@ -43,18 +50,25 @@ def _poisoned_environment() -> list[str]:
     return sorted(k for k in POISON_VARIABLES if os.environ.get(k))
 
 
-def _refuse_poisoned_hook() -> int | None:
-    """Exit code 9 and a one-line error when a hook runs with an inherited environment
-    that sets code-loading variables (:data:`POISON_VARIABLES`; it was registered without
-    ``env``): it does no host-side work then. ``None`` when the environment is clean."""
+_POISON_HINT = (
+    "register the hook with an explicit env, as `ocihook runtime configure` "
+    "does, since inherited variables can come from the container image"
+)
+
+
+def _refuse_poisoned_hook(hint: str = _POISON_HINT) -> int | None:
+    """Exit code 9 and a one-line error (ending in ``hint``) when a hook runs with an
+    inherited environment that sets code-loading variables (:data:`POISON_VARIABLES`; it
+    was registered without ``env``): it does no host-side work then. ``None`` when the
+    environment is clean."""
     bad = _poisoned_environment()
     if not bad:
         return None
     print(
         "ocihook: error[poisoned-environment]: refusing to run a hook whose environment sets "
         + ", ".join(bad)
-        + "; hint: register the hook with an explicit env, as `ocihook runtime configure` "
-        "does, since inherited variables can come from the container image",
+        + "; hint: "
+        + hint,
         file=sys.stderr,
     )
     return 9
@@ -87,6 +101,56 @@ def tolerant_stdout() -> None:
             stream.reconfigure(errors="ocihook-stdout")  # type: ignore[union-attr]
         except (AttributeError, ValueError, OSError):
             pass  # a replaced sys.stdout (tests, embedding): leave it
+
+
+#: The name dockerd looks up on its ``PATH`` to enable ``--gpus`` (moby
+#: ``daemon/nvidia_linux.go``), and the stages the NVIDIA toolkit's hook of that name
+#: accepts: only ``prestart`` does anything (``poststart``, ``poststop``: nothing to do).
+NVIDIA_HOOK_NAME = "nvidia-container-runtime-hook"
+NVIDIA_HOOK_STAGES = ("prestart", "poststart", "poststop")
+
+
+def nvidia_hook_main(argv: Sequence[str] | None = None) -> int:
+    """The ``nvidia-container-runtime-hook`` console script (Docker's ``--gpus``).
+
+    ``nvidia-container-runtime-hook prestart [OPTIONS]`` is ``ocihook hook prestart
+    [OPTIONS]`` (state JSON on stdin; the GPUs named by the ``NVIDIA_VISIBLE_DEVICES``
+    dockerd put in the container's environment), with ``--config $OCIHOOK_CONFIG`` added
+    when the variable is set and no ``--config`` is given: dockerd passes its whole
+    environment to the hook, which is the operator's, not the image's. ``poststart`` and
+    ``poststop`` do nothing and exit 0, as the toolkit's hook does. Anything else is a
+    usage error (exit 2) naming the valid stages. An environment setting a variable of
+    :data:`POISON_VARIABLES` is refused (exit 9): for Docker that is dockerd's own
+    environment, so the message says to start dockerd without it.
+
+    Returns:
+        The process exit code.
+    """
+    import os
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    stage = args[0] if args else ""
+    if stage in ("poststart", "poststop"):
+        return 0
+    if stage != "prestart":
+        print(
+            f"ocihook: error[usage]: {NVIDIA_HOOK_NAME}: unknown stage {stage!r}; valid "
+            "stages: prestart (poststart, poststop: nothing to do); hint: dockerd runs "
+            f"'{NVIDIA_HOOK_NAME} prestart'",
+            file=sys.stderr,
+        )
+        return 2
+    refused = _refuse_poisoned_hook(
+        "dockerd passes its whole environment to nvidia-container-runtime-hook: start "
+        "dockerd without these variables"
+    )
+    if refused is not None:
+        return refused
+    rest = args[1:]
+    config = os.environ.get("OCIHOOK_CONFIG")
+    if config and not any(a == "--config" or a.startswith("--config=") for a in rest):
+        rest = ["--config", config, *rest]
+    return main(["hook", "prestart", *rest])
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -970,6 +970,55 @@ def _print_report(report: Any) -> None:
     )
 
 
+@cli.group()
+def install() -> None:
+    """Install ocihook's entry points where container engines look for them."""
+
+
+@install.command(name="docker-hook")
+@click.option(
+    "--bin-dir",
+    default="/usr/local/bin",
+    show_default=True,
+    metavar="DIR",
+    help="A directory on dockerd's PATH.",
+)
+@click.option(
+    "--python",
+    default=None,
+    metavar="PATH",
+    help="Interpreter with ocihook installed (default: this one).",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Replace a nvidia-container-runtime-hook that is not ocihook's (the NVIDIA "
+    "toolkit's), or install beside one elsewhere on the PATH.",
+)
+@click.option("--remove", is_flag=True, help="Remove ocihook's hook from --bin-dir.")
+@click.option("--dry-run", is_flag=True, help="Check and say what would be done.")
+def docker_hook(bin_dir: str, python: str | None, force: bool, remove: bool, dry_run: bool) -> None:
+    """Write nvidia-container-runtime-hook into --bin-dir: dockerd enables docker run
+    --gpus (and compose's nvidia device reservations) when it finds a program of that
+    name on its PATH, and runs it as a prestart hook. A hook of that name that is not
+    ocihook's (the NVIDIA Container Toolkit's) is never replaced silently: refused
+    (exit 13) unless --force. Restart dockerd afterwards."""
+    from .dockerhook import install_docker_hook, remove_docker_hook
+
+    would = "would be " if dry_run else ""
+    if remove:
+        found = remove_docker_hook(bin_dir, dry_run=dry_run)
+        target = os.path.join(os.path.abspath(bin_dir), "nvidia-container-runtime-hook")
+        click.echo(
+            f"ocihook: {target}: {would + 'removed' if found else 'not installed'}", err=True
+        )
+        return
+    path, changed, notes = install_docker_hook(bin_dir, python=python, force=force, dry_run=dry_run)
+    click.echo(f"ocihook: {path}: {would + 'written' if changed else 'up to date'}", err=True)
+    for note in notes:
+        click.echo(f"ocihook: {note}", err=True)
+
+
 def cli_main(args: Sequence[str]) -> int:
     """Run the click CLI with ``args`` and return the exit code. A closed standard output
     (``ocihook list | head``) propagates as :class:`BrokenPipeError` (exit 0 in
