@@ -690,10 +690,25 @@ def validate(files: tuple[str, ...]) -> None:
 def cdi_list(spec_dirs: tuple[str, ...], as_json: bool) -> None:
     """List the qualified names (vendor/class=name) of the CDI devices in the spec
     directories. Broken spec files and conflicting devices are reported on stderr and
-    skipped; the others are listed."""
+    skipped; the others are listed. Missing spec directories, and no spec file at all,
+    are said on stderr (exit 0)."""
     from ..cdi.registry import DEFAULT_SPEC_DIRS, Registry
 
-    registry = Registry.load(spec_dirs or DEFAULT_SPEC_DIRS)
+    dirs = spec_dirs or DEFAULT_SPEC_DIRS
+    registry = Registry.load(dirs)
+    missing = [d for d in dirs if not os.path.isdir(d)]
+    if missing and len(missing) == len(dirs):
+        click.echo(
+            f"ocihook: no CDI spec directory: {', '.join(missing)} "
+            f"{'does' if len(missing) == 1 else 'do'} not exist; hint: ocihook cdi generate "
+            "--output /var/run/cdi/nvidia.yaml writes a spec (and its directory)",
+            err=True,
+        )
+    else:
+        for d in missing:
+            click.echo(f"ocihook: note: CDI spec directory {d} does not exist", err=True)
+        if not registry.specs and not registry.errors:
+            click.echo(f"ocihook: no CDI spec files in {', '.join(dirs)}", err=True)
     for path, err in sorted(registry.errors.items()):
         click.echo(f"ocihook: warning: skipped {path}: {err}", err=True)
     for name, paths in sorted(registry.conflicts.items()):
@@ -705,6 +720,7 @@ def cdi_list(spec_dirs: tuple[str, ...], as_json: bool) -> None:
             "classes": registry.classes(),
             "errors": {path: str(err) for path, err in sorted(registry.errors.items())},
             "conflicts": {name: list(paths) for name, paths in sorted(registry.conflicts.items())},
+            "missing_dirs": missing,
         }
         click.echo(json.dumps(out, indent=2))
         return
