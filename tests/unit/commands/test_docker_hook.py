@@ -209,3 +209,19 @@ def test_cli_install_and_exit_code(tmp_path: Any) -> None:
 def test_script_needs_an_absolute_interpreter(python: str) -> None:
     with pytest.raises(EngineConfigError):
         dockerhook.script_text(python)
+
+
+def test_void_container_takes_the_fast_exit(tmp_path: Any) -> None:
+    """The entry point shares the hook's start path: a container asking for nothing exits
+    0 without importing click, json, jsonschema, pyelftools or yaml."""
+    state = _state(tmp_path, ["PATH=/bin"])
+    code = (
+        "import sys; from ocihook._main import nvidia_hook_main; rc = nvidia_hook_main(['prestart']);"
+        " print(rc, ' '.join(sys.modules))"
+    )
+    r = subprocess.run(
+        [sys.executable, "-I", "-c", code], input=state, capture_output=True, text=True, check=True
+    )
+    rc, *modules = r.stdout.split()
+    assert rc == "0"
+    assert not {"click", "json", "jsonschema", "elftools", "yaml"} & set(modules)
