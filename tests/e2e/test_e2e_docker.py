@@ -469,3 +469,60 @@ def test_runtime_ocihook_as_default(docker_host: dict[str, Any]) -> None:
         assert info.stdout.strip() == "ocihook", info.stderr
     finally:
         _finish(d)
+
+
+DEBIAN_SCRIPT = r"""
+L=/usr/lib/x86_64-linux-gnu
+for n in /dev/nvidia*; do [ -e "$n" ] && echo "NODE $n $(stat -c '%t:%T' $n)"; done
+echo "LINK $(readlink $L/libcuda.so.1)"
+echo "MAGIC $(hexdump -n 4 -e '4/1 "%02x"' $L/libcuda.so.1)"
+grep " $L/libcuda.so" /proc/self/mountinfo | while read -r a b c d mp opts rest; do echo "MOUNT $mp $opts"; done
+[ -e /usr/bin/nvidia-smi ] && echo "SMI $(hexdump -n 4 -e '4/1 "%02x"' /usr/bin/nvidia-smi)"
+for n in /dev/nvidia[0-9]*; do [ -e "$n" ] && echo "OPEN $n $(cat $n 2>&1 | head -n 1)"; done
+exit 0
+"""
+
+
+@pytest.mark.realistic
+def test_gpus_on_the_realistic_host(
+    docker_host: dict[str, Any], realistic: dict[str, Any], tmp_path: Any
+) -> None:
+    """NVIDIA's 535.261.03 driver tree from Debian's packages as the host, a Debian-like
+    image: ``--gpus '"device=1"',capabilities=compute,utility`` gives GPU 1 only, the real
+    libcuda behind its soname link, and nvidia-smi."""
+    from ocihook.sim.demo import make_busybox_bundle
+
+    if not realistic.get("device_nodes", {}).get("created"):
+        pytest.skip("the realistic host was built without /dev nodes (not root)")
+    root, version = realistic["root"], realistic["driver_version"]
+    config = os.path.join(str(tmp_path), "realistic.toml")
+    with open(config, "w") as f:
+        f.write(f'driver-root = "{root}"\ndev-root = "{root}"\n')
+    image = make_busybox_bundle(str(tmp_path / "debian"), ["sh"], [], debian=True)
+    host = {**docker_host, "config": config, "rootfs": os.path.join(image, "rootfs")}
+    d = _start(host, "realistic")
+    try:
+        r = d.run("--gpus", '"device=1","capabilities=compute,utility"', cmd=DEBIAN_SCRIPT)
+        assert r.returncode == 0, r.stdout + r.stderr
+        lines = r.stdout.splitlines()
+
+        def tagged(tag: str) -> list[str]:
+            return [ln[len(tag) + 1 :] for ln in lines if ln.startswith(tag + " ")]
+
+        gpu1 = next(g for g in realistic["gpus"] if g["index"] == 1)
+        nodes = dict(n.split(" ") for n in tagged("NODE"))
+        gpu_nodes = {p: v for p, v in nodes.items() if p[len("/dev/nvidia") :].isdigit()}
+        assert gpu_nodes == {f"/dev/nvidia{gpu1['minor']}": f"c3:{gpu1['minor']:x}"}, r.stdout
+        assert nodes["/dev/nvidiactl"] == "c3:ff"
+        uvm = realistic["majors"]["nvidia-uvm"]
+        assert nodes["/dev/nvidia-uvm"] == f"{uvm:x}:0"
+        assert tagged("LINK") == [f"libcuda.so.{version}"]
+        assert tagged("MAGIC") == ["7f454c46"]
+        mounts = dict(m.split(" ") for m in tagged("MOUNT"))
+        opts = mounts[f"/usr/lib/x86_64-linux-gnu/libcuda.so.{version}"]
+        assert {"ro", "nosuid", "nodev"} <= set(opts.split(","))
+        assert tagged("SMI") == ["7f454c46"]
+        (opened,) = tagged("OPEN")
+        assert "No such device or address" in opened
+    finally:
+        _finish(d)
