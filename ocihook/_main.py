@@ -56,12 +56,13 @@ _POISON_HINT = (
 )
 
 
-def _refuse_poisoned_hook(hint: str = _POISON_HINT) -> int | None:
+def _refuse_poisoned_hook(hint: str = _POISON_HINT, *, loader_only: bool = False) -> int | None:
     """Exit code 9 and a one-line error (ending in ``hint``) when a hook runs with an
     inherited environment that sets code-loading variables (:data:`POISON_VARIABLES`; it
     was registered without ``env``): it does no host-side work then. ``None`` when the
-    environment is clean."""
-    bad = _poisoned_environment()
+    environment is clean. ``loader_only``: only the dynamic loader's (``LD_*``) count —
+    for an interpreter started with ``-I``, which ignored the others."""
+    bad = [v for v in _poisoned_environment() if not loader_only or v.startswith("LD_")]
     if not bad:
         return None
     print(
@@ -121,7 +122,11 @@ def nvidia_hook_main(argv: Sequence[str] | None = None) -> int:
     ``poststop`` do nothing and exit 0, as the toolkit's hook does. Anything else is a
     usage error (exit 2) naming the valid stages. An environment setting a variable of
     :data:`POISON_VARIABLES` is refused (exit 9): for Docker that is dockerd's own
-    environment, so the message says to start dockerd without it.
+    environment, so the message says to start dockerd without it. Under ``-I`` (the
+    script ``ocihook install docker-hook`` writes) the interpreter has ignored the
+    ``PYTHON*`` ones, so only the loader's (``LD_PRELOAD``, ``LD_AUDIT``,
+    ``LD_LIBRARY_PATH``) are refused: a dockerd started from a shell with ``PYTHONPATH``
+    set still serves ``--gpus``.
 
     Returns:
         The process exit code.
@@ -142,7 +147,8 @@ def nvidia_hook_main(argv: Sequence[str] | None = None) -> int:
         return 2
     refused = _refuse_poisoned_hook(
         "dockerd passes its whole environment to nvidia-container-runtime-hook: start "
-        "dockerd without these variables"
+        "dockerd without these variables",
+        loader_only=bool(sys.flags.isolated),
     )
     if refused is not None:
         return refused
@@ -150,7 +156,7 @@ def nvidia_hook_main(argv: Sequence[str] | None = None) -> int:
     config = os.environ.get("OCIHOOK_CONFIG")
     if config and not any(a == "--config" or a.startswith("--config=") for a in rest):
         rest = ["--config", config, *rest]
-    return main(["hook", "prestart", *rest])
+    return _dispatch(["hook", "prestart", *rest])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -161,6 +167,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         refused = _refuse_poisoned_hook()
         if refused is not None:
             return refused
+    return _dispatch(args)
+
+
+def _dispatch(args: list[str]) -> int:
+    """Run the command ``args`` (the environment already checked)."""
     if args[:2] == ["runtime", "exec"]:
         from .commands.runtime import main as runtime_main
 

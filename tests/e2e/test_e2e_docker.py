@@ -262,8 +262,10 @@ def _finish(d: Dockerd) -> None:
 
 @pytest.fixture(scope="module")
 def gpus_daemon(docker_host: dict[str, Any]) -> Iterator[Dockerd]:
-    """dockerd with ocihook's hook on its PATH and an ordinary environment besides."""
-    d = _start(docker_host, "gpus", extra={"LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"})
+    """dockerd with ocihook's hook on its PATH and the environment of a developer's shell
+    besides: PYTHONPATH set is harmless to the -I script ``install docker-hook`` wrote."""
+    extra = {"LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": "/nonexistent"}
+    d = _start(docker_host, "gpus", extra=extra)
     yield d
     _finish(d)
 
@@ -390,13 +392,13 @@ def test_without_the_hook_docker_refuses_gpus(docker_host: dict[str, Any]) -> No
 
 
 def test_poisoned_dockerd_environment_is_refused(docker_host: dict[str, Any]) -> None:
-    """dockerd passes its whole environment to the hook: a code-loading variable there is
+    """dockerd passes its whole environment to the hook: a loader variable there is
     refused (exit 9), with a message naming dockerd; the container does not start."""
-    d = _start(docker_host, "poisoned", extra={"PYTHONPATH": "/nonexistent"})
+    d = _start(docker_host, "poisoned", extra={"LD_LIBRARY_PATH": "/nonexistent-ocihook-e2e"})
     try:
         r = d.run("--gpus", "all")
         assert r.returncode != 0
-        assert "poisoned-environment" in r.stderr and "PYTHONPATH" in r.stderr, r.stderr
+        assert "poisoned-environment" in r.stderr and "LD_LIBRARY_PATH" in r.stderr, r.stderr
         assert "start dockerd without" in r.stderr, r.stderr
         assert _ok(d.run())["nodes"] == {}
     finally:

@@ -225,3 +225,27 @@ def test_void_container_takes_the_fast_exit(tmp_path: Any) -> None:
     rc, *modules = r.stdout.split()
     assert rc == "0"
     assert not {"click", "json", "jsonschema", "elftools", "yaml"} & set(modules)
+
+
+def test_isolated_script_ignores_python_variables_not_the_loader_s(tmp_path: Any) -> None:
+    """The -I script: PYTHONPATH in dockerd's environment was ignored by the interpreter,
+    so it is no reason to refuse; LD_LIBRARY_PATH is (exit 9). pip's console script has
+    no -I: there PYTHONPATH is refused too."""
+    path, _, _ = dockerhook.install_docker_hook(str(tmp_path / "bin"), search=())
+    state = _state(tmp_path, ["PATH=/bin"])
+
+    def run(script: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [script, "prestart"],
+            input=state,
+            capture_output=True,
+            text=True,
+            env={"PATH": "/usr/bin:/bin", **env},
+            check=False,
+        )
+
+    assert run(path, PYTHONPATH="/nonexistent").returncode == 0
+    r = run(path, PYTHONPATH="/nonexistent", LD_LIBRARY_PATH="/opt/x")
+    assert r.returncode == 9 and "LD_LIBRARY_PATH" in r.stderr and "PYTHONPATH" not in r.stderr
+    r = run(os.path.join(BIN, NVIDIA_HOOK_NAME), PYTHONPATH="/nonexistent")
+    assert r.returncode == 9 and "PYTHONPATH" in r.stderr
