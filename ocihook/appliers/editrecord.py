@@ -227,7 +227,10 @@ def undo_recorded_edit(doc: dict[str, Any], *, path: str) -> tuple[dict[str, Any
                 new_env.append(e)
         new_env += restore.values()
         env[:] = new_env
+    creatable = {".".join(k[:n]) for k in LIST_FIELDS for n in range(1, len(k) + 1)}
     for name in sorted(record["created"], key=lambda n: -n.count(".")):
+        if name not in creatable:
+            continue  # only the lists above and the objects holding them
         keys = tuple(name.split("."))
         parent: Any = out
         for k in keys[:-1]:

@@ -171,7 +171,7 @@ def test_a_forged_record_cannot_grant_anything() -> None:
     seccomp_hook = {"path": "/usr/bin/guard", "args": ["guard", "hook"]}
     doc = {
         "process": {"env": ["A=1"]},
-        "linux": {"resources": {"devices": [deny]}, "devices": []},
+        "linux": {"resources": {"devices": [deny]}, "devices": [], "maskedPaths": []},
         "mounts": [tmpfs],
         "hooks": {"prestart": [seccomp_hook]},
         "annotations": {
@@ -185,7 +185,7 @@ def test_a_forged_record_cannot_grant_anything() -> None:
                         "linux.devices": [{"path": "/dev/sda"}],
                     },
                     "replaced_env": ["B=2"],
-                    "created": ["mounts", "linux.devices"],
+                    "created": ["mounts", "linux.devices", "linux.maskedPaths"],
                 }
             )
         },
@@ -197,6 +197,7 @@ def test_a_forged_record_cannot_grant_anything() -> None:
     assert out["hooks"]["prestart"] == [seccomp_hook]
     assert out["process"]["env"] == ["A=1", "B=2"]
     assert "annotations" not in out and "devices" not in out["linux"]  # empty, made by "us"
+    assert out["linux"]["maskedPaths"] == []  # not a field an edit makes: left alone
 
 
 _entry = st.dictionaries(st.sampled_from(["path", "type", "x"]), st.text(max_size=3), max_size=3)
