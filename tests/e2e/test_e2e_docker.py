@@ -30,11 +30,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import need_root_and
+from support import need_root_and
 
 from ocihook.sim import host as simhost
-
-pytestmark = pytest.mark.e2e
 
 BIN = os.path.dirname(sys.executable)
 HOOK_NAME = "nvidia-container-runtime-hook"
