@@ -156,6 +156,7 @@ def nvidia_hook_main(argv: Sequence[str] | None = None) -> int:
     config = os.environ.get("OCIHOOK_CONFIG")
     if config and not any(a == "--config" or a.startswith("--config=") for a in rest):
         rest = ["--config", config, *rest]
+    tolerant_stdout()
     return _dispatch(["hook", "prestart", *rest])
 
 
