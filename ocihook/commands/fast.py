@@ -488,6 +488,10 @@ def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
 
     state = _bundle.parse_state(_read_stdin() if stdin is None else stdin)
     b = _bundle.load_bundle(state.bundle, hint="the bundle comes from the state JSON on stdin")
+    usage = helper_stage_error(ns)  # after the state: a runtime's call is judged as such
+    if usage is not None:
+        print(f"ocihook: error[usage]: {usage}", file=sys.stderr)
+        return 2
     if ns.stage in INJECT_STAGES:
         from ..core import log
         from ..request import drm_requests_from_spec, request_from_spec
@@ -738,10 +742,6 @@ def run_fast(argv: Sequence[str], stdin: bytes | None = None) -> int:
         print(f"ocihook: error[usage]: {usage}", file=sys.stderr)
         return 2
     ns: Any = _parse_fast(argv) or _parser().parse_args(list(argv))
-    usage = helper_stage_error(ns) if ns.command == "hook" else None
-    if usage is not None:
-        print(f"ocihook: error[usage]: {usage}", file=sys.stderr)
-        return 2
     try:
         if ns.command == "edit":
             return _cmd_edit(ns)

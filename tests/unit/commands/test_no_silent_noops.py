@@ -71,13 +71,30 @@ def test_stage_check_accepts_exactly_the_stages(stage: str) -> None:
 
 
 @pytest.mark.parametrize("stage", ["create-container", "create-symlinks", "update-ldcache"])
-def test_idle_helper_stage_is_an_error(stage: str) -> None:
+def test_idle_helper_stage_is_an_error(stage: str, tmp_path: Any) -> None:
     """``create-container`` is the helper config.json edits register, not the
-    createContainer stage: given nothing to do it says so instead of exiting 0."""
-    r = _ocihook("hook", stage, stdin="{}")
-    assert r.returncode == 2
+    createContainer stage: run by a runtime (a valid state) with nothing to do it says
+    so, exit 2, instead of exiting 0."""
+    bundle = tmp_path / "b"
+    (bundle / "rootfs").mkdir(parents=True)
+    (bundle / "config.json").write_text(
+        json.dumps({"ociVersion": "1.0.2", "root": {"path": "rootfs"}})
+    )
+    state = json.dumps(
+        {
+            "ociVersion": "1.0.2",
+            "id": "c1",
+            "status": "created",
+            "pid": 2147483647,
+            "bundle": str(bundle),
+        }
+    )
+    r = _ocihook("hook", stage, stdin=state)
+    assert r.returncode == 2, r.stderr
     assert f"hook {stage} has nothing to do" in r.stderr
     assert "ocihook hook createContainer" in r.stderr
+    # a state that is not one is reported as such first (exit 4)
+    assert _ocihook("hook", stage, stdin="{}").returncode == 4
 
 
 def test_helper_with_work_still_runs(tmp_path: Any) -> None:
