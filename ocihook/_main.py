@@ -6,6 +6,13 @@ It only dispatches: the fast commands (``edit``, ``hook``, ``cdi generate``) to
 :mod:`ocihook.commands.runtime`, everything else to the click CLI
 (:mod:`ocihook.commands.cli`). A hook whose environment sets code-loading variables is
 refused before anything is imported.
+
+:func:`nvidia_hook_main` is the ``nvidia-container-runtime-hook`` console script: the
+program dockerd looks for on its ``PATH`` to enable ``docker run --gpus`` (moby
+``daemon/nvidia_linux.go``). dockerd runs it as a prestart hook with the arguments
+``nvidia-container-runtime-hook prestart`` and its own whole environment, so there it
+honours ``$OCIHOOK_CONFIG`` (a prestart hook runs in the runtime's process, never with the
+image's environment).
 """
 
 from __future__ import annotations
@@ -43,18 +50,26 @@ def _poisoned_environment() -> list[str]:
     return sorted(k for k in POISON_VARIABLES if os.environ.get(k))
 
 
-def _refuse_poisoned_hook() -> int | None:
-    """Exit code 9 and a one-line error when a hook runs with an inherited environment
-    that sets code-loading variables (:data:`POISON_VARIABLES`; it was registered without
-    ``env``): it does no host-side work then. ``None`` when the environment is clean."""
-    bad = _poisoned_environment()
+_POISON_HINT = (
+    "register the hook with an explicit env, as `ocihook runtime configure` "
+    "does, since inherited variables can come from the container image"
+)
+
+
+def _refuse_poisoned_hook(hint: str = _POISON_HINT, *, loader_only: bool = False) -> int | None:
+    """Exit code 9 and a one-line error (ending in ``hint``) when a hook runs with an
+    inherited environment that sets code-loading variables (:data:`POISON_VARIABLES`; it
+    was registered without ``env``): it does no host-side work then. ``None`` when the
+    environment is clean. ``loader_only``: only the dynamic loader's (``LD_*``) count —
+    for an interpreter started with ``-I``, which ignored the others."""
+    bad = [v for v in _poisoned_environment() if not loader_only or v.startswith("LD_")]
     if not bad:
         return None
     print(
         "ocihook: error[poisoned-environment]: refusing to run a hook whose environment sets "
         + ", ".join(bad)
-        + "; hint: register the hook with an explicit env, as `ocihook runtime configure` "
-        "does, since inherited variables can come from the container image",
+        + "; hint: "
+        + hint,
         file=sys.stderr,
     )
     return 9
@@ -89,6 +104,62 @@ def tolerant_stdout() -> None:
             pass  # a replaced sys.stdout (tests, embedding): leave it
 
 
+#: The name dockerd looks up on its ``PATH`` to enable ``--gpus`` (moby
+#: ``daemon/nvidia_linux.go``), and the stages the NVIDIA toolkit's hook of that name
+#: accepts: only ``prestart`` does anything (``poststart``, ``poststop``: nothing to do).
+NVIDIA_HOOK_NAME = "nvidia-container-runtime-hook"
+NVIDIA_HOOK_STAGES = ("prestart", "poststart", "poststop")
+
+
+def nvidia_hook_main(argv: Sequence[str] | None = None) -> int:
+    """The ``nvidia-container-runtime-hook`` console script (Docker's ``--gpus``).
+
+    ``nvidia-container-runtime-hook prestart [OPTIONS]`` is ``ocihook hook prestart
+    [OPTIONS]`` (state JSON on stdin; the GPUs named by the ``NVIDIA_VISIBLE_DEVICES``
+    dockerd put in the container's environment), with ``--config $OCIHOOK_CONFIG`` added
+    when the variable is set and no ``--config`` is given: dockerd passes its whole
+    environment to the hook, which is the operator's, not the image's. ``poststart`` and
+    ``poststop`` do nothing and exit 0, as the toolkit's hook does. Anything else is a
+    usage error (exit 2) naming the valid stages. An environment setting a variable of
+    :data:`POISON_VARIABLES` is refused (exit 9): for Docker that is dockerd's own
+    environment, so the message says to start dockerd without it. Under ``-I`` (the
+    script ``ocihook install docker-hook`` writes) the interpreter has ignored the
+    ``PYTHON*`` ones, so only the loader's (``LD_PRELOAD``, ``LD_AUDIT``,
+    ``LD_LIBRARY_PATH``) are refused: a dockerd started from a shell with ``PYTHONPATH``
+    set still serves ``--gpus``.
+
+    Returns:
+        The process exit code.
+    """
+    import os
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    stage = args[0] if args else ""
+    if stage in ("poststart", "poststop"):
+        return 0
+    if stage != "prestart":
+        print(
+            f"ocihook: error[usage]: {NVIDIA_HOOK_NAME}: unknown stage {stage!r}; valid "
+            "stages: prestart (poststart, poststop: nothing to do); hint: dockerd runs "
+            f"'{NVIDIA_HOOK_NAME} prestart'",
+            file=sys.stderr,
+        )
+        return 2
+    refused = _refuse_poisoned_hook(
+        "dockerd passes its whole environment to nvidia-container-runtime-hook: start "
+        "dockerd without these variables",
+        loader_only=bool(sys.flags.isolated),
+    )
+    if refused is not None:
+        return refused
+    rest = args[1:]
+    config = os.environ.get("OCIHOOK_CONFIG")
+    if config and not any(a == "--config" or a.startswith("--config=") for a in rest):
+        rest = ["--config", config, *rest]
+    tolerant_stdout()
+    return _dispatch(["hook", "prestart", *rest])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Console-script entry point. Returns the process exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -97,6 +168,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         refused = _refuse_poisoned_hook()
         if refused is not None:
             return refused
+    return _dispatch(args)
+
+
+def _dispatch(args: list[str]) -> int:
+    """Run the command ``args`` (the environment already checked)."""
     if args[:2] == ["runtime", "exec"]:
         from .commands.runtime import main as runtime_main
 

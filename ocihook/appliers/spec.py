@@ -231,13 +231,11 @@ def _check_cdi_target(doc: dict[str, Any], path: str) -> None:
 
 def _edit_bundle_cdi(
     bundle: Bundle,
-    request: Request,
     names: tuple[str, ...],
     options: Options,
-    dry_run: bool,
     drm_plan: Plan | None = None,
     command: Sequence[str] | None = None,
-) -> EditResult:
+) -> dict[str, Any]:
     from ..cdi.inject import inject_devices
     from ..cdi.registry import Registry
     from ..core.errors import CdiError
@@ -259,15 +257,7 @@ def _edit_bundle_cdi(
     set_env(doc["process"]["env"], ["NVIDIA_VISIBLE_DEVICES=void"])
     if drm_plan is not None:  # AMD/Intel GPUs asked for beside the CDI devices
         doc = apply_plan(doc, drm_plan, command=command, path=bundle.config_path)
-    if dry_run:
-        return EditResult(bundle, request, None, bundle.raw, dump_json(doc), False, names)
-    try:
-        after = write_json_atomic(bundle.config_path, doc)
-    except OSError as e:
-        raise ApplyError(
-            f"cannot replace config.json: {e.strerror}", path=bundle.config_path
-        ) from None
-    return EditResult(bundle, request, None, bundle.raw, after, True, names)
+    return doc
 
 
 class EditResult(Record):
@@ -314,11 +304,20 @@ def edit_bundle(
         command: argv prefix of ocihook for the hooks it registers.
         options: the operator's settings (default: the built-in defaults).
 
+    What an earlier edit added is recorded in the annotation ``ocihook.edits``
+    (:mod:`ocihook.appliers.editrecord`) and taken out before the plan is made: editing
+    again for a different request gives the GPUs of that request only (a void one: none);
+    for the same request the document is unchanged and not written.
+
     Returns:
-        An :class:`EditResult`. A void request changes nothing (``written`` False).
+        An :class:`EditResult`. A void request changes nothing (``written`` False), except
+        that an earlier edit is taken out.
 
     Raises:
-        SpecError: missing or malformed ``config.json``.
+        SpecError: missing or malformed ``config.json``; the ``ocihook.edits`` annotation
+            is not ocihook's record; or the document holds ocihook's createContainer hook
+            without that record (edited by an ocihook that kept none) and asks for GPUs
+            (they would add up).
         RequestError: the request cannot be met (unknown GPU, unknown capability, an
             ``AMD_VISIBLE_DEVICES``/``INTEL_VISIBLE_DEVICES`` entry that is malformed or
             names no GPU of the host).
@@ -330,8 +329,13 @@ def edit_bundle(
             variable holding no CDI name is still planned from the host and applied too.
         ApplyError: ``config.json`` could not be replaced (it is left as it was).
     """
+    from .editrecord import edited_without_record, record_edit, undo_recorded_edit
+
     options = options or Options()
-    bundle = load_bundle(bundle_dir)
+    read = load_bundle(bundle_dir)
+    # an earlier edit is taken out first, so the plan is made for the request as it is now
+    config, had_record = undo_recorded_edit(read.config, path=read.config_path)
+    bundle = read.replace(config=config)
     try:
         request = request_from_spec(bundle.config, path=bundle.config_path, policy=options.policy)
     except RequestError:
@@ -344,6 +348,56 @@ def edit_bundle(
         from ..core import log
 
         log.info("request ignored", reason=policy_note(ignored))
+    result = _edit_request(bundle, request, root, options, command)
+    if result is None:  # nothing requested (any more)
+        if not had_record:
+            return EditResult(read, request, None, read.raw, read.raw, False, (), ignored)
+        return _finish(read, request, None, config, dry_run, (), ignored)
+    doc, plan, cdi_names = result
+    if not had_record and edited_without_record(read.config):
+        raise SpecError(
+            "config.json was edited by ocihook before, without the record of what it added "
+            "(annotation ocihook.edits): editing it again would add GPUs to those it has",
+            path=read.config_path,
+            hint="start from the engine's original config.json",
+        )
+    return _finish(read, request, plan, record_edit(config, doc), dry_run, cdi_names, ignored)
+
+
+def _finish(
+    read: Bundle,
+    request: Request,
+    plan: Plan | None,
+    doc: dict[str, Any],
+    dry_run: bool,
+    cdi_names: tuple[str, ...] = (),
+    ignored: tuple[str, ...] = (),
+) -> EditResult:
+    """Write ``doc`` unless ``dry_run`` or it equals the document ``read`` holds."""
+    if doc == read.config:
+        return EditResult(read, request, plan, read.raw, read.raw, False, cdi_names, ignored)
+    if dry_run:
+        after = dump_json(doc)
+        return EditResult(read, request, plan, read.raw, after, False, cdi_names, ignored)
+    try:
+        after = write_json_atomic(read.config_path, doc)
+    except OSError as e:
+        raise ApplyError(
+            f"cannot replace config.json: {e.strerror}", path=read.config_path
+        ) from None
+    return EditResult(read, request, plan, read.raw, after, True, cdi_names, ignored)
+
+
+def _edit_request(
+    bundle: Bundle,
+    request: Request,
+    root: HostRoot | None,
+    options: Options,
+    command: Sequence[str] | None,
+) -> tuple[dict[str, Any], Plan | None, tuple[str, ...]] | None:
+    """The edited document for ``request`` (``bundle.config`` without any earlier edit),
+    its plan (``None`` for CDI devices) and the CDI devices injected; ``None`` when
+    nothing is requested."""
     try:
         cdi_names = cdi_device_names(bundle.config, request, options)
     except OcihookError as e:
@@ -354,22 +408,12 @@ def edit_bundle(
         if beside:
             void = Request("void", source=request.source)
             drm_plan = plan_for_bundle(bundle, void, root, options, "spec", beside)
-        result = _edit_bundle_cdi(bundle, request, cdi_names, options, dry_run, drm_plan, command)
-        return result.replace(ignored=ignored)
+        doc = _edit_bundle_cdi(bundle, cdi_names, options, drm_plan, command)
+        return doc, None, cdi_names
     drm_requests = drm_requests_from_spec(
         bundle.config, path=bundle.config_path, policy=options.policy
     )
     if request.is_void and not drm_requests:
-        return EditResult(bundle, request, None, bundle.raw, bundle.raw, False, (), ignored)
+        return None
     plan = plan_for_bundle(bundle, request, root, options, "spec", drm_requests)
-    doc = apply_plan(bundle.config, plan, command=command, path=bundle.config_path)
-    if dry_run:
-        after = dump_json(doc)
-        return EditResult(bundle, request, plan, bundle.raw, after, False, (), ignored)
-    try:
-        after = write_json_atomic(bundle.config_path, doc)
-    except OSError as e:
-        raise ApplyError(
-            f"cannot replace config.json: {e.strerror}", path=bundle.config_path
-        ) from None
-    return EditResult(bundle, request, plan, bundle.raw, after, True, (), ignored)
+    return apply_plan(bundle.config, plan, command=command, path=bundle.config_path), plan, ()

@@ -384,7 +384,9 @@ def spec_bytes(spec: Spec, fmt: str) -> bytes:
 def write_spec(data: bytes, output: str | None) -> None:
     """Write spec text to standard output (``output`` is ``None``) or to ``output``
     atomically (:func:`ocihook.oci.bundle.write_bytes_atomic`: readers such as a runtime's CDI
-    cache never see half a file; a new file gets mode 0644).
+    cache never see half a file; a new file gets mode 0644). A missing directory is
+    created with mode 0755 (as the CDI library's spec writer does, ``os.MkdirAll(dir,
+    0o755)``; ``/var/run/cdi`` does not exist on a fresh host, it is a tmpfs).
 
     Raises:
         CdiError: ``output`` cannot be written (nothing is changed).
@@ -395,10 +397,13 @@ def write_spec(data: bytes, output: str | None) -> None:
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
         return
+    import os
+
     from ..oci.bundle import write_bytes_atomic
     from .names import CdiError
 
     try:
+        os.makedirs(os.path.dirname(os.path.abspath(output)), mode=0o755, exist_ok=True)
         write_bytes_atomic(output, data)
     except OSError as e:
         raise CdiError(f"cannot write the CDI spec: {e.strerror}", path=output) from None

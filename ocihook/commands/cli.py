@@ -725,10 +725,25 @@ def validate(files: tuple[str, ...]) -> None:
 def cdi_list(spec_dirs: tuple[str, ...], as_json: bool) -> None:
     """List the qualified names (vendor/class=name) of the CDI devices in the spec
     directories. Broken spec files and conflicting devices are reported on stderr and
-    skipped; the others are listed."""
+    skipped; the others are listed. Missing spec directories, and no spec file at all,
+    are said on stderr (exit 0)."""
     from ..cdi.registry import DEFAULT_SPEC_DIRS, Registry
 
-    registry = Registry.load(spec_dirs or DEFAULT_SPEC_DIRS)
+    dirs = spec_dirs or DEFAULT_SPEC_DIRS
+    registry = Registry.load(dirs)
+    missing = [d for d in dirs if not os.path.isdir(d)]
+    if missing and len(missing) == len(dirs):
+        click.echo(
+            f"ocihook: no CDI spec directory: {', '.join(missing)} "
+            f"{'does' if len(missing) == 1 else 'do'} not exist; hint: ocihook cdi generate "
+            "--output /var/run/cdi/nvidia.yaml writes a spec (and its directory)",
+            err=True,
+        )
+    else:
+        for d in missing:
+            click.echo(f"ocihook: note: CDI spec directory {d} does not exist", err=True)
+        if not registry.specs and not registry.errors:
+            click.echo(f"ocihook: no CDI spec files in {', '.join(dirs)}", err=True)
     for path, err in sorted(registry.errors.items()):
         click.echo(f"ocihook: warning: skipped {path}: {err}", err=True)
     for name, paths in sorted(registry.conflicts.items()):
@@ -740,6 +755,7 @@ def cdi_list(spec_dirs: tuple[str, ...], as_json: bool) -> None:
             "classes": registry.classes(),
             "errors": {path: str(err) for path, err in sorted(registry.errors.items())},
             "conflicts": {name: list(paths) for name, paths in sorted(registry.conflicts.items())},
+            "missing_dirs": missing,
         }
         click.echo(json.dumps(out, indent=2))
         return
@@ -1003,6 +1019,55 @@ def _print_report(report: Any) -> None:
     click.echo(
         f"result: {'FAIL' if bad else 'WARN' if warn else 'PASS'} ({bad} failed, {warn} warnings)"
     )
+
+
+@cli.group()
+def install() -> None:
+    """Install ocihook's entry points where container engines look for them."""
+
+
+@install.command(name="docker-hook")
+@click.option(
+    "--bin-dir",
+    default="/usr/local/bin",
+    show_default=True,
+    metavar="DIR",
+    help="A directory on dockerd's PATH.",
+)
+@click.option(
+    "--python",
+    default=None,
+    metavar="PATH",
+    help="Interpreter with ocihook installed (default: this one).",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Replace a nvidia-container-runtime-hook that is not ocihook's (the NVIDIA "
+    "toolkit's), or install beside one elsewhere on the PATH.",
+)
+@click.option("--remove", is_flag=True, help="Remove ocihook's hook from --bin-dir.")
+@click.option("--dry-run", is_flag=True, help="Check and say what would be done.")
+def docker_hook(bin_dir: str, python: str | None, force: bool, remove: bool, dry_run: bool) -> None:
+    """Write nvidia-container-runtime-hook into --bin-dir: dockerd enables docker run
+    --gpus (and compose's nvidia device reservations) when it finds a program of that
+    name on its PATH, and runs it as a prestart hook. A hook of that name that is not
+    ocihook's (the NVIDIA Container Toolkit's) is never replaced silently: refused
+    (exit 13) unless --force. Restart dockerd afterwards."""
+    from .dockerhook import install_docker_hook, remove_docker_hook
+
+    would = "would be " if dry_run else ""
+    if remove:
+        found = remove_docker_hook(bin_dir, dry_run=dry_run)
+        target = os.path.join(os.path.abspath(bin_dir), "nvidia-container-runtime-hook")
+        click.echo(
+            f"ocihook: {target}: {would + 'removed' if found else 'not installed'}", err=True
+        )
+        return
+    path, changed, notes = install_docker_hook(bin_dir, python=python, force=force, dry_run=dry_run)
+    click.echo(f"ocihook: {path}: {would + 'written' if changed else 'up to date'}", err=True)
+    for note in notes:
+        click.echo(f"ocihook: {note}", err=True)
 
 
 def cli_main(args: Sequence[str]) -> int:

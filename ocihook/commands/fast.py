@@ -99,6 +99,12 @@ COMMANDS: tuple[tuple[tuple[str, ...], str, tuple[Option, ...]], ...] = (
             Option("-b", "--bundle", default=".", help="bundle directory (current dir)"),
             Option("--dry-run", action="store_true", help="do not write config.json"),
             Option("--diff", action="store_true", help="print a unified diff of the change"),
+            Option(
+                "-q",
+                "--quiet",
+                action="store_true",
+                help="no summary line (what was added, or why nothing was); warnings stay",
+            ),
             *ROOT_OPTIONS,
         ),
     ),
@@ -356,9 +362,26 @@ def _cmd_edit(ns: Any) -> int:
             f"ocihook: {result.bundle.config_path}: {policy_note(result.ignored)}", file=sys.stderr
         )
     if result.cdi_devices:
-        done = "written" if result.written else "not written (--dry-run)"
+        done = (
+            "written"
+            if result.written
+            else ("not written (--dry-run)" if ns.dry_run else "already injected; unchanged")
+        )
         names = ", ".join(result.cdi_devices)
-        print(f"ocihook: {result.bundle.config_path}: CDI devices {names}; {done}", file=sys.stderr)
+        if not ns.quiet:
+            print(
+                f"ocihook: {result.bundle.config_path}: CDI devices {names}; {done}",
+                file=sys.stderr,
+            )
+        return 0
+    if result.plan is None and result.after != result.before:
+        if not ns.quiet:
+            done = "written" if result.written else "not written (--dry-run)"
+            print(
+                f"ocihook: {result.bundle.config_path}: nothing requested now; what ocihook "
+                f"added earlier is taken out; {done}",
+                file=sys.stderr,
+            )
         return 0
     if result.plan is None:
         hooks = result.bundle.config.get("hooks")
@@ -377,7 +400,8 @@ def _cmd_edit(ns: Any) -> int:
                 "nothing requested: NVIDIA_VISIBLE_DEVICES unset, empty or void"
                 " (and no AMD_VISIBLE_DEVICES or INTEL_VISIBLE_DEVICES)"
             )
-        print(f"ocihook: {result.bundle.config_path}: {why}; unchanged", file=sys.stderr)
+        if not ns.quiet:
+            print(f"ocihook: {result.bundle.config_path}: {why}; unchanged", file=sys.stderr)
         return 0
     # An interactive command: what could not be given is always said (hooks stay quiet
     # unless -v, their stderr goes to the runtime's log).
@@ -407,6 +431,14 @@ def _cmd_edit(ns: Any) -> int:
         )
     elif ns.dry_run:
         print(f"ocihook: dry run, {result.bundle.config_path} unchanged; would add {summary}")
+    if not ns.quiet and result.written:
+        print(f"ocihook: {result.bundle.config_path}: added {summary}; written", file=sys.stderr)
+    elif not ns.quiet and not ns.dry_run:
+        print(
+            f"ocihook: {result.bundle.config_path}: already edited by ocihook for this "
+            f"request ({summary}); unchanged",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -463,6 +495,10 @@ def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
 
     state = _bundle.parse_state(_read_stdin() if stdin is None else stdin)
     b = _bundle.load_bundle(state.bundle, hint="the bundle comes from the state JSON on stdin")
+    usage = helper_stage_error(ns)  # after the state: a runtime's call is judged as such
+    if usage is not None:
+        print(f"ocihook: error[usage]: {usage}", file=sys.stderr)
+        return 2
     if ns.stage in INJECT_STAGES:
         from ..core import log
         from ..request import drm_requests_from_spec, request_from_spec
@@ -647,13 +683,71 @@ def _log_fast_exit(path: str | None, data: bytes, stdin: bytes, bundle: str, sta
     )
 
 
+#: Every ``ocihook hook`` stage word: the injecting stages, then the helpers that
+#: ``config.json`` edits and CDI specs register.
+HOOK_STAGES = tuple(words[1] for words, _h, _o in COMMANDS if words[0] == "hook")
+#: The option of each helper stage that gives it something to do (``dest`` names).
+_HELPER_WORK = {
+    "create-container": ("link", "lib", "mask_proc", "cuda_compat"),
+    "create-symlinks": ("link",),
+    "update-ldcache": ("lib",),
+}
+
+
+def _fold(word: str) -> str:
+    return word.lower().replace("-", "").replace("_", "")
+
+
+def hook_stage_error(argv: Sequence[str]) -> str | None:
+    """The usage error for ``ocihook hook STAGE ...`` when STAGE is missing or not one of
+    :data:`HOOK_STAGES` (``None`` when it is, or for ``--help``): names the valid stages
+    and, for a near miss (case, ``-`` or ``_``: ``createcontainer``, ``create_runtime``),
+    the stage meant."""
+    if list(argv[:1]) != ["hook"]:
+        return None
+    stage = argv[1] if len(argv) > 1 else ""
+    if stage in HOOK_STAGES or stage in ("-h", "--help"):
+        return None
+    near = [s for s in HOOK_STAGES if _fold(s) == _fold(stage)]
+    guess = f"; did you mean {near[0]}?" if near else ""
+    said = f"hook stage {stage!r} is not" if stage else "no hook stage given: it must be"
+    return (
+        f"{said} one of {', '.join(INJECT_STAGES)} (inject the requested "
+        f"GPUs; register under the OCI stage of the same name) or the helpers "
+        f"{', '.join(s for s in HOOK_STAGES if s not in INJECT_STAGES)}{guess}"
+    )
+
+
+def helper_stage_error(ns: Any) -> str | None:
+    """The usage error for a helper stage given nothing to do (``ocihook hook
+    create-container`` without ``--link``, ``--lib``, ``--mask-proc`` or
+    ``--cuda-compat``: most likely meant as the createContainer stage, which it is not)."""
+    work = _HELPER_WORK.get(ns.stage or "")
+    if work is None or any(getattr(ns, dest) for dest in work):
+        return None
+    flags = ", ".join("--" + dest.replace("_", "-") for dest in work)
+    return (
+        f"hook {ns.stage} has nothing to do (none of {flags}): it is a helper that "
+        "config.json edits and CDI specs register with arguments; to inject GPUs at the "
+        "createContainer stage, register 'ocihook hook createContainer'"
+    )
+
+
 def run_fast(argv: Sequence[str], stdin: bytes | None = None) -> int:
     """Run a fast command (``edit`` or ``hook``) and return its exit code.
+
+    ``ocihook hook`` with a missing or unknown stage, or a helper stage given nothing to
+    do (:func:`hook_stage_error`, :func:`helper_stage_error`), is a usage error: one
+    line, exit 2.
 
     Args:
         argv: the arguments after ``ocihook``.
         stdin: the hook's standard input when already read.
     """
+    usage = hook_stage_error(argv)
+    if usage is not None:
+        print(f"ocihook: error[usage]: {usage}", file=sys.stderr)
+        return 2
     ns: Any = _parse_fast(argv) or _parser().parse_args(list(argv))
     try:
         if ns.command == "edit":

@@ -30,7 +30,9 @@ code  class                        meaning
 12    :class:`RuntimeNotFound`     ``ocihook-runtime`` found no real OCI runtime to run
                                    (``runtimes``), or was started by itself
 13    :class:`EngineConfigError`   ``ocihook runtime configure``: a container engine's
-                                   configuration file is malformed or cannot be written
+                                   configuration file is malformed or cannot be written;
+                                   ``ocihook install docker-hook``: another program's
+                                   ``nvidia-container-runtime-hook`` is in the way
 14    :class:`DoctorFailed`        ``ocihook doctor``: a check FAILed (WARN and SKIP
                                    alone exit 0)
 ====  ===========================  =====================================================

@@ -126,8 +126,9 @@ def check_library(
         not a readable ELF file (then the only line); not a shared object (``e_type``
         other than ``ET_DYN``); the wrong class or machine; a machine without
         ``ld.so.cache`` ABI flags; a cache entry whose ABI differs from the file's; no
-        DT_SONAME (unless ``soname`` is the file's own name), or one other than ``soname``; a DT_NEEDED entry that is a path; the
-        start path's reader disagreeing with pyelftools about DT_SONAME or DT_NEEDED.
+        DT_SONAME (unless ``soname`` is the file's own name), or one other than
+        ``soname``; a DT_NEEDED entry that is a path; the start path's reader
+        disagreeing with pyelftools about DT_SONAME or DT_NEEDED.
 
     Source of the rules: System V gABI (ELF header, dynamic section); glibc ``ldconfig``
     (soname links from DT_SONAME; cache flags per class and machine, see

@@ -183,10 +183,10 @@ def test_hooks_d_files() -> None:
     with open(os.path.join(PACKAGING, "hooks.d/ocihook-prestart.json.in")) as f:
         always = json.loads(f.read().replace("@PYTHON@", "/usr/bin/python3"))
     assert always == hooks_d_document("/usr/bin/python3")
-    with open(os.path.join(PACKAGING, "hooks.d/ocihook-prestart-cdi-annotations.json.in")) as f:
-        cdi = json.loads(f.read().replace("@PYTHON@", "/usr/bin/python3"))
-    assert {**cdi, "when": always["when"]} == always
-    assert cdi["when"] == {"annotations": {r"^cdi\.k8s\.io/.*": ".*"}}
+    # no file runs the hook only for cdi.k8s.io/ annotations: the hook cannot serve them
+    # (a prestart hook cannot apply a CDI spec's env, hooks or additionalGids), so such a
+    # file let annotated containers start without their GPUs, without a word
+    assert os.listdir(os.path.join(PACKAGING, "hooks.d")) == ["ocihook-prestart.json.in"]
 
 
 # --- the distribution -------------------------------------------------------------------------
@@ -255,6 +255,7 @@ def test_wheel_and_sdist_install_and_run(tmp_path: Path, sim: simhost.SimulatedH
     assert "License-File: LICENSE\n" in metadata
     assert "ocihook = ocihook._main:main" in scripts
     assert "ocihook-runtime = ocihook.runtime:main" in scripts
+    assert "nvidia-container-runtime-hook = ocihook._main:nvidia_hook_main" in scripts
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
@@ -316,6 +317,13 @@ def test_wheel_and_sdist_install_and_run(tmp_path: Path, sim: simhost.SimulatedH
     assert out.returncode == 0 and "libcuda.so" in out.stdout, out
     out = run(str(venv / "bin/ocihook-runtime"), "--help")
     assert out.returncode == 0 and out.stdout.startswith("usage: ocihook-runtime")
+    # Docker's entry point, and the isolated script install docker-hook writes for dockerd
+    out = run(str(venv / "bin/nvidia-container-runtime-hook"), "poststop")
+    assert out.returncode == 0, out.stderr
+    out = run(str(venv / "bin/ocihook"), "install", "docker-hook", "--bin-dir", str(tmp_path / "d"))
+    assert out.returncode == 0, out.stderr
+    out = run(str(tmp_path / "d" / "nvidia-container-runtime-hook"), "nope")
+    assert out.returncode == 2 and "valid stages: prestart" in out.stderr, out
     # a pass-through to a stand-in runtime
     fake = tmp_path / "bin" / "runc"
     fake.parent.mkdir()

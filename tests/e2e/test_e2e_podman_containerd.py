@@ -39,7 +39,6 @@ from support import (
 from ocihook.sim import host as simhost
 
 HOOKS_D = os.path.join(REPO, "packaging/hooks.d/ocihook-prestart.json.in")
-HOOKS_D_CDI = os.path.join(REPO, "packaging/hooks.d/ocihook-prestart-cdi-annotations.json.in")
 SNIPPET = os.path.join(REPO, "packaging/config.json-hooks-snippet.json.in")
 
 #: A hook that appends one JSON line per call to LOG: its argv, cwd, the state from stdin,
@@ -151,50 +150,6 @@ def test_podman_hooks_d_gives_gpu0(
         # podman's annotations come with the state; the bundle is podman's userdata dir
         assert state["annotations"]["io.container.manager"] == "libpod", state
         assert state["bundle"].startswith(podman.store), state
-
-
-def test_podman_cdi_annotation_variant(
-    podman: Podman,
-    sim: simhost.SimulatedHost,
-    bundle_factory: Callable[..., str],
-    tmp_path: Path,
-) -> None:
-    """The annotation-conditioned hooks.d file runs ocihook only for a container with a
-    ``cdi.k8s.io/*`` annotation. Its ``path`` is a wrapper that logs each call and then
-    runs the packaged command line: every container here asks for GPU 0 by environment,
-    so the node appears exactly where the hook ran."""
-    hooks = tmp_path / "hooks.d"
-    hooks.mkdir()
-    log = tmp_path / "calls.log"
-    wrapper = _write_logger(tmp_path / "wrapper", log, real=sys.executable)
-    doc = _render(HOOKS_D_CDI, sim.root, path=wrapper)
-    assert doc["when"] == {"annotations": {r"^cdi\.k8s\.io/.*": ".*"}}
-    (hooks / "ocihook-prestart-cdi-annotations.json").write_text(json.dumps(doc))
-    gpu = {"NVIDIA_VISIBLE_DEVICES": "0"}
-    cdi = ["--annotation", "cdi.k8s.io/gpu=nvidia.com/gpu=0"]
-
-    # no annotation, or one of another domain: the hook does not run at all
-    for args in ([], ["--annotation", "example.com/gpu=nvidia.com/gpu=0"]):
-        proc = podman.run(hooks, busybox_rootfs(bundle_factory), *args, env=gpu)
-        assert proc.returncode == 0, proc.stderr
-        check_no_gpu(proc.stdout)
-    assert _read_log(log) == []
-
-    # the annotation: it runs and gives GPU 0
-    env = {**gpu, "OTHER": str(sim.gpus[1].minor)}
-    proc = podman.run(hooks, busybox_rootfs(bundle_factory), *cdi, "--cap-add", "MKNOD", env=env)
-    assert proc.returncode == 0, proc.stderr
-    check_gpu0(proc.stdout, sim)
-    (entry,) = _read_log(log)
-    state = _check_state(entry)
-    assert state["annotations"]["cdi.k8s.io/gpu"] == "nvidia.com/gpu=0", state
-    assert entry["argv"][1:] == doc["hook"]["args"][1:], entry
-
-    # the annotation without NVIDIA_VISIBLE_DEVICES: it runs, and injects nothing
-    proc = podman.run(hooks, busybox_rootfs(bundle_factory), *cdi)
-    assert proc.returncode == 0, proc.stderr
-    check_no_gpu(proc.stdout)
-    assert len(_read_log(log)) == 2
 
 
 # -- containerd --------------------------------------------------------------------------------

@@ -61,9 +61,9 @@ def test_edit_two_gpus(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
     assert hooks[0]["env"] and not any(e.startswith("LD_") for e in hooks[0]["env"])
     assert "NVIDIA_VISIBLE_DEVICES=void" in doc["process"]["env"]
     assert "NVIDIA_VISIBLE_DEVICES=0,3" not in doc["process"]["env"]
-    # a second run is a no-op: the request is now void
-    again = edit_bundle(bundle, HostRoot.single(sim.root))
-    assert not again.written and again.plan is None
+    # a second run re-plans the recorded request (ocihook.edits) and finds nothing to change
+    again = edit_bundle(bundle, HostRoot.single(sim.root), command=("/py", "-I", "-m", "ocihook"))
+    assert not again.written and again.plan is not None and again.after == result.after
 
 
 def test_apply_plan_replaces_by_path_and_destination(

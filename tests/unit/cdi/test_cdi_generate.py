@@ -256,10 +256,10 @@ def test_cli_generate_output_atomic(sim: Any, tmp_path: Path) -> None:
     assert data["cdiVersion"] == "0.5.0" and data["devices"][0]["name"].startswith("GPU-")
     assert out.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["nvidia.yaml"]  # no temporary left
-    # an unwritable destination: exit 11, nothing written
-    r = _cli("generate", *root, "--output", str(tmp_path / "missing" / "x.json"))
+    # an unwritable destination (below a file): exit 11, nothing written
+    r = _cli("generate", *root, "--output", str(out / "x.json"))
     assert r.returncode == 11 and b"cannot write the CDI spec" in r.stderr
-    assert not (tmp_path / "missing").exists()
+    assert out.read_bytes() == before
     # a host without a driver: exit 6
     r = _cli("generate", "--driver-root", str(tmp_path), "--dev-root", str(tmp_path))
     assert r.returncode == 6, r.stderr

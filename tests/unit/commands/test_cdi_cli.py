@@ -106,8 +106,13 @@ def test_list_priorities_errors_and_conflicts(tmp_path: Path) -> None:
 
 
 def test_list_missing_dirs_is_empty(tmp_path: Path) -> None:
+    """Nothing to list, and it says why (no spec directory): exit 0, nothing on stdout."""
     r = _cli("list", "--spec-dir", str(tmp_path / "none"), cwd=tmp_path)
-    assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
+    assert (r.returncode, r.stdout) == (0, "")
+    assert r.stderr == (
+        f"ocihook: no CDI spec directory: {tmp_path / 'none'} does not exist; hint: ocihook "
+        "cdi generate --output /var/run/cdi/nvidia.yaml writes a spec (and its directory)\n"
+    )
 
 
 def test_validate_special_files_do_not_block(tmp_path: Path) -> None:
