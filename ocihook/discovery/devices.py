@@ -657,16 +657,16 @@ def windows_to_nvidia_version(windows: str) -> str | None:
     NVIDIA's Windows version ends with the driver's own version: the last five digits of
     the third and fourth fields written together (``15`` + ``3667`` -> ``53667``) are the
     branch and the release (``536.67``), what ``nvidia-smi`` prints on Windows and WSL.
-    ``None`` for anything that is not four dot-separated decimal fields with at least five
-    digits in the last two.
+    ``None`` for anything that is not four dot-separated decimal fields, the last of at
+    most four digits.
     """
     parts = windows.strip().split(".")
     if len(parts) != 4 or not all(p.isdigit() and p.isascii() for p in parts):
         return None
-    digits = parts[2] + parts[3].rjust(4, "0")
-    if len(digits) < 5:
+    if len(parts[3]) > 4:
         return None
-    tail = digits[-5:]
+    # the fields are numbers: a fourth field of 605 is 0605
+    tail = parts[2][-1] + parts[3].rjust(4, "0")
     return f"{int(tail[:3])}.{tail[3:]}"
 
 
