@@ -193,3 +193,51 @@ def test_driver_tree_without_ldcache(
         check=True,
     ).stdout
     assert "libcuda.so.1 (libc6,x86-64) => /usr/lib64/libcuda.so.1" in cache
+
+
+@pytest.mark.parametrize("mode", ["spec", "hook"])
+def test_read_only_usr_local_nvidia(
+    mode: str, bundle_factory: Callable[..., str], tmp_path: Any
+) -> None:
+    """The driver tree read-only at /usr/local/nvidia (bind-mounted in a private mount
+    namespace, where runc runs too; the real host's mounts never change) with
+    ``--driver-root /usr/local/nvidia``: the container gets GPU 0 and the tree's files."""
+    need_root_and("runc", "unshare")
+    tree = drivertree.build(str(tmp_path / "host"), "usr-local-nvidia", gpus=2)
+    env = ["NVIDIA_VISIBLE_DEVICES=0", "LIBDIR=/usr/lib64", "OTHER=1"]
+    bundle = bundle_factory(["sh", "-c", RUNC_SCRIPT], env)
+    with_mknod_cap(bundle)
+    roots = f"--driver-root /usr/local/nvidia --dev-root {tree.root}"
+    if mode == "hook":
+        _register(bundle, "/usr/local/nvidia", tree.root)
+        edit = ""
+    else:
+        edit = f"{sys.executable} -m ocihook edit -b {bundle} {roots}"
+    script = f"""set -e
+mount --make-rprivate /
+mount -t tmpfs tmpfs /usr/local
+mkdir /usr/local/nvidia
+mount --bind {tree.driver_root} /usr/local/nvidia
+mount -o remount,bind,ro /usr/local/nvidia
+{edit}
+runc --root {tmp_path}/runc run --bundle {bundle} ocihook-ro-{mode}-{os.getpid()} < /dev/null
+"""
+    env_vars = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        env=env_vars,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    check_runc_view(
+        proc.stdout,
+        version=tree.driver_version,
+        libdir="/usr/lib64",
+        minors=[0],
+        uvm_major=UVM_MAJOR,
+    )
+    with open("/proc/self/mountinfo") as f:
+        assert " /usr/local/nvidia " not in f.read()

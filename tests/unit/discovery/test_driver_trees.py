@@ -161,3 +161,15 @@ echo ROOT2; {py} -m ocihook list -l -b --dev-root {t.root}
 def test_layout_unknown(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="layout must be one of cos, driver-container"):
         drivertree.build(str(tmp_path / "h"), "gke")
+
+
+def test_usr_local_nvidia_not_mounted_is_one_line(tmp_path: Path) -> None:
+    """--driver-root naming a tree that is not there (the mount is missing): one line
+    naming the setting, exit 6."""
+    t = drivertree.build(str(tmp_path / "h"), "usr-local-nvidia", make_dev_nodes=False)
+    missing = os.path.join(t.root, "nonexistent/usr/local/nvidia")
+    r = _cli("list", "--driver-root", missing, "--dev-root", t.root)
+    assert r.returncode == 6, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "driver root does not exist" in lines[0], r.stderr
+    assert "--driver-root" in lines[0] and missing in lines[0]
