@@ -443,7 +443,13 @@ def make_plan(
         return Plan(host.driver_version, (), (), ContainerEdits())
     if host.wsl is not None and not host.gpus:
         return _make_wsl_plan(
-            host, request, SUPPORTED_CAPABILITIES, cuda_compat, check_requirements
+            host,
+            request,
+            SUPPORTED_CAPABILITIES,
+            cuda_compat,
+            check_requirements,
+            [_device_node(n) for n in extra_nodes],
+            extra_mounts,
         )
     selections = select_devices(request, host.gpus)
     gpus: list[Any] = []
@@ -594,10 +600,13 @@ def _make_wsl_plan(
     supported: frozenset[str],
     cuda_compat: bool,
     check_requirements: bool,
+    extra_nodes: Sequence[DeviceNode] = (),
+    extra_mounts: Sequence[Mount] = (),
 ) -> Plan:
     """:func:`make_plan` on a WSL2 host (``host.wsl``, no enumerated GPUs): ``/dev/dxg``
     for ``all`` (nothing for ``none``), the driver files of :func:`wsl_edits` for any
-    capability, no ``/proc/driver/nvidia`` mask (WSL2 has none).
+    capability, the request's ``extra_nodes`` and ``extra_mounts``, no
+    ``/proc/driver/nvidia`` mask (WSL2 has none).
 
     Raises:
         RequestError: GPUs named one by one (dxg serves every GPU at once), or an
@@ -631,15 +640,14 @@ def _make_wsl_plan(
             "driver capabilities not provided by this ocihook version: " + ", ".join(unsupported)
         )
     capabilities = tuple(sorted(request.capabilities & supported))
-    nodes: tuple[DeviceNode, ...] = ()
-    if request.kind == "all":
-        d = wsl.dxg
-        nodes = (DeviceNode(d.path, d.host_path, d.major, d.minor, "c", d.file_mode, d.uid, d.gid),)
+    nodes: list[DeviceNode] = [_device_node(wsl.dxg)] if request.kind == "all" else []
+    nodes += [n for n in extra_nodes if n not in nodes]
     mounts, links, libs = wsl_edits(wsl) if capabilities else ((), (), ())
+    mounts = (*mounts, *(m for m in extra_mounts if m not in mounts))
     version = _version_tuple(host.driver_version) if host.driver_version else None
     edits = ContainerEdits(
         env=("NVIDIA_VISIBLE_DEVICES=void",),
-        device_nodes=nodes,
+        device_nodes=tuple(nodes),
         cgroup_rules=tuple(CgroupRule(True, n.type, n.major, n.minor, "rw") for n in nodes),
         mounts=mounts,
         symlinks=links,

@@ -181,7 +181,7 @@ def discover(
             )
     version_path = root.proc("driver/nvidia/version")
     if not os.path.exists(version_path) and os.path.lexists(root.dev("/dev/dxg")):
-        return _discover_wsl(root)
+        return _discover_wsl(root, gpu_backend)
     version = parse_driver_version(
         read_text(
             version_path,
@@ -276,13 +276,14 @@ def discover(
     )
 
 
-def _discover_wsl(root: HostRoot) -> NvidiaHost:
+def _discover_wsl(root: HostRoot, gpu_backend: str = "procfs") -> NvidiaHost:
     """A WSL2 host: ``/dev/dxg`` and the Windows driver's files, no procfs driver files.
 
     What a container gets follows the NVIDIA Container Toolkit's WSL mode
     (``pkg/nvcdi/lib-wsl.go``, ``driver-wsl.go``): ``/dev/dxg`` as the one device of every
     GPU, and the driver store files of :func:`~ocihook.discovery.devices.wsl_devices`.
-    GPUs are not enumerated (``gpus == ()``): dxg does not give them one node each. The
+    GPUs are not enumerated (``gpus == ()``): dxg does not give them one node each
+    (``gpu_backend="nvml"`` says so in a warning). The
     driver version comes from the driver store's INF file
     (:func:`~ocihook.discovery.devices.wsl_driver_version`); ``""`` with a warning when it
     does not tell.
@@ -305,6 +306,8 @@ def _discover_wsl(root: HostRoot) -> NvidiaHost:
             "set --driver-root (driver-root) to the tree that holds usr/lib/wsl",
         )
     warnings = list(wsl.warnings)
+    if gpu_backend == "nvml":
+        warnings.append("GPUs are not enumerated on WSL2 (--gpu-backend nvml not used)")
     if wsl.missing:
         warnings.append("WSL driver files not found: " + ", ".join(wsl.missing))
     version, source = wsl_driver_version(root, wsl)

@@ -187,3 +187,9 @@ def test_simhost_vendor_wsl(tmp_path: Path) -> None:
     r = _cli("simhost", str(tmp_path / "c"), "--vendor", "cos", "--no-dev-nodes")
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == [str(tmp_path / "c"), str(tmp_path / "c/home/kubernetes/bin/nvidia")]
+
+
+def test_wsl_nvml_backend_is_not_silently_ignored(wsl_host: simwsl.SimulatedWslHost) -> None:
+    h = discover(HostRoot.single(wsl_host.root), gpu_backend="nvml")
+    assert h.warnings == ("GPUs are not enumerated on WSL2 (--gpu-backend nvml not used)",)
+    assert discover(HostRoot.single(wsl_host.root), gpu_backend="auto").warnings == ()
