@@ -564,6 +564,10 @@ def make_plan(
 WSL_NVIDIA_SMI_LINK = "/usr/bin/nvidia-smi"
 
 
+#: The capabilities the WSL2 driver files serve (the toolkit's WSL mode mounts one set).
+_WSL_CAPABILITIES = frozenset({"compute", "utility"})
+
+
 def wsl_edits(wsl: WslDevices) -> tuple[tuple[Mount, ...], tuple[Symlink, ...], tuple[str, ...]]:
     """The mounts, links and ``ld.so.cache`` libraries that give a container the WSL2
     driver files. No I/O.
@@ -640,6 +644,12 @@ def _make_wsl_plan(
             "driver capabilities not provided by this ocihook version: " + ", ".join(unsupported)
         )
     capabilities = tuple(sorted(request.capabilities & supported))
+    other = [c for c in capabilities if c not in _WSL_CAPABILITIES]
+    if other:
+        warnings.append(
+            "on WSL2 the driver files serve compute and utility; nothing else is given for "
+            + ", ".join(other)
+        )
     nodes: list[DeviceNode] = [_device_node(wsl.dxg)] if request.kind == "all" else []
     nodes += [n for n in extra_nodes if n not in nodes]
     mounts, links, libs = wsl_edits(wsl) if capabilities else ((), (), ())

@@ -114,6 +114,12 @@ def test_wsl_plan(wsl_host: simwsl.SimulatedWslHost) -> None:
     # "none": the driver files, no device
     none = make_plan(h, request_from_env({"NVIDIA_VISIBLE_DEVICES": "none"}), ContainerLayout())
     assert none.edits.device_nodes == () and none.edits.mounts == e.mounts
+    assert p.warnings == ()  # the default capabilities: compute, utility
+    env = {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,graphics"}
+    graphics = make_plan(h, request_from_env(env), ContainerLayout())
+    assert graphics.warnings == (
+        "on WSL2 the driver files serve compute and utility; nothing else is given for graphics",
+    )
     void = make_plan(h, request_from_env({"NVIDIA_VISIBLE_DEVICES": "void"}), ContainerLayout())
     assert void.edits.is_empty()
 
