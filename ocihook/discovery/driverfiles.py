@@ -474,8 +474,8 @@ def find_libraries(
         DiscoveryError: the driver root's ``ld.so.cache`` is unreadable, or a library it
             lists (or a fallback directory holds) exists but cannot be read; or the cache
             is missing (a warning, and the standard directories are searched; likewise for
-            a cache that lists no driver library) and no library of ``capabilities`` is
-            found in any directory.
+            a cache that lists no driver library) and no library of ``capabilities``
+            (which include ``utility`` or ``compute``) is found in any directory.
         LdCacheError: it is malformed.
     """
     warnings: list[str] = []
@@ -549,7 +549,10 @@ def find_libraries(
                             path=_rel(root, host_path),
                         )
                     )
-    if entries_missing and sought and not out:
+    # every driver has libnvidia-ml and libcuda: finding neither of what was asked for
+    # means the driver root is wrong (a graphics-only request may just find nothing)
+    core = any(c in ("utility", "compute") for c in caps)
+    if entries_missing and sought and core and not out:
         dirs = ", ".join((*search_dirs, "/lib64", "/lib", "/usr/lib64", "/usr/lib/<triplet>"))
         raise DiscoveryError(
             f"{no_cache}, and no NVIDIA {version} driver library is in {dirs} or the other "

@@ -235,8 +235,10 @@ def test_missing_ldcache_and_no_library_anywhere(sim: simhost.SimulatedHost, tmp
     assert ei.value.path == root and "\n" not in text
     assert "no ld.so.cache in the driver root" in text
     assert "--driver-root" in text and "--library-path" in text
-    # a discovery that looks for no library does not need one
+    # a discovery that looks for no library does not need one, nor one that asks only
+    # for graphics (a driver may have none; every driver has libcuda and libnvidia-ml)
     assert discover(HostRoot.single(root), capabilities=()).libraries == ()
+    assert discover(HostRoot.single(root), capabilities=("graphics",)).libraries == ()
 
 
 def test_garbage_ldcache(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
