@@ -12,7 +12,8 @@ returns immutable descriptions; nothing here writes anything.
 * :func:`nvswitch_nodes`, :func:`gdrcopy_nodes`, :func:`gds_nodes`, :func:`mofed_nodes` --
   the feature-gated sets (``NVIDIA_NVSWITCH``, ``NVIDIA_GDRCOPY``, ``NVIDIA_GDS``,
   ``NVIDIA_MOFED`` = ``enabled``; toolkit ``internal/modifier/gated.go``).
-* :func:`wsl_devices` -- ``/dev/dxg`` and the driver files of a WSL2 host.
+* :func:`wsl_devices` -- ``/dev/dxg`` and the driver files of a WSL2 host;
+  :func:`wsl_driver_version` -- its driver version, from the driver store's INF file.
 
 Two kinds of node, two rules:
 
