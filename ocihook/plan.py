@@ -41,11 +41,12 @@ if TYPE_CHECKING:
     from typing import Any
 
     from .discovery.nvidia import NvidiaHost
-    from .discovery.records import DrmHost, HostDeviceNode
+    from .discovery.records import DrmHost, HostDeviceNode, WslDevices
     from .linux.elfscan import CudaCompatNote
     from .request import DrmRequest
 
 __all__ = [
+    "WSL_NVIDIA_SMI_LINK",
     "CgroupRule",
     "ContainerEdits",
     "ContainerLayout",
@@ -62,6 +63,7 @@ __all__ = [
     "make_plan",
     "merge_plans",
     "node_groups",
+    "wsl_edits",
 ]
 
 #: Development links made beside the soname links, by soname: ``(soname, link name)``, the
@@ -476,6 +478,16 @@ def make_plan(
 
     if request.is_void:
         return Plan(host.driver_version, (), (), ContainerEdits())
+    if host.wsl is not None and not host.gpus:
+        return _make_wsl_plan(
+            host,
+            request,
+            SUPPORTED_CAPABILITIES,
+            cuda_compat,
+            check_requirements,
+            [_device_node(n) for n in extra_nodes],
+            extra_mounts,
+        )
     selections = select_devices(request, host.gpus)
     gpus: list[Any] = []
     for sel in selections:
@@ -596,6 +608,127 @@ def node_groups(nodes: Iterable[Any]) -> tuple[int, ...]:
         if n.gid and mode & 0o006 != 0o006:
             out.add(n.gid)
     return tuple(sorted(out))
+
+
+#: Where the toolkit links the WSL driver store's ``nvidia-smi`` in the container
+#: (``pkg/nvcdi/driver-wsl.go``: the store path is used unchanged, so the binary is not
+#: on ``PATH`` otherwise).
+WSL_NVIDIA_SMI_LINK = "/usr/bin/nvidia-smi"
+
+
+#: The capabilities the WSL2 driver files serve (the toolkit's WSL mode mounts one set).
+_WSL_CAPABILITIES = frozenset({"compute", "utility"})
+
+
+def wsl_edits(wsl: WslDevices) -> tuple[tuple[Mount, ...], tuple[Symlink, ...], tuple[str, ...]]:
+    """The mounts, links and ``ld.so.cache`` libraries that give a container the WSL2
+    driver files. No I/O.
+
+    Each of ``wsl.driver_files`` is bind-mounted read-only, nosuid, nodev at its own path
+    (``/usr/lib/wsl/drivers/<store>/libcuda.so.1.1``), as the toolkit's WSL mode does; a
+    library whose soname differs from its name gets the soname link beside it
+    (``libcuda.so.1 -> libcuda.so.1.1``, which the toolkit leaves to ``ldconfig``) and is
+    entered in the container's ``ld.so.cache`` under it; ``nvidia-smi`` is linked from
+    :data:`WSL_NVIDIA_SMI_LINK`.
+
+    Returns:
+        ``(mounts, symlinks, ldcache_libraries)``.
+    """
+    mounts: list[Mount] = []
+    links: list[Symlink] = []
+    libs: list[str] = []
+    for f in wsl.driver_files:
+        mounts.append(Mount(source=f.host_path, destination=f.path))
+        directory = f.path.rsplit("/", 1)[0]
+        if f.soname is not None and f.soname != f.name:
+            links.append(Symlink(link=f"{directory}/{f.soname}", target=f.name))
+            libs.append(f"{directory}/{f.soname}")
+        elif ".so" in f.name:
+            libs.append(f.path)
+        if f.name == "nvidia-smi":
+            links.append(Symlink(link=WSL_NVIDIA_SMI_LINK, target=f.path))
+    return tuple(mounts), tuple(links), tuple(libs)
+
+
+def _make_wsl_plan(
+    host: NvidiaHost,
+    request: Request,
+    supported: frozenset[str],
+    cuda_compat: bool,
+    check_requirements: bool,
+    extra_nodes: Sequence[DeviceNode] = (),
+    extra_mounts: Sequence[Mount] = (),
+) -> Plan:
+    """:func:`make_plan` on a WSL2 host (``host.wsl``, no enumerated GPUs): ``/dev/dxg``
+    for ``all`` (nothing for ``none``), the driver files of :func:`wsl_edits` for any
+    capability, the request's ``extra_nodes`` and ``extra_mounts``, no
+    ``/proc/driver/nvidia`` mask (WSL2 has none).
+
+    Raises:
+        RequestError: GPUs named one by one (dxg serves every GPU at once), or an
+            unmet ``NVIDIA_REQUIRE_*``.
+    """
+    from .request import ENV_VISIBLE_DEVICES
+
+    wsl = host.wsl
+    assert wsl is not None
+    if request.kind == "list":
+        raise RequestError(
+            "a WSL2 host gives every GPU through /dev/dxg: GPUs cannot be selected one by one",
+            field=f"{request.source}[{ENV_VISIBLE_DEVICES}]",
+            value=",".join(request.devices),
+            hint=f"set {ENV_VISIBLE_DEVICES}=all (CDI: nvidia.com/gpu=all)",
+        )
+    if request.requirements and check_requirements:
+        from .requirements import check
+
+        check(
+            request.requirements,
+            cuda_version=host.cuda_version,
+            driver_version=host.driver_version or None,
+            gpus=[],
+            source=request.source,
+        )
+    warnings = list(host.warnings)
+    unsupported = sorted(request.capabilities - supported)
+    if unsupported:
+        warnings.append(
+            "driver capabilities not provided by this ocihook version: " + ", ".join(unsupported)
+        )
+    capabilities = tuple(sorted(request.capabilities & supported))
+    other = [c for c in capabilities if c not in _WSL_CAPABILITIES]
+    if other:
+        warnings.append(
+            "on WSL2 the driver files serve compute and utility; nothing else is given for "
+            + ", ".join(other)
+        )
+    nodes: list[DeviceNode] = [_device_node(wsl.dxg)] if request.kind == "all" else []
+    nodes += [n for n in extra_nodes if n not in nodes]
+    mounts, links, libs = wsl_edits(wsl) if capabilities else ((), (), ())
+    mounts = (*mounts, *(m for m in extra_mounts if m not in mounts))
+    version = _version_tuple(host.driver_version) if host.driver_version else None
+    edits = ContainerEdits(
+        env=("NVIDIA_VISIBLE_DEVICES=void",),
+        device_nodes=tuple(nodes),
+        cgroup_rules=tuple(CgroupRule(True, n.type, n.major, n.minor, "rw") for n in nodes),
+        mounts=mounts,
+        symlinks=links,
+        ldcache_libraries=libs,
+        cuda_compat=CudaCompat(
+            host_major=version[0],
+            host_driver=host.driver_version,
+            host_cuda=host.cuda_version or "",
+        )
+        if "compute" in capabilities and cuda_compat and version is not None
+        else None,
+    )
+    return Plan(
+        driver_version=host.driver_version,
+        gpus=(),
+        capabilities=capabilities,
+        edits=edits,
+        warnings=tuple(warnings),
+    )
 
 
 def links_to_mounts(plan: Plan, occupied: Iterable[str]) -> Plan:

@@ -218,6 +218,9 @@ def generate_spec(
     Raises:
         CdiError: a malformed ``vendor``, ``device_class`` or strategy.
         DiscoveryError: the host has no GPU.
+
+    On a WSL2 host (``host.wsl`` and no enumerated GPU) the spec has the one device
+    ``all`` (see :func:`_generate_wsl_spec`).
     """
     from ..settings import hook_command as default_command
     from .names import CdiError
@@ -233,6 +236,8 @@ def generate_spec(
             )
     if not name_strategies:
         name_strategies = DEFAULT_NAME_STRATEGIES
+    if host.wsl is not None and not host.gpus:
+        return _generate_wsl_spec(host, f"{vendor}/{device_class}", hook_command)
     if not host.gpus:
         raise DiscoveryError(
             "no NVIDIA GPU found: nothing to put in a CDI spec",
@@ -275,6 +280,39 @@ def generate_spec(
         devices=tuple(out),
         container_edits=common,
     )
+    return Spec(minimum_version(spec), spec.kind, spec.devices, spec.container_edits)
+
+
+def _generate_wsl_spec(host: NvidiaHost, kind: str, hook_command: Sequence[str] | None) -> Spec:
+    """The CDI spec of a WSL2 host, as the toolkit's WSL mode writes it
+    (``pkg/nvcdi/lib-wsl.go``): one device, ``all``, holding ``/dev/dxg``; common edits
+    with ``NVIDIA_VISIBLE_DEVICES=void``, the driver files mounted at their own paths
+    (:func:`ocihook.plan.wsl_edits`), and ocihook's ``create-container`` hook for the
+    soname links, the ``/usr/bin/nvidia-smi`` link and the ``ld.so.cache`` (CUDA forward
+    compatibility when the driver version is known; no ``/proc/driver/nvidia`` mask:
+    WSL2 has none)."""
+    from ..plan import wsl_edits
+    from ..settings import hook_command as default_command
+
+    wsl = host.wsl
+    assert wsl is not None
+    command = tuple(hook_command or default_command())
+    mounts, links, libs = wsl_edits(wsl)
+    args: list[str] = ["hook", "create-container"]
+    for link in links:
+        args += ["--link", f"{link.target}::{link.link}"]
+    for lib_path in libs:
+        args += ["--lib", lib_path]
+    if host.driver_version:
+        compat = "::".join(("/usr/local/cuda/compat", host.driver_version, host.cuda_version or ""))
+        args += ["--cuda-compat", compat.rstrip(":")]
+    common = ContainerEdits(
+        env=("NVIDIA_VISIBLE_DEVICES=void",),
+        hooks=(_hook(command, args),),
+        mounts=tuple(Mount(m.source, m.destination, LIBRARY_MOUNT_OPTIONS) for m in mounts),
+    )
+    device = Device("all", ContainerEdits(device_nodes=(_node(wsl.dxg),)))
+    spec = Spec(version="0.3.0", kind=kind, devices=(device,), container_edits=common)
     return Spec(minimum_version(spec), spec.kind, spec.devices, spec.container_edits)
 
 

@@ -141,6 +141,17 @@ def _info_dict(host: Any) -> dict[str, Any]:
             for g in host.gpus
         ],
         "warnings": list(host.warnings),
+        **({} if host.wsl is None else {"wsl": _wsl_info_dict(host.wsl)}),
+    }
+
+
+def _wsl_info_dict(wsl: Any) -> dict[str, Any]:
+    return {
+        "dxg": f"{wsl.dxg.path} ({wsl.dxg.major}:{wsl.dxg.minor})",
+        "libDir": wsl.lib_dir,
+        "driverStores": list(wsl.driver_stores),
+        "driverFiles": [f.path for f in wsl.driver_files],
+        "missing": list(wsl.missing),
     }
 
 
@@ -181,7 +192,11 @@ def info(
 def _want_nvidia(root: HostRoot, drm_hosts: Sequence[Any], problems: Sequence[Any]) -> bool:
     """Whether to discover NVIDIA: its driver is loaded, or no other vendor's is (then its
     "no driver" error is the one to show)."""
-    return os.path.exists(root.proc("driver/nvidia/version")) or not (drm_hosts or problems)
+    return (
+        os.path.exists(root.proc("driver/nvidia/version"))
+        or os.path.lexists(root.dev("/dev/dxg"))  # WSL2
+        or not (drm_hosts or problems)
+    )
 
 
 def _drm_hosts(root: HostRoot, vendors: Sequence[str] | None = None) -> tuple[list[Any], list[Any]]:
@@ -263,8 +278,14 @@ def _print_info(data: dict[str, Any]) -> None:
 
 
 def _print_nvidia_info(data: dict[str, Any]) -> None:
-    click.echo(f"NVRM version:   {data['driverVersion']}")
+    click.echo(f"NVRM version:   {data['driverVersion'] or 'unknown'}")
     click.echo(f"CUDA version:   {data['cudaVersion'] or 'unknown (needs NVML)'}")
+    wsl = data.get("wsl")
+    if wsl is not None:
+        click.echo(f"WSL2 device:    {wsl['dxg']} (every GPU)")
+        for store in wsl["driverStores"]:
+            click.echo(f"Driver store:   {store}")
+        click.echo(f"Driver files:   {len(wsl['driverFiles'])} ({wsl['libDir']} and the store)")
     for g in data["gpus"]:
         click.echo("")
         click.echo(f"Device Index:   {g['index']}")
@@ -415,6 +436,9 @@ def _list_nvidia(
     wanted = request_from_env(
         {"NVIDIA_VISIBLE_DEVICES": ",".join(devices) or "all"}, source="--device"
     )
+    if host.wsl is not None and not host.gpus:
+        _list_wsl(out, host.wsl, devices, every, kinds)
+        return
     selected = select_gpus(wanted, host.gpus)
     nodes = [n.host_path for n in host.control_nodes]
     if host.modeset is not None and host.modeset.present:
@@ -435,6 +459,36 @@ def _list_nvidia(
         out["ipcs"] = [f.host_path for f in host.files if f.kind == "ipc"]
     if every or firmwares:
         out["firmwares"] = [f.host_path for f in host.files if f.kind == "firmware"]
+
+
+def _list_wsl(
+    out: dict[str, list[str]],
+    wsl: Any,
+    devices: Sequence[str],
+    every: bool,
+    kinds: tuple[bool, bool, bool, bool],
+) -> None:
+    """:func:`_list_nvidia` on a WSL2 host: ``/dev/dxg`` (for every GPU: ``--device`` may
+    only be ``all``), the driver files' libraries and ``nvidia-smi``."""
+    from ..core.errors import RequestError
+
+    if any(d != "all" for d in devices):
+        raise RequestError(
+            "a WSL2 host gives every GPU through /dev/dxg: GPUs cannot be listed one by one",
+            field="--device",
+            value=",".join(devices),
+            hint="leave --device out, or pass --device all",
+        )
+    libraries, binaries, ipcs, firmwares = kinds
+    out["devices"] = [wsl.dxg.host_path]
+    if every or binaries:
+        out["binaries"] = [f.host_path for f in wsl.driver_files if f.name == "nvidia-smi"]
+    if every or libraries:
+        out["libraries"] = [f.host_path for f in wsl.driver_files if ".so" in f.name]
+    if every or ipcs:
+        out["ipcs"] = []
+    if every or firmwares:
+        out["firmwares"] = [f.host_path for f in wsl.driver_files if f.name.endswith(".bin")]
 
 
 @cli.command()
@@ -500,11 +554,28 @@ def demo(devices: str, mode: str, workdir: str | None) -> None:
 @click.option("--no-dev-nodes", is_flag=True, help="Do not mknod /dev nodes.")
 @click.option(
     "--vendor",
-    type=click.Choice(["nvidia", "amd", "amd-no-kfd", "intel", "intel-sriov", "mixed"]),
+    type=click.Choice(
+        [
+            "nvidia",
+            "amd",
+            "amd-no-kfd",
+            "intel",
+            "intel-sriov",
+            "mixed",
+            "wsl",
+            "cos",
+            "driver-container",
+            "usr-local-nvidia",
+        ]
+    ),
     default="nvidia",
     show_default=True,
     help="Which host: NVIDIA (--gpus), the MI210-class ROCm host (with or without KFD), "
-    "the iGPU + dGPU Intel host (with an SR-IOV Flex card), or NVIDIA + AMD.",
+    "the iGPU + dGPU Intel host (with an SR-IOV Flex card), NVIDIA + AMD, a WSL2 host "
+    "(/dev/dxg and /usr/lib/wsl), or NVIDIA with the driver in a tree of its own without "
+    "ld.so.cache (GKE/COS /home/kubernetes/bin/nvidia, a driver container's "
+    "/run/nvidia/driver, /usr/local/nvidia); for those three the driver root is printed "
+    "after DEST.",
 )
 def simhost(dest: str, gpus: int, no_dev_nodes: bool, vendor: str) -> None:
     """Write the built-in simulated GPU host into DEST."""
@@ -513,6 +584,17 @@ def simhost(dest: str, gpus: int, no_dev_nodes: bool, vendor: str) -> None:
     nodes = False if no_dev_nodes else None
     if vendor == "nvidia":
         click.echo(sim.build(dest, gpus=gpus, make_dev_nodes=nodes).root)
+        return
+    if vendor == "wsl":
+        from ..sim import wsl
+
+        click.echo(wsl.build(dest, make_dev_nodes=nodes).root)
+        return
+    if vendor in ("cos", "driver-container", "usr-local-nvidia"):
+        from ..sim import drivertree
+
+        tree = drivertree.build(dest, vendor, gpus=gpus, make_dev_nodes=nodes)
+        click.echo(f"{tree.root} {tree.driver_root}")
         return
     from ..sim import vendors as simvendors
 

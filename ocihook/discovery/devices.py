@@ -12,7 +12,8 @@ returns immutable descriptions; nothing here writes anything.
 * :func:`nvswitch_nodes`, :func:`gdrcopy_nodes`, :func:`gds_nodes`, :func:`mofed_nodes` --
   the feature-gated sets (``NVIDIA_NVSWITCH``, ``NVIDIA_GDRCOPY``, ``NVIDIA_GDS``,
   ``NVIDIA_MOFED`` = ``enabled``; toolkit ``internal/modifier/gated.go``).
-* :func:`wsl_devices` -- ``/dev/dxg`` and the driver files of a WSL2 host.
+* :func:`wsl_devices` -- ``/dev/dxg`` and the driver files of a WSL2 host;
+  :func:`wsl_driver_version` -- its driver version, from the driver store's INF file.
 
 Two kinds of node, two rules:
 
@@ -78,8 +79,11 @@ __all__ = [
     "modeset_node",
     "mofed_nodes",
     "nvswitch_nodes",
+    "parse_driver_ver",
     "sysfs_bus_id",
+    "windows_to_nvidia_version",
     "wsl_devices",
+    "wsl_driver_version",
 ]
 
 #: Major of ``/dev/nvidia*`` when ``/proc/devices`` does not say (``nvidia.ko``).
@@ -633,6 +637,93 @@ def _regular_file(
     return host_path, target
 
 
+def _elf_soname(host_path: str) -> str | None:
+    """The ``DT_SONAME`` of the ELF file at ``host_path`` when it is a plain file name."""
+    from ..linux.elfscan import dynamic_names
+
+    try:
+        names = dynamic_names(host_path)
+    except (OSError, ValueError):
+        return None
+    soname = names[0] if names else None
+    if not soname or "/" in soname or soname in (".", "..") or "\0" in soname:
+        return None
+    return soname
+
+
+def windows_to_nvidia_version(windows: str) -> str | None:
+    """The NVIDIA driver version of a Windows display driver version:
+    ``31.0.15.3667`` -> ``536.67``, ``32.0.15.6094`` -> ``560.94``.
+
+    NVIDIA's Windows version ends with the driver's own version: the last five digits of
+    the third and fourth fields written together (``15`` + ``3667`` -> ``53667``) are the
+    branch and the release (``536.67``), what ``nvidia-smi`` prints on Windows and WSL.
+    ``None`` for anything that is not four dot-separated decimal fields, the last of at
+    most four digits.
+    """
+    parts = windows.strip().split(".")
+    if len(parts) != 4 or not all(p.isdigit() and p.isascii() for p in parts):
+        return None
+    if len(parts[3]) > 4:
+        return None
+    # the fields are numbers: a fourth field of 605 is 0605
+    tail = parts[2][-1] + parts[3].rjust(4, "0")
+    return f"{int(tail[:3])}.{tail[3:]}"
+
+
+def parse_driver_ver(text: str) -> str | None:
+    """The version field of the ``DriverVer`` line of an INF file's text, or ``None``."""
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if not sep or key.strip().lower() != "driverver":
+            continue
+        fields = value.split(";", 1)[0].split(",")
+        if len(fields) >= 2 and fields[1].strip():
+            return fields[1].strip()
+    return None
+
+
+def _decode_inf(data: bytes) -> str:
+    """INF files are UTF-16 (with a byte order mark) or 8-bit text."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return data.decode("utf-16", "replace")
+    return data.decode("utf-8", "replace")
+
+
+def wsl_driver_version(root: HostRoot, wsl: WslDevices) -> tuple[str, str]:
+    """The NVIDIA driver version of a WSL2 host, and where it came from (or why unknown).
+
+    WSL2 has no ``/proc/driver/nvidia/version`` and its libraries carry no version in
+    their names (``libcuda.so.1.1``). The Windows driver package that WSL maps into
+    :data:`WSL_DRIVERS_DIR` holds its INF file, named after the package directory
+    (``nv_dispi.inf_amd64_<hash>/nv_dispi.inf``), whose ``DriverVer`` is the Windows
+    version of the driver; :func:`windows_to_nvidia_version` turns it into the NVIDIA
+    version (``31.0.15.3667`` -> ``536.67``). The first driver store in
+    ``wsl.driver_stores`` with a readable INF and ``DriverVer`` wins.
+
+    Returns:
+        ``(version, source)``: ``("536.67", "<host path of the INF>")``, or ``("",
+        <reason>)`` when no store tells it.
+    """
+    for store in wsl.driver_stores:
+        package = os.path.basename(store)
+        stem, sep, _ = package.partition(".inf_")
+        if not sep:
+            continue
+        path = os.path.join(store, stem + ".inf")
+        try:
+            with open(path, "rb") as f:
+                data = f.read(4 << 20)
+        except OSError:
+            continue
+        windows = parse_driver_ver(_decode_inf(data))
+        version = windows_to_nvidia_version(windows) if windows else None
+        if version is not None:
+            return version, path
+    stores = ", ".join(wsl.driver_stores) or WSL_DRIVERS_DIR
+    return "", f"no DriverVer in the INF file of the driver store ({stores})"
+
+
 def wsl_devices(root: HostRoot) -> WslDevices | None:
     """Describe a WSL2 host's GPU: ``/dev/dxg`` and the driver files, or ``None``.
 
@@ -679,7 +770,14 @@ def wsl_devices(root: HostRoot) -> WslDevices | None:
             if os.path.islink(entry):
                 warnings.append(f"{entry} is a link to no regular file; skipped")
             continue
-        libraries.append(WslFile(name=name, host_path=found[0], link_target=found[1]))
+        libraries.append(
+            WslFile(
+                name=name,
+                host_path=found[0],
+                link_target=found[1],
+                path=f"{WSL_LIB_DIR}/{name}",
+            )
+        )
 
     store_dirs: list[tuple[str, str]] = []  # (driver-root path, host path)
     drivers_host = resolve_in_root(root.driver_root, WSL_DRIVERS_DIR)
@@ -702,7 +800,15 @@ def wsl_devices(root: HostRoot) -> WslDevices | None:
         for rel_dir, host_dir in (*store_dirs, (WSL_LIB_DIR, lib_dir)):
             found = _regular_file(root, rel_dir, host_dir, name)
             if found is not None:
-                driver_files.append(WslFile(name=name, host_path=found[0], link_target=found[1]))
+                driver_files.append(
+                    WslFile(
+                        name=name,
+                        host_path=found[0],
+                        link_target=found[1],
+                        path=f"{rel_dir}/{name}",
+                        soname=_elf_soname(found[0]) if ".so" in name else None,
+                    )
+                )
                 break
         else:
             missing.append(name)

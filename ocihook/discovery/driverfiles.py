@@ -34,8 +34,11 @@ Rules:
   must name a regular ELF file of the right class and machine whose name ends with the
   driver version — anything else (an older driver's file left behind) is skipped with a
   warning. Libraries the cache does not list are looked for in the fallback directories
-  (:data:`FALLBACK_LIBRARY_DIRS`, e.g. Debian's ``nvidia/current``) and in the directories
-  the user gives;
+  (:data:`FALLBACK_LIBRARY_DIRS`, e.g. Debian's ``nvidia/current``, ``lib64`` of a GKE/COS
+  tree) and in the directories the user gives. A driver root without ``ld.so.cache``, or
+  whose cache lists no driver library, is searched that way alone, with one warning; a
+  driver root without cache where that finds no library either fails, naming
+  ``--driver-root`` and ``--library-path``;
 * ``libnvidia-tls`` is kept only if its ``.note.ABI-tag`` says Linux 2.3.99;
 * binaries are searched in :data:`BINARY_DIRS` of the driver root, first match wins;
 * a library or binary that exists but cannot be read (``EACCES``, ``EIO``, ``EMFILE``...)
@@ -149,9 +152,14 @@ BINARY_DIRS = (
     "/sbin",
     "/bin",
     "/usr/lib/nvidia/current",
+    "/usr/local/nvidia/bin",
 )
 
-#: Directories searched for libraries the ld.so.cache does not list, after the cache.
+#: Directories searched for libraries the ld.so.cache does not list, after the cache (and
+#: instead of it when the driver root has none: GKE/COS ``/home/kubernetes/bin/nvidia``
+#: keeps its libraries in ``lib64``, driver containers in ``usr/lib/<triplet>``). The
+#: toolkit's library locator (``internal/lookup/library.go``) searches the same kind of
+#: list; a file of the wrong ELF class in ``/lib`` or ``/usr/lib`` is passed over.
 FALLBACK_LIBRARY_DIRS = {
     64: (
         "/usr/lib/x86_64-linux-gnu/nvidia/current",
@@ -164,6 +172,9 @@ FALLBACK_LIBRARY_DIRS = {
         "/lib/aarch64-linux-gnu",
         "/usr/lib/x86_64-linux-gnu/nvidia",
         "/usr/lib/aarch64-linux-gnu/nvidia",
+        "/lib",
+        "/usr/lib",
+        "/usr/local/nvidia/lib64",
     ),
     32: (
         "/usr/lib/i386-linux-gnu/nvidia/current",
@@ -176,6 +187,8 @@ FALLBACK_LIBRARY_DIRS = {
         "/lib/arm-linux-gnueabihf",
         "/usr/lib/i386-linux-gnu/nvidia",
         "/usr/lib/arm-linux-gnueabihf/nvidia",
+        "/lib",
+        "/usr/lib",
     ),
 }
 
@@ -461,29 +474,33 @@ def find_libraries(
         ``(libraries, warnings)``; libraries in capability, prefix, class order.
 
     Raises:
-        DiscoveryError: the driver root's ``ld.so.cache`` is missing or unreadable, or a
-            library it lists (or a fallback directory holds) exists but cannot be read.
+        DiscoveryError: the driver root's ``ld.so.cache`` is unreadable, or a library it
+            lists (or a fallback directory holds) exists but cannot be read; or the cache
+            is missing (a warning, and the standard directories are searched; likewise for
+            a cache that lists no driver library) and no library of ``capabilities``
+            (which include ``utility`` or ``compute``) is found in any directory.
         LdCacheError: it is malformed.
     """
     warnings: list[str] = []
     cache_path = root.driver(root.ldcache)
-    try:
-        fd = os.open(cache_path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
-        with open(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise DiscoveryError("ld.so.cache is not a regular file", path=cache_path)
-            data = f.read(256 << 20)
-    except FileNotFoundError:
-        raise DiscoveryError(
-            "ld.so.cache not found in the driver root",
-            path=cache_path,
-            hint="run ldconfig in the driver root, or pass --ldcache",
-        ) from None
-    except OSError as e:
-        raise DiscoveryError(f"cannot read ld.so.cache: {e.strerror}", path=cache_path) from None
-    entries = ldcache.parse(data, path=cache_path)
+    entries = _read_cache(cache_path)
     caps = list(CAPABILITY_LIBRARIES) if capabilities is None else list(capabilities)
+    no_cache: str | None = None  # why the cache cannot be used, when it cannot
+    entries_missing = entries is None
+    if entries is None:
+        no_cache = f"no ld.so.cache in the driver root ({cache_path})"
+        entries = []
+    elif not _lists_driver_libraries(entries):
+        no_cache = f"the driver root's ld.so.cache ({cache_path}) lists no NVIDIA driver library"
     flags_by_class = _ABI_FLAGS.get(machine, {})
+    sought = any(CAPABILITY_LIBRARIES.get(c) for c in caps) and any(
+        flags_by_class.get(c) for c in elf_classes
+    )
+    if no_cache is not None and sought:
+        warnings.append(
+            f"{no_cache}: driver libraries searched in the standard library directories "
+            "of the driver root (lib64, lib, usr/lib64, usr/lib/<triplet>, ...)"
+        )
     machines = _ELF_MACHINES.get(machine, {})
     suffix = "." + version
     out: list[DriverLibrary] = []
@@ -535,7 +552,52 @@ def find_libraries(
                             path=_rel(root, host_path),
                         )
                     )
+    # every driver has libnvidia-ml and libcuda: finding neither of what was asked for
+    # means the driver root is wrong (a graphics-only request may just find nothing)
+    core = any(c in ("utility", "compute") for c in caps)
+    if entries_missing and sought and core and not out:
+        dirs = ", ".join((*search_dirs, "/lib64", "/lib", "/usr/lib64", "/usr/lib/<triplet>"))
+        raise DiscoveryError(
+            f"{no_cache}, and no NVIDIA {version} driver library is in {dirs} or the other "
+            "standard directories",
+            path=root.driver_root,
+            hint="set --driver-root (driver-root in config.toml) to the driver's tree, "
+            "e.g. /home/kubernetes/bin/nvidia or /run/nvidia/driver, or name its library "
+            "directory with --library-path (library-path)",
+        )
     return tuple(out), warnings
+
+
+def _read_cache(cache_path: str) -> list[ldcache.CacheEntry] | None:
+    """The entries of the ``ld.so.cache`` at ``cache_path`` (a host path), or ``None`` when
+    there is no such file (GKE/COS driver trees, driver containers: the caller searches
+    the standard directories instead).
+
+    Raises:
+        DiscoveryError: it is not a regular file, or cannot be read.
+        LdCacheError: it is malformed.
+    """
+    try:
+        fd = os.open(cache_path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
+        with open(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise DiscoveryError(
+                    "ld.so.cache is not a regular file",
+                    path=cache_path,
+                    hint="fix the file, or point --ldcache (ldcache) at the cache",
+                )
+            data = f.read(256 << 20)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise DiscoveryError(f"cannot read ld.so.cache: {e.strerror}", path=cache_path) from None
+    return list(ldcache.parse(data, path=cache_path))
+
+
+def _lists_driver_libraries(entries: Sequence[ldcache.CacheEntry]) -> bool:
+    """Whether any entry's soname is one of :data:`CAPABILITY_LIBRARIES`' prefixes + ``.``."""
+    prefixes = tuple(p + "." for ps in CAPABILITY_LIBRARIES.values() for p in ps)
+    return any(e.soname.startswith(prefixes) for e in entries)
 
 
 def _from_cache(

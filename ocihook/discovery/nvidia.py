@@ -92,10 +92,12 @@ class NvidiaHost(Record):
             files were discovered.
         dri: the DRM card and render nodes and by-path links of each GPU, by bus id, when
             graphics or display files were discovered.
-        wsl: the WSL2 devices and libraries when ``/dev/dxg`` exists, else ``None``.
+        wsl: the WSL2 devices and libraries when ``/dev/dxg`` exists, else ``None``. A
+            WSL2 host (``/dev/dxg`` and no ``/proc/driver/nvidia``) has no ``gpus``,
+            control nodes or ``libraries``: what a container gets is in ``wsl``.
         cuda_version: the CUDA version the driver supports (``"12.2"``), from NVML; ``None``
             with the procfs backend.
-        gpu_backend: the GPU enumeration backend that was used.
+        gpu_backend: the GPU enumeration backend that was used (``"wsl"`` on WSL2: none).
     """
 
     root: HostRoot
@@ -180,6 +182,9 @@ def discover(
     Returns:
         An :class:`NvidiaHost`. A host with a driver but no GPU has ``gpus == ()``.
 
+    A WSL2 host (``/dev/dxg`` under the dev root, no ``/proc/driver/nvidia/version``) is
+    discovered as such: see :func:`_discover_wsl`.
+
     Raises:
         DiscoveryError: no driver (``/proc/driver/nvidia/version`` missing), a malformed
             procfs file, a host device node that is not the device it should be, or a
@@ -195,6 +200,8 @@ def discover(
                 hint=f"check --{name.replace(' ', '-')}",
             )
     version_path = root.proc("driver/nvidia/version")
+    if not os.path.exists(version_path) and os.path.lexists(root.dev("/dev/dxg")):
+        return _discover_wsl(root, gpu_backend)
     version = parse_driver_version(
         read_text(
             version_path,
@@ -291,6 +298,66 @@ def discover(
         wsl=wsl,
         cuda_version=inventory.cuda_version,
         gpu_backend=inventory.backend,
+    )
+
+
+def _discover_wsl(root: HostRoot, gpu_backend: str = "procfs") -> NvidiaHost:
+    """A WSL2 host: ``/dev/dxg`` and the Windows driver's files, no procfs driver files.
+
+    What a container gets follows the NVIDIA Container Toolkit's WSL mode
+    (``pkg/nvcdi/lib-wsl.go``, ``driver-wsl.go``): ``/dev/dxg`` as the one device of every
+    GPU, and the driver store files of :func:`~ocihook.discovery.devices.wsl_devices`.
+    GPUs are not enumerated (``gpus == ()``): dxg does not give them one node each
+    (``gpu_backend="nvml"`` says so in a warning). The
+    driver version comes from the driver store's INF file
+    (:func:`~ocihook.discovery.devices.wsl_driver_version`); ``""`` with a warning when it
+    does not tell.
+
+    Raises:
+        DiscoveryError: ``/dev/dxg`` is not the dxg misc device, or none of the driver's
+            files is in :data:`~ocihook.discovery.devices.WSL_LIB_DIR` or a driver store.
+    """
+    from .devices import WSL_DRIVERS_DIR, WSL_LIB_DIR, wsl_devices, wsl_driver_version
+
+    wsl = wsl_devices(root)
+    if wsl is None:  # pragma: no cover - removed between the two looks
+        raise DiscoveryError("/dev/dxg disappeared while reading it", path=root.dev("/dev/dxg"))
+    if not wsl.driver_files:
+        raise DiscoveryError(
+            f"a WSL2 host (/dev/dxg) without the NVIDIA driver files: none in {WSL_LIB_DIR} "
+            f"or the driver stores of {WSL_DRIVERS_DIR}",
+            path=wsl.lib_dir,
+            hint="install the NVIDIA driver on Windows (WSL maps it into /usr/lib/wsl), or "
+            "set --driver-root (driver-root) to the tree that holds usr/lib/wsl",
+        )
+    warnings = list(wsl.warnings)
+    if gpu_backend == "nvml":
+        warnings.append("GPUs are not enumerated on WSL2 (--gpu-backend nvml not used)")
+    if wsl.missing:
+        warnings.append("WSL driver files not found: " + ", ".join(wsl.missing))
+    version, source = wsl_driver_version(root, wsl)
+    if not version:
+        warnings.append(
+            f"the WSL driver version is unknown ({source}): CUDA forward compatibility and "
+            "NVIDIA_REQUIRE_DRIVER checks are not applied"
+        )
+    devices_path = root.proc("devices")
+    majors = (
+        parse_devices(read_text(devices_path, what="/proc/devices"))
+        if os.path.exists(devices_path)
+        else {}
+    )
+    return NvidiaHost(
+        root=root,
+        driver_version=version,
+        gpus=(),
+        majors=majors,
+        control_nodes=(),
+        gpu_nodes={},
+        libraries=(),
+        warnings=tuple(warnings),
+        wsl=wsl,
+        gpu_backend="wsl",
     )
 
 

@@ -246,11 +246,17 @@ class WslFile(Record):
             symbolic link: the file it leads to).
         link_target: the link's text when the entry is a symbolic link (``libcuda.so.1.1``
             for ``libcuda.so``), else ``None``.
+        path: where the entry is in driver-root terms, which is also where a container
+            gets it (``/usr/lib/wsl/drivers/nv_dispi.inf_amd64_<hash>/libcuda.so.1.1``).
+        soname: the ELF ``DT_SONAME`` of a shared library among
+            :data:`WSL_DRIVER_STORE_FILES` (``libcuda.so.1``), else ``None``.
     """
 
     name: str
     host_path: str
     link_target: str | None = None
+    path: str = ""
+    soname: str | None = None
 
 
 class WslDevices(Record):

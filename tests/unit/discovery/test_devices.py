@@ -579,14 +579,30 @@ def test_wsl_present(tmp_path: Path, host: HostRoot) -> None:
     lib = str(tmp_path / "usr/lib/wsl/lib")
     assert wsl.lib_dir == lib
     assert wsl.libraries == (
-        WslFile("libcuda.so", f"{lib}/libcuda.so.1.1", "/usr/lib/wsl/lib/libcuda.so.1"),
-        WslFile("libcuda.so.1", f"{lib}/libcuda.so.1.1", "libcuda.so.1.1"),
-        WslFile("libcuda.so.1.1", f"{lib}/libcuda.so.1.1"),
-        WslFile("libd3d12.so", f"{lib}/libd3d12.so"),
-        WslFile("libdxcore.so", f"{lib}/libdxcore.so"),
-        WslFile("libnvidia-ml.so.1", f"{lib}/libnvidia-ml.so.1"),
-        WslFile("libnvwgf2umx.so", f"{lib}/libnvwgf2umx.so"),
-        WslFile("nvidia-smi", f"{lib}/nvidia-smi"),
+        WslFile(
+            "libcuda.so",
+            f"{lib}/libcuda.so.1.1",
+            "/usr/lib/wsl/lib/libcuda.so.1",
+            path="/usr/lib/wsl/lib/libcuda.so",
+        ),
+        WslFile(
+            "libcuda.so.1",
+            f"{lib}/libcuda.so.1.1",
+            "libcuda.so.1.1",
+            path="/usr/lib/wsl/lib/libcuda.so.1",
+        ),
+        WslFile("libcuda.so.1.1", f"{lib}/libcuda.so.1.1", path="/usr/lib/wsl/lib/libcuda.so.1.1"),
+        WslFile("libd3d12.so", f"{lib}/libd3d12.so", path="/usr/lib/wsl/lib/libd3d12.so"),
+        WslFile("libdxcore.so", f"{lib}/libdxcore.so", path="/usr/lib/wsl/lib/libdxcore.so"),
+        WslFile(
+            "libnvidia-ml.so.1",
+            f"{lib}/libnvidia-ml.so.1",
+            path="/usr/lib/wsl/lib/libnvidia-ml.so.1",
+        ),
+        WslFile(
+            "libnvwgf2umx.so", f"{lib}/libnvwgf2umx.so", path="/usr/lib/wsl/lib/libnvwgf2umx.so"
+        ),
+        WslFile("nvidia-smi", f"{lib}/nvidia-smi", path="/usr/lib/wsl/lib/nvidia-smi"),
     )
     store = str(tmp_path / "usr/lib/wsl/drivers/nv_dispi.inf_amd64_0123456789abcdef")
     assert wsl.driver_stores == (store,)

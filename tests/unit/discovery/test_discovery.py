@@ -216,11 +216,37 @@ def test_no_driver(tmp_path: Any) -> None:
 
 
 def test_missing_ldcache(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
+    """No ld.so.cache: the standard directories are searched, with one warning."""
     root = _copy_sim(sim, tmp_path)
     os.unlink(os.path.join(root, "etc/ld.so.cache"))
+    h = discover(HostRoot.single(root))
+    cuda = next(lib for lib in h.libraries if lib.soname == "libcuda.so.1")
+    assert cuda.path == f"/usr/lib/x86_64-linux-gnu/nvidia/current/libcuda.so.{sim.driver_version}"
+    assert len(h.libraries) == 10
+    cache = os.path.join(root, "etc/ld.so.cache")
+    assert [w for w in h.warnings if "ld.so.cache" in w] == [
+        f"no ld.so.cache in the driver root ({cache}): driver libraries searched in the "
+        "standard library directories of the driver root (lib64, lib, usr/lib64, "
+        "usr/lib/<triplet>, ...)"
+    ]
+
+
+def test_missing_ldcache_and_no_library_anywhere(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
+    """Neither a cache nor a library in any standard directory: one error line naming the
+    settings to change."""
+    root = _copy_sim(sim, tmp_path)
+    os.unlink(os.path.join(root, "etc/ld.so.cache"))
+    subprocess.run(["rm", "-rf", os.path.join(root, "usr/lib")], check=True)
     with pytest.raises(DiscoveryError) as ei:
         discover(HostRoot.single(root))
-    assert ei.value.path == os.path.join(root, "etc/ld.so.cache")
+    text = str(ei.value)
+    assert ei.value.path == root and "\n" not in text
+    assert "no ld.so.cache in the driver root" in text
+    assert "--driver-root" in text and "--library-path" in text
+    # a discovery that looks for no library does not need one, nor one that asks only
+    # for graphics (a driver may have none; every driver has libcuda and libnvidia-ml)
+    assert discover(HostRoot.single(root), capabilities=()).libraries == ()
+    assert discover(HostRoot.single(root), capabilities=("graphics",)).libraries == ()
 
 
 def test_garbage_ldcache(sim: simhost.SimulatedHost, tmp_path: Any) -> None:

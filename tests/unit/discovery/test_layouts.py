@@ -92,7 +92,9 @@ def test_user_library_path(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
     _kernel_side(sim, root)
     _tree_with_libs(root, "/opt/nvidia/lib", [("libcuda.so.1", f"libcuda.so.{V}")], cache=False)
     os.symlink(f"libcuda.so.{V}", os.path.join(root, "opt/nvidia/lib/libcuda.so.1"))
-    assert discover(HostRoot.single(root)).libraries == ()
+    bare = discover(HostRoot.single(root))
+    assert bare.libraries == ()
+    assert any("lists no NVIDIA driver library" in w for w in bare.warnings)
     h = discover(HostRoot(root, root, library_dirs=("/opt/nvidia/lib",)))
     assert [(lib.soname, lib.path) for lib in h.libraries] == [
         ("libcuda.so.1", f"/opt/nvidia/lib/libcuda.so.{V}")
