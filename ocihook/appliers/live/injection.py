@@ -17,6 +17,12 @@ pid of the container init in the state JSON), and does what libnvidia-container'
    executed, and the container's environment is never used;
 4. returns to the host mount namespace.
 
+A rootfs that the runtime made read-only before the hook (crun with ``root.readonly``) is
+made writable for step 3 and read-only again before the hook returns (:mod:`.rootfs`).
+In a user namespace other than the initial one (rootless engines) the device nodes are
+bind mounts of the host's nodes, as ``mknod`` is refused there; a hook without
+``CAP_SYS_ADMIN`` (``runc`` run by a user) first joins the container's user namespace.
+
 If any step fails, everything done so far is undone (mounts detached, nodes, links and
 files removed, ``ld.so.cache`` restored, cgroup rules denied again) and
 :class:`~ocihook.core.errors.ApplyError` is raised; the runtime then aborts the start.
@@ -48,6 +54,7 @@ from .procs import (
     _proc_path,
     _same_user_ns,
 )
+from .rootfs import unlock_readonly_rootfs
 from .undo import _detach, _partial, _run_undo, _Undo
 
 TYPE_CHECKING = False
@@ -195,6 +202,9 @@ def inject(
                 clone_sources()  # no way back to the host's namespaces: nothing to undo
             else:
                 undo.append(lambda: _linux.setns(host_ns, _linux.CLONE_NEWNS))
+        relock = unlock_readonly_rootfs(bundle.rootfs)  # crun: read-only before the hook
+        if relock is not None:
+            undo.append(relock)
         root_fd = pathsafe.open_root(bundle.rootfs)
         if root_ids is not None:  # files the container's user namespace can own
             old_ids = _linux.set_fs_ids(*root_ids)
@@ -206,6 +216,8 @@ def inject(
             _apply_in_container(root_fd, bundle.rootfs, plan, tree_fds, undo, node_fds)
         if edits.proc_mask is not None:
             mask_proc_driver(root_fd, proc_files, gpu_fds, undo)
+        if relock is not None:
+            relock()  # before leaving the container's mount namespace
         if not inside and not join_userns:  # success: back to the host namespace
             _linux.setns(host_ns, _linux.CLONE_NEWNS)
         undo.clear()
