@@ -100,9 +100,9 @@ def test_crun_readonly_rootfs_in_create_container(
     proc = _run("crun", bundle, str(tmp_path / "state"), f"ro-crun-{mode}")
     assert proc.returncode == 0, proc.stderr
     view = _view(proc.stdout)
+    want = ["/dev/nvidia0 c3:0", "/dev/nvidiactl c3:ff"]
     assert sorted(view["NODE"]) == sorted(
-        ["/dev/nvidia0 c3:0", "/dev/nvidia-uvm ed:0", "/dev/nvidia-uvm-tools ed:1"]
-        + ["/dev/nvidiactl c3:ff"]
+        [*want, "/dev/nvidia-uvm ed:0", "/dev/nvidia-uvm-tools ed:1"]
     )
     assert view["LINK"] == [f"libcuda.so.{sim.driver_version}"]
     assert view["OPEN"] == ["cat: can't open '/dev/nvidia0': No such device or address"]

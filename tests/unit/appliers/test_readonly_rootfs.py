@@ -87,8 +87,18 @@ def test_unlock_and_relock_a_real_mount(tmp_path: Any) -> None:
         f'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && exec "$2" -c \'{UNLOCK}\' "$1"'
     )
     proc = subprocess.run(
-        ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", str(d)]
-        + [sys.executable],
+        [
+            "unshare",
+            "-m",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            script,
+            "sh",
+            str(d),
+            sys.executable,
+        ],
         capture_output=True,
         text=True,
         timeout=60,
@@ -101,5 +111,6 @@ def test_unlock_and_relock_a_real_mount(tmp_path: Any) -> None:
         "NONE True",
     ]
     assert (d / "made").exists() and not (d / "again").exists()
-    assert str(d) not in open("/proc/self/mountinfo").read()
+    with open("/proc/self/mountinfo") as f:
+        assert str(d) not in f.read()
     assert os.listdir(d) == ["made"]
