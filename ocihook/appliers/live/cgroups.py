@@ -22,7 +22,7 @@ NO_CGROUPS_HINT = (
 )
 
 
-__all__ = ["device_cgroup_dir"]
+__all__ = ["SYSTEMD_WARNING", "device_cgroup_dir", "systemd_scope_warning"]
 
 
 def device_cgroup_dir(pid: int, *, proc: str = "/proc") -> str:
@@ -81,6 +81,33 @@ def device_cgroup_dir(pid: int, *, proc: str = "/proc") -> str:
         path=mountinfo,
         hint="use --no-cgroups, or spec mode (ocihook edit)",
     )
+
+
+#: The warning of hook mode under a systemd cgroup driver (:func:`systemd_scope_warning`).
+SYSTEMD_WARNING = (
+    "the container's cgroup is a systemd scope ({scope}): the device rules this hook added "
+    "are not in the unit and are lost when systemd re-applies it (systemctl daemon-reload), "
+    "and the GPUs with them; use spec mode (ocihook edit, ocihook-runtime) and run "
+    "ocihook system create-dev-char-symlinks"
+)
+
+
+def systemd_scope_warning(pid: int, *, proc: str = "/proc") -> str | None:
+    """The warning for a container whose cgroup is a systemd unit (a path component
+    ending in ``.scope``, as runc's and crun's systemd cgroup drivers make them:
+    ``docker-<id>.scope``, ``cri-containerd-<id>.scope``), else ``None``. An unreadable
+    ``<proc>/<pid>/cgroup`` gives ``None``: the cgroup step reports that itself."""
+    try:
+        with open(f"{proc}/{pid}/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        path = line.split(":", 2)[-1]
+        for part in path.split("/"):
+            if part.endswith(".scope"):
+                return SYSTEMD_WARNING.format(scope=part)
+    return None
 
 
 def _rule_text(rule: CgroupRule) -> str:

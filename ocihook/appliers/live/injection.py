@@ -41,7 +41,7 @@ from ...core.hostroot import HostRoot
 from ...oci.bundle import Bundle, State
 from ...plan import Plan
 from ...request import Request
-from .cgroups import _allow_in_cgroups
+from .cgroups import _allow_in_cgroups, systemd_scope_warning
 from .libraries import write_ldcache
 from .procmask import caps_minors, clone_gpu_proc_dirs, mask_proc_driver, read_proc_files
 from .procs import (
@@ -151,6 +151,7 @@ def inject(
     proc_files: dict[str, bytes] = {}
     host_ns = -1
     root_fd = -1
+    scope_warning = None
 
     def clone_sources() -> None:
         if edits.proc_mask is not None:
@@ -188,6 +189,7 @@ def inject(
     try:
         if cgroups and edits.cgroup_rules:
             _allow_in_cgroups(pid, edits.cgroup_rules, undo, rootless=bind_nodes)
+            scope_warning = systemd_scope_warning(pid)
         if edits.proc_mask is not None:
             minors = caps_minors([(n.path, n.minor) for n in edits.device_nodes])
             proc_files = read_proc_files(edits.proc_mask.host_dir, minors)
@@ -234,7 +236,24 @@ def inject(
             os.close(root_fd)
         if host_ns >= 0:
             os.close(host_ns)
+    if scope_warning is not None:
+        plan = _with_warning(plan, scope_warning)
     return plan
+
+
+def _with_warning(plan: Plan, warning: str) -> Plan:
+    """``plan`` with ``warning`` added (and logged)."""
+    from ...core import log
+
+    log.info("warning", text=warning)
+    return Plan(
+        plan.driver_version,
+        plan.gpus,
+        plan.capabilities,
+        plan.edits,
+        (*plan.warnings, warning),
+        plan.drm_gpus,
+    )
 
 
 def _enter(pid: int, name: str, nstype: int) -> None:
