@@ -618,10 +618,8 @@ class RootlessUser:
     ) -> subprocess.CompletedProcess[str]:
         """Run ``cmd`` as the user (``setpriv``: its uid, gid, no other groups, no
         capabilities), with :meth:`env` only."""
-        full = ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups"]
-        full += ["--inh-caps=-all", "--", *cmd]
         return subprocess.run(
-            full,
+            self.user_command(*cmd),
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -629,6 +627,20 @@ class RootlessUser:
             cwd=cwd or self.top,
             stdin=subprocess.DEVNULL,
         )
+
+    def user_command(self, *cmd: str) -> list[str]:
+        """``cmd`` prefixed with the ``setpriv`` line :meth:`run` uses."""
+        full = ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups"]
+        return [*full, "--inh-caps=-all", "--", *cmd]
+
+    def kill_processes(self) -> None:
+        """Kill what runs as the user (rootless podman's pause process keeps the user
+        namespace and mount namespace of the first podman call; a later call that needs a
+        different mount namespace must not join it)."""
+        for pid in _user_pids(self.uid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        _wait_gone(lambda: _user_pids(self.uid), 5)
 
     def chown(self, path: str) -> None:
         """Give ``path`` (recursively, links not followed) to the user."""

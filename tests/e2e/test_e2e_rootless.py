@@ -26,8 +26,8 @@ from ocihook.sim.demo import make_busybox_bundle
 
 SCRIPT = (
     "for n in /dev/nvidia*; do echo NODE $n $(stat -c '%t:%T' $n); done; "
-    "echo LINK $(readlink /usr/lib64/libcuda.so.1); "
-    "echo MAGIC $(hexdump -n 4 -e '4/1 \"%02x\"' /usr/lib64/libcuda.so.1); "
+    "L=${LIBDIR:-/usr/lib64}; echo LINK $(readlink $L/libcuda.so.1); "
+    "echo MAGIC $(hexdump -n 4 -e '4/1 \"%02x\"' $L/libcuda.so.1); "
     "echo OPEN0 $(cat /dev/nvidia0 2>&1 | head -n 1); "
     "echo UIDMAP $(head -n 1 /proc/self/uid_map)"
 )
@@ -144,12 +144,25 @@ def test_rootless_runc_spec_mode(rootless_user: RootlessUser) -> None:
     _check_view(proc.stdout, user)
 
 
-def _podman(user: RootlessUser, *args: str) -> subprocess.CompletedProcess[str]:
+def _podman_argv(user: RootlessUser, *args: str) -> list[str]:
     store = os.path.join(user.top, "xdg", "p")
     base = ["podman", "--root", f"{store}/root", "--runroot", f"{store}/runroot"]
     base += ["--tmpdir", f"{store}/tmp", "--storage-driver", "vfs"]
     base += ["--cgroup-manager=cgroupfs", "--events-backend=file", "--runtime", "runc"]
-    return user.run(*base, *args, timeout=120)
+    return [*base, *args]
+
+
+def _podman(user: RootlessUser, *args: str) -> subprocess.CompletedProcess[str]:
+    return user.run(*_podman_argv(user, *args), timeout=120)
+
+
+def _podman_rootfs(user: RootlessUser, name: str) -> str:
+    work = os.path.join(user.top, "work")
+    make_busybox_bundle(os.path.join(work, f"{name}-bundle"), ["true"], [])
+    rootfs = os.path.join(work, name)
+    os.rename(os.path.join(work, f"{name}-bundle", "rootfs"), rootfs)
+    user.chown(rootfs)
+    return rootfs
 
 
 def test_rootless_podman_hooks_d(rootless_user: RootlessUser) -> None:
@@ -167,10 +180,7 @@ def test_rootless_podman_hooks_d(rootless_user: RootlessUser) -> None:
             '"when"', '"stages": ["prestart"], "when"'
         )
     )
-    rootfs = os.path.join(user.top, "work", "podman-rootfs")
-    make_busybox_bundle(os.path.dirname(rootfs) + "/podman-bundle", ["true"], [])
-    os.rename(os.path.dirname(rootfs) + "/podman-bundle/rootfs", rootfs)
-    user.chown(rootfs)
+    rootfs = _podman_rootfs(user, "podman-rootfs")
     proc = _podman(
         user,
         "--hooks-dir",
@@ -188,3 +198,91 @@ def test_rootless_podman_hooks_d(rootless_user: RootlessUser) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     _check_view(proc.stdout, user)
+
+
+#: Run as root in a private mount namespace: /run becomes a tmpfs holding the CDI spec at
+#: /run/cdi (= /var/run/cdi; podman 4.3 has no spec-dir setting), and /dev a tmpfs copy
+#: of the host's basic nodes plus the simulated host's NVIDIA nodes — runc in a user
+#: namespace binds a CDI node from its *container* path on the host (/dev/nvidia0), as on
+#: a real GPU host. Then "$@" (podman as the user). Nothing of it outlives the namespace.
+CDI_PRIVATE = """
+set -eu
+mount --make-rprivate /
+mount -t tmpfs -o mode=0755 ocihook-cdi-test /run
+mkdir /run/cdi
+cp "$SPEC" /run/cdi/
+mount -t tmpfs -o mode=0755 ocihook-dev-test "$DEVCOPY"
+cp -a /dev/null /dev/zero /dev/full /dev/random /dev/urandom /dev/tty /dev/ptmx "$DEVCOPY"/
+ln -s /proc/self/fd "$DEVCOPY"/fd
+mkdir "$DEVCOPY"/pts "$DEVCOPY"/shm "$DEVCOPY"/mqueue
+chmod 1777 "$DEVCOPY"/shm
+cp -a "$SIMDEV"/. "$DEVCOPY"/
+mount --bind "$DEVCOPY" /dev
+exec "$@"
+"""
+
+
+def test_rootless_podman_cdi_device(rootless_user: RootlessUser) -> None:
+    """Rootless podman with ``--device nvidia.com/gpu=0`` from ``ocihook cdi generate``'s
+    spec: podman injects the spec's nodes (runc bind-mounts them in the user namespace)
+    and mounts; the spec's createContainer hook (ocihook, run as the container's root in
+    the user namespace) makes the soname links."""
+    need_root_and("podman", "runc", "newuidmap", "unshare")
+    user = rootless_user
+    user.kill_processes()  # a pause process from an earlier test holds the old namespaces
+    spec = os.path.join(user.top, "nvidia.json")
+    gen = subprocess.run(
+        [user.python, "-I", "-m", "ocihook", "cdi", "generate", "--format", "json"]
+        + ["--driver-root", user.sim.root, "--dev-root", user.sim.root, "--output", spec],
+        capture_output=True,
+        text=True,
+    )
+    assert gen.returncode == 0, gen.stderr
+    os.chmod(spec, 0o644)
+    with open(spec) as f:
+        mounts = json.load(f)["containerEdits"]["mounts"]
+    (libcuda,) = [
+        m["containerPath"]
+        for m in mounts
+        if os.path.basename(m["containerPath"]) == f"libcuda.so.{user.sim.driver_version}"
+    ]
+    rootfs = _podman_rootfs(user, "cdi-rootfs")
+    devcopy = os.path.join(user.top, "devcopy")
+    os.mkdir(devcopy)
+    podman = _podman_argv(user, "run", "--rm", "--network=none", "--device", "nvidia.com/gpu=0") + [
+        "--env",
+        f"LIBDIR={os.path.dirname(libcuda)}",
+        "--rootfs",
+        rootfs,
+        "sh",
+        "-c",
+        SCRIPT,
+    ]
+    env = {
+        **user.env(),
+        "SPEC": spec,
+        "DEVCOPY": devcopy,
+        "SIMDEV": os.path.join(user.sim.root, "dev"),
+    }
+    proc = subprocess.run(
+        ["unshare", "-m", "sh", "-c", CDI_PRIVATE, "sh", *user.user_command(*podman)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=user.top,
+        stdin=subprocess.DEVNULL,
+    )
+    user.kill_processes()  # its pause process lives in the private namespace
+    assert proc.returncode == 0, proc.stderr
+    nodes = tagged(proc.stdout, "NODE")
+    for want in ("/dev/nvidia0 c3:0", "/dev/nvidiactl c3:ff", "/dev/nvidia-uvm ed:0"):
+        assert want in nodes, proc.stdout
+    assert not [n for n in nodes if n.startswith("/dev/nvidia1 ")], proc.stdout
+    assert tagged(proc.stdout, "LINK") == [f"libcuda.so.{user.sim.driver_version}"], proc.stdout
+    assert tagged(proc.stdout, "MAGIC") == ["7f454c46"]
+    assert tagged(proc.stdout, "OPEN0") == [
+        "cat: can't open '/dev/nvidia0': No such device or address"
+    ]
+    assert tagged(proc.stdout, "UIDMAP")[0].split()[:2] == ["0", str(user.uid)]
+    assert not mounts_under(devcopy)
