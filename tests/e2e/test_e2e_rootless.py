@@ -232,8 +232,10 @@ def test_rootless_podman_cdi_device(rootless_user: RootlessUser) -> None:
     user.kill_processes()  # a pause process from an earlier test holds the old namespaces
     spec = os.path.join(user.top, "nvidia.json")
     gen = subprocess.run(
-        [user.python, "-I", "-m", "ocihook", "cdi", "generate", "--format", "json"]
-        + ["--driver-root", user.sim.root, "--dev-root", user.sim.root, "--output", spec],
+        [
+            *(user.python, "-I", "-m", "ocihook", "cdi", "generate", "--format", "json"),
+            *("--output", spec, "--driver-root", user.sim.root, "--dev-root", user.sim.root),
+        ],
         capture_output=True,
         text=True,
     )
@@ -249,15 +251,11 @@ def test_rootless_podman_cdi_device(rootless_user: RootlessUser) -> None:
     rootfs = _podman_rootfs(user, "cdi-rootfs")
     devcopy = os.path.join(user.top, "devcopy")
     os.mkdir(devcopy)
-    podman = _podman_argv(user, "run", "--rm", "--network=none", "--device", "nvidia.com/gpu=0") + [
-        "--env",
-        f"LIBDIR={os.path.dirname(libcuda)}",
-        "--rootfs",
-        rootfs,
-        "sh",
-        "-c",
-        SCRIPT,
-    ]
+    podman = _podman_argv(
+        user,
+        *("run", "--rm", "--network=none", "--device", "nvidia.com/gpu=0"),
+        *("--env", f"LIBDIR={os.path.dirname(libcuda)}", "--rootfs", rootfs, "sh", "-c", SCRIPT),
+    )
     env = {
         **user.env(),
         "SPEC": spec,
