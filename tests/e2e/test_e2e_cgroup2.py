@@ -200,7 +200,7 @@ REAPPLY_SCRIPT = (
 )
 
 
-@pytest.mark.parametrize("mode", ["spec", "hook"])
+@pytest.mark.parametrize("mode", ["spec", "hook", "legacy-wrapper"])
 @pytest.mark.parametrize("version", ["v1", "v2"])
 def test_reapplied_device_rules(
     sim: simhost.SimulatedHost,
@@ -211,15 +211,23 @@ def test_reapplied_device_rules(
 ) -> None:
     """Spec mode's rules are in config.json and survive a re-apply; hook mode's were
     added behind the runtime's back and are lost (README: hook mode under the systemd
-    cgroup driver)."""
+    cgroup driver); the wrapper runtime in ``legacy`` mode registers the hook *and* puts
+    the rules in config.json, so they survive."""
     need_root_and("runc", "unshare")
     if version == "v2":
         _need_unified()
     bundle = bundle_factory(["sh", "-c", REAPPLY_SCRIPT], ["NVIDIA_VISIBLE_DEVICES=0"])
     if mode == "spec":
         assert edit_cli(bundle, sim.root).returncode == 0
-    else:
+    elif mode == "hook":
         register_hook(bundle, sim.root)
+    else:
+        from ocihook.commands.runtime import prepare_bundle
+        from ocihook.config import load_config
+
+        toml = tmp_path / "config.toml"
+        toml.write_text(f'mode = "legacy"\ndriver-root = "{sim.root}"\ndev-root = "{sim.root}"\n')
+        assert prepare_bundle(bundle, load_config(str(toml))) == "hook added"
     state = str(tmp_path / "state")
     cid = f"reapply-{version}-{mode}-{os.getpid()}"
     cg_name = f"ocihook-reapply-{version}-{mode}-{os.getpid()}"
@@ -259,7 +267,7 @@ def test_reapplied_device_rules(
             left.append(str(top))
     assert not left, f"cgroups left behind: {left}"
     after = _tagged(out, "AFTER")
-    if mode == "spec":
+    if mode != "hook":
         assert after == ["cat: can't open '/dev/nvidia0': No such device or address"]
     else:
         assert len(after) == 1 and "Operation not permitted" in after[0], out
