@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -271,3 +272,38 @@ def test_reapplied_device_rules(
         assert after == ["cat: can't open '/dev/nvidia0': No such device or address"]
     else:
         assert len(after) == 1 and "Operation not permitted" in after[0], out
+
+
+def test_pure_cgroup2_hook_that_cannot_change_the_program_names_spec_mode(
+    sim: simhost.SimulatedHost, bundle_factory: Callable[..., str], tmp_path: Any
+) -> None:
+    """Hook mode on a pure cgroup v2 host where ``bpf()`` is refused (strace injects
+    EPERM): the start stops with one line naming the problem, what it needs and spec
+    mode; nothing is left in the rootfs."""
+    need_root_and("runc", "unshare", "strace")
+    _need_unified()
+    bundle = bundle_factory(["sh", "-c", "exit 0"], ["NVIDIA_VISIBLE_DEVICES=0"])
+    register_hook(bundle, sim.root)
+    cfg = Path(bundle, "config.json")
+    doc = json.loads(cfg.read_text())
+    (hook,) = doc["hooks"]["prestart"]
+    strace = shutil.which("strace")
+    assert strace is not None
+    hook["args"] = [strace, "-f", "-o", "/dev/null", "-e", "inject=bpf:error=EPERM", *hook["args"]]
+    hook["path"] = strace
+    cfg.write_text(json.dumps(doc))
+    before = sorted(str(p) for p in Path(bundle, "rootfs").rglob("*"))
+    cid = f"v2-eperm-{os.getpid()}"
+    with _child_cgroup("ocihook-v2-eperm") as child:
+        proc = subprocess.run(
+            _pure_v2_command("runc", child, str(tmp_path / "state"), bundle, cid),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
+    assert proc.returncode != 0
+    lines = [ln for ln in proc.stderr.split("\\n") if "error[apply-failed]" in ln]
+    assert len(lines) == 1, proc.stderr
+    assert "Operation not permitted" in lines[0] and "spec mode (ocihook edit" in lines[0]
+    assert sorted(str(p) for p in Path(bundle, "rootfs").rglob("*")) == before

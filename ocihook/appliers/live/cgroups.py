@@ -83,6 +83,12 @@ def device_cgroup_dir(pid: int, *, proc: str = "/proc") -> str:
     )
 
 
+#: Added to the hint of a cgroup v2 device program that hook mode cannot change.
+V2_HINT = (
+    "or use spec mode (ocihook edit, or ocihook-runtime), whose rules the runtime builds "
+    "into its own device program"
+)
+
 #: The warning of hook mode under a systemd cgroup driver (:func:`systemd_scope_warning`).
 SYSTEMD_WARNING = (
     "the container's cgroup is a systemd scope ({scope}): the device rules this hook added "
@@ -239,10 +245,12 @@ def _allow_in_cgroups(
         try:
             undo.append(cgroupv2.add_device_rules(cg2, rules))
         except ApplyError as e:
-            if not rootless:
-                raise
+            if rootless:
+                raise ApplyError(
+                    f"cannot change the rootless container's device program: {e.message}",
+                    path=cg2,
+                    hint=NO_CGROUPS_HINT,
+                ) from None
             raise ApplyError(
-                f"cannot change the rootless container's device program: {e.message}",
-                path=cg2,
-                hint=NO_CGROUPS_HINT,
+                e.message, path=e.path, hint=(f"{e.hint}; " if e.hint else "") + V2_HINT
             ) from None
