@@ -78,7 +78,9 @@ RO_SCRIPT = SCRIPT + (
 )
 
 
-@pytest.mark.parametrize("mode", ["hook", "spec"])
+@pytest.mark.parametrize(
+    "mode", ["hook-createContainer", "hook-prestart", "hook-createRuntime", "spec"]
+)
 def test_crun_readonly_rootfs_in_create_container(
     sim: simhost.SimulatedHost, bundle_factory: Callable[..., str], tmp_path: Any, mode: str
 ) -> None:
@@ -88,8 +90,9 @@ def test_crun_readonly_rootfs_in_create_container(
     container gets its GPU and still has a read-only root."""
     need_root_and("crun", "unshare")
     bundle = bundle_factory(["sh", "-c", RO_SCRIPT], ["NVIDIA_VISIBLE_DEVICES=0"])
-    if mode == "hook":
-        _register(bundle, "createContainer", _hook("createContainer", sim.root), readonly=True)
+    if mode.startswith("hook-"):
+        stage = mode.partition("-")[2]
+        _register(bundle, stage, _hook(stage, sim.root), readonly=True)
     else:
         cfg = Path(bundle, "config.json")
         doc = json.loads(cfg.read_text())
