@@ -111,6 +111,13 @@ def containerd(
     yield from support.start_containerd(tmp_path_factory.mktemp("containerd"), host_guard)
 
 
+@pytest.fixture(scope="module")
+def rootless_user() -> Iterator[support.RootlessUser]:
+    """An unprivileged user with subuid/subgid ranges, a workspace it can read and a
+    simulated host there; removed at the end (:func:`support.start_rootless_user`)."""
+    yield from support.start_rootless_user()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _nothing_written_outside() -> Any:
     """The suite runs as root and builds hostile trees full of links: fail if anything

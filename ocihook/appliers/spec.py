@@ -9,6 +9,12 @@ What goes into the document (OCI runtime-spec ``config.md`` / ``config-linux.md`
 * ``process.env`` — each ``KEY=value`` of the edits replaces the same key in place or is
   appended;
 * ``linux.devices`` — one entry per device node, replacing an entry with the same path;
+  for a rootless container (``linux.namespaces`` has a ``user`` namespace, or ocihook itself
+  runs in a user namespace that is not the initial one, as under rootless podman) a
+  ``nosuid,noexec`` bind mount of the host node instead — what podman does for
+  ``--device`` when rootless: ``mknod`` is refused in a user namespace, and the runtime's
+  own fallback binds the *container* path of the host (``/dev/nvidia0``), not the node
+  under the dev root;
 * ``linux.resources.devices`` — one ``allow`` rule per node (``rw``), appended after the
   runtime's default deny rule so that exactly these nodes become usable;
 * ``mounts`` — read-only, nosuid, nodev bind mounts, replacing a mount with the same
@@ -56,7 +62,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-__all__ = ["EditResult", "apply_plan", "edit_bundle", "realize_hooks"]
+__all__ = ["EditResult", "apply_plan", "edit_bundle", "realize_hooks", "rootless_spec"]
 
 
 def realize_hooks(edits: ContainerEdits, command: Sequence[str]) -> tuple[Hook, ...]:
@@ -95,6 +101,7 @@ def apply_plan(
     *,
     command: Sequence[str] | None = None,
     path: str = "config.json",
+    bind_nodes: bool | None = None,
 ) -> dict[str, Any]:
     """Return a copy of the OCI document ``config`` with ``plan``'s edits applied.
 
@@ -104,6 +111,8 @@ def apply_plan(
         command: argv prefix for the hooks ocihook registers (default
             :func:`hook_command`).
         path: file name for error messages.
+        bind_nodes: give the device nodes as bind mounts of the host nodes rather than
+            ``linux.devices`` entries (rootless); ``None``: :func:`rootless_spec` decides.
 
     Raises:
         SpecError: a field to edit has the wrong JSON type (``linux.devices`` not a list...).
@@ -116,7 +125,20 @@ def apply_plan(
         process = child_object(doc, "process", path=path, field="process")
         set_env(child_list(process, "env", path=path, field="process.env"), e.env)
     linux = child_object(doc, "linux", path=path, field="linux")
-    if e.device_nodes:
+    if bind_nodes is None:
+        bind_nodes = rootless_spec(doc)
+    node_mounts: list[dict[str, Any]] = []
+    if e.device_nodes and bind_nodes:
+        node_mounts = [
+            {
+                "destination": n.path,
+                "type": "bind",
+                "source": n.host_path,
+                "options": ["bind", "nosuid", "noexec"],
+            }
+            for n in e.device_nodes
+        ]
+    elif e.device_nodes:
         devices = child_list(linux, "devices", path=path, field="linux.devices")
         for n in e.device_nodes:
             entry = {
@@ -145,21 +167,24 @@ def apply_plan(
                 rule["minor"] = r.minor
             if rule not in rules:
                 rules.append(rule)
-    if e.mounts:
+    if e.mounts or node_mounts:
         mounts = child_list(doc, "mounts", path=path, field="mounts")
-        for m in e.mounts:
-            entry = {
+        wanted: list[dict[str, Any]] = node_mounts + [
+            {
                 "destination": m.destination,
                 "type": m.type,
                 "source": m.source,
                 "options": list(m.options),
             }
+            for m in e.mounts
+        ]
+        for mount in wanted:
             for i, old in enumerate(mounts):
-                if isinstance(old, dict) and old.get("destination") == m.destination:
-                    mounts[i] = entry
+                if isinstance(old, dict) and old.get("destination") == mount["destination"]:
+                    mounts[i] = mount
                     break
             else:
-                mounts.append(entry)
+                mounts.append(mount)
     hooks = realize_hooks(e, command or hook_command())
     if hooks:
         spec_hooks = child_object(doc, "hooks", path=path, field="hooks")
@@ -176,6 +201,25 @@ def apply_plan(
         gids = child_list(user, "additionalGids", path=path, field="process.user.additionalGids")
         gids.extend(g for g in e.additional_gids if g not in gids)
     return doc
+
+
+def rootless_spec(doc: dict[str, Any], *, uid_map: str = "/proc/self/uid_map") -> bool:
+    """Whether the container of ``doc`` is rootless: ``linux.namespaces`` lists a ``user``
+    namespace (``runc spec --rootless``, ``--userns``), or ocihook runs in a user
+    namespace other than the initial one (``uid_map`` not ``0 0 4294967295``: a rootless
+    engine's, shared with its containers). An unreadable map counts as the initial one."""
+    linux = doc.get("linux")
+    namespaces = linux.get("namespaces") if isinstance(linux, dict) else None
+    if isinstance(namespaces, list) and any(
+        isinstance(n, dict) and n.get("type") == "user" for n in namespaces
+    ):
+        return True
+    try:
+        with open(uid_map) as f:
+            lines = [line.split() for line in f if line.strip()]
+    except OSError:
+        return False
+    return lines != [["0", "0", "4294967295"]]
 
 
 def _check_cdi_target(doc: dict[str, Any], path: str) -> None:

@@ -607,6 +607,41 @@ def simhost(dest: str, gpus: int, no_dev_nodes: bool, vendor: str) -> None:
     click.echo(built.root)
 
 
+@cli.group()
+def system() -> None:
+    """Host set-up tasks (run as root on the host, not in a container)."""
+
+
+@system.command(name="create-dev-char-symlinks")
+@click.option("--dev-root", default=None, help="Root holding dev/ and proc/ [config].")
+@click.option(
+    "--create-all",
+    is_flag=True,
+    help="First create the NVIDIA nodes procfs says should exist (GPUs, nvidiactl, uvm).",
+)
+@click.option(
+    "--config",
+    "config_path",
+    default=None,
+    metavar="PATH",
+    help="Configuration file (default: $OCIHOOK_CONFIG, /etc/ocihook/config.toml).",
+)
+def create_dev_char_symlinks(
+    dev_root: str | None, create_all: bool, config_path: str | None
+) -> None:
+    """Make /dev/char/MAJOR:MINOR links for the NVIDIA device nodes, which udev does not
+    make for them: runc's systemd cgroup driver names devices by those paths, and systemd
+    drops a rule whose path is missing when it re-applies a unit (daemon-reload)."""
+    from ..appliers.devchar import create_dev_char_symlinks as create
+
+    root = _root(None, dev_root, None, (), config_path)
+    report = create(root, create_all=create_all)
+    for line in report:
+        click.echo(line)
+    if not report:
+        click.echo(f"nothing to do: every NVIDIA node under {root.dev('/dev')} has its link")
+
+
 def _toml_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"

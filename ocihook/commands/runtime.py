@@ -7,7 +7,9 @@ command line. For ``create`` and ``run`` it first gives the container what its
 
 * ``auto``, ``cdi``: spec mode, :func:`ocihook.appliers.spec.edit_bundle` (device nodes,
   cgroup rules, mounts, the createContainer hook; CDI devices from the CDI registry);
-* ``legacy``: ocihook's prestart hook (the command line of
+* ``legacy``: the plan's device cgroup rules are added to ``linux.resources.devices``
+  (where the runtime, and a systemd cgroup driver re-applying them, read them) and
+  ocihook's prestart hook (the command line of
   ``packaging/config.json-hooks-snippet.json.in``) is added to ``hooks.prestart``, unless
   an ocihook injecting hook is registered already (by hooks.d, by hand, or an earlier
   run).
@@ -366,7 +368,7 @@ def _add_legacy_hook(bundle_dir: str, cfg: Config) -> bool:
         if any(_is_ocihook_inject_hook(e) for e in entries or ()):
             return False
     source = cfg.source if cfg.source not in (None, DEFAULT_CONFIG) else None
-    doc = dict(b.config)
+    doc = _with_device_rules(b, request, cfg, options)
     new_hooks = dict(hooks or {})
     new_hooks["prestart"] = [*(new_hooks.get("prestart") or ()), legacy_hook(source)]
     doc["hooks"] = new_hooks
@@ -433,6 +435,42 @@ def _read_bytes(path: str) -> bytes | None:
             return f.read()
     except OSError:
         return None
+
+
+def _with_device_rules(b: Any, request: Any, cfg: Config, options: Any) -> dict[str, Any]:
+    """A copy of the bundle's document with the plan's device cgroup rules appended to
+    ``linux.resources.devices`` (each once), where the runtime reads them: rules only the
+    hook writes are lost when a systemd cgroup driver or ``runc update`` re-applies the
+    container's rules from its spec (README, "The systemd cgroup driver"). The nodes,
+    mounts and links are still the hook's.
+
+    Raises:
+        DiscoveryError, RequestError: as planning; SpecError: ``linux`` of the wrong type.
+    """
+    import json
+
+    from ..oci.edit import child_list, child_object
+    from ..pipeline import plan_for_bundle
+    from ..request import drm_requests_from_spec
+
+    drm = drm_requests_from_spec(b.config, path=b.config_path)
+    plan = plan_for_bundle(b, request, cfg.host_root(), options, "runtime legacy", drm)
+    doc: dict[str, Any] = json.loads(json.dumps(b.config))
+    if not plan.edits.cgroup_rules:
+        return doc
+    path = b.config_path
+    linux = child_object(doc, "linux", path=path, field="linux")
+    resources = child_object(linux, "resources", path=path, field="linux.resources")
+    rules = child_list(resources, "devices", path=path, field="linux.resources.devices")
+    for r in plan.edits.cgroup_rules:
+        rule: dict[str, Any] = {"allow": r.allow, "type": r.type, "access": r.access}
+        if r.major is not None:
+            rule["major"] = r.major
+        if r.minor is not None:
+            rule["minor"] = r.minor
+        if rule not in rules:
+            rules.append(rule)
+    return doc
 
 
 def prepare_bundle(bundle_dir: str, cfg: Config) -> str:

@@ -37,6 +37,7 @@ __all__ = [
     "AT_RECURSIVE",
     "AT_SYMLINK_NOFOLLOW",
     "CLONE_NEWNS",
+    "CLONE_NEWUSER",
     "MNT_DETACH",
     "MNT_FORCE",
     "MOUNT_ATTR_NODEV",
@@ -83,6 +84,7 @@ __all__ = [
 
 # --- include/uapi/linux/sched.h -------------------------------------------------------------
 CLONE_NEWNS: Final = 0x00020000
+CLONE_NEWUSER: Final = 0x10000000
 
 # --- include/uapi/linux/mount.h: mount(2) flags ---------------------------------------------
 MS_RDONLY: Final = 0x1

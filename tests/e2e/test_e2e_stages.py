@@ -72,21 +72,47 @@ def test_every_stage(
         assert bundle not in f.read()
 
 
-def test_crun_readonly_rootfs_in_create_container_is_a_clear_error(
-    sim: simhost.SimulatedHost, bundle_factory: Callable[..., str], tmp_path: Any
+RO_SCRIPT = SCRIPT + (
+    '; while read -r a b c d mp opts rest; do [ "$mp" = / ] && echo ROOT ${opts%%,*}; '
+    "done < /proc/self/mountinfo; echo WRITE $( (echo x > /new) 2>&1)"
+)
+
+
+@pytest.mark.parametrize(
+    "mode", ["hook-createContainer", "hook-prestart", "hook-createRuntime", "spec"]
+)
+def test_crun_readonly_rootfs_in_create_container(
+    sim: simhost.SimulatedHost, bundle_factory: Callable[..., str], tmp_path: Any, mode: str
 ) -> None:
-    """crun makes a read-only rootfs read-only before createContainer hooks: the hook
-    cannot add files there, says so, and leaves nothing half-done."""
+    """crun makes a read-only rootfs read-only before the createContainer hooks (runc
+    after them): ocihook's createContainer hook (hook mode) and the hooks spec mode
+    registers make the rootfs mount writable for their edits and read-only again, so the
+    container gets its GPU and still has a read-only root."""
     need_root_and("crun", "unshare")
-    bundle = bundle_factory(["sh", "-c", "exit 0"], ["NVIDIA_VISIBLE_DEVICES=0"])
-    _register(bundle, "createContainer", _hook("createContainer", sim.root), readonly=True)
-    before = sorted(p.name for p in Path(bundle, "rootfs").iterdir())
-    proc = _run("crun", bundle, str(tmp_path / "state"), "ro-crun")
-    assert proc.returncode != 0
-    # crun does not pass a hook's stderr on; the exit code is ApplyError's
-    assert "(exit code: 7)" in proc.stderr
-    assert sorted(p.name for p in Path(bundle, "rootfs").iterdir()) == before
-    assert not Path(bundle, "rootfs/usr").exists()
+    bundle = bundle_factory(["sh", "-c", RO_SCRIPT], ["NVIDIA_VISIBLE_DEVICES=0"])
+    if mode.startswith("hook-"):
+        stage = mode.partition("-")[2]
+        _register(bundle, stage, _hook(stage, sim.root), readonly=True)
+    else:
+        cfg = Path(bundle, "config.json")
+        doc = json.loads(cfg.read_text())
+        doc["root"]["readonly"] = True
+        cfg.write_text(json.dumps(doc))
+        proc = edit_cli(bundle, sim.root)
+        assert proc.returncode == 0, proc.stderr
+    proc = _run("crun", bundle, str(tmp_path / "state"), f"ro-crun-{mode}")
+    assert proc.returncode == 0, proc.stderr
+    view = _view(proc.stdout)
+    want = ["/dev/nvidia0 c3:0", "/dev/nvidiactl c3:ff"]
+    assert sorted(view["NODE"]) == sorted(
+        [*want, "/dev/nvidia-uvm ed:0", "/dev/nvidia-uvm-tools ed:1"]
+    )
+    assert view["LINK"] == [f"libcuda.so.{sim.driver_version}"]
+    assert view["OPEN"] == ["cat: can't open '/dev/nvidia0': No such device or address"]
+    assert view["ROOT"] == ["ro"]
+    assert "Read-only file system" in view["WRITE"][0]
+    with open("/proc/self/mountinfo") as f:
+        assert bundle not in f.read()
 
 
 def test_runc_readonly_rootfs_works_in_every_stage(

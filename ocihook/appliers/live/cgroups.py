@@ -15,8 +15,14 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     pass
 
+#: The hint of every "cannot write the device cgroup" error: the setting that skips it.
+NO_CGROUPS_HINT = (
+    "set no-cgroups = true in ocihook's config.toml (or pass --no-cgroups) for rootless "
+    "containers, whose engine gives them no device cgroup ocihook may write"
+)
 
-__all__ = ["device_cgroup_dir"]
+
+__all__ = ["SYSTEMD_WARNING", "device_cgroup_dir", "systemd_scope_warning"]
 
 
 def device_cgroup_dir(pid: int, *, proc: str = "/proc") -> str:
@@ -77,6 +83,39 @@ def device_cgroup_dir(pid: int, *, proc: str = "/proc") -> str:
     )
 
 
+#: Added to the hint of a cgroup v2 device program that hook mode cannot change.
+V2_HINT = (
+    "or use spec mode (ocihook edit, or ocihook-runtime), whose rules the runtime builds "
+    "into its own device program"
+)
+
+#: The warning of hook mode under a systemd cgroup driver (:func:`systemd_scope_warning`).
+SYSTEMD_WARNING = (
+    "the container's cgroup is a systemd scope ({scope}): the device rules this hook added "
+    "are not in the unit and are lost when systemd re-applies it (systemctl daemon-reload), "
+    "and the GPUs with them; use spec mode (ocihook edit, ocihook-runtime) and run "
+    "ocihook system create-dev-char-symlinks"
+)
+
+
+def systemd_scope_warning(pid: int, *, proc: str = "/proc") -> str | None:
+    """The warning for a container whose cgroup is a systemd unit (a path component
+    ending in ``.scope``, as runc's and crun's systemd cgroup drivers make them:
+    ``docker-<id>.scope``, ``cri-containerd-<id>.scope``), else ``None``. An unreadable
+    ``<proc>/<pid>/cgroup`` gives ``None``: the cgroup step reports that itself."""
+    try:
+        with open(f"{proc}/{pid}/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        path = line.split(":", 2)[-1]
+        for part in path.split("/"):
+            if part.endswith(".scope"):
+                return SYSTEMD_WARNING.format(scope=part)
+    return None
+
+
 def _rule_text(rule: CgroupRule) -> str:
     major = "*" if rule.major is None else str(rule.major)
     minor = "*" if rule.minor is None else str(rule.minor)
@@ -113,7 +152,9 @@ def _list_permits(listing: Sequence[str], rule: CgroupRule) -> bool:
     return False
 
 
-def _allow_devices(cgroup_dir: str, rules: Sequence[CgroupRule], undo: list[_Undo]) -> None:
+def _allow_devices(
+    cgroup_dir: str, rules: Sequence[CgroupRule], undo: list[_Undo], *, rootless: bool = False
+) -> None:
     """Allow ``rules`` in the cgroup v1 ``devices`` directory of the container.
 
     A rule the cgroup already allows is not written (and so never denied again on undo:
@@ -127,10 +168,17 @@ def _allow_devices(cgroup_dir: str, rules: Sequence[CgroupRule], undo: list[_Und
     allow = os.path.join(cgroup_dir, "devices.allow")
     deny = os.path.join(cgroup_dir, "devices.deny")
     if not os.path.exists(os.path.join(cgroup_dir, "..", "devices.list")):
+        if rootless:
+            raise ApplyError(
+                "the container is rootless (a user namespace) and has no device cgroup of its own",
+                path=cgroup_dir,
+                hint=NO_CGROUPS_HINT,
+            )
         raise ApplyError(
             "the container process is in the root devices cgroup",
             path=cgroup_dir,
-            hint="a container must have a cgroup of its own; is the state's pid a container?",
+            hint="a container must have a cgroup of its own; is the state's pid a container? "
+            "(rootless: set no-cgroups = true)",
         )
     try:
         with open(os.path.join(cgroup_dir, "devices.list")) as f:
@@ -144,7 +192,9 @@ def _allow_devices(cgroup_dir: str, rules: Sequence[CgroupRule], undo: list[_Und
         try:
             _write_cgroup(allow, text)
         except OSError as e:
-            raise ApplyError(f"cannot allow device {text!r}: {e.strerror}", path=allow) from None
+            raise ApplyError(
+                f"cannot allow device {text!r}: {e.strerror}", path=allow, hint=NO_CGROUPS_HINT
+            ) from None
         undo.append(_partial(_write_cgroup, deny, text))
 
 
@@ -156,7 +206,9 @@ def _own_v1_cgroup(v1: str) -> bool:
     )
 
 
-def _allow_in_cgroups(pid: int, rules: Sequence[CgroupRule], undo: list[_Undo]) -> None:
+def _allow_in_cgroups(
+    pid: int, rules: Sequence[CgroupRule], undo: list[_Undo], *, rootless: bool = False
+) -> None:
     """Let the container of ``pid`` use the devices of ``rules`` on both cgroup versions.
 
     cgroup v1 (its ``devices`` controller): ``devices.allow`` (:func:`_allow_devices`).
@@ -166,6 +218,10 @@ def _allow_in_cgroups(pid: int, rules: Sequence[CgroupRule], undo: list[_Undo]) 
     kernel runs the cgroup2 programs, then the v1 check — and whichever has nothing
     (no v1 controller, or no program attached) is skipped. A cgroup2 root is never
     touched.
+
+    ``rootless``: the container is in a user namespace that is not the initial one; a
+    cgroup that cannot be written then says to set ``no-cgroups`` (libnvidia-container's
+    setting of the same name).
 
     Raises:
         ApplyError: neither version controls the process's devices, or a step failed.
@@ -184,6 +240,17 @@ def _allow_in_cgroups(pid: int, rules: Sequence[CgroupRule], undo: list[_Undo]) 
     if v1 is not None and cg2 is not None and not _own_v1_cgroup(v1):
         v1 = None  # a cgroup2 container whose v1 membership is the host's root: leave it
     if v1 is not None:
-        _allow_devices(v1, rules, undo)
+        _allow_devices(v1, rules, undo, rootless=rootless)
     if cg2 is not None:
-        undo.append(cgroupv2.add_device_rules(cg2, rules))
+        try:
+            undo.append(cgroupv2.add_device_rules(cg2, rules))
+        except ApplyError as e:
+            if rootless:
+                raise ApplyError(
+                    f"cannot change the rootless container's device program: {e.message}",
+                    path=cg2,
+                    hint=NO_CGROUPS_HINT,
+                ) from None
+            raise ApplyError(
+                e.message, path=e.path, hint=(f"{e.hint}; " if e.hint else "") + V2_HINT
+            ) from None

@@ -18,6 +18,7 @@ from .procmask import (
     mask_proc_driver,
     read_proc_files,
 )
+from .rootfs import unlock_readonly_rootfs
 from .undo import _partial, _run_undo, _Undo
 
 TYPE_CHECKING = False
@@ -58,13 +59,32 @@ def create_container_hook(
     its host path. Every link is made relative to an in-root directory descriptor. Last,
     with ``proc_mask``, ``/proc/driver/nvidia`` is masked (:func:`mask_proc_driver`).
 
+    A rootfs that crun made read-only already (``root.readonly``) is made writable for
+    the edits and read-only again afterwards (:func:`.rootfs.unlock_readonly_rootfs`).
+
     Raises:
         ApplyError: malformed ``--link``, a link that cannot be created (a directory in the
             way, a hostile path), or see :func:`write_ldcache`.
     """
+    pairs = _parse_links(links)
+    relock = unlock_readonly_rootfs(bundle.rootfs)  # crun: read-only before the hook
+    try:
+        _edit_rootfs(bundle, pairs, libraries, proc_mask, cuda_compat)
+    finally:
+        if relock is not None:
+            relock()
+
+
+def _edit_rootfs(
+    bundle: Bundle,
+    pairs: Sequence[tuple[str, str]],
+    libraries: Sequence[str],
+    proc_mask: ProcMask | None,
+    cuda_compat: CudaCompat | None,
+) -> None:
+    """The body of :func:`create_container_hook`, on a writable rootfs."""
     from ...linux import pathsafe
 
-    pairs = _parse_links(links)
     root_fd = pathsafe.open_root(bundle.rootfs)
     created: list[str] = []
     replaced: list[tuple[str, str]] = []

@@ -17,6 +17,12 @@ pid of the container init in the state JSON), and does what libnvidia-container'
    executed, and the container's environment is never used;
 4. returns to the host mount namespace.
 
+A rootfs that the runtime made read-only before the hook (crun with ``root.readonly``) is
+made writable for step 3 and read-only again before the hook returns (:mod:`.rootfs`).
+In a user namespace other than the initial one (rootless engines) the device nodes are
+bind mounts of the host's nodes, as ``mknod`` is refused there; a hook without
+``CAP_SYS_ADMIN`` (``runc`` run by a user) first joins the container's user namespace.
+
 If any step fails, everything done so far is undone (mounts detached, nodes, links and
 files removed, ``ld.so.cache`` restored, cgroup rules denied again) and
 :class:`~ocihook.core.errors.ApplyError` is raised; the runtime then aborts the start.
@@ -35,16 +41,20 @@ from ...core.hostroot import HostRoot
 from ...oci.bundle import Bundle, State
 from ...plan import Plan
 from ...request import Request
-from .cgroups import _allow_in_cgroups
+from .cgroups import _allow_in_cgroups, systemd_scope_warning
 from .libraries import write_ldcache
 from .procmask import caps_minors, clone_gpu_proc_dirs, mask_proc_driver, read_proc_files
 from .procs import (
     _check_container_pid,
     _check_inside_container,
     _container_root_ids,
+    _has_cap_sys_admin,
+    _identity_uid_map,
     _parent_pid,
     _proc_path,
+    _same_user_ns,
 )
+from .rootfs import unlock_readonly_rootfs
 from .undo import _detach, _partial, _run_undo, _Undo
 
 TYPE_CHECKING = False
@@ -125,21 +135,27 @@ def inject(
     )
     plan = _check_groups(bundle, plan)
     edits = plan.edits
-    root_ids = None if inside else _container_root_ids(pid)
+    # A user namespace that is not the initial one (the container's own, or the one a
+    # rootless engine made): mknod is refused there, the host's nodes are bind-mounted.
+    bind_nodes = not _identity_uid_map(pid)
+    # ocihook without CAP_SYS_ADMIN (runc run by a user starts its hooks unprivileged):
+    # join the container's user namespace, whose owner it is, and clone the host files
+    # from inside the container's mount namespace, where they are still visible before
+    # pivot_root and where that namespace's capabilities allow mounting.
+    join_userns = not inside and not _same_user_ns(pid) and not _has_cap_sys_admin()
+    root_ids = None if inside or join_userns else _container_root_ids(pid)
     undo: list[_Undo] = []
     tree_fds: list[int] = []
-    node_fds: list[int] | None = None
+    node_fds: list[int] | None = [] if bind_nodes else None
     gpu_fds: dict[str, int] = {}
     proc_files: dict[str, bytes] = {}
     host_ns = -1
     root_fd = -1
-    try:
-        if cgroups and edits.cgroup_rules:
-            _allow_in_cgroups(pid, edits.cgroup_rules, undo)
+    scope_warning = None
+
+    def clone_sources() -> None:
         if edits.proc_mask is not None:
-            minors = caps_minors([(n.path, n.minor) for n in edits.device_nodes])
-            proc_files = read_proc_files(edits.proc_mask.host_dir, minors)
-            gpu_fds = clone_gpu_proc_dirs(edits.proc_mask)
+            gpu_fds.update(clone_gpu_proc_dirs(edits.proc_mask))
         for m in edits.mounts:
             try:
                 tree_fds.append(
@@ -153,40 +169,44 @@ def inject(
                 )
             except OSError as e:
                 raise ApplyError(f"cannot clone driver file: {e.strerror}", path=m.source) from None
-        if root_ids is not None:
-            node_fds = []
-            for n in edits.device_nodes:
-                try:
-                    node_fds.append(
-                        _linux.bind_mount_detached(
-                            n.host_path, readonly=False, nosuid=True, nodev=False, noexec=True
-                        )
+        for n in edits.device_nodes:
+            if node_fds is None:
+                break
+            try:
+                node_fds.append(
+                    _linux.bind_mount_detached(
+                        n.host_path, readonly=False, nosuid=True, nodev=False, noexec=True
                     )
-                except OSError as e:
-                    raise ApplyError(
-                        f"cannot clone the host device node: {e.strerror}",
-                        path=n.host_path,
-                        hint="a container with a user namespace gets the host's nodes "
-                        "bind-mounted; they must exist under the dev root",
-                    ) from None
+                )
+            except OSError as e:
+                raise ApplyError(
+                    f"cannot clone the host device node: {e.strerror}",
+                    path=n.host_path,
+                    hint="a container in a user namespace gets the host's nodes "
+                    "bind-mounted; they must exist under the dev root",
+                ) from None
+
+    try:
+        if cgroups and edits.cgroup_rules:
+            _allow_in_cgroups(pid, edits.cgroup_rules, undo, rootless=bind_nodes)
+            scope_warning = systemd_scope_warning(pid)
+        if edits.proc_mask is not None:
+            minors = caps_minors([(n.path, n.minor) for n in edits.device_nodes])
+            proc_files = read_proc_files(edits.proc_mask.host_dir, minors)
+        if not join_userns:
+            clone_sources()
         if not inside:
             host_ns = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
-            ns_path = _proc_path(HostRoot(), pid, "ns/mnt")
-            try:
-                ns_fd = os.open(ns_path, os.O_RDONLY | os.O_CLOEXEC)
-            except OSError as e:
-                raise ApplyError(
-                    f"cannot open the container's mount namespace: {e.strerror}", path=ns_path
-                ) from None
-            try:
-                _linux.setns(ns_fd, _linux.CLONE_NEWNS)
-            except OSError as e:
-                raise ApplyError(
-                    f"cannot enter mount namespace: {e.strerror}", path=ns_path
-                ) from None
-            finally:
-                os.close(ns_fd)
-            undo.append(lambda: _linux.setns(host_ns, _linux.CLONE_NEWNS))
+            if join_userns:
+                _enter(pid, "ns/user", _linux.CLONE_NEWUSER)
+            _enter(pid, "ns/mnt", _linux.CLONE_NEWNS)
+            if join_userns:
+                clone_sources()  # no way back to the host's namespaces: nothing to undo
+            else:
+                undo.append(lambda: _linux.setns(host_ns, _linux.CLONE_NEWNS))
+        relock = unlock_readonly_rootfs(bundle.rootfs)  # crun: read-only before the hook
+        if relock is not None:
+            undo.append(relock)
         root_fd = pathsafe.open_root(bundle.rootfs)
         if root_ids is not None:  # files the container's user namespace can own
             old_ids = _linux.set_fs_ids(*root_ids)
@@ -195,10 +215,12 @@ def inject(
             finally:
                 _linux.set_fs_ids(*old_ids)
         else:
-            _apply_in_container(root_fd, bundle.rootfs, plan, tree_fds, undo)
+            _apply_in_container(root_fd, bundle.rootfs, plan, tree_fds, undo, node_fds)
         if edits.proc_mask is not None:
             mask_proc_driver(root_fd, proc_files, gpu_fds, undo)
-        if not inside:  # success: back to the host namespace, keep the changes
+        if relock is not None:
+            relock()  # before leaving the container's mount namespace
+        if not inside and not join_userns:  # success: back to the host namespace
             _linux.setns(host_ns, _linux.CLONE_NEWNS)
         undo.clear()
     except BaseException as e:
@@ -214,7 +236,47 @@ def inject(
             os.close(root_fd)
         if host_ns >= 0:
             os.close(host_ns)
+    if scope_warning is not None:
+        plan = _with_warning(plan, scope_warning)
     return plan
+
+
+def _with_warning(plan: Plan, warning: str) -> Plan:
+    """``plan`` with ``warning`` added (and logged)."""
+    from ...core import log
+
+    log.info("warning", text=warning)
+    return Plan(
+        plan.driver_version,
+        plan.gpus,
+        plan.capabilities,
+        plan.edits,
+        (*plan.warnings, warning),
+        plan.drm_gpus,
+    )
+
+
+def _enter(pid: int, name: str, nstype: int) -> None:
+    """``setns`` into the namespace ``/proc/<pid>/<name>`` (``ns/mnt``, ``ns/user``).
+
+    Raises:
+        ApplyError: it cannot be opened or entered.
+    """
+    from ...linux import syscalls as _linux
+
+    ns_path = _proc_path(HostRoot(), pid, name)
+    try:
+        ns_fd = os.open(ns_path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as e:
+        raise ApplyError(
+            f"cannot open the container's namespace: {e.strerror}", path=ns_path
+        ) from None
+    try:
+        _linux.setns(ns_fd, nstype)
+    except OSError as e:
+        raise ApplyError(f"cannot enter the namespace: {e.strerror}", path=ns_path) from None
+    finally:
+        os.close(ns_fd)
 
 
 def _check_groups(bundle: Bundle, plan: Plan) -> Plan:

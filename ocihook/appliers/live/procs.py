@@ -65,6 +65,54 @@ def _container_root_ids(pid: int) -> tuple[int, int] | None:
     return ids[0], ids[1]
 
 
+#: ``/proc/<pid>/uid_map`` of a process in the initial user namespace (``user_namespaces(7)``).
+_IDENTITY_MAP = ("0", "0", "4294967295")
+
+
+def _identity_uid_map(pid: int) -> bool:
+    """Whether ``pid``'s ``uid_map`` is the identity of the initial user namespace
+    (``0 0 4294967295``). Any other map — a user namespace of the container's own, or the
+    one a rootless engine (rootless podman, ``runc`` run by a user) made and shares with
+    its containers — means the container's ``/dev`` does not allow ``mknod`` and its
+    device cgroup (if any) is not ocihook's to write.
+
+    Raises:
+        ApplyError: the map cannot be read.
+    """
+    path = f"/proc/{pid}/uid_map"
+    try:
+        with open(path) as f:
+            lines = [tuple(line.split()) for line in f if line.strip()]
+    except OSError as e:
+        raise ApplyError(
+            f"cannot read the container's user namespace map: {e.strerror}", path=path
+        ) from None
+    return lines == [_IDENTITY_MAP]
+
+
+def _has_cap_sys_admin() -> bool:
+    """Whether ocihook has ``CAP_SYS_ADMIN`` (bit 21 of ``CapEff`` in
+    ``/proc/self/status``) in its own user namespace: what mounting there needs. A hook
+    that ``runc`` run by an unprivileged user starts has none."""
+    words = _status_field("CapEff")
+    return bool(words) and bool(int(words[0], 16) >> 21 & 1)
+
+
+def _same_user_ns(pid: int) -> bool:
+    """Whether ``pid`` is in ocihook's own user namespace.
+
+    Raises:
+        ApplyError: the namespace files cannot be inspected.
+    """
+    try:
+        return os.stat(f"/proc/{pid}/ns/user").st_ino == os.stat("/proc/self/ns/user").st_ino
+    except OSError as e:
+        raise ApplyError(
+            f"cannot inspect the container's user namespace: {e.strerror}",
+            path=f"/proc/{pid}/ns/user",
+        ) from None
+
+
 def _check_inside_container(pid: int) -> None:
     """For ``createContainer``: ocihook must already be in the container's namespaces —
     its parent's mount namespace, and a pid namespace of the container's own (``NSpid``

@@ -352,3 +352,36 @@ def test_non_json_config_is_refused(tmp_path: Any, bad: bytes) -> None:
     assert proc.returncode == 3, proc.stderr
     assert b"Traceback" not in proc.stderr
     assert (tmp_path / "config.json").read_bytes() == bad
+
+
+def test_rootless_bundle_gets_bind_mounted_nodes(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
+    """A bundle with a user namespace: the nodes are nosuid,noexec bind mounts of the host
+    nodes under the dev root, not linux.devices entries; the cgroup rules stay (a runtime
+    with a delegated cgroup still applies them)."""
+    extra = {"linux": {"namespaces": [{"type": "mount"}, {"type": "user"}]}}
+    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"], extra)
+    assert edit_bundle(bundle, HostRoot.single(sim.root), command=("/py",)).written
+    doc = json.loads(Path(bundle, "config.json").read_text())
+    assert "devices" not in doc["linux"]
+    nodes = [m for m in doc["mounts"] if m["destination"].startswith("/dev/nvidia")]
+    assert sorted((m["destination"], m["source"]) for m in nodes) == sorted(
+        (f"/dev/{n}", os.path.join(sim.root, "dev", n))
+        for n in ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia0")
+    )
+    assert all(m["type"] == "bind" and m["options"] == ["bind", "nosuid", "noexec"] for m in nodes)
+    rules = doc["linux"]["resources"]["devices"]
+    assert {"allow": True, "type": "c", "access": "rw", "major": 195, "minor": 0} in rules
+
+
+def test_rootless_spec_detection(tmp_path: Any) -> None:
+    from ocihook.appliers.spec import rootless_spec
+
+    ident = tmp_path / "ident"
+    ident.write_text("         0          0 4294967295\n")
+    mapped = tmp_path / "mapped"
+    mapped.write_text("         0       1000          1\n         1     100000      65536\n")
+    userns = {"linux": {"namespaces": [{"type": "user"}]}}
+    assert rootless_spec(userns, uid_map=str(ident))
+    assert not rootless_spec({"linux": {"namespaces": [{"type": "pid"}]}}, uid_map=str(ident))
+    assert rootless_spec({}, uid_map=str(mapped))  # ocihook in a rootless engine's namespace
+    assert not rootless_spec({}, uid_map=str(tmp_path / "missing"))

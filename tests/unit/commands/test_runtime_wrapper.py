@@ -359,6 +359,10 @@ def test_legacy_mode_adds_the_packaged_hook_once(
     assert hook == packaged
     assert legacy_hook(str(stage.config))["args"][1:] == hook["args"][1:]
     assert "linux" not in doc or "devices" not in doc["linux"]
+    # the rules are in the spec too, where a re-applying cgroup manager reads them
+    rules = doc["linux"]["resources"]["devices"]
+    for minor in (0, 255):
+        assert {"allow": True, "type": "c", "access": "rw", "major": 195, "minor": minor} in rules
     once = _config(bundle)
     proc = stage.run("create", "-b", bundle, "cid")
     assert proc.returncode == 0 and _config(bundle) == once
