@@ -69,7 +69,7 @@ def create_container_hook(
     pairs = _parse_links(links)
     relock = unlock_readonly_rootfs(bundle.rootfs)  # crun: read-only before the hook
     try:
-        _edit_rootfs(bundle, pairs, libraries, proc_mask, cuda_compat)
+        _edit_rootfs(bundle, pairs, libraries, proc_mask, cuda_compat, ld_so_conf)
     finally:
         if relock is not None:
             relock()
@@ -81,6 +81,7 @@ def _edit_rootfs(
     libraries: Sequence[str],
     proc_mask: ProcMask | None,
     cuda_compat: CudaCompat | None,
+    ld_so_conf: bool = False,
 ) -> None:
     """The body of :func:`create_container_hook`, on a writable rootfs."""
     from ...linux import pathsafe
