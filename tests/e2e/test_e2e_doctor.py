@@ -51,7 +51,7 @@ def test_visibility_passes_and_gpu_is_skip(tmp_path: Path) -> None:
     assert sim.gpus[2].minor == 3
     assert vis[0].evidence.startswith(
         "runc container edited by ocihook: 4 device nodes with the right major:minor, "
-        "10 libraries mounted ro,nosuid,nodev and readable, 9 links; "
+        "10 libraries mounted ro,nosuid,nodev and readable, 10 links; "
         "ld.so.cache lists all 10 libraries"
     ), vis[0]
     gpu = [c for c in report.checks if c.layer == "gpu"]
