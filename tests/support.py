@@ -584,3 +584,132 @@ CDI_GPU_SPEC = {
         for i in range(2)
     ],
 }
+
+
+# --- Kubernetes: the kubelet's side of the device plugin API --------------------------------
+
+
+class FakeKubelet:
+    """What kubelet's device manager does with a device plugin, in a test: it serves
+    ``v1beta1.Registration`` on ``<plugin_dir>/kubelet.sock``, and for every plugin that
+    registers it connects to the plugin's endpoint, reads ``GetDevicePluginOptions`` and
+    keeps one ``ListAndWatch`` stream open (the latest list per resource in
+    :attr:`devices`). :meth:`allocate` / :meth:`preferred` call the plugin as the device
+    manager does at pod admission. :meth:`restart` re-creates ``kubelet.sock`` and removes
+    the plugins' sockets, as a restarted kubelet does. Needs grpcio (``ocihook[k8s]``)."""
+
+    def __init__(self, plugin_dir: str) -> None:
+        import threading
+
+        self.plugin_dir = plugin_dir
+        self.registrations: list[Any] = []
+        self.devices: dict[str, dict[str, str]] = {}
+        self.updates: dict[str, int] = {}
+        self.numa: dict[str, dict[str, list[int]]] = {}
+        self.endpoints: dict[str, str] = {}
+        self._cond = threading.Condition()
+        self._channels: list[Any] = []
+        self._server: Any = None
+        self.start()
+
+    def start(self) -> None:
+        from ocihook.k8s import rpc
+
+        self._server = rpc.unix_server(os.path.join(self.plugin_dir, "kubelet.sock"))
+        rpc.add_service(self._server, rpc.REGISTRATION, self)
+
+    def Register(self, request: Any, context: Any) -> Any:
+        import threading
+
+        from ocihook.k8s import rpc
+        from ocihook.k8s.api import deviceplugin_pb2 as dp
+
+        if request.version != "v1beta1":
+            context.abort(__import__("grpc").StatusCode.INVALID_ARGUMENT, "bad version")
+        with self._cond:
+            self.registrations.append(request)
+            self.endpoints[request.resource_name] = request.endpoint
+        channel = rpc.unix_channel(os.path.join(self.plugin_dir, request.endpoint))
+        self._channels.append(channel)
+        plugin = rpc.client(channel, rpc.DEVICE_PLUGIN)
+        threading.Thread(
+            target=self._watch, args=(request.resource_name, plugin), daemon=True
+        ).start()
+        return dp.Empty()
+
+    def _watch(self, resource: str, plugin: Any) -> None:
+        from ocihook.k8s.api import deviceplugin_pb2 as dp
+
+        try:
+            for response in plugin.ListAndWatch(dp.Empty(), wait_for_ready=True, timeout=600):
+                with self._cond:
+                    self.devices[resource] = {d.ID: d.health for d in response.devices}
+                    self.numa[resource] = {
+                        d.ID: [n.ID for n in d.topology.nodes] for d in response.devices
+                    }
+                    self.updates[resource] = self.updates.get(resource, 0) + 1
+                    self._cond.notify_all()
+        except Exception:  # the stream ends when the plugin or this kubelet stops
+            return
+
+    def wait(self, predicate: Callable[[], bool], timeout: float = 20) -> None:
+        """Wait until ``predicate()`` holds (evaluated under the lock); fail otherwise."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while not predicate():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    pytest.fail(f"kubelet harness: condition not met; devices {self.devices}")
+                self._cond.wait(left)
+
+    def plugin(self, resource: str) -> Any:
+        """A client of the plugin registered for ``resource``."""
+        from ocihook.k8s import rpc
+
+        channel = rpc.unix_channel(os.path.join(self.plugin_dir, self.endpoints[resource]))
+        self._channels.append(channel)
+        return rpc.client(channel, rpc.DEVICE_PLUGIN)
+
+    def healthy(self, resource: str) -> list[str]:
+        with self._cond:
+            return [i for i, h in self.devices.get(resource, {}).items() if h == "Healthy"]
+
+    def allocate(self, resource: str, *containers: list[str]) -> Any:
+        """``Allocate`` for containers asking for the device ids given (one list each)."""
+        from ocihook.k8s.api import deviceplugin_pb2 as dp
+
+        request = dp.AllocateRequest()
+        for ids in containers:
+            request.container_requests.add(devices_ids=ids)
+        return self.plugin(resource).Allocate(request, timeout=10)
+
+    def preferred(
+        self, resource: str, available: list[str], must: list[str], size: int
+    ) -> list[str]:
+        from ocihook.k8s.api import deviceplugin_pb2 as dp
+
+        request = dp.PreferredAllocationRequest()
+        request.container_requests.add(
+            available_deviceIDs=available, must_include_deviceIDs=must, allocation_size=size
+        )
+        response = self.plugin(resource).GetPreferredAllocation(request, timeout=10)
+        return list(response.container_responses[0].deviceIDs)
+
+    def restart(self) -> None:
+        """Stop, remove every socket in the plugin directory (as kubelet does on start) and
+        serve a new ``kubelet.sock``."""
+        self.stop()
+        for name in os.listdir(self.plugin_dir):
+            if name.endswith(".sock"):
+                os.unlink(os.path.join(self.plugin_dir, name))
+        with self._cond:
+            self.devices.clear()
+        self.start()
+
+    def stop(self) -> None:
+        for channel in self._channels:
+            channel.close()
+        self._channels.clear()
+        if self._server is not None:
+            self._server.stop(grace=0).wait()
+            self._server = None

@@ -1005,6 +1005,184 @@ def _print_report(report: Any) -> None:
     )
 
 
+# --- Kubernetes (ocihook[k8s]) ---------------------------------------------------------------
+
+
+def _need_k8s() -> None:
+    """Fail with one line when the k8s extra (grpcio, protobuf) is not installed."""
+    import importlib.util
+
+    from ..core.errors import ConfigError
+
+    for module in ("grpc", "google.protobuf"):
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:
+            found = False
+        if not found:
+            raise ConfigError(
+                f"ocihook k8s needs the python module {module}",
+                hint="pip install 'ocihook[k8s]'",
+            )
+
+
+def _split(values: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(v.strip() for value in values for v in value.split(",") if v.strip())
+
+
+@cli.group()
+def k8s() -> None:
+    """Kubernetes node agents: a kubelet device plugin, a DRA kubelet plugin, node labels."""
+
+
+def _k8s_inventory_options(f: Any) -> Any:
+    f = click.option(
+        "--resource",
+        "resources",
+        multiple=True,
+        metavar="NAME",
+        help="Resource or prefix to serve (nvidia.com/gpu, amd.com, gpu.intel.com); "
+        "repeatable (default: every vendor present).",
+    )(f)
+    f = click.option(
+        "--mig-strategy",
+        type=click.Choice(["none", "single", "mixed"]),
+        default="none",
+        show_default=True,
+    )(f)
+    f = click.option(
+        "--replicas", type=int, default=1, show_default=True, help="Time-slicing replicas per GPU."
+    )(f)
+    f = click.option(
+        "--hook-path",
+        default=None,
+        metavar="PATH",
+        help="ocihook as the host's runtime runs it, for the CDI specs' hooks "
+        "(default: this installation).",
+    )(f)
+    return _root_options(f)
+
+
+def _k8s_inventory(
+    driver_root: str | None,
+    dev_root: str | None,
+    ldcache: str | None,
+    library_path: tuple[str, ...],
+    config_path: str | None,
+    resources: tuple[str, ...],
+    mig_strategy: str,
+    replicas: int,
+    hook_path: str | None,
+) -> Any:
+    _need_k8s()
+    from ..k8s.inventory import build_inventory
+
+    root = _root(driver_root, dev_root, ldcache, library_path, config_path)
+    inventory = build_inventory(
+        root,
+        resources=_split(resources),
+        mig_strategy=mig_strategy,
+        replicas=replicas,
+        hook_command=[hook_path] if hook_path else None,
+    )
+    for w in inventory.warnings:
+        click.echo(f"ocihook: warning: {w}", err=True)
+    return inventory
+
+
+@k8s.command(name="device-plugin")
+@_k8s_inventory_options
+@click.option(
+    "--plugin-dir",
+    default="/var/lib/kubelet/device-plugins",
+    show_default=True,
+    help="kubelet's device plugin directory (kubelet.sock is there).",
+)
+@click.option(
+    "--cdi-dir",
+    default="/var/run/cdi",
+    show_default=True,
+    help="Where the plugin writes (and keeps fresh) its CDI specs.",
+)
+@click.option(
+    "--strategy",
+    "strategies",
+    multiple=True,
+    default=("cdi-cri",),
+    show_default=True,
+    help="Allocate strategy: cdi-cri, cdi-annotations, envvar, volume-mounts "
+    "(repeatable or comma-separated).",
+)
+@click.option("--pass-device-specs", is_flag=True, help="Also return device nodes as DeviceSpecs.")
+@click.option("--interval", type=float, default=1.0, show_default=True, help="Watch period (s).")
+@click.option(
+    "--metrics-address",
+    default=None,
+    metavar="HOST:PORT",
+    help="Serve Prometheus metrics at http://HOST:PORT/metrics.",
+)
+@click.option("--list", "list_only", is_flag=True, help="Print the devices as JSON and exit.")
+def device_plugin(
+    driver_root: str | None,
+    dev_root: str | None,
+    ldcache: str | None,
+    library_path: tuple[str, ...],
+    config_path: str | None,
+    resources: tuple[str, ...],
+    mig_strategy: str,
+    replicas: int,
+    hook_path: str | None,
+    plugin_dir: str,
+    cdi_dir: str,
+    strategies: tuple[str, ...],
+    pass_device_specs: bool,
+    interval: float,
+    metrics_address: str | None,
+    list_only: bool,
+) -> None:
+    """Run the kubelet device plugin (API v1beta1) for the host's GPUs until SIGTERM.
+
+    Serves nvidia.com/gpu (nvidia.com/mig with --mig-strategy mixed), amd.com/gpu and
+    gpu.intel.com/<driver>, one socket each in --plugin-dir, registered with kubelet and
+    registered again when kubelet restarts; reports device health changes; writes the CDI
+    specs the cdi-* strategies name into --cdi-dir."""
+    inventory = _k8s_inventory(
+        driver_root, dev_root, ldcache, library_path, config_path,
+        resources, mig_strategy, replicas, hook_path,
+    )  # fmt: skip
+    if list_only:
+        from ..k8s.inventory import health
+
+        out = {
+            r: [
+                {"id": d.id, "health": health(d), "numa_node": d.numa_node, "cdi": d.cdi_name}
+                for d in devs
+            ]
+            for r, devs in inventory.devices.items()
+        }
+        click.echo(json.dumps(out, indent=2))
+        return
+    from ..k8s.deviceplugin import DevicePluginServer
+
+    server = DevicePluginServer(
+        inventory,
+        plugin_dir=plugin_dir,
+        cdi_dir=cdi_dir,
+        strategies=_split(strategies),
+        pass_device_specs=pass_device_specs,
+        interval=interval,
+    )
+    if metrics_address:
+        from ..k8s.features import serve_metrics
+
+        serve_metrics(server, metrics_address)
+    for p in server.plugins:
+        click.echo(
+            f"ocihook: serving {p.resource} ({len(p.devices)} devices) on {p.socket}", err=True
+        )
+    server.run_forever()
+
+
 def cli_main(args: Sequence[str]) -> int:
     """Run the click CLI with ``args`` and return the exit code. A closed standard output
     (``ocihook list | head``) propagates as :class:`BrokenPipeError` (exit 0 in
