@@ -1183,6 +1183,128 @@ def device_plugin(
     server.run_forever()
 
 
+@k8s.command(name="dra-plugin")
+@_k8s_inventory_options
+@click.option("--driver", default="gpu.ocihook.io", show_default=True, help="DRA driver name.")
+@click.option("--node-name", default=None, help="This node's name (default: the host name).")
+@click.option(
+    "--plugin-dir", default="/var/lib/kubelet/plugins", show_default=True,
+    help="kubelet's plugin directory (the service socket is <dir>/<driver>/dra.sock).",
+)  # fmt: skip
+@click.option(
+    "--registry-dir", default="/var/lib/kubelet/plugins_registry", show_default=True,
+    help="kubelet's plugin registration directory.",
+)  # fmt: skip
+@click.option("--cdi-dir", default="/var/run/cdi", show_default=True, help="CDI spec directory.")
+@click.option(
+    "--claims-dir", default="/var/run/ocihook/claims", show_default=True,
+    help="ResourceClaim objects as <uid>.json (the API server is not read).",
+)  # fmt: skip
+@click.option(
+    "--print-slices",
+    type=click.Choice(["yaml", "json"]),
+    default=None,
+    help="Print the ResourceSlices this node would publish, and exit.",
+)
+def dra_plugin(
+    driver_root: str | None,
+    dev_root: str | None,
+    ldcache: str | None,
+    library_path: tuple[str, ...],
+    config_path: str | None,
+    resources: tuple[str, ...],
+    mig_strategy: str,
+    replicas: int,
+    hook_path: str | None,
+    driver: str,
+    node_name: str | None,
+    plugin_dir: str,
+    registry_dir: str,
+    cdi_dir: str,
+    claims_dir: str,
+    print_slices: str | None,
+) -> None:
+    """Run the DRA kubelet plugin (v1beta1) until SIGTERM, or print its ResourceSlices.
+
+    NodePrepareResources writes one CDI spec per claim (atomically) and returns its CDI
+    device ids; NodeUnprepareResources removes it (idempotent)."""
+    inventory = _k8s_inventory(
+        driver_root, dev_root, ldcache, library_path, config_path,
+        resources, mig_strategy, replicas, hook_path,
+    )  # fmt: skip
+    node = node_name or os.uname().nodename
+    if print_slices:
+        from ..k8s.dra import resource_slices
+
+        slices = resource_slices(inventory, node, driver=driver)
+        if print_slices == "json":
+            click.echo(json.dumps(slices if len(slices) > 1 else slices[0], indent=2))
+        else:
+            import yaml
+
+            click.echo(yaml.safe_dump_all(slices, sort_keys=False), nl=False)
+        return
+    import signal
+    import threading
+
+    from ..k8s.dra import DirectoryClaims, DraPlugin
+
+    plugin = DraPlugin(
+        inventory, DirectoryClaims(claims_dir), cdi_dir, driver=driver,
+        plugin_dir=plugin_dir, registry_dir=registry_dir, node_name=node,
+    )  # fmt: skip
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: done.set())
+    plugin.start()
+    click.echo(f"ocihook: DRA driver {driver} on {plugin.endpoint}", err=True)
+    try:
+        done.wait()
+    finally:
+        plugin.stop()
+
+
+@k8s.command(name="features")
+@_k8s_inventory_options
+@click.option("--output", default=None, metavar="PATH", help="Write here (atomically), not stdout.")
+def k8s_features(
+    driver_root: str | None,
+    dev_root: str | None,
+    ldcache: str | None,
+    library_path: tuple[str, ...],
+    config_path: str | None,
+    resources: tuple[str, ...],
+    mig_strategy: str,
+    replicas: int,
+    hook_path: str | None,
+    output: str | None,
+) -> None:
+    """Print a node-feature-discovery features file (features.d/) for the node's GPUs."""
+    inventory = _k8s_inventory(
+        driver_root, dev_root, ldcache, library_path, config_path,
+        resources, mig_strategy, replicas, hook_path,
+    )  # fmt: skip
+    from ..k8s.features import nfd_features
+
+    models: dict[str, str] = {}
+    mig = False
+    if any(d.vendor == "nvidia" for devs in inventory.devices.values() for d in devs):
+        from ..discovery.nvidia import discover
+
+        root = _root(driver_root, dev_root, ldcache, library_path, config_path)
+        host = discover(root, capabilities=())
+        if host.gpus:
+            models["nvidia"] = host.gpus[0].model
+        mig = any(g.mig_devices for g in host.gpus)
+    text = nfd_features(inventory, models, mig_capable=mig)
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        from ..oci.bundle import write_bytes_atomic
+
+        write_bytes_atomic(output, text.encode())
+
+
 def cli_main(args: Sequence[str]) -> int:
     """Run the click CLI with ``args`` and return the exit code. A closed standard output
     (``ocihook list | head``) propagates as :class:`BrokenPipeError` (exit 0 in

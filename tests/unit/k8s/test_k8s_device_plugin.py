@@ -127,7 +127,7 @@ def test_allocate_cdi_cri_and_spec(node: Any) -> None:
 
 
 def test_spec_kept_fresh(node: Any) -> None:
-    kubelet, start, _, tmp = node
+    _, start, _, tmp = node
     server = start()
     path = tmp / "cdi/ocihook-k8s_nvidia.com_gpu.json"
     good = path.read_bytes()
