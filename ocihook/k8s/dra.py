@@ -210,13 +210,17 @@ class DraPlugin:
         return os.path.join(self.cdi_dir, f"ocihook-dra_{uid}.json")
 
     def write_vendor_specs(self) -> None:
-        """Write the vendor CDI specs the claims' device ids refer to (atomically)."""
+        """Write the vendor CDI specs the claims' device ids refer to (atomically), under the
+        device plugin's file names (:func:`~ocihook.k8s.deviceplugin.spec_file_name`): a node
+        running both plugins has one spec per kind, never two defining the same devices
+        (a CDI registry refuses such conflicting devices)."""
         from ..cdi.generate import spec_bytes, write_spec
+        from .deviceplugin import spec_file_name
 
         os.makedirs(self.cdi_dir, exist_ok=True)
         for kind, spec in self.inventory.specs.items():
-            name = "ocihook-dra_" + kind.replace("/", "_") + ".json"
-            write_spec(spec_bytes(spec, "json"), os.path.join(self.cdi_dir, name))
+            path = os.path.join(self.cdi_dir, spec_file_name(kind))
+            write_spec(spec_bytes(spec, "json"), path)
 
     # -- claims ---------------------------------------------------------------------------
 

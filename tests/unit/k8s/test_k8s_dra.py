@@ -102,7 +102,7 @@ def test_prepare_unprepare(plugin: Any) -> None:
     assert spec["devices"][0]["containerEdits"]["env"] == [
         "OCIHOOK_DRA_CLAIM_GPU_0=default/claim-uid-1"
     ]
-    assert (tmp / "cdi" / "ocihook-dra_nvidia.com_gpu.json").exists()
+    assert (tmp / "cdi" / "ocihook-k8s_nvidia.com_gpu.json").exists()
     assert not (tmp / "cdi" / "ocihook-dra_uid-2.json").exists()
     # idempotent prepare
     again = client.NodePrepareResources(
