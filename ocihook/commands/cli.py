@@ -1175,7 +1175,9 @@ def device_plugin(
     if metrics_address:
         from ..k8s.features import serve_metrics
 
-        serve_metrics(server, metrics_address)
+        httpd = serve_metrics(server, metrics_address)
+        host, port = httpd.server_address[:2]
+        click.echo(f"ocihook: metrics on http://{host}:{port}/metrics", err=True)
     for p in server.plugins:
         click.echo(
             f"ocihook: serving {p.resource} ({len(p.devices)} devices) on {p.socket}", err=True

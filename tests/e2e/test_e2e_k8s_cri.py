@@ -263,6 +263,20 @@ def test_envvar_strategy_with_device_specs(
     assert _gpu_nodes(view) == [f"nvidia{g.minor}"]
 
 
+def test_cdi_annotations_strategy(
+    cri: CriContainerd, node: Any, sim: simhost.SimulatedHost, tmp_path: Path
+) -> None:
+    """containerd resolves CDI devices named in ``cdi.k8s.io/`` annotations too."""
+    kubelet, start = node
+    start(strategies=("cdi-annotations",))
+    kubelet.wait(lambda: len(kubelet.healthy(GPU)) == 8)
+    g = sim.gpus[3]
+    resp = kubelet.allocate(GPU, [g.uuid]).container_responses[0]
+    assert list(resp.cdi_devices) == [] and len(resp.annotations) == 1
+    view = run_pod(cri, tmp_path / "annotations", resp)
+    assert _gpu_nodes(view) == [f"nvidia{g.minor}"]
+
+
 def test_kubelet_and_plugin_restart(
     cri: CriContainerd, node: Any, sim: simhost.SimulatedHost, tmp_path: Path
 ) -> None:

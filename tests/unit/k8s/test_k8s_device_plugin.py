@@ -333,3 +333,35 @@ def test_cli_list(host: simhost.SimulatedHost) -> None:
     ]
     assert {d["health"] for d in data[GPU]} == {"Healthy"}
     assert data[GPU][0]["numa_node"] == 0 and data[GPU][-1]["numa_node"] == 1
+
+
+def test_cli_serves_until_sigterm(node: Any, tmp_path: Path) -> None:
+    """``ocihook k8s device-plugin`` as a process: registers, serves, writes its spec and
+    metrics, removes its socket on SIGTERM."""
+    import signal
+    import subprocess
+    import sys
+
+    kubelet, _, sim, _ = node
+    plugin_dir = kubelet.plugin_dir
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ocihook", "k8s", "device-plugin", "--driver-root", sim.root,
+         "--dev-root", sim.root, "--plugin-dir", plugin_dir, "--cdi-dir", str(tmp_path / "cli-cdi"),
+         "--metrics-address", "127.0.0.1:0", "--interval", "0.1"],
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        kubelet.wait(lambda: len(kubelet.healthy(GPU)) == 8, timeout=60)
+        assert (tmp_path / "cli-cdi/ocihook-k8s_nvidia.com_gpu.json").exists()
+        socket = os.path.join(plugin_dir, "ocihook-nvidia.com-gpu.sock")
+        assert os.path.exists(socket)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 0
+        assert not os.path.exists(socket)
+        err = proc.stderr.read() if proc.stderr else ""
+        assert f"serving nvidia.com/gpu (8 devices) on {socket}" in err
+        assert "metrics on http://127.0.0.1:" in err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
