@@ -38,7 +38,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,18 +95,42 @@ def spec_file_name(kind: str) -> str:
     return "ocihook-k8s_" + kind.replace("/", "_") + ".json"
 
 
+def _ordered_groups(
+    ids: Sequence[str], need: int, key: Callable[[str], object], used: set[object]
+) -> list[list[str]]:
+    """``ids`` split by ``key`` and ordered for a request of ``need`` more devices: when a
+    group (other than key ``None``) can hold them all, the group already used (``used``)
+    or else the smallest that fits comes first (best fit); the others follow, largest
+    first, key ``None`` last."""
+    groups: dict[object, list[str]] = {}
+    for i in ids:
+        groups.setdefault(key(i), []).append(i)
+
+    def big_first(k: object) -> tuple[bool, int, str]:
+        return (k is None, -len(groups[k]), str(k))
+
+    fitting = [k for k, g in groups.items() if k is not None and len(g) >= need]
+    if not fitting:
+        return [groups[k] for k in sorted(groups, key=big_first)]
+    first = next((k for k in fitting if k in used), None)
+    if first is None:
+        first = min(fitting, key=lambda k: (len(groups[k]), str(k)))
+    return [groups[first]] + [groups[k] for k in sorted(groups, key=big_first) if k != first]
+
+
 def preferred_allocation(
     devices: Sequence[K8sDevice], available: Sequence[str], must: Sequence[str], size: int
 ) -> list[str]:
     """The ids of ``size`` devices from ``available``, including ``must``, keeping one NUMA
-    node together.
+    node and, inside it, one PCIe switch together.
 
     Rule: the devices in ``must`` first; then, when the rest fits on one NUMA node, the
     node already used by ``must`` (or else the node with the fewest free devices that
     still fits: best fit, leaving large nodes whole for large requests); otherwise nodes
-    with the most free devices first. Within a node, replicas of real devices not yet
-    chosen come first (time-slicing spreads over GPUs), then by discovery order. Ids
-    kubelet lists that the plugin does not know are used last.
+    with the most free devices first. Inside a node the same rule picks among its PCIe
+    switches (:attr:`~ocihook.k8s.inventory.K8sDevice.pci_switch`). Within a switch,
+    replicas of real devices not yet chosen come first (time-slicing spreads over GPUs),
+    then discovery order. Ids kubelet lists that the plugin does not know are used last.
     """
     by_id = {d.id: d for d in devices}
     order = {d.id: i for i, d in enumerate(devices)}
@@ -115,32 +139,32 @@ def preferred_allocation(
     free = [i for i in available if i not in chosen]
     if need <= 0:
         return chosen[:size]
-    groups: dict[int | None, list[str]] = {}
-    for i in free:
+
+    def numa(i: str) -> object:
         d = by_id.get(i)
-        groups.setdefault(d.numa_node if d is not None else None, []).append(i)
-    used_nodes = {by_id[i].numa_node for i in chosen if i in by_id}
-    fitting = [n for n, ids in groups.items() if len(ids) >= need and n is not None]
-    if fitting:
-        preferred = [n for n in fitting if n in used_nodes] or sorted(
-            fitting, key=lambda n: (len(groups[n]), n if n is not None else -1)
-        )
-        node_order = [preferred[0]] + [n for n in groups if n != preferred[0]]
-    else:
-        node_order = sorted(groups, key=lambda n: (n is None, -len(groups[n])))
+        return d.numa_node if d is not None else None
+
+    def switch(i: str) -> object:
+        d = by_id.get(i)
+        return d.pci_switch if d is not None else None
+
+    used_numa = {numa(i) for i in chosen}
+    used_switch = {switch(i) for i in chosen}
     real_used = {by_id[i].real_id for i in chosen if i in by_id}
-    for n in node_order:
-        ids = sorted(groups[n], key=lambda i: order.get(i, len(order)))
-        while ids and need > 0:
-            fresh = [i for i in ids if i in by_id and by_id[i].real_id not in real_used]
-            pick = fresh[0] if fresh else ids[0]
-            ids.remove(pick)
-            chosen.append(pick)
-            if pick in by_id:
-                real_used.add(by_id[pick].real_id)
-            need -= 1
-        if need == 0:
-            break
+    for node_ids in _ordered_groups(free, need, numa, used_numa):
+        for ids in _ordered_groups(node_ids, need, switch, used_switch):
+            ids = sorted(ids, key=lambda i: order.get(i, len(order)))
+            while ids and need > 0:
+                fresh = [i for i in ids if i in by_id and by_id[i].real_id not in real_used]
+                pick = fresh[0] if fresh else ids[0]
+                ids.remove(pick)
+                chosen.append(pick)
+                used_switch.add(switch(pick))
+                if pick in by_id:
+                    real_used.add(by_id[pick].real_id)
+                need -= 1
+            if need == 0:
+                return chosen
     return chosen
 
 

@@ -26,6 +26,7 @@ sysfs directory) exists. NUMA nodes come from ``/sys/bus/pci/devices/<bdf>/numa_
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -72,6 +73,8 @@ class K8sDevice:
         vendor: ``nvidia``, ``amd`` or ``intel``.
         bus_id: PCI address as sysfs spells it (``0000:07:00.0``).
         numa_node: the NUMA node of its PCI device, or ``None``.
+        pci_switch: the PCIe switch it sits behind (the sysfs name of the switch's
+            upstream port, ``0000:01:00.0``), or ``None`` when it hangs off a root port.
         nodes: host device nodes (container path, host path) it needs; their presence is
             part of its health.
         driver_entry: host path whose presence the driver keeps while the device lives.
@@ -85,6 +88,7 @@ class K8sDevice:
     vendor: str
     bus_id: str
     numa_node: int | None = None
+    pci_switch: str | None = None
     nodes: tuple[tuple[str, str], ...] = ()
     driver_entry: str = ""
 
@@ -112,6 +116,27 @@ def _numa(root: HostRoot, bdf: str) -> int | None:
     except ValueError:
         return None
     return n if n >= 0 else None
+
+
+_BDF = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
+
+
+def _switch(root: HostRoot, bdf: str) -> str | None:
+    """The upstream port of the PCIe switch above ``bdf``: in sysfs a device's directory
+    (``/sys/devices/pci0000:00/<root port>/<switch up>/<switch down>/<device>``, linked
+    from ``/sys/bus/pci/devices``) lies under its bridges, so the second bridge above the
+    device is the switch's upstream port; ``None`` without two bridges above it."""
+    try:
+        real = os.path.realpath(root.sys(f"bus/pci/devices/{bdf}"))
+    except OSError:
+        return None
+    parts = real.split(os.sep)[:-1]
+    bridges = []
+    for part in reversed(parts):
+        if not _BDF.fullmatch(part):
+            break
+        bridges.append(part)
+    return bridges[1] if len(bridges) >= 2 else None
 
 
 def _sysfs_bdf(bus_id: str) -> str:
@@ -156,6 +181,7 @@ def _nvidia(
             vendor="nvidia",
             bus_id=bdf,
             numa_node=numa,
+            pci_switch=_switch(root, bdf),
             nodes=(*control, gpu_node),
             driver_entry=gpu.proc_dir,
         )
@@ -216,6 +242,7 @@ def _drm(
                 vendor=vendor,
                 bus_id=g.bus_id,
                 numa_node=_numa(root, g.bus_id),
+                pci_switch=_switch(root, g.bus_id),
                 nodes=(*shared, *(_node_pair(n) for n in g.nodes)),
                 driver_entry=g.sysfs_dir,
             )

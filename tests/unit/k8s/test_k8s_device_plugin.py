@@ -365,3 +365,27 @@ def test_cli_serves_until_sigterm(node: Any, tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_preferred_allocation_pcie_switch(tmp_path: Path) -> None:
+    """GPUs 0,1 behind switch A, 2,3 behind switch B (both on NUMA node 0), as sysfs links
+    them: with 0, 2 and 3 free a request for two takes the pair behind one switch."""
+    sim = simhost.build(str(tmp_path / "host"), make_dev_nodes=False)
+    sys_dir = tmp_path / "host/sys"
+    for g in sim.gpus[:4]:
+        bdf = f"0000:{g.bus_id[9:]}"
+        up = "0000:01:00.0" if g.index < 2 else "0000:11:00.0"
+        root_port = "0000:00:01.0" if g.index < 2 else "0000:00:02.0"
+        down = f"0000:{'02' if g.index < 2 else '12'}:0{g.index + 1}.0"
+        real = sys_dir / "devices/pci0000:00" / root_port / up / down / bdf
+        link = sys_dir / "bus/pci/devices" / bdf
+        real.parent.mkdir(parents=True)
+        shutil.move(str(link), str(real))
+        (real / "numa_node").write_text("0\n")
+        link.symlink_to(os.path.relpath(real, link.parent))
+    inv = build_inventory(HostRoot.single(sim.root))
+    devs = inv.devices[GPU]
+    assert [d.pci_switch for d in devs[:5]] == ["0000:01:00.0"] * 2 + ["0000:11:00.0"] * 2 + [None]
+    u = [d.id for d in devs]
+    assert preferred_allocation(devs, [u[0], u[2], u[3]], [], 2) == [u[2], u[3]]
+    assert preferred_allocation(devs, u[:4], [u[1]], 2) == [u[1], u[0]]
