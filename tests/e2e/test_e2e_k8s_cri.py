@@ -37,7 +37,7 @@ from ocihook.k8s.inventory import build_inventory
 from ocihook.sim import host as simhost
 
 GPU = "nvidia.com/gpu"
-SCRIPT = "ls /dev > /out/dev.txt; ls /dev/nvidia-caps > /out/caps.txt 2>/dev/null; for n in /dev/nvidia[0-9]*; do ls -l $n; done > /out/nodes.txt; env > /out/env.txt"
+SCRIPT = "ls /dev > /out/dev.txt; ls /dev/dri > /out/dri.txt 2>/dev/null; ls /dev/nvidia-caps > /out/caps.txt 2>/dev/null; for n in /dev/nvidia[0-9]*; do ls -l $n; done > /out/nodes.txt; env > /out/env.txt"
 
 
 @pytest.fixture(scope="module", params=sorted(CONTAINERD_SUITES))
@@ -65,7 +65,7 @@ def node(cri: CriContainerd, sim: simhost.SimulatedHost, tmp_path: Path) -> Iter
 
     def start(**kw: Any) -> DevicePluginServer:
         inv_kw = {k: kw.pop(k) for k in ("mig_strategy", "replicas") if k in kw}
-        inventory = build_inventory(HostRoot.single(sim.root), **inv_kw)
+        inventory = build_inventory(HostRoot.single(kw.pop("root", sim.root)), **inv_kw)
         server = DevicePluginServer(
             inventory, plugin_dir=str(plugin_dir), cdi_dir=str(cri.cdi_dir), interval=0.05, **kw
         )
@@ -158,7 +158,7 @@ def run_pod(
         cri.client.RemovePodSandbox(m.RemovePodSandboxRequest(pod_sandbox_id=pod), timeout=60)
     return {
         name: (out / name).read_text() if (out / name).exists() else ""
-        for name in ("dev.txt", "nodes.txt", "env.txt", "caps.txt")
+        for name in ("dev.txt", "nodes.txt", "env.txt", "caps.txt", "dri.txt")
     }
 
 
@@ -275,6 +275,25 @@ def test_cdi_annotations_strategy(
     assert list(resp.cdi_devices) == [] and len(resp.annotations) == 1
     view = run_pod(cri, tmp_path / "annotations", resp)
     assert _gpu_nodes(view) == [f"nvidia{g.minor}"]
+
+
+def test_amd_gpu(cri: CriContainerd, node: Any, tmp_path: Path) -> None:
+    """An AMD GPU through the same path: its card and render nodes and /dev/kfd, no other."""
+    from ocihook.sim import vendors
+
+    amd = vendors.build_amd(str(tmp_path / "amd"))
+    kubelet, start = node
+    start(root=amd.root)
+    kubelet.wait(lambda: len(kubelet.healthy("amd.com/gpu")) == 5)
+    want = sorted(kubelet.devices["amd.com/gpu"])[0]
+    resp = kubelet.allocate("amd.com/gpu", [want]).container_responses[0]
+    (name,) = [c.name for c in resp.cdi_devices]
+    index = int(name.split("=")[1])
+    gpu = amd.amd[index]
+    view = run_pod(cri, tmp_path / "amd-pod", resp)
+    expected = sorted([f"card{gpu.card}", f"renderD{gpu.render}"])
+    assert sorted(view["dri.txt"].split()) == expected, (gpu, view["dri.txt"])
+    assert "kfd" in view["dev.txt"].split() and _gpu_nodes(view) == []
 
 
 def test_kubelet_and_plugin_restart(

@@ -389,3 +389,43 @@ def test_preferred_allocation_pcie_switch(tmp_path: Path) -> None:
     u = [d.id for d in devs]
     assert preferred_allocation(devs, [u[0], u[2], u[3]], [], 2) == [u[2], u[3]]
     assert preferred_allocation(devs, u[:4], [u[1]], 2) == [u[1], u[0]]
+
+
+def test_amd_intel_and_mixed_resources(tmp_path: Path) -> None:
+    """AMD GPUs and partitions as amd.com/gpu, Intel GPUs as gpu.intel.com/<driver>, a
+    mixed host with both NVIDIA and AMD resources; Allocate names their CDI devices."""
+    from ocihook.k8s.deviceplugin import ResourcePlugin
+    from ocihook.sim import vendors
+
+    amd = vendors.build_amd(str(tmp_path / "amd"))
+    inv = build_inventory(HostRoot.single(amd.root))
+    assert list(inv.devices) == ["amd.com/gpu"]
+    devs = inv.devices["amd.com/gpu"]
+    assert [d.cdi_name for d in devs] == [f"amd.com/gpu={i}" for i in range(5)]
+    assert [d.id for d in devs][3:] == [
+        f"{devs[3].id.rsplit('-p', 1)[0]}-p0",
+        f"{devs[3].id.rsplit('-p', 1)[0]}-p1",
+    ]
+    assert ("/dev/kfd", os.path.join(amd.root, "dev/kfd")) in devs[0].nodes
+    plugin = ResourcePlugin("amd.com/gpu", devs, str(tmp_path), strategies=("cdi-cri", "envvar"))
+    r = plugin.allocate_one([devs[1].id, devs[4].id])
+    assert [c.name for c in r.cdi_devices] == ["amd.com/gpu=1", "amd.com/gpu=4"]
+    assert dict(r.envs) == {"AMD_VISIBLE_DEVICES": "1,4"}
+    assert set(inv.specs) == {"amd.com/gpu"}
+
+    intel = vendors.build_intel(str(tmp_path / "intel"))
+    inv = build_inventory(HostRoot.single(intel.root))
+    assert {r: [d.cdi_name for d in ds] for r, ds in inv.devices.items()} == {
+        "gpu.intel.com/i915": ["intel.com/gpu=0"],
+        "gpu.intel.com/xe": ["intel.com/gpu=1"],
+    }
+
+    mixed = vendors.build_mixed(str(tmp_path / "mixed"))
+    inv = build_inventory(HostRoot.single(mixed.root))
+    assert {r: len(ds) for r, ds in inv.devices.items()} == {"nvidia.com/gpu": 2, "amd.com/gpu": 2}
+    only = build_inventory(HostRoot.single(mixed.root), resources=["amd.com"])
+    assert list(only.devices) == ["amd.com/gpu"]
+    with pytest.raises(Exception, match="volume-mounts strategy is NVIDIA's convention only"):
+        ResourcePlugin(
+            "amd.com/gpu", only.devices["amd.com/gpu"], str(tmp_path), strategies=("volume-mounts",)
+        )
