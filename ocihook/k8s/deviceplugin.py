@@ -52,13 +52,17 @@ from .inventory import HEALTHY, UNHEALTHY, Inventory, K8sDevice, health
 __all__ = [
     "API_VERSION",
     "DEFAULT_PLUGIN_DIR",
+    "HEALTHY",
     "STRATEGIES",
+    "UNHEALTHY",
     "DevicePluginServer",
     "KubeletError",
+    "Metrics",
     "ResourcePlugin",
     "preferred_allocation",
     "socket_name",
     "spec_file_name",
+    "wait_until",
 ]
 
 API_VERSION = "v1beta1"
@@ -600,5 +604,3 @@ def wait_until(predicate: Any, timeout: float = 10.0, step: float = 0.01) -> boo
             return bool(predicate())
         time.sleep(step)
 
-
-__all__ += ["HEALTHY", "UNHEALTHY", "Metrics", "wait_until"]
