@@ -603,4 +603,3 @@ def wait_until(predicate: Any, timeout: float = 10.0, step: float = 0.01) -> boo
         if time.monotonic() > deadline:
             return bool(predicate())
         time.sleep(step)
-
