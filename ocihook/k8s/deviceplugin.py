@@ -518,8 +518,13 @@ class DevicePluginServer:
         self.spec_writes += written
         return written
 
-    def start(self) -> None:
+    def start(self, *, wait_for_kubelet: bool = False) -> None:
         """Write the specs, serve every resource, register them, start the watch loop.
+
+        Args:
+            wait_for_kubelet: when kubelet's socket does not exist yet, keep serving and
+                register as soon as it appears (a DaemonSet may start before kubelet);
+                otherwise that is an error.
 
         Raises:
             KubeletError, CdiError, OSError: as :meth:`ResourcePlugin.register`,
@@ -528,9 +533,13 @@ class DevicePluginServer:
         self.write_specs()
         for p in self.plugins:
             p.serve()
-        self._kubelet = _inode(os.path.join(self.plugin_dir, KUBELET_SOCKET))
-        for p in self.plugins:
-            p.register()
+        kubelet = os.path.join(self.plugin_dir, KUBELET_SOCKET)
+        self._kubelet = _inode(kubelet)
+        if self._kubelet is None and wait_for_kubelet:
+            log.warning("%s does not exist yet: registering when kubelet creates it", kubelet)
+        else:
+            for p in self.plugins:
+                p.register()
         self._thread = threading.Thread(target=self._loop, name="ocihook-k8s-watch", daemon=True)
         self._thread.start()
 
@@ -586,7 +595,7 @@ class DevicePluginServer:
         done = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: done.set())
-        self.start()
+        self.start(wait_for_kubelet=True)
         try:
             while not done.wait(3600):
                 pass

@@ -429,3 +429,29 @@ def test_amd_intel_and_mixed_resources(tmp_path: Path) -> None:
         ResourcePlugin(
             "amd.com/gpu", only.devices["amd.com/gpu"], str(tmp_path), strategies=("volume-mounts",)
         )
+
+
+def test_plugin_waits_for_kubelet(tmp_path: Path, host: simhost.SimulatedHost) -> None:
+    """Started before kubelet, the plugin serves and registers once kubelet.sock appears;
+    without waiting, a missing kubelet socket is an error naming it."""
+    from ocihook.k8s.deviceplugin import KubeletError
+
+    plugin_dir = tmp_path / "dp"
+    plugin_dir.mkdir()
+    inventory = build_inventory(HostRoot.single(host.root), hook_command=["ocihook"])
+    server = DevicePluginServer(inventory, plugin_dir=str(plugin_dir), cdi_dir=None, interval=0.05)
+    with pytest.raises(KubeletError, match="kubelet's device plugin socket does not exist"):
+        server.start()
+    server.stop()
+    server = DevicePluginServer(inventory, plugin_dir=str(plugin_dir), cdi_dir=None, interval=0.05)
+    server.start(wait_for_kubelet=True)
+    try:
+        assert os.path.exists(plugin_dir / "ocihook-nvidia.com-gpu.sock")
+        kubelet = FakeKubelet(str(plugin_dir))
+        try:
+            kubelet.wait(lambda: len(kubelet.healthy(GPU)) == 8)
+            assert server.plugin(GPU).metrics.registered
+        finally:
+            kubelet.stop()
+    finally:
+        server.stop()
