@@ -1116,6 +1116,11 @@ def _k8s_inventory(
 @click.option("--pass-device-specs", is_flag=True, help="Also return device nodes as DeviceSpecs.")
 @click.option("--interval", type=float, default=1.0, show_default=True, help="Watch period (s).")
 @click.option(
+    "--nvml-health",
+    is_flag=True,
+    help="Also mark GPUs unhealthy that NVML reports lost (needs nvidia-ml-py).",
+)
+@click.option(
     "--metrics-address",
     default=None,
     metavar="HOST:PORT",
@@ -1137,6 +1142,7 @@ def device_plugin(
     strategies: tuple[str, ...],
     pass_device_specs: bool,
     interval: float,
+    nvml_health: bool,
     metrics_address: str | None,
     list_only: bool,
 ) -> None:
@@ -1171,6 +1177,7 @@ def device_plugin(
         strategies=_split(strategies),
         pass_device_specs=pass_device_specs,
         interval=interval,
+        nvml_health=nvml_health,
     )
     if metrics_address:
         from ..k8s.features import serve_metrics

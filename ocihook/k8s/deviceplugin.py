@@ -38,7 +38,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -240,10 +240,10 @@ class ResourcePlugin:
         with self._cond:
             return self._health[device_id]
 
-    def check_health(self) -> bool:
-        """Re-check every device; wake the ListAndWatch streams when one changed. Returns
-        whether one changed."""
-        new = {d.id: health(d) for d in self.devices}
+    def check_health(self, lost: Collection[str] = ()) -> bool:
+        """Re-check every device (``lost``: GPU UUIDs the driver reports lost); wake the
+        ListAndWatch streams when one changed. Returns whether one changed."""
+        new = {d.id: health(d, lost=lost) for d in self.devices}
         with self._cond:
             if new == self._health:
                 return False
@@ -455,6 +455,8 @@ class DevicePluginServer:
             strategies need specs written by other means).
         strategies, pass_device_specs: Allocate behaviour (:class:`ResourcePlugin`).
         interval: seconds between watch-loop rounds.
+        nvml_health: also ask NVML each round which GPUs are lost
+            (:class:`~ocihook.k8s.nvmlhealth.NvmlHealth`).
     """
 
     inventory: Inventory
@@ -463,6 +465,7 @@ class DevicePluginServer:
     strategies: Sequence[str] = ("cdi-cri",)
     pass_device_specs: bool = False
     interval: float = 1.0
+    nvml_health: bool = False
     plugins: list[ResourcePlugin] = field(default_factory=list)
     spec_writes: int = 0
 
@@ -482,6 +485,12 @@ class DevicePluginServer:
         self._thread: threading.Thread | None = None
         self._kubelet: tuple[int, int] | None = None
         self._spec_data: dict[str, bytes] = {}
+        self._nvml: Any = None
+        if self.nvml_health:
+            from .nvmlhealth import NvmlHealth
+
+            uuids = sorted({d.gpu_uuid for p in self.plugins for d in p.devices if d.gpu_uuid})
+            self._nvml = NvmlHealth(uuids)
         if self.cdi_dir is not None:
             from ..cdi.generate import spec_bytes
 
@@ -545,8 +554,9 @@ class DevicePluginServer:
 
     def step(self) -> None:
         """One round of the watch loop: health, kubelet restarts, CDI specs."""
+        lost = self._nvml.lost() if self._nvml is not None else set()
         for p in self.plugins:
-            p.check_health()
+            p.check_health(lost)
         kubelet = os.path.join(self.plugin_dir, KUBELET_SOCKET)
         now = _inode(kubelet)
         restarted = now is not None and now != self._kubelet
@@ -587,6 +597,9 @@ class DevicePluginServer:
             p.stop_server()
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(p.socket)
+        if self._nvml is not None:
+            self._nvml.close()
+            self._nvml = None
 
     def run_forever(self) -> None:
         """:meth:`start`, then wait for SIGTERM / SIGINT, then :meth:`stop`."""

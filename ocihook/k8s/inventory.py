@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..core.errors import ConfigError, DiscoveryError
@@ -78,6 +78,8 @@ class K8sDevice:
         nodes: host device nodes (container path, host path) it needs; their presence is
             part of its health.
         driver_entry: host path whose presence the driver keeps while the device lives.
+        gpu_uuid: the NVIDIA GPU it is or is part of (a MIG device's parent), for NVML's
+            lost-GPU reports; ``""`` for other vendors.
     """
 
     id: str
@@ -91,6 +93,7 @@ class K8sDevice:
     pci_switch: str | None = None
     nodes: tuple[tuple[str, str], ...] = ()
     driver_entry: str = ""
+    gpu_uuid: str = ""
 
 
 @dataclass(frozen=True)
@@ -184,6 +187,7 @@ def _nvidia(
             pci_switch=_switch(root, bdf),
             nodes=(*control, gpu_node),
             driver_entry=gpu.proc_dir,
+            gpu_uuid=gpu.uuid,
         )
         if mig_strategy == "none" or not gpu.mig_devices:
             if mig_strategy == "single" and not gpu.mig_devices:
@@ -346,10 +350,13 @@ def build_inventory(
     )
 
 
-def health(device: K8sDevice, dev_root: str | None = None) -> str:
+def health(device: K8sDevice, dev_root: str | None = None, lost: Collection[str] = ()) -> str:
     """:data:`HEALTHY` when every device node of ``device`` exists (a host path, or under
-    ``dev_root`` when the host paths are relative) and its driver entry exists, else
-    :data:`UNHEALTHY`. One ``lstat`` per path; never raises."""
+    ``dev_root`` when the host paths are relative), its driver entry exists and its GPU is
+    not in ``lost`` (UUIDs the driver reports lost), else :data:`UNHEALTHY`. One ``lstat``
+    per path; never raises."""
+    if device.gpu_uuid and device.gpu_uuid in lost:
+        return UNHEALTHY
     paths = [host for _, host in device.nodes]
     if device.driver_entry:
         paths.append(device.driver_entry)

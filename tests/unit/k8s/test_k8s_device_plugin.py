@@ -455,3 +455,45 @@ def test_plugin_waits_for_kubelet(tmp_path: Path, host: simhost.SimulatedHost) -
             kubelet.stop()
     finally:
         server.stop()
+
+
+def _pynvml_double(monkeypatch: pytest.MonkeyPatch, sim: simhost.SimulatedHost) -> Any:
+    import importlib.util
+    import sys
+
+    from support import DOUBLES
+
+    spec = importlib.util.spec_from_file_location("pynvml", os.path.join(DOUBLES, "pynvml.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.load({
+        "driver_version": sim.driver_version,
+        "gpus": [{"uuid": g.uuid, "minor": g.minor, "bus_id": g.bus_id, "name": g.model} for g in sim.gpus],
+    })  # fmt: skip
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    return module
+
+
+def test_nvml_reports_a_lost_gpu(node: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GPU NVML reports lost (Xid 79: node and procfs entry still there) turns
+    Unhealthy, with its MIG devices, and Healthy again when NVML answers again."""
+    kubelet, start, sim, _ = node
+    nvml = _pynvml_double(monkeypatch, sim)
+    server = start(nvml_health=True, mig_strategy="mixed")
+    kubelet.wait(
+        lambda: len(kubelet.healthy(GPU)) == 7 and len(kubelet.healthy("nvidia.com/mig")) == 2
+    )
+    gpus = nvml._description["gpus"]
+    gpus[2]["errors"] = {"nvmlDeviceGetUUID": nvml.NVML_ERROR_GPU_IS_LOST}
+    gpus[1]["errors"] = {"nvmlDeviceGetUUID": nvml.NVML_ERROR_RESET_REQUIRED}  # the MIG GPU
+    kubelet.wait(lambda: kubelet.devices[GPU][sim.gpus[2].uuid] == "Unhealthy")
+    kubelet.wait(lambda: kubelet.healthy("nvidia.com/mig") == [])
+    assert len(kubelet.healthy(GPU)) == 6
+    gpus[2]["errors"] = {"nvmlDeviceGetUUID": nvml.NVML_ERROR_UNKNOWN}  # not "lost": no change
+    gpus[1]["errors"] = {}
+    kubelet.wait(
+        lambda: len(kubelet.healthy(GPU)) == 7 and len(kubelet.healthy("nvidia.com/mig")) == 2
+    )
+    server.stop()
+    assert nvml.init_refcount() == 0
