@@ -32,6 +32,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("pipeline", ("ocihook.pipeline",)),
     ("appliers", ("ocihook.appliers",)),
     ("sim", ("ocihook.sim",)),
+    ("k8s", ("ocihook.k8s",)),
     ("commands", ("ocihook.commands",)),
     ("entry", ("ocihook._main", "ocihook.runtime", "ocihook.__main__", "ocihook")),
 )
@@ -176,3 +177,50 @@ def test_the_checker_sees_function_local_and_type_checking_imports(tmp_path: Pat
         "ocihook.commands.cli",
         "ocihook.sim.host",
     }
+
+
+#: Third-party modules only ocihook.k8s may import (the k8s extra).
+K8S_ONLY = ("grpc", "google.protobuf", "google")
+
+
+def _third_party(path: Path) -> set[str]:
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.add(node.module)
+    return out
+
+
+def test_grpc_and_protobuf_only_in_k8s() -> None:
+    """grpc and protobuf are imported by ocihook.k8s alone (never by the hook, ``edit``,
+    the wrapper or any other command), and ocihook.k8s is imported only by the commands."""
+    offenders = sorted(
+        f"{m} imports {name}"
+        for m, p in MODULES.items()
+        if not m.startswith("ocihook.k8s")
+        for name in _third_party(p)
+        if any(name == k or name.startswith(k + ".") for k in K8S_ONLY)
+    )
+    assert offenders == []
+    importers = sorted(
+        m for m, targets in GRAPH.items() if not m.startswith("ocihook.k8s")
+        if any(t.startswith("ocihook.k8s") for t in targets)
+    )  # fmt: skip
+    assert set(importers) <= {"ocihook.commands.cli"}, importers
+    assert any(
+        m.startswith("ocihook.k8s") and "grpc" in _third_party(p) for m, p in MODULES.items()
+    )
+
+
+def test_start_path_never_loads_grpc() -> None:
+    """The fast commands, the wrapper and the hook's modules load no grpc/protobuf."""
+    from support import modules_after
+
+    loaded = modules_after(
+        "import ocihook._main, ocihook.commands.fast, ocihook.commands.runtime, "
+        "ocihook.appliers.spec, ocihook.appliers.live"
+    )
+    assert not {m for m in loaded if m.split(".")[0] == "grpc" or m.startswith("google.protobuf")}
+    assert not {m for m in loaded if m.startswith("ocihook.k8s")}

@@ -99,7 +99,7 @@ def test_development_setup_serves_the_demo(checkout: Path) -> None:
     run(checkout, "demo")
     dev = run(checkout, "setup")
     assert pip_lines(dev) == [
-        "python -m pip install -q --disable-pip-version-check -e .[test,lint]"
+        "python -m pip install -q --disable-pip-version-check -e .[test,lint,k8s]"
     ]
     assert pip_lines(run(checkout, "setup")) == []
     assert pip_lines(run(checkout, "demo")) == []
