@@ -369,7 +369,7 @@ def _cmd_edit(ns: Any) -> int:
     summary = (
         f"{len(result.plan.gpus) + len(result.plan.drm_gpus)} GPUs, "
         f"{len(edits.device_nodes)} device nodes, "
-        f"{len(edits.mounts)} library mounts, {len(edits.symlinks)} links"
+        f"{len(edits.mounts)} mounts, {len(edits.symlinks)} links"
     )
     if ns.diff:
         import difflib

@@ -268,7 +268,7 @@ def test_diff_compares_documents_not_formatting(sim: simhost.SimulatedHost, tmp_
     assert '+\t\t\t\t"path": "/dev/nvidia1",' in out
     proc = _run_cli("edit", "-b", str(b), "--dry-run", *roots)
     assert proc.returncode == 0
-    assert "would add 1 GPUs, 4 device nodes, 10 library mounts, 9 links" in proc.stdout.decode()
+    assert "would add 1 GPUs, 4 device nodes, 11 mounts, 9 links" in proc.stdout.decode()
     assert (b / "config.json").read_bytes() == before
 
 
@@ -352,3 +352,27 @@ def test_non_json_config_is_refused(tmp_path: Any, bad: bytes) -> None:
     assert proc.returncode == 3, proc.stderr
     assert b"Traceback" not in proc.stderr
     assert (tmp_path / "config.json").read_bytes() == bad
+
+
+def test_edit_replaces_config_json_atomically(sim: Any, tmp_path: Any) -> None:
+    """``ocihook edit`` writes a new file and renames it over config.json: a reader that
+    holds the old file (here a second hard link) still sees the old document whole, the
+    new config.json is another inode, and no temporary is left in the bundle."""
+    from ocihook.sim.demo import default_config
+
+    b = tmp_path / "bundle"
+    (b / "rootfs").mkdir(parents=True)
+    doc = default_config(["sh"], ["NVIDIA_VISIBLE_DEVICES=0"])
+    (b / "config.json").write_text(json.dumps(doc))
+    os.chmod(b / "config.json", 0o640)
+    before = (b / "config.json").read_bytes()
+    os.link(b / "config.json", tmp_path / "held")
+    inode = os.stat(b / "config.json").st_ino
+    proc = _run_cli("edit", "-b", str(b), "--driver-root", sim.root, "--dev-root", sim.root)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "held").read_bytes() == before
+    assert os.stat(b / "config.json").st_ino != inode
+    assert os.stat(b / "config.json").st_mode & 0o777 == 0o640
+    new = json.loads((b / "config.json").read_bytes())
+    assert "NVIDIA_VISIBLE_DEVICES=void" in new["process"]["env"]
+    assert sorted(os.listdir(b)) == ["config.json", "rootfs"]
