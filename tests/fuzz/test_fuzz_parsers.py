@@ -191,7 +191,12 @@ def target_ldcache(data: bytes) -> None:
     except LdCacheError:
         return
     assert all(isinstance(e, ldcache.CacheEntry) for e in entries)
-    ldcache.build([e for e in entries if "\0" not in e.soname + e.path][:50])
+    # what the hook does with an image's cache (appliers/live/libraries.py): drop the
+    # entries the writer cannot represent, merge ours, write it again
+    kept = [e for e in entries if not (e.hwcap >> 62 & 1 and e.hwcaps_subdir is None)]
+    added = [ldcache.CacheEntry("libcuda.so.1", "/usr/lib64/libcuda.so.1", 0x0303)]
+    again = ldcache.parse(ldcache.build(ldcache.merge(kept, added)))
+    assert len(again) == len(ldcache.merge(kept, added))
 
 
 def target_elf(data: bytes) -> None:
@@ -238,10 +243,16 @@ def target_config_json(data: bytes) -> None:
 
 
 def target_state(data: bytes) -> None:
-    from ocihook.oci.bundle import parse_state
+    """The hook's stdin: the state, then the bundle it names (a missing one is a
+    SpecError, as the hook reports it)."""
+    from ocihook.oci.bundle import load_bundle, parse_state
 
-    with contextlib.suppress(StateError):
-        parse_state(data)
+    try:
+        state = parse_state(data)
+    except StateError:
+        return
+    with contextlib.suppress(SpecError):
+        load_bundle(state.bundle)
 
 
 def _cdi(data: bytes, name: str) -> None:
