@@ -323,7 +323,16 @@ def _apply_in_container(
                 else:
                     if parent not in parents:
                         parents[parent] = ps.makedirs_in_root(root_fd, parent, created=created)
-                    target_fd = ps.create_file_at(parents[parent], parent, name, created=created)
+                    try:
+                        target_fd = ps.create_file_at(
+                            parents[parent], parent, name, created=created
+                        )
+                    except ApplyError:
+                        # a socket mounted there by an earlier run of this hook shows as a
+                        # socket, not as the empty file made for it: idempotent too
+                        if _mounted_at(parents[parent], name, tree_fd):
+                            continue
+                        raise
                 try:
                     if _same_file(target_fd, tree_fd):
                         continue  # mounted there already (the hook ran twice): idempotent
@@ -349,6 +358,19 @@ def _apply_in_container(
             f"cannot change the container: {e.strerror}",
             path=e.filename if isinstance(e.filename, str) else rootfs,
         ) from None
+
+
+def _mounted_at(parent_fd: int, name: str, tree_fd: int) -> bool:
+    """Whether ``name`` in the directory ``parent_fd`` (not followed) is the file of the
+    detached mount ``tree_fd`` already."""
+    try:
+        fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
+    except OSError:
+        return False
+    try:
+        return _same_file(fd, tree_fd)
+    finally:
+        os.close(fd)
 
 
 def _same_file(a: int, b: int) -> bool:
