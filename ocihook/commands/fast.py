@@ -118,6 +118,11 @@ COMMANDS: tuple[tuple[tuple[str, ...], str, tuple[Option, ...]], ...] = (
         for stage in INJECT_STAGES
     ),
     (
+        ("hook", "poststop"),
+        "poststop hook: remove what hook mode made in the container's rootfs (its record)",
+        (),
+    ),
+    (
         ("hook", "create-container"),
         "createContainer hook: soname links, then the container's /etc/ld.so.cache",
         (
@@ -479,6 +484,12 @@ def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
             drm_requests=drm_requests,
         )
         _warn(plan.warnings, ns.verbose)
+        return 0
+    if ns.stage == "poststop":
+        from ..appliers.live.leftovers import remove_recorded
+
+        _removed, kept = remove_recorded(b)
+        _warn(kept, True)
         return 0
     from ..appliers import live
 

@@ -191,16 +191,22 @@ def inject(
         if root_ids is not None:  # files the container's user namespace can own
             old_ids = _linux.set_fs_ids(*root_ids)
             try:
-                _apply_in_container(root_fd, bundle.rootfs, plan, tree_fds, undo, node_fds)
+                made = _apply_in_container(root_fd, bundle.rootfs, plan, tree_fds, undo, node_fds)
             finally:
                 _linux.set_fs_ids(*old_ids)
         else:
-            _apply_in_container(root_fd, bundle.rootfs, plan, tree_fds, undo)
+            made = _apply_in_container(root_fd, bundle.rootfs, plan, tree_fds, undo)
         if edits.proc_mask is not None:
             mask_proc_driver(root_fd, proc_files, gpu_fds, undo)
         if not inside:  # success: back to the host namespace, keep the changes
             _linux.setns(host_ns, _linux.CLONE_NEWNS)
         undo.clear()
+        # what was made in the rootfs, for the poststop hook to remove (leftovers.py)
+        from .leftovers import record_created
+
+        problem = record_created(bundle, made, {s.link: s.target for s in edits.symlinks})
+        if problem is not None:
+            plan = plan.replace(warnings=(*plan.warnings, problem))
     except BaseException as e:
         _run_undo(undo)
         from ...core import log
@@ -259,9 +265,10 @@ def _apply_in_container(
     tree_fds: Sequence[int],
     undo: list[_Undo],
     node_fds: Sequence[int] | None = None,
-) -> None:
+) -> list[str]:
     """The container-side steps of :func:`inject`; runs inside the container's mount
-    namespace and records undo actions (run in reverse order) for every change.
+    namespace and records undo actions (run in reverse order) for every change. Returns
+    the container paths it made, in the order made.
 
     ``node_fds`` (a container with a user namespace): detached clones of the host's device
     nodes, bind-mounted onto new files in the container's ``/dev`` instead of ``mknod``,
@@ -358,6 +365,7 @@ def _apply_in_container(
             f"cannot change the container: {e.strerror}",
             path=e.filename if isinstance(e.filename, str) else rootfs,
         ) from None
+    return created
 
 
 def _mounted_at(parent_fd: int, name: str, tree_fd: int) -> bool:
