@@ -447,7 +447,25 @@ def check(target: str, data: bytes) -> None:
     fuzz_record(target, data)
 
 
-@pytest.mark.parametrize("target", sorted(TARGETS))
+#: Targets whose seeded run finds a known crash that is not fixed yet: target -> reason
+#: (strict: once fixed the run passes, the xfail fails, and the entry goes with the fix).
+KNOWN_CRASHES = {
+    t: "a TOML table or key defined twice: tomlkit's KeyAlreadyPresent escapes "
+    "commands/engines.py _parse_toml (traceback, exit 1 instead of 13); issue 18 item 2, "
+    "the crash sweep (corpus: tests/fuzz/corpus/" + t + "/duplicate-table.toml)"
+    for t in ("engine_containerd", "engine_crio")
+}
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        pytest.param(t, marks=pytest.mark.xfail(strict=True, reason=KNOWN_CRASHES[t]))
+        if t in KNOWN_CRASHES
+        else t
+        for t in sorted(TARGETS)
+    ],
+)
 def test_fuzz(target: str) -> None:
     @fuzz_settings(EXAMPLES)
     @given(TARGETS[target][1]())
