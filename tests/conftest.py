@@ -1,9 +1,10 @@
 """Shared fixtures: the simulated host, the realistic host, busybox bundles, the wrapper's
 stage, the container engines. The plain helpers are in ``support.py``.
 
-Markers come from the folder: everything under ``tests/e2e/`` is ``e2e`` and everything
-under ``tests/realistic/`` is ``realistic`` (declared in pyproject.toml), so ``-m "not
-e2e"`` leaves out the real-runtime tests without a marker in each module."""
+Markers come from the folder: everything under ``tests/e2e/`` is ``e2e``, everything
+under ``tests/realistic/`` is ``realistic`` and everything under ``tests/fuzz/`` is
+``fuzz`` (declared in pyproject.toml), so ``-m "not e2e"`` leaves out the real-runtime
+tests without a marker in each module."""
 
 from __future__ import annotations
 
@@ -30,7 +31,11 @@ from ocihook.core.hostroot import HostRoot
 from ocihook.sim import host as simhost
 
 #: Folder (under tests/) -> the marker every test in it gets.
-FOLDER_MARKERS = {"e2e": pytest.mark.e2e, "realistic": pytest.mark.realistic}
+FOLDER_MARKERS = {
+    "e2e": pytest.mark.e2e,
+    "realistic": pytest.mark.realistic,
+    "fuzz": pytest.mark.fuzz,
+}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -44,6 +49,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         marker = FOLDER_MARKERS.get(folder)
         if marker is not None:
             item.add_marker(marker)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The fuzz campaign's figures: executions per target (also written as JSON to
+    ``$OCIHOOK_FUZZ_STATS`` when set)."""
+    if not support.FUZZ_COUNTS:
+        return
+    terminalreporter.section("fuzz executions per target")
+    for target, count in sorted(support.FUZZ_COUNTS.items()):
+        terminalreporter.write_line(f"{target:<28} {count}")
+    where = os.environ.get("OCIHOOK_FUZZ_STATS")
+    if where:
+        with open(where, "w") as f:
+            json.dump(support.FUZZ_COUNTS, f, indent=1, sort_keys=True)
 
 
 @pytest.fixture(scope="session")

@@ -25,15 +25,28 @@ What goes into the document (OCI runtime-spec ``config.md`` / ``config-linux.md`
   the container's ``/etc/ld.so.cache``, undone together on failure; run from the host's
   interpreter with ``-I``, an explicit ``env`` (nothing from the container's environment
   reaches it, CVE-2025-23266) and a ``timeout``.
+
+Before ``config.json`` is written, :func:`create_mount_targets` makes the bind-mount
+targets in the container's root file system itself, through the in-root descriptor
+operations of :mod:`ocihook.linux.pathsafe` (links in the image resolved inside the root,
+a link *at* a target refused): the runtime then finds them and makes nothing. runc 1.1.5
+makes missing targets with a check-then-create sequence that an image flipping a directory
+into a symbolic link can race (issue 18, item 5); a target that exists leaves it nothing to
+race. Targets under ``/dev``, ``/proc`` and ``/sys`` are left to the runtime, which mounts
+fresh file systems there first. If anything fails, what was made is removed again and
+``config.json`` is left as it was.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import stat
 
 from ..core.errors import ApplyError, OcihookError, RequestError, SpecError
 from ..core.hostroot import HostRoot
 from ..core.records import Record
+from ..linux.pathsafe import create_file_in_root, makedirs_in_root, open_root, remove_in_root
 from ..oci.bundle import Bundle, dump_json, load_bundle, write_json_atomic
 from ..oci.edit import child_list, child_object, set_env
 from ..pipeline import (
@@ -45,6 +58,7 @@ from ..pipeline import (
 from ..plan import (
     ContainerEdits,
     Hook,
+    Mount,
     Plan,
 )
 from ..request import (
@@ -62,7 +76,70 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-__all__ = ["EditResult", "apply_plan", "edit_bundle", "realize_hooks", "rootless_spec"]
+__all__ = [
+    "EditResult",
+    "apply_plan",
+    "create_mount_targets",
+    "edit_bundle",
+    "realize_hooks",
+    "rootless_spec",
+]
+
+#: Container directories the runtime mounts a new file system on before the bind mounts
+#: (runc's default mounts): a target made in the image below them would be hidden.
+_RUNTIME_MOUNTED = ("/dev", "/proc", "/sys")
+
+
+def _remove_created(root_fd: int, created: Sequence[str]) -> None:
+    for path in reversed(created):
+        try:  # noqa: SIM105 (contextlib is not imported on this path)
+            remove_in_root(root_fd, path)
+        except ApplyError:  # pragma: no cover - a path we made, now busy: leave it
+            pass
+
+
+def create_mount_targets(rootfs: str, mounts: Sequence[Mount]) -> tuple[str, ...]:
+    """Make the targets of the bind mounts ``mounts`` in the root file system ``rootfs``
+    (a host path), so that the runtime need not: an empty regular file for a file (or
+    socket) source, a directory for a directory source; missing parents are made too.
+
+    Lookups go through :func:`ocihook.linux.pathsafe.create_file_in_root` and
+    :func:`~ocihook.linux.pathsafe.makedirs_in_root`: every link of the image resolves
+    inside ``rootfs``, never on the host; an existing target of the right kind is used as
+    it is. Targets under :data:`_RUNTIME_MOUNTED` are skipped. A missing ``rootfs`` makes
+    nothing (the runtime reports it).
+
+    Returns:
+        The container paths made, in the order made (the caller may remove them again, in
+        reverse, with :func:`ocihook.linux.pathsafe.remove_in_root`).
+
+    Raises:
+        ApplyError: a target is a symbolic link or of the wrong kind, or making one failed
+            (EROFS, ENOSPC, ENOTDIR...); what was made is removed first.
+    """
+    if not os.path.isdir(rootfs):
+        return ()
+    root_fd = open_root(rootfs)
+    created: list[str] = []
+    try:
+        for m in mounts:
+            if m.type != "bind" and "bind" not in m.options and "rbind" not in m.options:
+                continue
+            dest = "/" + m.destination.strip("/")
+            if any(dest == d or dest.startswith(d + "/") for d in _RUNTIME_MOUNTED):
+                continue
+            try:
+                is_dir = stat.S_ISDIR(os.stat(m.source).st_mode)
+            except OSError:
+                is_dir = False  # a missing source: the runtime names it
+            make = makedirs_in_root if is_dir else create_file_in_root
+            os.close(make(root_fd, dest, created=created))
+    except ApplyError:
+        _remove_created(root_fd, created)
+        raise
+    finally:
+        os.close(root_fd)
+    return tuple(created)
 
 
 def realize_hooks(edits: ContainerEdits, command: Sequence[str]) -> tuple[Hook, ...]:
@@ -371,7 +448,9 @@ def edit_bundle(
             from the CDI registry with :func:`ocihook.cdi.inject_devices` instead of host
             discovery, and ``NVIDIA_VISIBLE_DEVICES`` is set to ``void``. An AMD/Intel
             variable holding no CDI name is still planned from the host and applied too.
-        ApplyError: ``config.json`` could not be replaced (it is left as it was).
+        ApplyError: ``config.json`` could not be replaced (it is left as it was), or a
+            bind-mount target could not be made in the root file system
+            (:func:`create_mount_targets`: a symbolic link at a target, a read-only root).
     """
     from .editrecord import edited_without_record, record_edit, undo_recorded_edit
 
@@ -423,9 +502,17 @@ def _finish(
     if dry_run:
         after = dump_json(doc)
         return EditResult(read, request, plan, read.raw, after, False, cdi_names, ignored)
+    # the bind-mount targets are made here, inside the rootfs, not left to the runtime
+    created = create_mount_targets(read.rootfs, plan.edits.mounts) if plan is not None else ()
     try:
         after = write_json_atomic(read.config_path, doc)
     except OSError as e:
+        if created:
+            root_fd = open_root(read.rootfs)
+            try:
+                _remove_created(root_fd, created)
+            finally:
+                os.close(root_fd)
         raise ApplyError(
             f"cannot replace config.json: {e.strerror}", path=read.config_path
         ) from None

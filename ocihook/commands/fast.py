@@ -124,6 +124,11 @@ COMMANDS: tuple[tuple[tuple[str, ...], str, tuple[Option, ...]], ...] = (
         for stage in INJECT_STAGES
     ),
     (
+        ("hook", "poststop"),
+        "poststop hook: remove what hook mode made in the container's rootfs (its record)",
+        (),
+    ),
+    (
         ("hook", "create-container"),
         "createContainer hook: soname links, then the container's /etc/ld.so.cache",
         (
@@ -411,7 +416,7 @@ def _cmd_edit(ns: Any) -> int:
     summary = (
         f"{len(result.plan.gpus) + len(result.plan.drm_gpus)} GPUs, "
         f"{len(edits.device_nodes)} device nodes, "
-        f"{len(edits.mounts)} library mounts, {len(edits.symlinks)} links"
+        f"{len(edits.mounts)} mounts, {len(edits.symlinks)} links"
     )
     if ns.diff:
         import difflib
@@ -543,6 +548,12 @@ def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
             drm_requests=drm_requests,
         )
         _warn(plan.warnings, ns.verbose)
+        return 0
+    if ns.stage == "poststop":
+        from ..appliers.live.leftovers import remove_recorded
+
+        _removed, kept = remove_recorded(b)
+        _warn(kept, True)
         return 0
     from ..appliers import live
 

@@ -336,8 +336,19 @@ def legacy_hook(config_file: str | None) -> dict[str, Any]:
     return {"path": args[0], "args": args, "env": list(HOOK_ENV), "timeout": HOOK_TIMEOUT}
 
 
+def poststop_hook() -> dict[str, Any]:
+    """The poststop hook entry ``legacy`` mode adds with :func:`legacy_hook`: ``ocihook
+    hook poststop`` removes from a reused rootfs what the prestart hook made there
+    (:mod:`ocihook.appliers.live.leftovers`)."""
+    from ..settings import HOOK_ENV, HOOK_TIMEOUT, hook_command
+
+    args = [*hook_command(), "hook", "poststop"]
+    return {"path": args[0], "args": args, "env": list(HOOK_ENV), "timeout": HOOK_TIMEOUT}
+
+
 def _add_legacy_hook(bundle_dir: str, cfg: Config) -> bool:
-    """``legacy`` mode: add :func:`legacy_hook` to ``hooks.prestart`` of a bundle whose
+    """``legacy`` mode: add :func:`legacy_hook` to ``hooks.prestart`` (and
+    :func:`poststop_hook` to ``hooks.poststop``) of a bundle whose
     container asks for GPUs and has no ocihook injecting hook yet. Returns whether
     ``config.json`` was written.
 
@@ -371,6 +382,10 @@ def _add_legacy_hook(bundle_dir: str, cfg: Config) -> bool:
     doc = _with_device_rules(b, request, cfg, options)
     new_hooks = dict(hooks or {})
     new_hooks["prestart"] = [*(new_hooks.get("prestart") or ()), legacy_hook(source)]
+    poststop = new_hooks.get("poststop")
+    if poststop is not None and not isinstance(poststop, list):
+        raise SpecError("hooks.poststop must be a list", path=b.config_path, field="poststop")
+    new_hooks["poststop"] = [*(poststop or ()), poststop_hook()]
     doc["hooks"] = new_hooks
     try:
         write_json_atomic(b.config_path, doc)

@@ -249,7 +249,7 @@ def run_demo(
             assert result.plan is not None
             print(
                 f"ocihook edit: {len(result.plan.edits.device_nodes)} device nodes, "
-                f"{len(result.plan.edits.mounts)} library mounts, "
+                f"{len(result.plan.edits.mounts)} mounts, "
                 f"{len(result.plan.edits.symlinks)} links",
                 file=out,
             )

@@ -19,6 +19,11 @@ NVIDIA driver and eight GPUs, for the demo and the tests on machines without a G
   suffix (``libcuda.so.550.127.05``, DT_SONAME ``libcuda.so.1``), their soname links —
   two of them absolute, through ``/etc/alternatives`` like Debian's packages, so that
   only a driver-root-aware resolver finds them — and a stale library of an older driver;
+* the 32-bit variants (i386 on x86_64, ARM EABI5 on aarch64) of ``libcuda.so`` and
+  ``libnvidia-ml.so`` in the 32-bit library directory, listed in the cache with the 32-bit
+  flags, so that ``compat32`` has something to select;
+* the nvidia-persistenced IPC socket ``var/run/nvidia-persistenced/socket`` (a socket
+  inode made with ``mknod``, which needs no privilege), mounted for ``utility``;
 * ``etc/ld.so.conf`` and ``etc/ld.so.cache`` (new format, written by
   :func:`ocihook.linux.ldcache.build`);
 * ``.ocihook-fixture.json`` describing what was built, for tests.
@@ -32,12 +37,20 @@ import hashlib
 import json
 import os
 import platform
+import stat
 
 from ..core.records import Record
 from ..linux import ldcache
 from .elfwrite import make_shared_object
 
-__all__ = ["DEFAULT_DRIVER_VERSION", "SimulatedGpu", "SimulatedHost", "build"]
+__all__ = [
+    "DEFAULT_DRIVER_VERSION",
+    "LIBRARIES32",
+    "PERSISTENCED_SOCKET",
+    "SimulatedGpu",
+    "SimulatedHost",
+    "build",
+]
 
 DEFAULT_DRIVER_VERSION = "550.127.05"
 
@@ -61,6 +74,15 @@ _BUS_NUMBERS = (0x07, 0x0F, 0x47, 0x4E, 0x87, 0x90, 0xB7, 0xBD)
 _MINORS = (0, 1, 3, 2, 4, 5, 7, 6)  # minor != index for GPUs 2, 3, 6 and 7
 _TRIPLETS = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu"}
 _ABI_FLAGS = {"x86_64": 0x0303, "aarch64": 0x0A03}
+#: The 32-bit side of each machine: (ELF machine for elfwrite, triplet, ld.so.cache flags).
+_MACHINES32 = {
+    "x86_64": ("i386", "i386-linux-gnu", 0x0003),
+    "aarch64": ("arm", "arm-linux-gnueabihf", 0x0903),
+}
+#: The libraries the simulated host also has in 32-bit form (soname, file stem).
+LIBRARIES32 = (("libcuda.so.1", "libcuda.so"), ("libnvidia-ml.so.1", "libnvidia-ml.so"))
+#: The nvidia-persistenced socket (driver-root terms).
+PERSISTENCED_SOCKET = "/var/run/nvidia-persistenced/socket"
 
 NVIDIA_MAJOR = 195
 UVM_MAJOR = 237
@@ -121,8 +143,6 @@ def _symlink(target: str, link: str) -> None:
 
 
 def _mknod(path: str, major: int, minor: int) -> None:
-    import stat
-
     os.makedirs(os.path.dirname(path), exist_ok=True)
     if os.path.lexists(path):
         os.unlink(path)
@@ -294,7 +314,20 @@ def build(
         make_shared_object("libnvidia-cfg.so.1", elf_class=64, machine=machine),
     )
     entries.append(ldcache.CacheEntry("libnvidia-cfg.so.1", f"{libdir}/old/{stale}", 0x0303))
-    _write(os.path.join(root, "etc/ld.so.conf"), f"{libdir}\n{libdir}/old\n")
+    machine32, triplet32, flags32 = _MACHINES32[machine]
+    libdir32 = f"/usr/lib/{triplet32}"
+    for soname, stem in LIBRARIES32:
+        name = f"{stem}.{driver_version}"
+        data = make_shared_object(soname, elf_class=32, machine=machine32)
+        _write(os.path.join(root, libdir32.lstrip("/"), name), data)
+        _symlink(name, os.path.join(root, libdir32.lstrip("/"), soname))
+        entries.append(ldcache.CacheEntry(soname, f"{libdir32}/{soname}", flags32))
+    socket_path = os.path.join(root, PERSISTENCED_SOCKET.lstrip("/"))
+    os.makedirs(os.path.dirname(socket_path), exist_ok=True)
+    if os.path.lexists(socket_path):
+        os.unlink(socket_path)
+    os.mknod(socket_path, 0o666 | stat.S_IFSOCK)
+    _write(os.path.join(root, "etc/ld.so.conf"), f"{libdir}\n{libdir}/old\n{libdir32}\n")
     _write(os.path.join(root, "etc/ld.so.cache"), ldcache.build(entries))
 
     host = SimulatedHost(root, driver_version, tuple(sim_gpus), libdir, make_dev_nodes)
@@ -320,6 +353,9 @@ def build(
                     {"soname": s or f"{stem}.{driver_version}", "capability": cap}
                     for s, stem, cap in _LIBRARIES
                 ],
+                "libdir32": libdir32,
+                "libraries32": [s for s, _stem in LIBRARIES32],
+                "ipc": [PERSISTENCED_SOCKET],
             },
             indent=2,
         )

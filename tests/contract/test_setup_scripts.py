@@ -261,3 +261,44 @@ def test_setup_waits_for_the_lock_before_apt_get(checkout: Path) -> None:
     assert apt[0] == "apt-get -o DPkg::Lock::Timeout=30 update -qq"
     assert apt[1].startswith("apt-get -o DPkg::Lock::Timeout=30 install -y -qq ")
     assert "runc" in apt[1].split() and "crun" not in apt[1].split()
+
+
+# --- scripts/test: CI fails when the realistic host cannot be built -------------------------
+
+
+@pytest.mark.parametrize(("ci", "code"), [("true", 1), ("", 0)])
+def test_scripts_test_fails_in_ci_without_the_realistic_host(
+    tmp_path: Path, ci: str, code: int
+) -> None:
+    """``scripts/test`` with a realistic-host build that fails: under ``CI=true`` it stops
+    with exit 1 before the tests (they would skip silently); elsewhere it says so and goes
+    on to lint and pytest."""
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    shutil.copy2(os.path.join(REPO, "scripts", "test"), repo / "scripts" / "test")
+    log = tmp_path / "log"
+    stand_ins = {
+        "scripts/setup": LOGGER,
+        # the build of the realistic host fails; any other python call (pytest) succeeds
+        ".venv/bin/python": LOGGER + 'case "$1" in fixtures/*) exit 1;; esac\n',
+        ".venv/bin/ruff": LOGGER,
+        ".venv/bin/mypy": LOGGER,
+    }
+    for where, text in stand_ins.items():
+        path = repo / where
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        path.chmod(0o755)
+    env = {**os.environ, "STAND_IN_LOG": str(log), "CI": ci}
+    proc = subprocess.run(
+        [str(repo / "scripts" / "test"), "-q"], capture_output=True, text=True, env=env
+    )
+    assert proc.returncode == code, proc.stderr
+    calls = log.read_text().splitlines()
+    assert calls[:2] == ["setup ", "python fixtures/realistic/build.py"]
+    if code:
+        assert "could not be built (CI=true): failing" in proc.stderr
+        assert len(calls) == 2  # neither lint nor pytest ran
+    else:
+        assert "its tests will skip" in proc.stderr
+        assert calls[-1] == "python -m pytest -q"

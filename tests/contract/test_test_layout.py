@@ -1,8 +1,8 @@
 """The test suite's own layout: test modules sit in tests/unit/<package>/, tests/realistic/,
-tests/e2e/ or tests/contract/, and share code only through tests/support.py (plain helpers)
-and tests/conftest.py (fixtures, which pytest passes in): no test module imports another
-test module or conftest, and no module sits directly in tests/ but conftest.py and
-support.py."""
+tests/e2e/, tests/fuzz/ or tests/contract/, and share code only through tests/support.py
+(plain helpers) and tests/conftest.py (fixtures, which pytest passes in): no test module
+imports another test module or conftest, and no module sits directly in tests/ but
+conftest.py and support.py."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ FOLDERS = {
     "realistic": "tests on the realistic 535.261.03 host (marked realistic)",
     "e2e": "end-to-end tests with real runtimes and engines (marked e2e)",
     "contract": "the public API, the README, the packaging, this layout",
+    "fuzz": "the bounded fuzz and fault-injection campaign, its corpus (marked fuzz)",
     "doubles": "stand-ins for third-party modules (loaded by path)",
 }
 #: The only Python files directly in tests/.

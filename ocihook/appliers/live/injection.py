@@ -211,11 +211,11 @@ def inject(
         if root_ids is not None:  # files the container's user namespace can own
             old_ids = _linux.set_fs_ids(*root_ids)
             try:
-                _apply_in_container(root_fd, bundle.rootfs, plan, tree_fds, undo, node_fds)
+                made = _apply_in_container(root_fd, bundle.rootfs, plan, tree_fds, undo, node_fds)
             finally:
                 _linux.set_fs_ids(*old_ids)
         else:
-            _apply_in_container(root_fd, bundle.rootfs, plan, tree_fds, undo, node_fds)
+            made = _apply_in_container(root_fd, bundle.rootfs, plan, tree_fds, undo, node_fds)
         if edits.proc_mask is not None:
             mask_proc_driver(root_fd, proc_files, gpu_fds, undo)
         if relock is not None:
@@ -223,6 +223,12 @@ def inject(
         if not inside and not join_userns:  # success: back to the host namespace
             _linux.setns(host_ns, _linux.CLONE_NEWNS)
         undo.clear()
+        # what was made in the rootfs, for the poststop hook to remove (leftovers.py)
+        from .leftovers import record_created
+
+        problem = record_created(bundle, made, {s.link: s.target for s in edits.symlinks})
+        if problem is not None:
+            plan = plan.replace(warnings=(*plan.warnings, problem))
     except BaseException as e:
         _run_undo(undo)
         from ...core import log
@@ -321,9 +327,10 @@ def _apply_in_container(
     tree_fds: Sequence[int],
     undo: list[_Undo],
     node_fds: Sequence[int] | None = None,
-) -> None:
+) -> list[str]:
     """The container-side steps of :func:`inject`; runs inside the container's mount
-    namespace and records undo actions (run in reverse order) for every change.
+    namespace and records undo actions (run in reverse order) for every change. Returns
+    the container paths it made, in the order made.
 
     ``node_fds`` (a container with a user namespace): detached clones of the host's device
     nodes, bind-mounted onto new files in the container's ``/dev`` instead of ``mknod``,
@@ -385,7 +392,16 @@ def _apply_in_container(
                 else:
                     if parent not in parents:
                         parents[parent] = ps.makedirs_in_root(root_fd, parent, created=created)
-                    target_fd = ps.create_file_at(parents[parent], parent, name, created=created)
+                    try:
+                        target_fd = ps.create_file_at(
+                            parents[parent], parent, name, created=created
+                        )
+                    except ApplyError:
+                        # a socket mounted there by an earlier run of this hook shows as a
+                        # socket, not as the empty file made for it: idempotent too
+                        if _mounted_at(parents[parent], name, tree_fd):
+                            continue
+                        raise
                 try:
                     if _same_file(target_fd, tree_fd):
                         continue  # mounted there already (the hook ran twice): idempotent
@@ -411,6 +427,20 @@ def _apply_in_container(
             f"cannot change the container: {e.strerror}",
             path=e.filename if isinstance(e.filename, str) else rootfs,
         ) from None
+    return created
+
+
+def _mounted_at(parent_fd: int, name: str, tree_fd: int) -> bool:
+    """Whether ``name`` in the directory ``parent_fd`` (not followed) is the file of the
+    detached mount ``tree_fd`` already."""
+    try:
+        fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
+    except OSError:
+        return False
+    try:
+        return _same_file(fd, tree_fd)
+    finally:
+        os.close(fd)
 
 
 def _same_file(a: int, b: int) -> bool:

@@ -162,8 +162,11 @@ def test_driver_root_without_driver(tmp_path: Any) -> None:
 
 
 def test_readonly_bundle_dir_is_an_apply_error(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
-    """A bundle whose directory cannot be written: exit 7, config.json unchanged."""
-    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
+    """A bundle whose directory cannot be written: exit 7, config.json unchanged, and the
+    mount targets made in the (writable, elsewhere) root file system removed again."""
+    rootfs = tmp_path / "rootfs-elsewhere"
+    rootfs.mkdir()
+    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"], {"root": {"path": str(rootfs)}})
     cfg = os.path.join(bundle, "config.json")
     before = Path(cfg).read_bytes()
     args = ["edit", "-b", bundle, "--driver-root", sim.root, "--dev-root", sim.root]
@@ -197,6 +200,7 @@ def test_readonly_bundle_dir_is_an_apply_error(sim: simhost.SimulatedHost, tmp_p
             os.chmod(bundle, 0o755)
     _assert_one_line_error(proc, 7, "cannot replace config.json", cfg)
     assert Path(cfg).read_bytes() == before
+    assert os.listdir(rootfs) == []  # the targets made before the write were rolled back
 
 
 @pytest.mark.parametrize(
@@ -268,7 +272,7 @@ def test_diff_compares_documents_not_formatting(sim: simhost.SimulatedHost, tmp_
     assert '+\t\t\t\t"path": "/dev/nvidia1",' in out
     proc = _run_cli("edit", "-b", str(b), "--dry-run", *roots)
     assert proc.returncode == 0
-    assert "would add 1 GPUs, 4 device nodes, 10 library mounts, 10 links" in proc.stdout.decode()
+    assert "would add 1 GPUs, 4 device nodes, 11 mounts, 10 links" in proc.stdout.decode()
     assert (b / "config.json").read_bytes() == before
 
 
@@ -385,3 +389,94 @@ def test_rootless_spec_detection(tmp_path: Any) -> None:
     assert not rootless_spec({"linux": {"namespaces": [{"type": "pid"}]}}, uid_map=str(ident))
     assert rootless_spec({}, uid_map=str(mapped))  # ocihook in a rootless engine's namespace
     assert not rootless_spec({}, uid_map=str(tmp_path / "missing"))
+
+
+def test_edit_replaces_config_json_atomically(sim: Any, tmp_path: Any) -> None:
+    """``ocihook edit`` writes a new file and renames it over config.json: a reader that
+    holds the old file (here a second hard link) still sees the old document whole, the
+    new config.json is another inode, and no temporary is left in the bundle."""
+    from ocihook.sim.demo import default_config
+
+    b = tmp_path / "bundle"
+    (b / "rootfs").mkdir(parents=True)
+    doc = default_config(["sh"], ["NVIDIA_VISIBLE_DEVICES=0"])
+    (b / "config.json").write_text(json.dumps(doc))
+    os.chmod(b / "config.json", 0o640)
+    before = (b / "config.json").read_bytes()
+    os.link(b / "config.json", tmp_path / "held")
+    inode = os.stat(b / "config.json").st_ino
+    proc = _run_cli("edit", "-b", str(b), "--driver-root", sim.root, "--dev-root", sim.root)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "held").read_bytes() == before
+    assert os.stat(b / "config.json").st_ino != inode
+    assert os.stat(b / "config.json").st_mode & 0o777 == 0o640
+    new = json.loads((b / "config.json").read_bytes())
+    assert "NVIDIA_VISIBLE_DEVICES=void" in new["process"]["env"]
+    assert sorted(os.listdir(b)) == ["config.json", "rootfs"]
+
+
+def _tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def test_edit_makes_the_mount_targets_in_the_rootfs(
+    sim: simhost.SimulatedHost, tmp_path: Any
+) -> None:
+    """Spec mode makes every bind-mount target itself (the runtime then makes nothing):
+    an empty regular file per library and for the IPC socket; a dry run makes none."""
+    bundle = Path(_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"]))
+    roots = ["--driver-root", sim.root, "--dev-root", sim.root]
+    proc = _run_cli("edit", "-b", str(bundle), "--dry-run", *roots)
+    assert proc.returncode == 0, proc.stderr
+    assert _tree(bundle / "rootfs") == []
+    proc = _run_cli("edit", "-b", str(bundle), *roots)
+    assert proc.returncode == 0, proc.stderr
+    mounts = json.loads((bundle / "config.json").read_text())["mounts"]
+    ours = [m["destination"] for m in mounts if m["source"].startswith(sim.root)]
+    assert f"/usr/lib64/libcuda.so.{sim.driver_version}" in ours
+    assert simhost.PERSISTENCED_SOCKET in ours
+    for dest in ours:
+        st = os.lstat(bundle / "rootfs" / dest.lstrip("/"))
+        assert stat.S_ISREG(st.st_mode) and st.st_size == 0, dest
+
+
+def test_edit_makes_targets_through_image_links_inside_the_rootfs(
+    sim: simhost.SimulatedHost, tmp_path: Any
+) -> None:
+    """A hostile image whose library directory is a link out of the root (absolute, and
+    with ``..`` past ``/``): the targets are made where the link leads *inside* the
+    root, never on the host."""
+    host_dir = tmp_path / "host-lib"
+    host_dir.mkdir()
+    bundle = Path(_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"]))
+    rootfs = bundle / "rootfs"
+    (rootfs / "usr").mkdir()
+    os.symlink(f"/../../../../..{host_dir}", rootfs / "usr" / "lib64")
+    os.symlink(str(host_dir), rootfs / "var")  # /var/run/nvidia-persistenced/socket
+    roots = ["--driver-root", sim.root, "--dev-root", sim.root]
+    proc = _run_cli("edit", "-b", str(bundle), *roots)
+    assert proc.returncode == 0, proc.stderr
+    assert os.listdir(host_dir) == []
+    inside = rootfs / str(host_dir).lstrip("/")
+    assert (inside / f"libcuda.so.{sim.driver_version}").is_file()
+    assert (inside / "run/nvidia-persistenced/socket").is_file()
+
+
+def test_a_link_at_a_mount_target_is_refused_and_nothing_is_left(
+    sim: simhost.SimulatedHost, tmp_path: Any
+) -> None:
+    """A link placed at a library's target (toward a host file) is refused: exit 7,
+    config.json unchanged, the host file untouched and the targets made before it removed."""
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"host file\n")
+    bundle = Path(_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"]))
+    rootfs = bundle / "rootfs"
+    (rootfs / "usr/lib64").mkdir(parents=True)
+    os.symlink(str(victim), rootfs / f"usr/lib64/libnvidia-cfg.so.{sim.driver_version}")
+    before_tree = _tree(rootfs)
+    before = (bundle / "config.json").read_bytes()
+    proc = _run_cli("edit", "-b", str(bundle), "--driver-root", sim.root, "--dev-root", sim.root)
+    _assert_one_line_error(proc, 7, "symbolic link", f"libnvidia-cfg.so.{sim.driver_version}")
+    assert (bundle / "config.json").read_bytes() == before
+    assert victim.read_bytes() == b"host file\n"
+    assert _tree(rootfs) == before_tree

@@ -258,9 +258,7 @@ def test_cdi_edit_of_deeply_nested_config_is_no_traceback(tmp_path: Path) -> Non
         check=False,
     )
     assert "Traceback" not in r.stderr, r.stderr[-600:]
-    assert r.returncode in (0, 3), r.stderr
-    if r.returncode == 0:
-        out = json.loads((bundle / "config.json").read_text())
-        assert "A=1" in out["process"]["env"]
-    else:
-        assert (bundle / "config.json").read_text() == text
+    # 600 levels are within what the JSON reader and writer take: edited, exit 0
+    assert r.returncode == 0, r.stderr
+    out = json.loads((bundle / "config.json").read_text())
+    assert "A=1" in out["process"]["env"]

@@ -152,6 +152,16 @@ def test_annotation_key_invalid(plugin: str, device_id: str) -> None:
         annotation_key(plugin, device_id)
 
 
+@pytest.mark.parametrize("length", [62, 63])
+def test_annotation_key_at_the_63_character_boundary(length: int) -> None:
+    """A Kubernetes annotation name has at most 63 characters: 63 is accepted, 64 is not."""
+    device_id = "d" * (length - len("p_"))
+    assert annotation_key("p", device_id) == "cdi.k8s.io/p_" + device_id
+    assert len(annotation_key("p", device_id)) == len("cdi.k8s.io/") + length
+    with pytest.raises(CdiError, match="longer than 63"):
+        annotation_key("p", device_id + "d" * (64 - length))
+
+
 def test_annotation_value() -> None:
     assert annotation_value(["nvidia.com/gpu=0", "nvidia.com/gpu=1"]) == (
         "nvidia.com/gpu=0,nvidia.com/gpu=1"

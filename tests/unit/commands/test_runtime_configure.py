@@ -612,7 +612,12 @@ def test_containerd_runc_table_with_a_datetime_no_traceback(tmp_path: Path) -> N
     )
     proc = run_configure("containerd", path)
     assert "Traceback" not in proc.stderr, proc.stderr
-    assert proc.returncode in (0, EXIT_CODES[EngineConfigError]), proc.stderr
+    # a plain TOML value: copied to the new runtime like runc's other settings, exit 0
+    assert proc.returncode == 0, proc.stderr
+    doc = tomllib.loads(path.read_text())
+    ours = doc["plugins"][CRI]["containerd"]["runtimes"]["ocihook"]
+    assert str(ours["since"]) == "1979-05-27 07:32:00+00:00"
+    assert ours["options"] == {"BinaryName": WRAPPER}
 
 
 # --- regressions (adversarial review of runtime configure) ----------------------------------
@@ -885,3 +890,54 @@ def test_crio_out_of_order_tables_with_set_as_default(tmp_path: Path) -> None:
     else:
         assert proc.returncode == EXIT_CODES[EngineConfigError], proc.stderr
         assert path.read_text() == text
+
+
+def test_containerd_existing_entry_keeps_the_users_options(tmp_path: Path) -> None:
+    """An ocihook entry that is already there is edited in place: only ``BinaryName``
+    changes; the user's options and settings stay (it is not rebuilt from runc's)."""
+    path = tmp_path / "config.toml"
+    path.write_text(
+        textwrap.dedent(
+            """\
+            version = 2
+            [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+              runtime_type = "io.containerd.runc.v2"
+            [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.ocihook]
+              runtime_type = "io.containerd.runc.v2"
+              privileged_without_host_devices = true
+              [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.ocihook.options]
+                BinaryName = "/old/ocihook-runtime"
+                SystemdCgroup = true
+                Root = "/run/my-ocihook"
+            """
+        )
+    )
+    proc = run_configure("containerd", path)
+    assert proc.returncode == 0, proc.stderr
+    ours = tomllib.loads(path.read_text())["plugins"][CRI]["containerd"]["runtimes"]["ocihook"]
+    assert ours == {
+        "runtime_type": "io.containerd.runc.v2",
+        "privileged_without_host_devices": True,
+        "options": {"BinaryName": WRAPPER, "SystemdCgroup": True, "Root": "/run/my-ocihook"},
+    }
+
+
+def test_containerd_cdi_keeps_the_users_cdi_spec_dirs(tmp_path: Path) -> None:
+    """``--cdi`` turns ``enable_cdi`` on and adds ``cdi_spec_dirs`` only when missing: the
+    operator's own list is not overwritten."""
+    path = tmp_path / "config.toml"
+    path.write_text(
+        textwrap.dedent(
+            """\
+            version = 2
+            [plugins."io.containerd.grpc.v1.cri"]
+              enable_cdi = false
+              cdi_spec_dirs = ["/srv/cdi"]
+            """
+        )
+    )
+    proc = run_configure("containerd", path, "--cdi")
+    assert proc.returncode == 0, proc.stderr
+    cri = tomllib.loads(path.read_text())["plugins"][CRI]
+    assert cri["enable_cdi"] is True
+    assert cri["cdi_spec_dirs"] == ["/srv/cdi"]

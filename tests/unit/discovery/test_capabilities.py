@@ -106,7 +106,47 @@ def test_capability_selection_rules(sim: simhost.SimulatedHost, tmp_path: Any) -
 
 def test_32bit_only_with_compat32(sim: simhost.SimulatedHost) -> None:
     h = discover(HostRoot.single(sim.root))
+    # the simulated host has 32-bit libcuda and libnvidia-ml: the check below can fail
+    assert {lib.soname for lib in h.libraries if lib.elf_class == 32} == {
+        "libcuda.so.1",
+        "libnvidia-ml.so.1",
+    }
     assert all(lib.elf_class == 64 for lib in select_libraries(h.libraries, ["compute"]))
+    picked = select_libraries(h.libraries, ["compute", "compat32"])
+    assert [lib.soname for lib in picked if lib.elf_class == 32] == ["libcuda.so.1"]
+    only64 = discover(HostRoot.single(sim.root), capabilities=["compute"]).libraries
+    assert {lib.elf_class for lib in only64} == {64}
+    both = discover(HostRoot.single(sim.root), capabilities=["compute", "compat32"]).libraries
+    assert {lib.elf_class for lib in both} == {64, 32}
+
+
+@pytest.mark.parametrize(
+    "hwcap_entry",
+    [
+        {"hwcap": 1 << 63},  # legacy "tls" subdirectory
+        {"hwcap": 0x1},
+        {"hwcaps_subdir": "x86-64-v3"},  # glibc-hwcaps
+    ],
+)
+def test_hwcap_cache_entries_are_skipped(
+    sim: simhost.SimulatedHost, tmp_path: Any, hwcap_entry: dict[str, Any]
+) -> None:
+    """An optimised variant listed under a hwcap is not the library the container's
+    ld.so would load by default: discovery takes the plain entry only."""
+    name = f"libcuda.so.{V}"
+    root = _host(sim, tmp_path, [("libcuda.so.1", name, make_shared_object("libcuda.so.1"))])
+    variant = os.path.join(root, LIB.lstrip("/"), "variant", name)
+    os.makedirs(os.path.dirname(variant))
+    with open(variant, "wb") as f:
+        f.write(make_shared_object("libcuda.so.1"))
+    entries = [
+        ldcache.CacheEntry("libcuda.so.1", f"{LIB}/variant/{name}", 0x0303, **hwcap_entry),
+        ldcache.CacheEntry("libcuda.so.1", f"{LIB}/{name}", 0x0303),
+    ]
+    with open(os.path.join(root, "etc/ld.so.cache"), "wb") as f:
+        f.write(ldcache.build(entries))
+    libs = discover(HostRoot.single(root)).libraries
+    assert [(lib.soname, lib.path) for lib in libs] == [("libcuda.so.1", f"{LIB}/{name}")]
 
 
 def test_wrong_class_or_machine_is_skipped(sim: simhost.SimulatedHost, tmp_path: Any) -> None:

@@ -42,8 +42,13 @@ def test_simulated_host_matches_its_description(sim: simhost.SimulatedHost) -> N
 
 def test_simulated_host_libraries(sim: simhost.SimulatedHost) -> None:
     host = discover(HostRoot.single(sim.root))
-    by_soname = {lib.soname: lib for lib in host.libraries}
+    by_soname = {lib.soname: lib for lib in host.libraries if lib.elf_class == 64}
     v = sim.driver_version
+    lib32 = {lib.soname: lib.path for lib in host.libraries if lib.elf_class == 32}
+    assert lib32 == {
+        "libcuda.so.1": f"/usr/lib/i386-linux-gnu/libcuda.so.{v}",
+        "libnvidia-ml.so.1": f"/usr/lib/i386-linux-gnu/libnvidia-ml.so.{v}",
+    }
     assert set(by_soname) == {
         "libnvidia-ml.so.1",
         "libnvidia-cfg.so.1",
@@ -79,8 +84,12 @@ def test_elf_facts_agree_with_cache(sim: simhost.SimulatedHost) -> None:
     for lib in discover(HostRoot.single(sim.root)).libraries:
         info = read_elf_info(lib.host_path)
         assert info.soname == lib.soname
-        assert info.elf_class == 64 and info.machine == "EM_X86_64"
-        assert info.abi_flags == lib.abi_flags == 0x0303
+        if lib.elf_class == 64:
+            assert info.elf_class == 64 and info.machine == "EM_X86_64"
+            assert info.abi_flags == lib.abi_flags == 0x0303
+        else:  # the 32-bit libcuda and libnvidia-ml
+            assert info.elf_class == 32 and info.machine == "EM_386"
+            assert info.abi_flags == lib.abi_flags == 0x0003
 
 
 def test_realistic_host(realistic: dict[str, Any]) -> None:
@@ -309,7 +318,7 @@ def test_symlinked_library_escaping_driver_root_stays_inside(
     os.symlink("/usr/lib/x86_64-linux-gnu/libc.so.6", alt)  # a real host file
     host = discover(HostRoot.single(root))
     assert all(lib.host_path.startswith(root + "/") for lib in host.libraries)
-    assert "libcuda.so.1" not in {lib.soname for lib in host.libraries}
+    assert "libcuda.so.1" not in {lib.soname for lib in host.libraries if lib.elf_class == 64}
 
 
 def test_ldcache_of_simhost_agrees_with_ldconfig(sim: simhost.SimulatedHost) -> None:
@@ -322,7 +331,9 @@ def test_ldcache_of_simhost_agrees_with_ldconfig(sim: simhost.SimulatedHost) -> 
     lines = [ln.strip() for ln in out.splitlines() if "=>" in ln]
     with open(path, "rb") as f:
         entries = ldcache.parse(f.read())
-    assert lines == [f"{e.soname} (libc6,x86-64) => {e.path}" for e in entries]
+    abi = {0x0303: "libc6,x86-64", 0x0003: "libc6"}
+    assert lines == [f"{e.soname} ({abi[e.flags]}) => {e.path}" for e in entries]
+    assert sum(e.flags == 0x0003 for e in entries) == 2  # the 32-bit libcuda, libnvidia-ml
 
 
 # --- regressions (adversarial review): hostile host trees -----------------------------------
