@@ -246,11 +246,11 @@ def configure_docker(
 
 def _parse_toml(text: str, path: str) -> Any:
     import tomlkit
-    from tomlkit.exceptions import ParseError
+    from tomlkit.exceptions import TOMLKitError
 
     try:
         return tomlkit.parse(text)
-    except ParseError as e:
+    except (TOMLKitError, ValueError) as e:  # ValueError: an integer int() refuses
         raise EngineConfigError(f"not valid TOML: {e}", path=path) from None
 
 
