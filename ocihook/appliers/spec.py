@@ -23,13 +23,11 @@ What goes into the document (OCI runtime-spec ``config.md`` / ``config-linux.md`
 
 from __future__ import annotations
 
-import json
-
 from ..core.errors import ApplyError, OcihookError, SpecError
 from ..core.hostroot import HostRoot
 from ..core.records import Record
 from ..oci.bundle import Bundle, dump_json, load_bundle, write_json_atomic
-from ..oci.edit import child_list, child_object, set_env
+from ..oci.edit import child_list, child_object, copy_json, set_env
 from ..pipeline import _drm_requests_beside_cdi, cdi_device_names, plan_for_bundle
 from ..plan import (
     ContainerEdits,
@@ -97,7 +95,7 @@ def apply_plan(
     Raises:
         SpecError: a field to edit has the wrong JSON type (``linux.devices`` not a list...).
     """
-    doc: dict[str, Any] = json.loads(json.dumps(config))  # a deep copy of a JSON document
+    doc: dict[str, Any] = copy_json(config)
     e = plan.edits
     if e.is_empty():
         return doc
@@ -226,6 +224,7 @@ def _edit_bundle_cdi(
     dry_run: bool,
     drm_plan: Plan | None = None,
     command: Sequence[str] | None = None,
+    indent: str | None = "\t",
 ) -> EditResult:
     from ..cdi.inject import inject_devices
     from ..cdi.registry import Registry
@@ -249,9 +248,10 @@ def _edit_bundle_cdi(
     if drm_plan is not None:  # AMD/Intel GPUs asked for beside the CDI devices
         doc = apply_plan(doc, drm_plan, command=command, path=bundle.config_path)
     if dry_run:
-        return EditResult(bundle, request, None, bundle.raw, dump_json(doc), False, names)
+        after = dump_json(doc, indent=indent)
+        return EditResult(bundle, request, None, bundle.raw, after, False, names)
     try:
-        after = write_json_atomic(bundle.config_path, doc)
+        after = write_json_atomic(bundle.config_path, doc, indent=indent)
     except OSError as e:
         raise ApplyError(
             f"cannot replace config.json: {e.strerror}", path=bundle.config_path
@@ -289,6 +289,7 @@ def edit_bundle(
     dry_run: bool = False,
     command: Sequence[str] | None = None,
     options: Options | None = None,
+    indent: str | None = "\t",
 ) -> EditResult:
     """Spec mode: give the container of ``bundle_dir`` what its ``config.json`` asks for.
 
@@ -298,6 +299,9 @@ def edit_bundle(
         dry_run: compute the new document but do not write it.
         command: argv prefix of ocihook for the hooks it registers.
         options: the operator's settings (default: the built-in defaults).
+        indent: how the new ``config.json`` is written: tab-indented (default, like
+            ``runc spec``: ``ocihook edit`` is run by people), or ``None``: compact, by the
+            C encoder (the wrapper runtime: only runc reads it).
 
     Returns:
         An :class:`EditResult`. A void request changes nothing (``written`` False).
@@ -328,17 +332,19 @@ def edit_bundle(
         if beside:
             void = Request("void", source=request.source)
             drm_plan = plan_for_bundle(bundle, void, root, options, "spec", beside)
-        return _edit_bundle_cdi(bundle, request, cdi_names, options, dry_run, drm_plan, command)
+        return _edit_bundle_cdi(
+            bundle, request, cdi_names, options, dry_run, drm_plan, command, indent
+        )
     drm_requests = drm_requests_from_spec(bundle.config, path=bundle.config_path)
     if request.is_void and not drm_requests:
         return EditResult(bundle, request, None, bundle.raw, bundle.raw, False)
     plan = plan_for_bundle(bundle, request, root, options, "spec", drm_requests)
     doc = apply_plan(bundle.config, plan, command=command, path=bundle.config_path)
     if dry_run:
-        after = dump_json(doc)
+        after = dump_json(doc, indent=indent)
         return EditResult(bundle, request, plan, bundle.raw, after, False)
     try:
-        after = write_json_atomic(bundle.config_path, doc)
+        after = write_json_atomic(bundle.config_path, doc, indent=indent)
     except OSError as e:
         raise ApplyError(
             f"cannot replace config.json: {e.strerror}", path=bundle.config_path

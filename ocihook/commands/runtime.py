@@ -370,7 +370,7 @@ def _add_legacy_hook(bundle_dir: str, cfg: Config) -> bool:
     new_hooks["prestart"] = [*(new_hooks.get("prestart") or ()), legacy_hook(source)]
     doc["hooks"] = new_hooks
     try:
-        write_json_atomic(b.config_path, doc)
+        write_json_atomic(b.config_path, doc, indent=None)  # only runc reads it
     except OSError as e:
         raise ApplyError(f"cannot replace config.json: {e.strerror}", path=b.config_path) from None
     return True
@@ -449,7 +449,8 @@ def prepare_bundle(bundle_dir: str, cfg: Config) -> str:
     from ..appliers.spec import edit_bundle
     from ..settings import options_from_config
 
-    result = edit_bundle(bundle_dir, cfg.host_root(), options=options_from_config(cfg))
+    # compact: only runc reads this config.json (the C encoder, no json import)
+    result = edit_bundle(bundle_dir, cfg.host_root(), options=options_from_config(cfg), indent=None)
     return "edited" if result.written else "unchanged"
 
 

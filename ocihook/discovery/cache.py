@@ -9,12 +9,13 @@ frozensets and mappings) in ``<directory>/discovery-<key>.json``:
 
 * the **key** (:func:`host_key`) holds what the caller says the result depends on (the
   :class:`~ocihook.core.hostroot.HostRoot`, the arguments of discovery), the identity of
-  the installed discovery package (an upgrade replaces its files), and what the host says: the bytes of ``<dev root>/proc/driver/nvidia/version`` and
-  ``<dev root>/proc/devices``, the names under ``/proc/driver/nvidia/gpus`` and
-  ``/proc/driver/nvidia-caps``, the identity (device, inode, size, mtime_ns) of the driver
-  root's ``ld.so.cache``, the ``nvidia*`` nodes of ``<dev root>/dev`` with their device
-  numbers and inodes. The file name is a checksum of the key, and the entry holds the key
-  itself, compared in full on every lookup;
+  the installed discovery package (an upgrade replaces its files), and what the host says:
+  the bytes of ``<dev root>/proc/driver/nvidia/version`` and ``<dev root>/proc/devices``,
+  the names under ``/proc/driver/nvidia/gpus`` and ``/proc/driver/nvidia-caps``, the
+  identity (device, inode, size, mtime_ns) of the driver root's ``ld.so.cache``, the
+  ``nvidia*`` nodes of ``<dev root>/dev`` with their device numbers and inodes. The file
+  name is a checksum of the key; the entry holds the key itself, compared in full on every
+  lookup;
 * an entry also lists the **directories its files came from** with their identity
   (inode, mtime_ns): a file added, removed or renamed in one of them makes the entry stale;
 * an entry is used only when the directory and the file are owned by this process's user
@@ -169,11 +170,12 @@ def host_key(root: HostRoot, params: Mapping[str, object]) -> dict[str, object]:
 
 
 def _digest(key: Mapping[str, object]) -> str:
-    import json
     import zlib
 
+    from ..core import jsonfast as json
+
     # only a file name: the entry's key is compared in full (a collision is a miss)
-    data = json.dumps(key, sort_keys=True, separators=(",", ":")).encode()
+    data = json.dumps(key).encode()  # keys in a fixed order (host_key)
     return f"{zlib.crc32(data):08x}{zlib.adler32(data):08x}"
 
 
@@ -205,7 +207,7 @@ def lookup(
     """The value stored for ``key`` (see :func:`host_key`) in ``directory``, or ``None``
     when there is none usable (missing, unreadable, corrupt, foreign, stale: a debug
     log line says which). Never raises for the cache's state."""
-    import json
+    from ..core import jsonfast as json
 
     path = os.path.join(directory, f"discovery-{_digest(key)}.json")
     try:
@@ -221,7 +223,7 @@ def lookup(
             )
             return None
         with os.fdopen(fd, "rb", closefd=False) as f:
-            raw = f.read(MAX_ENTRY_BYTES + 1)
+            raw = f.read(MAX_ENTRY_BYTES + 1).decode()
     except OSError as e:
         _debug("discovery cache unreadable; rediscovering", path=path, error=e.strerror)
         return None
@@ -256,13 +258,10 @@ def store(
     directories the result's files are in) changes. The directory is created (mode 0755)
     only when ``create``. Returns whether it was written; never raises for the cache's
     state (a debug line says why it was not written)."""
-    import json
+    from ..core import jsonfast as json
 
     try:
-        text = json.dumps(
-            {"key": key, "dirs": _dir_identities(dirs), "value": encode(value)},
-            separators=(",", ":"),
-        )
+        text = json.dumps({"key": key, "dirs": _dir_identities(dirs), "value": encode(value)})
     except (TypeError, ValueError) as e:
         _debug("discovery result not cached", error=str(e))
         return False
