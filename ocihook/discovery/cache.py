@@ -202,14 +202,18 @@ def _debug(message: str, **fields: object) -> None:
 
 
 def lookup(
-    key: Mapping[str, object], types: Mapping[str, type[Record]], directory: str = DEFAULT_DIR
+    key: Mapping[str, object],
+    types: Mapping[str, type[Record]],
+    directory: str = DEFAULT_DIR,
+    *,
+    prefix: str = "discovery",
 ) -> Any:
     """The value stored for ``key`` (see :func:`host_key`) in ``directory``, or ``None``
     when there is none usable (missing, unreadable, corrupt, foreign, stale: a debug
     log line says which). Never raises for the cache's state."""
     from ..core import jsonfast as json
 
-    path = os.path.join(directory, f"discovery-{_digest(key)}.json")
+    path = os.path.join(directory, f"{prefix}-{_digest(key)}.json")
     try:
         dir_st = os.stat(directory)
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -223,7 +227,7 @@ def lookup(
             )
             return None
         with os.fdopen(fd, "rb", closefd=False) as f:
-            raw = f.read(MAX_ENTRY_BYTES + 1).decode()
+            raw = f.read(MAX_ENTRY_BYTES + 1).decode("utf-8", "replace")
     except OSError as e:
         _debug("discovery cache unreadable; rediscovering", path=path, error=e.strerror)
         return None
@@ -253,6 +257,7 @@ def store(
     directory: str = DEFAULT_DIR,
     *,
     create: bool = False,
+    prefix: str = "discovery",
 ) -> bool:
     """Store ``value`` for ``key``, stale once any of ``dirs`` (host paths of the
     directories the result's files are in) changes. The directory is created (mode 0755)
@@ -267,7 +272,7 @@ def store(
         return False
     if len(text) > MAX_ENTRY_BYTES:
         return False
-    path = os.path.join(directory, f"discovery-{_digest(key)}.json")
+    path = os.path.join(directory, f"{prefix}-{_digest(key)}.json")
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         if create:
@@ -280,7 +285,7 @@ def store(
         finally:
             os.close(fd)
         os.replace(tmp, path)
-        _prune(directory, keep=path)
+        _prune(directory, prefix, keep=path)
     except OSError as e:
         _debug("discovery cache not written", path=path, error=e.strerror)
         _unlink(tmp)
@@ -288,11 +293,11 @@ def store(
     return True
 
 
-def _prune(directory: str, keep: str) -> None:
-    """Remove the oldest entries beyond :data:`MAX_ENTRIES`."""
+def _prune(directory: str, prefix: str, keep: str) -> None:
+    """Remove the oldest entries named ``<prefix>-*.json`` beyond :data:`MAX_ENTRIES`."""
     entries: list[tuple[int, str]] = []
     for name in os.listdir(directory):
-        if name.startswith("discovery-") and name.endswith(".json"):
+        if name.startswith(prefix + "-") and name.endswith(".json"):
             p = os.path.join(directory, name)
             try:
                 entries.append((os.lstat(p).st_mtime_ns, p))
