@@ -847,7 +847,7 @@ def configure(
 DEFAULT_RUNTIME_COST = (
     "as the default runtime, ocihook-runtime runs before every container this engine starts, "
     "GPU or not: one Python interpreter start (about 1.7x a bare `python -I -c pass`, "
-    "15-45 ms, measured by benchmarks/bench_cost.py) for a container that asks for nothing; "
+    "15-45 ms on a 2-core machine) for a container that asks for nothing; "
     "a per-container --runtime, a Kubernetes RuntimeClass or CDI devices cost such "
     "containers nothing"
 )
