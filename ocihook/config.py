@@ -740,12 +740,29 @@ def _read(path: str, origin: str | None) -> bytes | None:
 
 
 def _parse(data: bytes, shown: str) -> dict[str, Any]:
-    """Parse TOML bytes with :mod:`tomllib`.
+    """Parse TOML bytes with :mod:`tomllib`, or take the document parsed from the same
+    bytes before from the root-owned cache (:mod:`ocihook.discovery.cache`, entries
+    ``config-*.json``, keyed by the whole text: never stale) when its directory exists:
+    importing :mod:`tomllib` costs more than the interpreter's start.
 
     Raises:
         ConfigError: not UTF-8, not TOML (with the line), nested too deeply, or holding a
             decimal integer too long to convert.
     """
+    from .discovery import cache
+
+    key = {"format": 1, "toml": data.decode("utf-8", "surrogateescape")}
+    found = cache.lookup(key, {}, cache.DEFAULT_DIR, prefix="config")
+    if isinstance(found, dict):
+        return found
+    doc = _parse_toml(data, shown)
+    if os.path.isdir(cache.DEFAULT_DIR):
+        cache.store(key, doc, (), cache.DEFAULT_DIR, prefix="config")
+    return doc
+
+
+def _parse_toml(data: bytes, shown: str) -> dict[str, Any]:
+    """Parse TOML bytes with :mod:`tomllib` (see :func:`_parse`)."""
     import tomllib
 
     try:

@@ -168,9 +168,9 @@ def plan_for_bundle(
     plans: list[Plan] = []
     try:
         if not request.is_void:
-            from .discovery.nvidia import SUPPORTED_CAPABILITIES, discover
+            from .discovery.nvidia import SUPPORTED_CAPABILITIES, discover_cached
 
-            host = discover(root, capabilities=request.capabilities & SUPPORTED_CAPABILITIES)
+            host = discover_cached(root, capabilities=request.capabilities & SUPPORTED_CAPABILITIES)
             plans.append(
                 make_plan(
                     host,

@@ -39,7 +39,6 @@ fresh file systems there first. If anything fails, what was made is removed agai
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 
@@ -48,7 +47,7 @@ from ..core.hostroot import HostRoot
 from ..core.records import Record
 from ..linux.pathsafe import create_file_in_root, makedirs_in_root, open_root, remove_in_root
 from ..oci.bundle import Bundle, dump_json, load_bundle, write_json_atomic
-from ..oci.edit import child_list, child_object, set_env
+from ..oci.edit import child_list, child_object, copy_json, set_env
 from ..pipeline import (
     _drm_requests_beside_cdi,
     _has_annotation_request,
@@ -194,7 +193,7 @@ def apply_plan(
     Raises:
         SpecError: a field to edit has the wrong JSON type (``linux.devices`` not a list...).
     """
-    doc: dict[str, Any] = json.loads(json.dumps(config))  # a deep copy of a JSON document
+    doc: dict[str, Any] = copy_json(config)
     e = plan.edits
     if e.is_empty():
         return doc
@@ -415,6 +414,7 @@ def edit_bundle(
     dry_run: bool = False,
     command: Sequence[str] | None = None,
     options: Options | None = None,
+    indent: str | None = "\t",
 ) -> EditResult:
     """Spec mode: give the container of ``bundle_dir`` what its ``config.json`` asks for.
 
@@ -424,6 +424,9 @@ def edit_bundle(
         dry_run: compute the new document but do not write it.
         command: argv prefix of ocihook for the hooks it registers.
         options: the operator's settings (default: the built-in defaults).
+        indent: how the new ``config.json`` is written: tab-indented (default, like
+            ``runc spec``: ``ocihook edit`` is run by people), or ``None``: compact, by the
+            C encoder (the wrapper runtime: only runc reads it).
 
     What an earlier edit added is recorded in the annotation ``ocihook.edits``
     (:mod:`ocihook.appliers.editrecord`) and taken out before the plan is made: editing
@@ -475,7 +478,7 @@ def edit_bundle(
     if result is None:  # nothing requested (any more)
         if not had_record:
             return EditResult(read, request, None, read.raw, read.raw, False, (), ignored)
-        return _finish(read, request, None, config, dry_run, (), ignored)
+        return _finish(read, request, None, config, dry_run, (), ignored, indent)
     doc, plan, cdi_names = result
     if not had_record and edited_without_record(read.config):
         raise SpecError(
@@ -484,7 +487,9 @@ def edit_bundle(
             path=read.config_path,
             hint="start from the engine's original config.json",
         )
-    return _finish(read, request, plan, record_edit(config, doc), dry_run, cdi_names, ignored)
+    return _finish(
+        read, request, plan, record_edit(config, doc), dry_run, cdi_names, ignored, indent
+    )
 
 
 def _finish(
@@ -495,17 +500,19 @@ def _finish(
     dry_run: bool,
     cdi_names: tuple[str, ...] = (),
     ignored: tuple[str, ...] = (),
+    indent: str | None = "\t",
 ) -> EditResult:
-    """Write ``doc`` unless ``dry_run`` or it equals the document ``read`` holds."""
+    """Write ``doc`` (``indent``: see :func:`edit_bundle`) unless ``dry_run`` or it equals
+    the document ``read`` holds."""
     if doc == read.config:
         return EditResult(read, request, plan, read.raw, read.raw, False, cdi_names, ignored)
     if dry_run:
-        after = dump_json(doc)
+        after = dump_json(doc, indent=indent)
         return EditResult(read, request, plan, read.raw, after, False, cdi_names, ignored)
     # the bind-mount targets are made here, inside the rootfs, not left to the runtime
     created = create_mount_targets(read.rootfs, plan.edits.mounts) if plan is not None else ()
     try:
-        after = write_json_atomic(read.config_path, doc)
+        after = write_json_atomic(read.config_path, doc, indent=indent)
     except OSError as e:
         if created:
             root_fd = open_root(read.rootfs)

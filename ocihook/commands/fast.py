@@ -482,7 +482,9 @@ def _cmd_cdi_generate(ns: Any) -> int:
         _warn(drm_host.warnings, ns.verbose)
         write_spec(spec_bytes(drm_spec, fmt), ns.output)
         return 0
-    host = discover(host_root_from(ns, cfg), gpu_backend=ns.gpu_backend)
+    root = host_root_from(ns, cfg)
+    host = discover(root, gpu_backend=ns.gpu_backend)
+    _warm_discovery_cache(root)
     vendor = "nvidia.com" if ns.vendor == "nvidia" else ns.vendor
     spec = generate_spec(
         host,
@@ -493,6 +495,25 @@ def _cmd_cdi_generate(ns: Any) -> int:
     _warn(host.warnings, ns.verbose)
     write_spec(spec_bytes(spec, fmt), ns.output)
     return 0
+
+
+def _warm_discovery_cache(root: HostRoot) -> None:
+    """Fill the discovery cache (:mod:`ocihook.discovery.cache`) for the capability sets
+    containers ask for most (the default ``utility,compute``, and ``all``), so that the
+    next GPU container's start skips discovery. Only as root (the cache is root's); a
+    failure is a debug log line, never an error."""
+    import os
+
+    if os.geteuid() != 0:
+        return
+    from ..core.vocab import DRIVER_CAPABILITIES
+    from ..discovery.nvidia import discover_cached
+
+    for caps in (("compute", "utility"), tuple(DRIVER_CAPABILITIES)):
+        try:
+            discover_cached(root, capabilities=caps, warm=True)
+        except OcihookError:
+            return
 
 
 def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:

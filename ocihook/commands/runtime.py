@@ -388,7 +388,7 @@ def _add_legacy_hook(bundle_dir: str, cfg: Config) -> bool:
     new_hooks["poststop"] = [*(poststop or ()), poststop_hook()]
     doc["hooks"] = new_hooks
     try:
-        write_json_atomic(b.config_path, doc)
+        write_json_atomic(b.config_path, doc, indent=None)  # only runc reads it
     except OSError as e:
         raise ApplyError(f"cannot replace config.json: {e.strerror}", path=b.config_path) from None
     return True
@@ -503,7 +503,8 @@ def prepare_bundle(bundle_dir: str, cfg: Config) -> str:
     from ..appliers.spec import edit_bundle
     from ..settings import options_from_config
 
-    result = edit_bundle(bundle_dir, cfg.host_root(), options=options_from_config(cfg))
+    # compact: only runc reads this config.json (the C encoder, no json import)
+    result = edit_bundle(bundle_dir, cfg.host_root(), options=options_from_config(cfg), indent=None)
     if result.ignored:
         from ..request import policy_note
 

@@ -361,6 +361,47 @@ def _discover_wsl(root: HostRoot, gpu_backend: str = "procfs") -> NvidiaHost:
     )
 
 
+def discover_cached(
+    root: HostRoot | None = None,
+    *,
+    capabilities: Iterable[str] | None = None,
+    cache_dir: str | None = None,
+    warm: bool = False,
+) -> NvidiaHost:
+    """:func:`discover` (procfs backend, this machine, GLVND) through the discovery cache
+    (:mod:`ocihook.discovery.cache`) in ``cache_dir`` (default
+    :data:`~ocihook.discovery.cache.DEFAULT_DIR`): a result found for the host's current
+    driver identity is used as is, otherwise the host is discovered and the result stored
+    — when the directory exists, or is created when ``warm`` (``ocihook cdi generate``).
+    The same errors as :func:`discover`; the cache itself never makes it fail."""
+    from . import cache
+
+    root = root or HostRoot()
+    directory = cache_dir or cache.DEFAULT_DIR
+    caps = None if capabilities is None else sorted(set(capabilities))
+    try:
+        key = cache.host_key(root, {"capabilities": caps, "machine": os.uname().machine})
+    except OSError:
+        return discover(root, capabilities=caps)
+    found = cache.lookup(key, _CACHED_TYPES, directory)
+    if isinstance(found, NvidiaHost) and found.root == root:
+        return found
+    host = discover(root, capabilities=caps)
+    if warm or os.path.isdir(directory):
+        paths = [lib.host_path for lib in host.libraries]
+        paths += [root.driver(lib.cache_path) for lib in host.libraries if lib.cache_path]
+        paths += [f.host_path for f in host.files]
+        paths += [root.driver(f.path) for f in host.files]
+        dirs = [*cache.source_dirs(paths), root.dev("/dev")]
+        dirs += [root.driver(d) for d in root.library_dirs]
+        cache.store(key, host, dirs, directory, create=warm)
+    return host
+
+
+#: The record classes a cached :class:`NvidiaHost` is made of.
+_CACHED_TYPES: dict[str, type[Record]] = {}
+
+
 #: The values :func:`enumerate_gpus` accepts for ``backend``.
 BACKENDS = ("auto", "procfs", "nvml")
 
@@ -412,3 +453,24 @@ def enumerate_gpus(
         backend="procfs",
         warnings=(fallback, *inventory.warnings),
     )
+
+
+def _cached_types() -> None:
+    from . import records
+
+    for cls in (
+        NvidiaHost,
+        DriverLibrary,
+        DriverFile,
+        HostRoot,
+        records.HostDeviceNode,
+        records.MigDevice,
+        records.Gpu,
+        records.DriDevices,
+        records.WslFile,
+        records.WslDevices,
+    ):
+        _CACHED_TYPES[cls.__name__] = cls
+
+
+_cached_types()

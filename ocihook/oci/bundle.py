@@ -15,9 +15,9 @@ module is on the path of every container start, including those that ask for no 
 
 from __future__ import annotations
 
-import json
 import os
 
+from ..core import jsonfast
 from ..core.errors import SpecError, StateError
 from ..core.records import Record
 
@@ -91,8 +91,10 @@ def _loads(data: bytes, *, path: str, err: type[SpecError] | type[StateError]) -
     if text.startswith("\ufeff"):
         raise err("a byte order mark is not allowed in JSON", path=path)
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        return jsonfast.loads(text, parse_constant=_reject_constant)
     except (ValueError, RecursionError) as e:
+        import json
+
         where = ""
         if isinstance(e, json.JSONDecodeError):
             where = f" at line {e.lineno} column {e.colno}"
@@ -224,7 +226,19 @@ def parse_state(data: bytes, *, source: str = "<stdin>") -> State:
 
 def dump_json(doc: Any, *, indent: int | str | None = "\t") -> bytes:
     """``doc`` as UTF-8 JSON text with a final newline. Strings that cannot be UTF-8 (a lone
-    surrogate, from a ``\\ud800`` escape in the input) are written as ``\\u`` escapes."""
+    surrogate, from a ``\\ud800`` escape in the input) are written as ``\\u`` escapes.
+
+    ``indent=None``: compact (``","``, ``":"``), by the C encoder without importing
+    :mod:`json` (:mod:`ocihook.core.jsonfast`) — for files no one reads, such as the
+    ``config.json`` the wrapper runtime hands to runc; otherwise indented as
+    :func:`json.dumps` does (the pure-Python encoder)."""
+    if indent is None:
+        try:
+            return (jsonfast.dumps(doc, ensure_ascii=False) + "\n").encode()
+        except UnicodeEncodeError:
+            return (jsonfast.dumps(doc, ensure_ascii=True) + "\n").encode()
+    import json
+
     try:
         return (json.dumps(doc, indent=indent, ensure_ascii=False) + "\n").encode()
     except UnicodeEncodeError:

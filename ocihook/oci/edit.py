@@ -71,9 +71,9 @@ def copy_json(value: Any) -> Any:
     Raises:
         SpecError: data nested too deep to copy (``RecursionError``).
     """
-    import json
+    from ..core import jsonfast
 
     try:
-        return json.loads(json.dumps(value))
+        return jsonfast.loads(jsonfast.dumps(value))
     except RecursionError:
         raise SpecError("config.json is nested too deeply") from None

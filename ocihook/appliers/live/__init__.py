@@ -13,11 +13,29 @@ concern:
 
 from __future__ import annotations
 
-from .cgroups import device_cgroup_dir
-from .hooks import create_container_hook, create_symlinks_hook, update_ldcache_hook
-from .injection import inject
-from .libraries import cuda_compat_entries, write_ldcache
-from .procmask import capability_files, caps_minors, gpu_dirs_of_devices
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
+if TYPE_CHECKING:
+    from .cgroups import device_cgroup_dir
+    from .hooks import create_container_hook, create_symlinks_hook, update_ldcache_hook
+    from .injection import inject
+    from .libraries import cuda_compat_entries, write_ldcache
+    from .procmask import capability_files, caps_minors, gpu_dirs_of_devices
+
+#: Public name -> the submodule defining it. Loaded on first use (PEP 562): the
+#: createContainer hook needs hooks, libraries and procmask, not the injection and cgroup
+#: code (whose imports cost a third of an interpreter start).
+_EXPORTS = {
+    "device_cgroup_dir": "cgroups",
+    "create_container_hook": "hooks",
+    "create_symlinks_hook": "hooks",
+    "update_ldcache_hook": "hooks",
+    "inject": "injection",
+    "cuda_compat_entries": "libraries",
+    "write_ldcache": "libraries",
+    "capability_files": "procmask",
+    "caps_minors": "procmask",
+    "gpu_dirs_of_devices": "procmask",
+}
 
 __all__ = [
     "capability_files",
@@ -31,3 +49,17 @@ __all__ = [
     "update_ldcache_hook",
     "write_ldcache",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """Load a public name from its submodule on first use (PEP 562)."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(__import__(f"{__name__}.{module}", fromlist=[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -201,3 +201,15 @@ def test_annotation_round_trip(parts: list[tuple[str, str, str]]) -> None:
     key = annotation_key("plugin", "dev")
     _keys, devices = parse_annotations({key: annotation_value(names)})
     assert list(devices) == names
+
+
+@given(st.text(alphabet="aZ09_.:-/ é\n", max_size=8))
+def test_name_checks_match_their_regular_expressions(value: str) -> None:
+    import re
+
+    from ocihook.cdi import names
+
+    device = re.fullmatch(r"[A-Za-z0-9](?:[A-Za-z0-9_.:-]*[A-Za-z0-9])?", value)
+    annotation = re.fullmatch(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?", value)
+    assert names._fullmatch(value, names._DEVICE_CHARS) is (device is not None)
+    assert names._fullmatch(value, names._ANNOTATION_NAME_CHARS) is (annotation is not None)

@@ -86,6 +86,11 @@ def test_docker_missing_file_created(tmp_path: Path) -> None:
     }
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
     assert "created" in proc.stderr and "restart dockerd" in proc.stderr
+    # what every container then pays is said
+    assert "runs before every container this engine starts" in proc.stderr
+    assert "asks for nothing" in proc.stderr
+    plain = run_configure("docker", tmp_path / "other.json", "--cdi")
+    assert plain.returncode == 0 and "every container" not in plain.stderr
 
 
 def test_docker_existing_settings_kept_and_idempotent(tmp_path: Path) -> None:

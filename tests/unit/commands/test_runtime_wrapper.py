@@ -307,14 +307,16 @@ def test_other_commands_pass_through(stage: Stage, tmp_path: Path) -> None:
 def test_gpu_create_edits_like_ocihook_edit(
     stage: Stage, bundle_factory: Callable[..., str], sim: simhost.SimulatedHost, form: str
 ) -> None:
-    """auto mode: config.json becomes what ``ocihook edit`` writes; runc gets the same
+    """auto mode: config.json becomes what ``ocihook edit`` writes (compact); runc gets the same
     arguments."""
     bundle = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0,3"])
     twin = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0,3"])
     with open(WRAPPER) as f:  # the console script's interpreter registers the hooks
         python = f.readline()[2:].strip()
     command = (python, "-I", "-c", HOOK_PROGRAM)
-    want = edit_bundle(twin, HostRoot.single(sim.root), dry_run=True, command=command).after
+    want = edit_bundle(
+        twin, HostRoot.single(sim.root), dry_run=True, command=command, indent=None
+    ).after  # compact: only runc reads it
     cwd = None
     if form == "-b":
         args = ["--root", "/r", "create", "-b", bundle, "cid"]
@@ -609,7 +611,9 @@ def test_runc_creates_with_help_false(
     with open(os.path.join(os.path.dirname(sys.executable), "ocihook-runtime")) as f:
         python = f.readline()[2:].strip()
     command = (python, "-I", "-c", HOOK_PROGRAM)
-    want = edit_bundle(twin, HostRoot.single(sim.root), dry_run=True, command=command).after
+    want = edit_bundle(
+        twin, HostRoot.single(sim.root), dry_run=True, command=command, indent=None
+    ).after  # compact: only runc reads it
     before = _config(bundle)
     proc = stage.run("create", "--help=false", "-b", bundle, "cid")
     assert proc.returncode == 0, proc.stderr

@@ -1026,3 +1026,11 @@ def test_hwcaps_subdir_shorthand() -> None:
     e = CacheEntry("l", "/l", 3, hwcaps_subdir="x86-64-v3")
     assert e.hwcap == ldcache.HWCAP_EXTENSION
     assert e == CacheEntry("l", "/l", 3, 0, ldcache.HWCAP_EXTENSION, "x86-64-v3")
+
+
+@given(st.binary(max_size=24) | st.text(alphabet="ab.09-", max_size=16).map(str.encode))
+def test_split_digit_runs_is_re_split(data: bytes) -> None:
+
+    from ocihook.linux.ldcache import split_digit_runs
+
+    assert split_digit_runs(data) == re.split(rb"([0-9]+)", data)

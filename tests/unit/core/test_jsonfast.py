@@ -1,0 +1,75 @@
+"""ocihook.core.jsonfast parses and writes as the json module does, without importing it."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from support import modules_after
+
+from ocihook.core import jsonfast
+
+documents = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(documents, st.booleans())
+def test_dumps_is_json_dumps_compact(doc: object, ascii_only: bool) -> None:
+    assert jsonfast.dumps(doc, ensure_ascii=ascii_only) == json.dumps(
+        doc, separators=(",", ":"), ensure_ascii=ascii_only
+    )
+
+
+@given(documents, st.sampled_from(["", " ", "\n\t", "\r\n "]))
+def test_loads_is_json_loads(doc: object, space: str) -> None:
+    text = space + json.dumps(doc, indent="\t") + space
+    assert jsonfast.loads(text) == json.loads(text)
+
+
+@pytest.mark.parametrize("text", ["", "{", "[1,]", "1 2", '{"a":1}x', "nul", '"\x01"'])
+def test_errors_are_json_errors(text: str) -> None:
+    with pytest.raises(json.JSONDecodeError) as fast:
+        jsonfast.loads(text)
+    with pytest.raises(json.JSONDecodeError) as slow:
+        json.loads(text)
+    assert (fast.value.msg, fast.value.pos) == (slow.value.msg, slow.value.pos)
+
+
+def test_constants_go_through_parse_constant() -> None:
+    assert math.isinf(jsonfast.loads("[Infinity]")[0])
+
+    def reject(name: str) -> object:
+        raise ValueError(f"{name} is not JSON")
+
+    with pytest.raises(ValueError, match="NaN is not JSON"):
+        jsonfast.loads('{"a": NaN}', parse_constant=reject)
+
+
+def test_dumps_refuses_what_json_cannot_hold() -> None:
+    with pytest.raises(TypeError):
+        jsonfast.dumps({"a": object()})
+    with pytest.raises(ValueError):
+        jsonfast.dumps([float("nan")])
+    loop: list[object] = []
+    loop.append(loop)
+    with pytest.raises(ValueError):
+        jsonfast.dumps(loop)
+
+
+def test_neither_json_nor_re_is_imported() -> None:
+    base = modules_after("pass")  # an editable install's finder may load re itself
+    loaded = modules_after(
+        "from ocihook.core import jsonfast; jsonfast.dumps(jsonfast.loads('{\"a\": [1, 2.5]}'))"
+    )
+    assert "ocihook.core.jsonfast" in loaded
+    assert not ({"json", "re", "enum"} & (loaded - base))

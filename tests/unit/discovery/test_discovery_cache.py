@@ -1,0 +1,257 @@
+"""The discovery cache (ocihook.discovery.cache): exact round trips, no stale entry ever
+used, corrupt/foreign/unreadable entries mean rediscovery, bounded size."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ocihook.core.hostroot import HostRoot
+from ocihook.discovery import cache
+from ocihook.discovery.nvidia import _CACHED_TYPES, NvidiaHost, discover, discover_cached
+from ocihook.discovery.records import Gpu, HostDeviceNode, MigDevice
+from ocihook.sim import host as simhost
+
+text = st.text(max_size=12)
+nodes = st.builds(
+    HostDeviceNode,
+    path=text,
+    host_path=text,
+    major=st.integers(0, 4095),
+    minor=st.integers(0, 1 << 20),
+    file_mode=st.integers(0, 0o7777),
+    uid=st.integers(0, 1 << 31),
+    gid=st.integers(0, 1 << 31),
+    present=st.booleans(),
+)
+migs = st.builds(
+    MigDevice,
+    parent_index=st.integers(0, 16),
+    parent_minor=st.integers(0, 253),
+    gi=st.integers(0, 8),
+    ci=st.integers(0, 8),
+    gi_node=nodes,
+    ci_node=nodes,
+    gi_cap_file=text,
+    ci_cap_file=text,
+    uuid=st.none() | text,
+    nvml_index=st.none() | st.integers(0, 100),
+)
+gpus = st.builds(
+    Gpu,
+    index=st.integers(0, 64),
+    minor=st.integers(0, 253),
+    uuid=text,
+    bus_id=text,
+    model=text,
+    proc_dir=text,
+    brand=st.none() | text,
+    architecture=st.none() | text,
+    mig_devices=st.lists(migs, max_size=2).map(tuple),
+)
+values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | text
+    | nodes
+    | gpus,
+    lambda inner: (
+        st.lists(inner, max_size=3).map(tuple)
+        | st.lists(inner, max_size=3)
+        | st.frozensets(st.integers() | text, max_size=3)
+        | st.dictionaries(st.integers() | text, inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@given(values)
+@settings(max_examples=200)
+def test_encode_decode_round_trips_exactly(value: object) -> None:
+    back = cache.decode(json.loads(json.dumps(cache.encode(value))), _CACHED_TYPES)
+    assert back == value
+    assert type(back) is type(value)
+    if isinstance(value, float):
+        assert back.hex() == value.hex()  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> simhost.SimulatedHost:
+    return simhost.build(str(tmp_path_factory.mktemp("sim")), make_dev_nodes=False)
+
+
+def _root(sim: simhost.SimulatedHost) -> HostRoot:
+    return HostRoot(driver_root=sim.root, dev_root=sim.root)
+
+
+def test_a_discovered_host_round_trips_through_the_cache(
+    sim: simhost.SimulatedHost, tmp_path: Path
+) -> None:
+    root = _root(sim)
+    for caps in (("compute", "utility"), None):
+        fresh = discover(root, capabilities=caps)
+        stored = discover_cached(root, capabilities=caps, cache_dir=str(tmp_path), warm=True)
+        assert stored == fresh
+        entries = sorted(tmp_path.iterdir())
+        assert entries and all(p.stat().st_mode & 0o777 == 0o600 for p in entries)
+        hit = discover_cached(root, capabilities=caps, cache_dir=str(tmp_path))
+        assert isinstance(hit, NvidiaHost)
+        assert hit == fresh
+        assert hit.libraries and hit.gpus == fresh.gpus
+
+
+def test_no_cache_directory_means_nothing_written(
+    sim: simhost.SimulatedHost, tmp_path: Path
+) -> None:
+    missing = tmp_path / "none"
+    assert discover_cached(_root(sim), cache_dir=str(missing)) == discover(_root(sim))
+    assert not missing.exists()
+
+
+#: Each key component changed on a copy of the host: (what, change(root dir)).
+CHANGES = {
+    "driver version file": lambda r: _rewrite(
+        r / "proc/driver/nvidia/version", b"Release", b"release"
+    ),
+    "/proc/devices": lambda r: _append(r / "proc/devices", b"240 nvidia-extra\n"),
+    "ld.so.cache identity": lambda r: _append(r / "etc/ld.so.cache", b"\0"),
+    "device node set": lambda r: _add_node(r),
+    "GPU set": lambda r: (r / "proc/driver/nvidia/gpus/0000:ff:00.0").mkdir(),
+    "a driver library directory": lambda r: _add_beside_library(r),
+}
+
+
+def _rewrite(path: Path, old: bytes, new: bytes) -> None:
+    data = path.read_bytes()
+    assert old in data
+    path.write_bytes(data.replace(old, new, 1))
+
+
+def _append(path: Path, more: bytes) -> None:
+    with open(path, "ab") as f:
+        f.write(more)
+
+
+def _add_node(root: Path) -> None:
+    (root / "dev").mkdir(exist_ok=True)
+    (root / "dev/nvidia-extra").write_bytes(b"")
+
+
+def _add_beside_library(root: Path) -> None:
+    host = discover(HostRoot(driver_root=str(root), dev_root=str(root)))
+    (Path(host.libraries[0].host_path).parent / "libnew.so.1").write_bytes(b"")
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.sampled_from(sorted(CHANGES)), st.sampled_from([("compute", "utility"), None]))
+def test_a_stale_entry_is_never_used(
+    tmp_path_factory: pytest.TempPathFactory, what: str, caps: tuple[str, ...] | None
+) -> None:
+    base = tmp_path_factory.mktemp("host")
+    sim = simhost.build(str(base / "root"), make_dev_nodes=False)
+    cache_dir = str(base / "cache")
+    root = _root(sim)
+    key_before = cache.host_key(root, {"capabilities": caps})
+    discover_cached(root, capabilities=caps, cache_dir=cache_dir, warm=True)
+    CHANGES[what](Path(sim.root))
+    dirs_changed = what == "a driver library directory"
+    key_after = cache.host_key(root, {"capabilities": caps})
+    assert (key_after == key_before) is dirs_changed, what
+    # the old entry is there (its key) but never returned for the changed host
+    assert cache.lookup(key_after, _CACHED_TYPES, cache_dir) is None, what
+    try:
+        fresh = discover(root, capabilities=caps)
+    except Exception as e:  # the change may break the host; the cache must not hide it
+        with pytest.raises(type(e)):
+            discover_cached(root, capabilities=caps, cache_dir=cache_dir)
+        return
+    assert discover_cached(root, capabilities=caps, cache_dir=cache_dir) == fresh
+
+
+def test_other_parameters_are_other_keys(sim: simhost.SimulatedHost, tmp_path: Path) -> None:
+    root = _root(sim)
+    other = HostRoot(driver_root=sim.root, dev_root=sim.root, library_dirs=("/opt/x",))
+    a = cache.host_key(root, {"capabilities": ["compute"]})
+    assert a != cache.host_key(root, {"capabilities": ["utility"]})
+    assert a != cache.host_key(other, {"capabilities": ["compute"]})
+    cache.store(a, "value", [], str(tmp_path), create=True)
+    assert cache.lookup(a, _CACHED_TYPES, str(tmp_path)) == "value"
+    assert (
+        cache.lookup(cache.host_key(other, {"capabilities": ["compute"]}), {}, str(tmp_path))
+        is None
+    )
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["garbage", "truncated", "other key", "unknown record", "empty", "directory"],
+)
+def test_corrupt_entries_mean_rediscovery(
+    sim: simhost.SimulatedHost, tmp_path: Path, damage: str
+) -> None:
+    root = _root(sim)
+    fresh = discover_cached(root, cache_dir=str(tmp_path), warm=True)
+    (entry,) = tmp_path.iterdir()
+    raw = entry.read_bytes()
+    if damage == "garbage":
+        entry.write_bytes(b"\xff{not json")
+    elif damage == "truncated":
+        entry.write_bytes(raw[: len(raw) // 2])
+    elif damage == "other key":
+        doc = json.loads(raw)
+        doc["key"]["version"] = "other"
+        entry.write_text(json.dumps(doc))
+    elif damage == "unknown record":
+        entry.write_bytes(raw.replace(b'"r":"Gpu"', b'"r":"Evil"'))
+    elif damage == "empty":
+        entry.write_bytes(b"")
+    else:
+        entry.unlink()
+        entry.mkdir()
+    assert discover_cached(root, cache_dir=str(tmp_path)) == fresh
+
+
+def test_entries_writable_by_others_are_not_used(
+    sim: simhost.SimulatedHost, tmp_path: Path
+) -> None:
+    root = _root(sim)
+    key = cache.host_key(root, {"x": 1})
+    assert cache.store(key, ("a",), [], str(tmp_path), create=True)
+    (entry,) = tmp_path.iterdir()
+    entry.chmod(0o666)
+    assert cache.lookup(key, _CACHED_TYPES, str(tmp_path)) is None
+    entry.chmod(0o600)
+    tmp_path.chmod(0o777)
+    try:
+        assert cache.lookup(key, _CACHED_TYPES, str(tmp_path)) is None
+        assert not cache.store(key, ("b",), [], str(tmp_path))
+    finally:
+        tmp_path.chmod(0o755)
+    assert cache.lookup(key, _CACHED_TYPES, str(tmp_path)) == ("a",)
+
+
+def test_the_directory_is_bounded(tmp_path: Path) -> None:
+    for i in range(cache.MAX_ENTRIES + 5):
+        assert cache.store({"i": i}, i, [], str(tmp_path), create=True)
+        written = tmp_path / f"discovery-{cache._digest({'i': i})}.json"
+        os.utime(written, ns=(i + 1, i + 1))  # older entries: older mtimes
+    names = [p.name for p in tmp_path.iterdir()]
+    assert len(names) == cache.MAX_ENTRIES
+    assert cache.lookup({"i": cache.MAX_ENTRIES + 4}, {}, str(tmp_path)) == cache.MAX_ENTRIES + 4
+
+
+def test_an_unwritable_directory_is_not_an_error(
+    sim: simhost.SimulatedHost, tmp_path: Path
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_bytes(b"")
+    assert discover_cached(_root(sim), cache_dir=str(blocker / "sub"), warm=True) == discover(
+        _root(sim)
+    )
