@@ -199,6 +199,11 @@ COMMANDS: tuple[tuple[tuple[str, ...], str, tuple[Option, ...]], ...] = (
             ),
             Option("--output", metavar="PATH", help="write the spec here, atomically (stdout)"),
             Option(
+                "--warm-cache",
+                action="store_true",
+                help="also fill the discovery cache in /run/ocihook (as root; the boot unit)",
+            ),
+            Option(
                 "--gpu-backend",
                 default="auto",
                 choices=("auto", "procfs", "nvml"),
@@ -484,7 +489,8 @@ def _cmd_cdi_generate(ns: Any) -> int:
         return 0
     root = host_root_from(ns, cfg)
     host = discover(root, gpu_backend=ns.gpu_backend)
-    _warm_discovery_cache(root)
+    if ns.warm_cache:
+        _warm_discovery_cache(root)
     vendor = "nvidia.com" if ns.vendor == "nvidia" else ns.vendor
     spec = generate_spec(
         host,

@@ -26,7 +26,7 @@ frozensets and mappings) in ``<directory>/discovery-<key>.json``:
   :data:`MAX_ENTRIES` entries (the oldest are removed).
 
 The default directory is :data:`DEFAULT_DIR` (``/run/ocihook``: a tmpfs, emptied at boot);
-``ocihook cdi generate`` (run by the boot unit) creates it and warms it.
+``ocihook cdi generate --warm-cache`` (run by the boot unit) creates it and warms it.
 """
 
 from __future__ import annotations

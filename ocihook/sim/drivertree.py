@@ -124,6 +124,9 @@ def build(
     root = base.root
     # the simulated host's own driver libraries and cache go: the driver is in the tree
     shutil.rmtree(os.path.join(root, base.libdir.lstrip("/")))
+    bits32 = simhost._MACHINES32.get(machine)
+    if bits32 is not None:  # and its 32-bit ones
+        shutil.rmtree(os.path.join(root, "usr/lib", bits32[1]), ignore_errors=True)
     shutil.rmtree(os.path.join(root, "etc"))
     rel_root, libdir, bindir = LAYOUTS[layout]
     libdir = libdir.format(triplet=base.libdir.rsplit("/", 1)[-1])

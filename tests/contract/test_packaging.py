@@ -102,21 +102,21 @@ def test_units_structure() -> None:
 
 
 def test_service_runs_cdi_generate() -> None:
-    """ExecStart is this installation's ``ocihook cdi generate --output
+    """ExecStart is this installation's ``ocihook cdi generate --warm-cache --output
     /var/run/cdi/nvidia.yaml``, with the command's documented flags only, and its parser
-    accepts the line."""
+    accepts the line (the discovery cache is warmed)."""
     (exec_start,) = [v for k, v in parse_unit(rendered_service())["Service"] if k == "ExecStart"]
     argv = shlex.split(exec_start)
     assert argv[0] == os.path.join(BINDIR, "ocihook") and os.access(argv[0], os.X_OK)
-    assert argv[1:3] == ["cdi", "generate"]
-    options = dict(zip(argv[3::2], argv[4::2], strict=True))
+    assert argv[1:4] == ["cdi", "generate", "--warm-cache"]
+    options = dict(zip(argv[4::2], argv[5::2], strict=True))
     assert options == {"--output": "/var/run/cdi/nvidia.yaml"}
     assert set(options) <= CDI_GENERATE_FLAGS
     from ocihook.commands.fast import _parse_fast
 
     ns = _parse_fast(argv[1:])  # the command's own (fast) parser takes the line
     assert ns is not None and (ns.command, ns.stage) == ("cdi", "generate")
-    assert ns.output == "/var/run/cdi/nvidia.yaml"
+    assert ns.output == "/var/run/cdi/nvidia.yaml" and ns.warm_cache
 
 
 def test_units_verify_with_systemd(tmp_path: Path) -> None:

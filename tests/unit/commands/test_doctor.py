@@ -30,6 +30,8 @@ def _socket(path: Path) -> None:
     here = os.getcwd()
     os.chdir(path.parent)  # a relative name: the full path is longer than sun_path
     try:
+        if os.path.lexists(path.name):  # the simulated host has the socket already
+            os.unlink(path.name)
         s = socket.socket(socket.AF_UNIX)
         s.bind(path.name)
         s.close()
@@ -124,7 +126,7 @@ def test_simulated_host_every_layer_passes(tmp_path: Path) -> None:
         "met with CUDA 12.4 (driver-branch table)"
     )
     libs = _check(report, "host", "driver libraries")
-    assert libs.evidence.startswith("10 64-bit and 0 32-bit 550.127.05 libraries")
+    assert libs.evidence.startswith("10 64-bit and 2 32-bit 550.127.05 libraries")
     assert "1 file(s) of another driver version skipped" in libs.evidence
     assert report.facts["cudaSource"] == "table"
     assert not report.failed
@@ -196,6 +198,7 @@ def test_unresolved_driver_dependency_fails(tmp_path: Path) -> None:
 def test_missing_persistenced_and_uvm_warn(tmp_path: Path) -> None:
     root = tmp_path / "bare"
     simhost.build(str(root))
+    (root / simhost.PERSISTENCED_SOCKET.lstrip("/")).unlink()  # no daemon
     devices = root / "proc/devices"
     devices.write_text(devices.read_text().replace("237 nvidia-uvm\n", ""))
     report = _run(root)
