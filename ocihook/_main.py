@@ -177,14 +177,18 @@ def _dispatch(args: list[str]) -> int:
         from .commands.runtime import main as runtime_main
 
         return runtime_main(args[2:])
-    from .commands.fast import FAST_COMMANDS, INJECT_STAGES, _void_hook_exit, run_fast
+    from .commands.voidexit import INJECT_STAGES, void_hook_exit
 
     try:
         if len(args) >= 2 and args[0] == "hook" and args[1] in INJECT_STAGES:
-            code, stdin = _void_hook_exit(args)
+            code, stdin = void_hook_exit(args)
             if code is not None:
                 return code
+            from .commands.fast import run_fast
+
             return run_fast(args, stdin)
+        from .commands.fast import FAST_COMMANDS, run_fast
+
         if args and (args[0] in FAST_COMMANDS or " ".join(args[:2]) in FAST_COMMANDS):
             return run_fast(args)
         from .commands.cli import cli_main

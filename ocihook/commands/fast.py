@@ -16,7 +16,8 @@ from __future__ import annotations
 import sys
 
 from ..core.errors import OcihookError, exit_code_for
-from ..core.fastexit import REQUEST_MARKERS, bundle_from_state, config_arg, state_string
+from .voidexit import INJECT_STAGES
+from .voidexit import read_stdin as _read_stdin
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
 if TYPE_CHECKING:
@@ -27,8 +28,6 @@ if TYPE_CHECKING:
     from ..core.hostroot import HostRoot
 
 FAST_COMMANDS = ("edit", "hook", "cdi generate")
-#: Hook stages that inject into the container being created.
-INJECT_STAGES = ("prestart", "createRuntime", "createContainer")
 
 
 def _print_error(err: OcihookError) -> None:
@@ -350,13 +349,6 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _read_stdin() -> bytes:
-    try:
-        return sys.stdin.buffer.read()
-    except (OSError, ValueError, AttributeError):
-        return b""
-
-
 def _cmd_edit(ns: Any) -> int:
     from ..appliers.spec import edit_bundle
     from ..settings import options_from_config
@@ -632,93 +624,8 @@ def parse_cuda_compat_arg(value: str) -> Any:
     return CudaCompat(directory, major, host if "." in host else "", cuda)
 
 
-def _void_hook_exit(argv: Sequence[str]) -> tuple[int | None, bytes]:
-    """The fast exit of ``ocihook hook prestart|createRuntime`` for containers that ask
-    for no GPU — most containers on a host where ocihook is registered for all.
-
-    Reads the state and ``<bundle>/config.json`` as bytes and returns ``(0, stdin)`` when
-    the file contains none of :data:`REQUEST_MARKERS` (nor a ``\\u`` escape); importing
-    json alone would double the cost of this path. Anything else returns ``(None,
-    stdin)``: the full command then parses both files properly and decides.
-
-    The operator's configuration file is read as bytes, once, and parsed only when it
-    may widen the markers (:func:`_config_markers`) or when its bytes cannot tell whether
-    debug logging is on (:func:`ocihook.config.scan_debug_log_file`). With debug logging
-    on, the fast exit leaves one line in the log saying why the container got no GPU;
-    with it off, nothing is opened for logging.
-    """
-    if "-h" in argv or "--help" in argv:
-        return None, b""
-    stdin = _read_stdin()
-    bundle = bundle_from_state(stdin)
-    if bundle is None:
-        return None, stdin
-    try:
-        with open(bundle.rstrip("/") + "/config.json", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return None, stdin
-    if b"\\u" in raw or any(marker in raw for marker in REQUEST_MARKERS):
-        return None, stdin
-    from ..config import read_config_bytes
-
-    path = config_arg(argv)
-    try:
-        data = read_config_bytes(path, environ={})
-    except OcihookError:
-        return None, stdin  # let the full command say what is wrong
-    if _config_markers(path, data, raw):
-        return None, stdin
-    if data is not None:
-        _log_fast_exit(path, data, stdin, bundle, argv[1])
-    return 0, stdin
-
-
-def _config_markers(path: str | None, data: bytes | None, raw: bytes) -> bool:
-    """Whether the operator's configuration (``data``, the bytes of the file at ``path``)
-    makes more requests possible (swarm resource names, annotation prefixes, device
-    mounts) and ``raw`` holds one of them. The file is parsed only when it can set those
-    keys at all (:func:`ocihook.config.bytes_may_set`); a broken file is reported by the
-    full command."""
-    from ..config import REQUEST_DETECTION_KEYS, bytes_may_set, load_config
-
-    if not bytes_may_set(REQUEST_DETECTION_KEYS, data):
-        return False
-    try:
-        markers = load_config(path, environ={}).extra_request_markers()
-    except OcihookError:
-        return True  # let the full command say what is wrong
-    return any(m in raw for m in markers)
-
-
-def _log_fast_exit(path: str | None, data: bytes, stdin: bytes, bundle: str, stage: str) -> None:
-    """Log why a container took the no-GPU fast exit, when the configuration (``data``,
-    the bytes of the file at ``path``) logs at debug level; otherwise do nothing (no file
-    is opened). The configuration is parsed only when its bytes cannot tell."""
-    from ..config import scan_debug_log_file
-
-    log_file = scan_debug_log_file(data)
-    if log_file is None:
-        from ..config import load_config
-
-        try:
-            cfg = load_config(path, environ={})
-        except OcihookError:
-            return  # the next container that asks for GPUs reports it
-        log_file = cfg.log_file if cfg.log_level == "debug" else ""
-    if not log_file:
-        return
-    from ..core import log
-
-    log.configure(log_file, "debug", container=state_string(stdin, b"id") or "?")
-    log.debug(
-        "nothing requested",
-        stage=stage,
-        reason="NVIDIA_VISIBLE_DEVICES unset (config.json holds none of "
-        + ", ".join(m.decode() for m in REQUEST_MARKERS)
-        + ")",
-        bundle=bundle,
-    )
+def _fold(word: str) -> str:
+    return word.lower().replace("-", "").replace("_", "")
 
 
 #: Every ``ocihook hook`` stage word: the injecting stages, then the helpers that
@@ -730,10 +637,6 @@ _HELPER_WORK = {
     "create-symlinks": ("link",),
     "update-ldcache": ("lib",),
 }
-
-
-def _fold(word: str) -> str:
-    return word.lower().replace("-", "").replace("_", "")
 
 
 def hook_stage_error(argv: Sequence[str]) -> str | None:

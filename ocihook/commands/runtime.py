@@ -396,7 +396,7 @@ def _add_legacy_hook(bundle_dir: str, cfg: Config) -> bool:
 
 def _asks_for_nothing(config_json: str, settings: _Settings) -> bool:
     """Whether ``config.json`` certainly asks for no GPU, decided from its bytes as the
-    no-GPU hook exit does (:func:`ocihook._main._void_hook_exit`): none of the request
+    no-GPU hook exit does (:func:`ocihook.commands.voidexit.void_hook_exit`): none of the request
     markers, no ``\\u`` escape. Unreadable: ``False`` (the full path reports it)."""
     from ..core.fastexit import REQUEST_MARKERS
 

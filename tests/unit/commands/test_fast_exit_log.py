@@ -1,6 +1,6 @@
 """Decision logging for containers that take the hook's no-GPU fast exit.
 
-The fast exit (``ocihook._main._void_hook_exit``) decides without parsing JSON or TOML.
+The fast exit (``ocihook.commands.voidexit.void_hook_exit``) decides without parsing JSON or TOML.
 With ``log-level = "debug"`` and a ``log-file`` it leaves one line saying why the container
 got no GPU; with logging off it opens nothing beyond ``config.json`` and the configuration
 file. Which files the hook opens is observed with an audit hook (PEP 578 ``open`` events)
