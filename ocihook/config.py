@@ -939,11 +939,9 @@ def load_schema() -> dict[str, Any]:
     """The JSON Schema of the file (package data ``ocihook/schemas/config.schema.json``,
     identical to ``specs/config.schema.json``), for tools and tests; the loader itself
     does not use it."""
-    import json
+    from .schemas import load_schema as load_packaged_schema
 
-    with open(os.path.join(os.path.dirname(__file__), "schemas", "config.schema.json")) as f:
-        schema: dict[str, Any] = json.load(f)
-    return schema
+    return load_packaged_schema("config")
 
 
 # --- migrating from the NVIDIA Container Toolkit's file -------------------------------

@@ -372,6 +372,24 @@ def _wait_gone(pids: Callable[[], Any], timeout: float) -> Any:
     return left
 
 
+def stop_containerd(proc: subprocess.Popen[bytes], address: str, wait: float) -> list[int]:
+    """Stop the containerd ``proc`` serving ``address`` (SIGTERM, SIGKILL after ``wait``
+    seconds), then kill its shims, which outlive a containerd that stops (ours name our
+    socket on their command line). Returns the shims that had to be killed."""
+    proc.terminate()
+    try:
+        proc.wait(wait)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    shims = _wait_gone(lambda: _pids_with_arg(address), 5)
+    for pid in shims:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    _wait_gone(lambda: _pids_with_arg(address), 5)
+    return shims
+
+
 #: Host paths the engines create when missing. Those in SCRATCH (runc's default root,
 #: containerd's shim socket dir) are removed again if the tests made them and they are
 #: empty (not empty: another engine on the host is using them); any other one appearing
@@ -524,18 +542,7 @@ def start_containerd(d: Path, host_guard: str) -> Iterator[Containerd]:
             time.sleep(0.05)
         yield engine
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        # shims outlive a containerd that stops; ours name our socket on their command line
-        shims = _wait_gone(lambda: _pids_with_arg(address), 5)
-        for pid in shims:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        _wait_gone(lambda: _pids_with_arg(address), 5)
+        shims = stop_containerd(proc, address, 10)
         assert not mounts_under(str(d))
         assert not shims, f"containerd shims still running after containerd stopped: {shims}"
 
@@ -1286,17 +1293,7 @@ def start_cri_containerd(d: Path, suite: str, host_guard: str) -> Iterator[CriCo
             address, d, cdi, f"/{host_guard}", version.runtime_version, client, messages
         )
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        shims = _wait_gone(lambda: _pids_with_arg(address), 5)
-        for pid in shims:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        _wait_gone(lambda: _pids_with_arg(address), 5)
+        stop_containerd(proc, address, 15)
         for line in mounts_under(str(d)):
             subprocess.run(["umount", "-l", line.split()[4]], check=False)
 
