@@ -21,10 +21,17 @@ What goes into the document (OCI runtime-spec ``config.md`` / ``config-linux.md`
   destination;
 * ``process.user.additionalGids`` — the host group ids of AMD/Intel device nodes
   (``render``, ``video``) and of NVIDIA nodes that are not world read-writable, each once;
-* ``hooks.createContainer`` — ``ocihook hook create-container``: the soname links, then
-  the container's ``/etc/ld.so.cache``, undone together on failure; run from the host's
-  interpreter with ``-I``, an explicit ``env`` (nothing from the container's environment
-  reaches it, CVE-2025-23266) and a ``timeout``.
+* the soname links and the container's ``/etc/ld.so.cache`` — made by :func:`edit_bundle`
+  itself in the root file system, through in-root descriptor operations, before the runtime
+  runs (issue 17: no second process), with each library's soname and ABI read from its host
+  file; where that could differ from doing it in the container (a user namespace, a mount
+  over a path written: :func:`rootfs_edit_blocker`) or fails, left to the hook below, and
+  the debug log says why;
+* ``hooks.createContainer`` — ``ocihook hook create-container``: what the edit did not
+  make (the links and the cache, see above) and the ``/proc/driver/nvidia`` mask (only
+  where the host has that directory), undone together on failure; run from the
+  host's interpreter with ``-I``, an explicit ``env`` (nothing from the container's
+  environment reaches it, CVE-2025-23266) and a ``timeout``.
 
 Before ``config.json`` is written, :func:`create_mount_targets` makes the bind-mount
 targets in the container's root file system itself, through the in-root descriptor
@@ -81,6 +88,7 @@ __all__ = [
     "create_mount_targets",
     "edit_bundle",
     "realize_hooks",
+    "rootfs_edit_blocker",
     "rootless_spec",
 ]
 
@@ -395,6 +403,10 @@ class EditResult(Record):
         ignored: the requests the unprivileged policy ignored
             (:func:`ocihook.request.ignored_by_policy`; message:
             :func:`ocihook.request.policy_note`).
+        in_rootfs: the soname links and the container's ``ld.so.cache`` were made in the
+            root file system by the edit itself (:func:`rootfs_edit_blocker` found nothing
+            in the way), so no createContainer hook carries them; for a dry run: they
+            would be.
     """
 
     bundle: Bundle
@@ -405,6 +417,89 @@ class EditResult(Record):
     written: bool
     cdi_devices: tuple[str, ...] = ()
     ignored: tuple[str, ...] = ()
+    in_rootfs: bool = False
+
+
+def _runtime_mounted(path: str) -> bool:
+    """Whether container ``path`` is below a file system the runtime mounts itself
+    (:data:`_RUNTIME_MOUNTED`): a link there (``/dev/dri/by-path/...``) can only be made in
+    the container, by the hook."""
+    return any(path == d or path.startswith(d + "/") for d in _RUNTIME_MOUNTED)
+
+
+def _covers(destination: str, path: str) -> bool:
+    return destination == "/" or path == destination or path.startswith(destination + "/")
+
+
+def rootfs_edit_blocker(
+    config: dict[str, Any], rootfs: str, edits: ContainerEdits
+) -> tuple[str | None, dict[str, str]]:
+    """Whether spec mode can make ``edits``' soname links and ``ld.so.cache`` entries in
+    the root file system ``rootfs`` itself, before the runtime creates the container
+    (issue 17: one process per GPU container), instead of leaving them to the
+    createContainer hook.
+
+    Refused when the result inside the container could differ from the hook's:
+
+    * ``rootfs`` is not a directory (the runtime reports it);
+    * the container is rootless or has a user namespace (:func:`rootless_spec`): files the
+      hook makes are owned by the container's root, those made on the host would not be,
+      and an idmapped rootfs shows host ids differently;
+    * a mount of ``config`` (an engine's volume, a tmpfs) is at or above a path written or
+      read — a link, ``/etc/ld.so.cache``, the image's CUDA compat directory — so that the
+      container would see the mount, not what was written below it;
+    * a library to enter in the cache has no host file among the plan's bind mounts (its
+      soname and ABI are read from the host file: the mount is not there yet).
+
+    Returns:
+        ``(reason, sources)``: ``reason`` is ``None`` when the edit can be made, else why
+        not (for the debug log); ``sources`` maps each cache library's container path to
+        its host file.
+    """
+    if not os.path.isdir(rootfs):
+        return f"the rootfs {rootfs} is not a directory", {}
+    if rootless_spec(config):
+        return "the container has a user namespace", {}
+    written = [s.link for s in edits.symlinks if not _runtime_mounted(s.link)]
+    if edits.ldcache_libraries:
+        written.append("/etc/ld.so.cache")
+    if edits.cuda_compat is not None:
+        written.append(edits.cuda_compat.directory)
+    mounts = config.get("mounts")
+    for m in mounts if isinstance(mounts, list) else ():
+        dest = m.get("destination") if isinstance(m, dict) else None
+        if not isinstance(dest, str) or not dest.startswith("/"):
+            continue
+        dest = "/" + dest.strip("/")
+        for path in written:
+            if _covers(dest, path):
+                return f"the mount at {dest} covers {path}", {}
+    by_destination = {m.destination: m.source for m in edits.mounts}
+    links = {s.link: s.target for s in edits.symlinks}
+    sources: dict[str, str] = {}
+    for lib in edits.ldcache_libraries:
+        target = links.get(lib)
+        if target is not None and "/" not in target:
+            dest = f"{os.path.dirname(lib)}/{target}"
+        else:
+            dest = lib
+        source = by_destination.get(dest)
+        if source is None:
+            return f"the library {lib} is not one of the bind mounts", {}
+        sources[lib] = source
+    return None, sources
+
+
+def _light_plan(plan: Plan) -> Plan:
+    """``plan`` without what the edit made in the rootfs: the hook keeps only the links
+    below ``/dev`` (made by the runtime after the edit) and the ``/proc/driver/nvidia``
+    mask, that only where the host has the directory."""
+    e = plan.edits
+    # the container's procfs shows the host kernel's: no directory there, nothing to mask
+    mask = e.proc_mask if e.proc_mask and os.path.isdir(e.proc_mask.host_dir) else None
+    late = tuple(s for s in e.symlinks if _runtime_mounted(s.link))
+    light = e.replace(symlinks=late, ldcache_libraries=(), cuda_compat=None, proc_mask=mask)
+    return plan.replace(edits=light)
 
 
 def edit_bundle(
@@ -487,9 +582,52 @@ def edit_bundle(
             path=read.config_path,
             hint="start from the engine's original config.json",
         )
-    return _finish(
-        read, request, plan, record_edit(config, doc), dry_run, cdi_names, ignored, indent
+    if plan is None:
+        assert doc is not None  # the CDI path
+        return _finish(
+            read, request, plan, record_edit(config, doc), dry_run, cdi_names, ignored, indent
+        )
+    changes = None
+    sources: dict[str, str] = {}
+    e = plan.edits
+    reason: str | None = "nothing to make"
+    if e.symlinks or e.ldcache_libraries:
+        reason, sources = rootfs_edit_blocker(bundle.config, bundle.rootfs, e)
+    if reason is None and not dry_run:
+        from .live.hooks import edit_rootfs
+
+        pairs = [(s.target, s.link) for s in e.symlinks if not _runtime_mounted(s.link)]
+        try:
+            changes = edit_rootfs(
+                bundle.rootfs,
+                bundle.config,
+                pairs,
+                e.ldcache_libraries,
+                cuda_compat=e.cuda_compat,
+                sources=sources,
+            )
+        except OcihookError as err:
+            reason = f"making them failed ({err}): the hook tries again"
+    if reason is not None and (e.symlinks or e.ldcache_libraries):
+        from ..core import log
+
+        log.debug("soname links and ld.so.cache left to the createContainer hook", reason=reason)
+    in_rootfs = reason is None
+    doc = apply_plan(
+        bundle.config,
+        _light_plan(plan) if in_rootfs else plan,
+        command=command,
+        path=bundle.config_path,
     )
+    try:
+        done = _finish(read, request, plan, record_edit(config, doc), dry_run, (), ignored, indent)
+    except BaseException:
+        if changes is not None:
+            changes.rollback()
+        raise
+    if changes is not None:
+        changes.close()
+    return done.replace(in_rootfs=in_rootfs)
 
 
 def _finish(
@@ -532,10 +670,11 @@ def _edit_request(
     root: HostRoot | None,
     options: Options,
     command: Sequence[str] | None,
-) -> tuple[dict[str, Any], Plan | None, tuple[str, ...]] | None:
-    """The edited document for ``request`` (``bundle.config`` without any earlier edit),
-    its plan (``None`` for CDI devices) and the CDI devices injected; ``None`` when
-    nothing is requested."""
+) -> tuple[dict[str, Any] | None, Plan | None, tuple[str, ...]] | None:
+    """For CDI devices: the edited document for ``request`` (``bundle.config`` without
+    any earlier edit), ``None`` and the CDI devices injected; for the legacy path:
+    ``None``, the plan and ``()`` (:func:`edit_bundle` applies it); ``None`` when nothing
+    is requested."""
     try:
         cdi_names = cdi_device_names(bundle.config, request, options)
     except OcihookError as e:
@@ -554,4 +693,4 @@ def _edit_request(
     if request.is_void and not drm_requests:
         return None
     plan = plan_for_bundle(bundle, request, root, options, "spec", drm_requests)
-    return apply_plan(bundle.config, plan, command=command, path=bundle.config_path), plan, ()
+    return None, plan, ()  # applied by edit_bundle, which decides where the links are made

@@ -414,6 +414,7 @@ def _cmd_edit(ns: Any) -> int:
         f"{len(result.plan.gpus) + len(result.plan.drm_gpus)} GPUs, "
         f"{len(edits.device_nodes)} device nodes, "
         f"{len(edits.mounts)} mounts, {len(edits.symlinks)} links"
+        + (" (made in the rootfs, with its ld.so.cache)" if result.in_rootfs else "")
     )
     if ns.diff:
         import difflib

@@ -243,6 +243,13 @@ def run_demo(
                     tofile="config.json (edited by ocihook)",
                 )
             )
+            if result.in_rootfs and result.plan is not None:
+                e = result.plan.edits
+                print("and in the rootfs, made by the edit itself:", file=out)
+                for s in e.symlinks:
+                    if not s.link.startswith("/dev/"):
+                        print(f"  {s.link} -> {s.target}", file=out)
+                print(f"  /etc/ld.so.cache with {len(e.ldcache_libraries)} libraries", file=out)
             return 0
         if mode == "spec":
             result = edit_bundle(bundle, root)
@@ -250,7 +257,8 @@ def run_demo(
             print(
                 f"ocihook edit: {len(result.plan.edits.device_nodes)} device nodes, "
                 f"{len(result.plan.edits.mounts)} mounts, "
-                f"{len(result.plan.edits.symlinks)} links",
+                f"{len(result.plan.edits.symlinks)} links"
+                + (" (made in the rootfs, with its ld.so.cache)" if result.in_rootfs else ""),
                 file=out,
             )
         else:

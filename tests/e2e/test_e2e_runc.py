@@ -157,7 +157,8 @@ def test_demo_without_runc_prints_the_diff() -> None:
         '+\t\t\t"NVIDIA_VISIBLE_DEVICES=void"' in proc.stdout
         or "NVIDIA_VISIBLE_DEVICES=void" in proc.stdout
     )
-    assert "libcuda.so.550.127.05::/usr/lib64/libcuda.so.1" in proc.stdout
+    assert "and in the rootfs, made by the edit itself:" in proc.stdout
+    assert "  /usr/lib64/libcuda.so.1 -> libcuda.so.550.127.05\n" in proc.stdout
 
 
 def test_hook_mode_bad_request_stops_the_start(
@@ -444,13 +445,19 @@ def test_host_node_group_is_kept(
 def test_spec_mode_hook_failure_removes_its_links(
     sim: simhost.SimulatedHost, bundle_factory: Callable[..., str], tmp_path: Any
 ) -> None:
-    """When the ld.so.cache step fails, the links made before it are removed."""
+    """An image whose ld.so.cache is a FIFO: the edit cannot write the cache, undoes its
+    links and leaves them to the hook; the hook fails on the same FIFO, and the links it
+    made before are removed too."""
     need_root_and("runc")
     bundle = bundle_factory(["sh", "-c", "exit 0"], ["NVIDIA_VISIBLE_DEVICES=0"])
-    _prepare("spec", bundle, sim.root)
     os.mkfifo(os.path.join(bundle, "rootfs/etc/ld.so.cache"))
+    _prepare("spec", bundle, sim.root)
+    args = json.loads(Path(bundle, "config.json").read_text())["hooks"]["createContainer"]
+    assert "--link" in args[0]["args"] and "--lib" in args[0]["args"]
+    assert not any(p.is_symlink() for p in Path(bundle, "rootfs/usr/lib64").iterdir())
     proc = run_container(bundle, state_root=str(tmp_path / "runc"), timeout=30)
     assert proc.returncode != 0
+    assert "not a regular file" in proc.stderr, proc.stderr
     assert not any(p.is_symlink() for p in Path(bundle, "rootfs/usr/lib64").iterdir())
 
 

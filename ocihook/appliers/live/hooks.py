@@ -5,7 +5,7 @@ together on failure. They run in the container's mount namespace already."""
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ...core.errors import ApplyError, OcihookError
 from ...oci.bundle import Bundle
@@ -26,7 +26,13 @@ if TYPE_CHECKING:
     pass
 
 
-__all__ = ["create_container_hook", "create_symlinks_hook", "update_ldcache_hook"]
+__all__ = [
+    "RootfsChanges",
+    "create_container_hook",
+    "create_symlinks_hook",
+    "edit_rootfs",
+    "update_ldcache_hook",
+]
 
 
 def _parse_links(links: Sequence[str]) -> list[tuple[str, str]]:
@@ -69,33 +75,94 @@ def create_container_hook(
     pairs = _parse_links(links)
     relock = unlock_readonly_rootfs(bundle.rootfs)  # crun: read-only before the hook
     try:
-        _edit_rootfs(bundle, pairs, libraries, proc_mask, cuda_compat, ld_so_conf)
+        edit_rootfs(
+            bundle.rootfs, bundle.config, pairs, libraries, proc_mask, cuda_compat, ld_so_conf
+        ).close()
     finally:
         if relock is not None:
             relock()
 
 
-def _edit_rootfs(
-    bundle: Bundle,
+class RootfsChanges:
+    """What :func:`edit_rootfs` changed in a rootfs, and how to take it back.
+
+    Holds the rootfs descriptor until :meth:`close` (keep the changes) or :meth:`rollback`
+    (undo them: the links made removed, replaced links and the previous ``ld.so.cache``
+    and drop-in put back, the mask detached; best effort) is called.
+    """
+
+    def __init__(
+        self,
+        root_fd: int,
+        undo: list[_Undo],
+        created: list[str],
+        replaced: list[tuple[str, str]],
+    ) -> None:
+        self.root_fd = root_fd
+        self.undo = undo
+        self.created = created
+        self.replaced = replaced
+
+    def rollback(self) -> None:
+        """Undo every change, then close the descriptor."""
+        from ...linux import pathsafe
+
+        _run_undo(self.undo)
+        for link, previous in reversed(self.replaced):
+            try:  # noqa: SIM105 (contextlib is not imported on this path)
+                pathsafe.symlink_in_root(self.root_fd, link, previous)
+            except (OSError, OcihookError):
+                pass
+        for path in reversed(self.created):
+            try:  # noqa: SIM105
+                pathsafe.remove_in_root(self.root_fd, path)
+            except (OSError, OcihookError):
+                pass
+        self.close()
+
+    def close(self) -> None:
+        """Keep the changes; close the descriptor (idempotent)."""
+        if self.root_fd >= 0:
+            os.close(self.root_fd)
+            self.root_fd = -1
+
+
+def edit_rootfs(
+    rootfs: str,
+    config: dict[str, object],
     pairs: Sequence[tuple[str, str]],
     libraries: Sequence[str],
-    proc_mask: ProcMask | None,
-    cuda_compat: CudaCompat | None,
+    proc_mask: ProcMask | None = None,
+    cuda_compat: CudaCompat | None = None,
     ld_so_conf: bool = False,
-) -> None:
-    """The body of :func:`create_container_hook`, on a writable rootfs."""
+    sources: Mapping[str, str] | None = None,
+) -> RootfsChanges:
+    """Make the soname links ``pairs`` (``(target, link)``), enter ``libraries`` in the
+    container's ``/etc/ld.so.cache`` (:func:`.libraries.write_ldcache`; ``sources`` maps a
+    library's container path to the host file whose ELF header gives its soname and ABI,
+    for an edit made before the driver files are mounted), optionally list their
+    directories in the ``ld.so.conf.d`` drop-in, and last mask ``/proc/driver/nvidia``
+    (``proc_mask``: only in the container's mount namespace), all inside the root file
+    system ``rootfs`` (a path: the host's, or the container's before ``pivot_root``)
+    through in-root descriptor operations.
+
+    Returns:
+        The changes made (:class:`RootfsChanges`); the caller closes or rolls them back.
+
+    Raises:
+        ApplyError: a step failed; everything made before it is undone first.
+    """
     from ...linux import pathsafe
 
-    root_fd = pathsafe.open_root(bundle.rootfs)
-    created: list[str] = []
-    replaced: list[tuple[str, str]] = []
-    undo: list[_Undo] = []
+    root_fd = pathsafe.open_root(rootfs)
+    changes = RootfsChanges(root_fd, [], [], [])
+    undo = changes.undo
     gpu_fds: dict[str, int] = {}
     try:
         for target, link in pairs:
-            previous = pathsafe.symlink_in_root(root_fd, link, target, created=created)
+            previous = pathsafe.symlink_in_root(root_fd, link, target, created=changes.created)
             if previous is not None:
-                replaced.append((link, previous))
+                changes.replaced.append((link, previous))
         if libraries and ld_so_conf:
             written, before = write_ld_so_conf(root_fd, libraries)
             if written and before is None:
@@ -106,8 +173,9 @@ def _edit_rootfs(
                         pathsafe.write_file_in_root, root_fd, LD_SO_CONF_DROP_IN, before, 0o644
                     )
                 )
-        if libraries:
-            old = write_ldcache(root_fd, libraries, cuda_compat)
+        if libraries:  # an /etc made here is taken back too
+            os.close(pathsafe.makedirs_in_root(root_fd, "/etc", created=changes.created))
+            old = write_ldcache(root_fd, libraries, cuda_compat, sources)
             if old is None:
                 undo.append(_partial(pathsafe.remove_in_root, root_fd, "/etc/ld.so.cache"))
             else:
@@ -116,29 +184,19 @@ def _edit_rootfs(
                 )
         if proc_mask is not None:
             gpu_fds = clone_gpu_proc_dirs(proc_mask)
-            devices = _config_devices(bundle.config)
+            devices = _config_devices(config)
             minors = caps_minors([(d.get("path"), d.get("minor")) for d in devices])
             files = read_proc_files(proc_mask.host_dir, minors)
             mask_proc_driver(root_fd, files, gpu_fds, undo)
     except (OSError, OcihookError) as e:
-        _run_undo(undo)
-        for link, previous in reversed(replaced):
-            try:  # noqa: SIM105 (contextlib is not imported on this path)
-                pathsafe.symlink_in_root(root_fd, link, previous)
-            except (OSError, OcihookError):
-                pass
-        for path in reversed(created):
-            try:  # noqa: SIM105
-                pathsafe.remove_in_root(root_fd, path)
-            except (OSError, OcihookError):
-                pass
+        changes.rollback()
         if isinstance(e, OcihookError):
             raise
-        raise ApplyError(f"cannot change the container: {e.strerror}", path=bundle.rootfs) from None
+        raise ApplyError(f"cannot change the container: {e.strerror}", path=rootfs) from None
     finally:
         for fd in gpu_fds.values():
             os.close(fd)
-        os.close(root_fd)
+    return changes
 
 
 def create_symlinks_hook(bundle: Bundle, links: Sequence[str]) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ...core.errors import ApplyError, OcihookError
 from ...linux import ldcache
@@ -58,32 +58,58 @@ def _open_regular(root_fd: int, path: str) -> int | None:
     return fd
 
 
-def _entry_for(root_fd: int, path: str, *, soname_dir: str | None = None) -> ldcache.CacheEntry:
-    """The ``ld.so.cache`` entry of the library at container ``path`` (read as a regular
-    file inside the rootfs with :mod:`ocihook.linux.elfscan`, never loaded).
-
-    Raises:
-        ApplyError: missing, not an ELF library of a known machine, or a soname that is
-            not a plain file name.
-    """
+def _entry_from_fd(fd: int, path: str, directory: str) -> ldcache.CacheEntry:
+    """The ``ld.so.cache`` entry of the ELF library open at ``fd`` (read with
+    :mod:`ocihook.linux.elfscan`, never loaded), named ``directory/<soname>``; ``path``
+    names it in errors."""
     from ...linux.elfscan import ELF_MACHINE_NAMES, dynamic_names, identify
 
-    fd = _open_regular(root_fd, path)
-    if fd is None:
-        raise ApplyError("library not found in the container", path=path)
-    try:
-        ident = identify(fd)
-        names = dynamic_names(fd)
-    finally:
-        os.close(fd)
+    ident = identify(fd)
+    names = dynamic_names(fd)
     machine = ELF_MACHINE_NAMES.get(ident[1]) if ident else None
     if ident is None or machine is None:
         raise ApplyError("not an ELF library of a known machine", path=path)
     soname = (names[0] if names else None) or os.path.basename(path)
     if "/" in soname or soname in (".", "..") or "\0" in soname:
         raise ApplyError("the library's soname is not a file name", path=path, value=soname)
-    directory = soname_dir or os.path.dirname(path)
     return ldcache.CacheEntry(soname, f"{directory}/{soname}", ldcache.abi_flags(ident[0], machine))
+
+
+def _entry_for(root_fd: int, path: str, *, soname_dir: str | None = None) -> ldcache.CacheEntry:
+    """The ``ld.so.cache`` entry of the library at container ``path`` (opened as a regular
+    file inside the rootfs).
+
+    Raises:
+        ApplyError: missing, not an ELF library of a known machine, or a soname that is
+            not a plain file name.
+    """
+    fd = _open_regular(root_fd, path)
+    if fd is None:
+        raise ApplyError("library not found in the container", path=path)
+    try:
+        return _entry_from_fd(fd, path, soname_dir or os.path.dirname(path))
+    finally:
+        os.close(fd)
+
+
+def _entry_for_host(host_path: str, path: str) -> ldcache.CacheEntry:
+    """The ``ld.so.cache`` entry for the container library ``path`` whose file is the host
+    driver file ``host_path`` (to be bind-mounted there): its ELF header read on the host.
+
+    Raises:
+        ApplyError: the host file is missing, not a regular file, or not an ELF library.
+    """
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
+    try:
+        fd = os.open(host_path, flags)
+    except OSError as e:
+        raise ApplyError(f"cannot read a driver library: {e.strerror}", path=host_path) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ApplyError("a driver library is not a regular file", path=host_path)
+        return _entry_from_fd(fd, host_path, os.path.dirname(path))
+    finally:
+        os.close(fd)
 
 
 #: The most libraries read from an image's CUDA compat directory (NVIDIA's cuda-compat
@@ -169,7 +195,10 @@ def cuda_compat_entries(root_fd: int, compat: CudaCompat) -> list[ldcache.CacheE
 
 
 def write_ldcache(
-    root_fd: int, libraries: Sequence[str], compat: CudaCompat | None = None
+    root_fd: int,
+    libraries: Sequence[str],
+    compat: CudaCompat | None = None,
+    sources: Mapping[str, str] | None = None,
 ) -> bytes | None:
     """Enter ``libraries`` in the container's ``/etc/ld.so.cache``, keeping its entries.
 
@@ -179,6 +208,9 @@ def write_ldcache(
             opened inside the rootfs as a regular file and its soname, class and machine
             read with :mod:`ocihook.linux.elfscan` (never loaded or executed).
         compat: CUDA forward compatibility to apply (:func:`cuda_compat_entries`).
+        sources: container library path -> host driver file, for libraries not yet
+            mounted (spec mode's edit before the container exists): their ELF headers are
+            read from the host files instead (:func:`_entry_for_host`).
 
     Returns:
         The previous cache bytes (``None`` when there was none), for rollback.
@@ -192,7 +224,12 @@ def write_ldcache(
     """
     from ...linux import pathsafe
 
-    added = [_entry_for(root_fd, lib) for lib in libraries]
+    added = [
+        _entry_for_host(sources[lib], lib)
+        if sources and lib in sources
+        else _entry_for(root_fd, lib)
+        for lib in libraries
+    ]
     if compat is not None:  # after the host's: the same sonames are replaced
         added += cuda_compat_entries(root_fd, compat)
     old: bytes | None = None

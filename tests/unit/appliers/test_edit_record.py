@@ -83,7 +83,8 @@ def test_re_edit_for_another_request_replans(tmp_path: Any, host: simhost.Simula
     assert second.written
     doc = _doc(bundle)
     assert _gpu_nodes(doc) == [f"/dev/nvidia{host.gpus[5].minor}"]
-    assert len(doc["hooks"]["createContainer"]) == 1
+    # the links and ld.so.cache are made in the rootfs by the edit: no hook piles up
+    assert second.in_rootfs and "createContainer" not in doc.get("hooks", {})
     rules = doc["linux"]["resources"]["devices"]
     gpu_rules = [r for r in rules if r.get("major") == 195 and r.get("minor", 255) < 255]
     assert [r["minor"] for r in gpu_rules] == [host.gpus[5].minor]
@@ -132,9 +133,14 @@ def test_record_survives_a_text_edit(tmp_path: Any, host: simhost.SimulatedHost)
 
 
 def test_legacy_edit_without_record_is_refused(tmp_path: Any, host: simhost.SimulatedHost) -> None:
+    """A document holding ocihook's createContainer hook but no record (an ocihook that
+    kept none; here: a container with a user namespace, whose links stay with the hook)."""
     bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
     root = HostRoot.single(host.root)
-    edit_bundle(bundle, root, command=COMMAND)
+    doc = _doc(bundle)
+    doc["linux"].setdefault("namespaces", []).append({"type": "user"})
+    _write(bundle, doc)
+    assert not edit_bundle(bundle, root, command=COMMAND).in_rootfs
     doc = _doc(bundle)
     del doc["annotations"][ANNOTATION]
     assert edited_without_record(doc)

@@ -32,12 +32,24 @@ def _bundle(tmp_path: Any, env: list[str], extra: dict[str, Any] | None = None) 
     return str(b)
 
 
+COMMAND = ("/py", "-I", "-m", "ocihook")
+
+
+def _cache(rootfs: Path) -> dict[str, str]:
+    from ocihook.linux import ldcache
+
+    return {e.soname: e.path for e in ldcache.parse((rootfs / "etc/ld.so.cache").read_bytes())}
+
+
 def test_edit_two_gpus(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
+    """The edit gives the nodes, rules and mounts in config.json and makes the soname links
+    and the container's ld.so.cache in the rootfs itself (issue 17); the createContainer
+    hook is left with the /proc/driver/nvidia mask only."""
     bundle = _bundle(
         tmp_path, ["NVIDIA_VISIBLE_DEVICES=0,3", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"]
     )
-    result = edit_bundle(bundle, HostRoot.single(sim.root), command=("/py", "-I", "-m", "ocihook"))
-    assert result.written
+    result = edit_bundle(bundle, HostRoot.single(sim.root), command=COMMAND)
+    assert result.written and result.in_rootfs
     doc = json.loads(Path(os.path.join(bundle, "config.json")).read_text())
     devices = doc["linux"]["devices"]
     assert [(d["path"], d["major"], d["minor"]) for d in devices][-2:] == [
@@ -52,18 +64,131 @@ def test_edit_two_gpus(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
     mounts = [m for m in doc["mounts"] if m["destination"].startswith("/usr/lib64/")]
     assert mounts and all(m["options"] == ["ro", "nosuid", "nodev", "bind"] for m in mounts)
     hooks = doc["hooks"]["createContainer"]
+    assert len(hooks) == 1 and hooks[0]["timeout"] == 30
+    args = hooks[0]["args"]
+    assert args[:6] == [*COMMAND, "hook", "create-container"]
+    assert args[6:8] == ["--mask-proc", os.path.join(sim.root, "proc/driver/nvidia")]
+    assert args[8::2] == ["--proc-gpu"] * 2 and len(args) == 12
+    assert hooks[0]["env"] and not any(e.startswith("LD_") for e in hooks[0]["env"])
+    rootfs = Path(bundle) / "rootfs"
+    assert os.readlink(rootfs / "usr/lib64/libcuda.so.1") == f"libcuda.so.{sim.driver_version}"
+    assert result.plan is not None
+    links = {s.link: s.target for s in result.plan.edits.symlinks}
+    assert links and all(os.readlink(rootfs / link.lstrip("/")) == t for link, t in links.items())
+    cache = _cache(rootfs)
+    assert cache["libcuda.so.1"] == "/usr/lib64/libcuda.so.1"
+    assert cache["libnvidia-ml.so.1"] == "/usr/lib64/libnvidia-ml.so.1"
+    assert set(result.plan.edits.ldcache_libraries) <= set(cache.values())
+    assert "NVIDIA_VISIBLE_DEVICES=void" in doc["process"]["env"]
+    assert "NVIDIA_VISIBLE_DEVICES=0,3" not in doc["process"]["env"]
+    # a second run re-plans the recorded request (ocihook.edits) and finds nothing to change
+    again = edit_bundle(bundle, HostRoot.single(sim.root), command=COMMAND)
+    assert not again.written and again.plan is not None and again.after == result.after
+    assert _cache(rootfs) == cache
+
+
+def test_links_below_dev_stay_with_the_hook(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
+    """All capabilities: the DRM by-path links below /dev stay with the hook (the runtime
+    mounts /dev after the edit) beside the mask; no --lib or --cuda-compat."""
+    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=all"])
+    result = edit_bundle(bundle, HostRoot.single(sim.root), command=COMMAND)
+    assert result.in_rootfs
+    hooks = json.loads(Path(bundle, "config.json").read_text())["hooks"]["createContainer"]
     assert len(hooks) == 1
     args = hooks[0]["args"]
-    assert args[:6] == ["/py", "-I", "-m", "ocihook", "hook", "create-container"]
+    assert args[:6] == [*COMMAND, "hook", "create-container"]
+    mask = args.index("--mask-proc")
+    assert args[mask + 1] == os.path.join(sim.root, "proc/driver/nvidia")
+    assert not {"--lib", "--cuda-compat"} & set(args)
+    # only the DRM by-path links stay: the runtime mounts /dev after the edit
+    links = [args[i + 1] for i, a in enumerate(args) if a == "--link"]
+    assert links and all(link.split("::")[1].startswith("/dev/dri/by-path/") for link in links)
+    assert args.count("--proc-gpu") == 1
+    assert os.path.islink(Path(bundle, "rootfs/usr/lib64/libcuda.so.1"))
+
+
+@pytest.mark.parametrize(
+    ("extra", "reason"),
+    [
+        ({"namespaces": [{"type": "user"}]}, "user namespace"),
+        (None, "the mount at /etc covers /etc/ld.so.cache"),
+        (None, "the mount at /usr/lib64 covers /usr/lib64/"),
+    ],
+    ids=["user-namespace", "etc-mount", "libdir-mount"],
+)
+def test_links_stay_with_the_hook_when_the_rootfs_edit_could_differ(
+    extra: dict[str, Any] | None,
+    reason: str,
+    sim: simhost.SimulatedHost,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A user namespace, or an engine's mount over /etc or the library directory: the
+    links and the cache are left to the createContainer hook, as before, nothing is made
+    in the rootfs but the mount targets, and the debug log says why."""
+    from ocihook.core import log
+
+    logged: list[tuple[str, dict[str, object]]] = []
+    monkeypatch.setattr(log, "debug", lambda message, **f: logged.append((message, f)))
+    env = ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"]
+    bundle = _bundle(tmp_path, env)
+    path = Path(bundle, "config.json")
+    doc = json.loads(path.read_text())
+    if extra:
+        doc["linux"].update(extra)
+    else:
+        dest = reason.split()[3]
+        doc["mounts"].append({"destination": dest, "type": "tmpfs", "source": "tmpfs"})
+    path.write_text(json.dumps(doc))
+    result = edit_bundle(bundle, HostRoot.single(sim.root), command=COMMAND)
+    assert result.written and not result.in_rootfs
+    hooks = json.loads(path.read_text())["hooks"]["createContainer"]
+    args = hooks[0]["args"]
     assert f"libcuda.so.{sim.driver_version}::/usr/lib64/libcuda.so.1" in args
     assert args[args.index("--lib") + 1].startswith("/usr/lib64/")
     assert hooks[0]["timeout"] == 30
     assert hooks[0]["env"] and not any(e.startswith("LD_") for e in hooks[0]["env"])
-    assert "NVIDIA_VISIBLE_DEVICES=void" in doc["process"]["env"]
-    assert "NVIDIA_VISIBLE_DEVICES=0,3" not in doc["process"]["env"]
-    # a second run re-plans the recorded request (ocihook.edits) and finds nothing to change
-    again = edit_bundle(bundle, HostRoot.single(sim.root), command=("/py", "-I", "-m", "ocihook"))
-    assert not again.written and again.plan is not None and again.after == result.after
+    rootfs = Path(bundle) / "rootfs"
+    assert not (rootfs / "etc/ld.so.cache").exists()
+    assert not (rootfs / "usr/lib64/libcuda.so.1").is_symlink()
+    why = [str(f["reason"]) for m, f in logged if "left to the createContainer hook" in m]
+    assert len(why) == 1 and reason in why[0], logged
+
+
+def test_a_failed_rootfs_edit_falls_back_to_the_hook(
+    sim: simhost.SimulatedHost, tmp_path: Any
+) -> None:
+    """A rootfs edit that fails half-way (a directory where the cache goes) undoes what it
+    made and leaves the links to the hook, which reports the problem in the container's
+    own terms; the edit itself succeeds."""
+    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=utility"])
+    rootfs = Path(bundle) / "rootfs"
+    (rootfs / "etc/ld.so.cache").mkdir(parents=True)  # a directory where the cache goes
+    result = edit_bundle(bundle, HostRoot.single(sim.root), command=COMMAND)
+    assert result.written and not result.in_rootfs
+    args = json.loads(Path(bundle, "config.json").read_text())["hooks"]["createContainer"][0]
+    assert "--link" in args["args"] and "--lib" in args["args"]
+    assert sorted(p.name for p in (rootfs / "etc").iterdir()) == ["ld.so.cache"]
+    # the links made before the cache failed are gone; only the mount targets are left
+    assert not any(p.is_symlink() for p in (rootfs / "usr/lib64").iterdir())
+    assert any(p.is_file() for p in (rootfs / "usr/lib64").iterdir())
+
+
+def test_a_host_without_proc_driver_nvidia_needs_no_hook(tmp_path: Any) -> None:
+    """WSL2 (no /proc/driver/nvidia): nothing is left for a hook; the links and the cache
+    entries for the driver store are in the rootfs, config.json has no hooks."""
+    from ocihook.sim import wsl as simwsl
+
+    w = simwsl.build(str(tmp_path / "wsl"))
+    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=all"])
+    result = edit_bundle(bundle, HostRoot.single(w.root), command=COMMAND)
+    assert result.written and result.in_rootfs and result.plan is not None
+    doc = json.loads(Path(bundle, "config.json").read_text())
+    assert "hooks" not in doc
+    rootfs = Path(bundle) / "rootfs"
+    store = f"/usr/lib/wsl/drivers/{simwsl.STORE}"
+    assert os.readlink(rootfs / store.lstrip("/") / "libcuda.so.1") == "libcuda.so.1.1"
+    assert _cache(rootfs)["libcuda.so.1"] == f"{store}/libcuda.so.1"
 
 
 def test_apply_plan_replaces_by_path_and_destination(
@@ -72,12 +197,13 @@ def test_apply_plan_replaces_by_path_and_destination(
     bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
     first = edit_bundle(bundle, HostRoot.single(sim.root), dry_run=True)
     assert first.plan is not None and not first.written
-    doc = json.loads(first.after)
-    twice = apply_plan(doc, first.plan)
-    assert len(twice["linux"]["devices"]) == len(doc["linux"]["devices"])
-    assert len(twice["mounts"]) == len(doc["mounts"])
-    assert twice["hooks"] == doc["hooks"]
-    assert twice["linux"]["resources"]["devices"] == doc["linux"]["resources"]["devices"]
+    once = apply_plan(load_bundle(bundle).config, first.plan)
+    twice = apply_plan(once, first.plan)
+    assert len(twice["linux"]["devices"]) == len(once["linux"]["devices"])
+    assert len(twice["mounts"]) == len(once["mounts"])
+    assert twice["hooks"] == once["hooks"] and len(once["hooks"]["createContainer"]) == 1
+    assert twice["linux"]["resources"]["devices"] == once["linux"]["resources"]["devices"]
+    assert twice == once
 
 
 def test_void_request_leaves_file_identical(sim: simhost.SimulatedHost, tmp_path: Any) -> None:

@@ -109,17 +109,29 @@ def test_disable_require_and_capabilities(sim: simhost.SimulatedHost, tmp_path: 
 
 
 def test_cuda_compat_disabled(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
-    """``cuda-compat = "disabled"`` drops the ``--cuda-compat`` argument of the
-    createContainer hook that spec mode registers; the default passes the host driver."""
+    """``cuda-compat = "disabled"`` keeps the image's newer CUDA compat libcuda out of the
+    container's ld.so.cache that spec mode writes; the default enters it (its
+    ``libcuda.so.999.1`` is newer than the host's driver)."""
+    from ocihook.linux import ldcache
+    from ocihook.sim.elfwrite import make_shared_object
+
     roots = f'driver-root = "{sim.root}"\ndev-root = "{sim.root}"\n'
-    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
-    argv = ("edit", "-b", bundle, "--dry-run", "--diff", "--config")
-    default = _cli(*argv, _conf(tmp_path, roots))
-    assert default.returncode == 0, default.stderr
-    assert f'"/usr/local/cuda/compat::{sim.driver_version}"' in default.stdout
-    off = _cli(*argv, _conf(tmp_path, roots + 'cuda-compat = "disabled"\n'))
-    assert off.returncode == 0, off.stderr
-    assert "--cuda-compat" not in off.stdout and "libcuda.so" in off.stdout
+    seen = {}
+    for name, extra in (("default", ""), ("off", 'cuda-compat = "disabled"\n')):
+        bundle = _bundle(tmp_path / name, ["NVIDIA_VISIBLE_DEVICES=0"])
+        compat = os.path.join(bundle, "rootfs/usr/local/cuda/compat")
+        os.makedirs(compat)
+        with open(os.path.join(compat, "libcuda.so.999.1"), "wb") as f:
+            f.write(make_shared_object("libcuda.so.1"))
+        os.symlink("libcuda.so.999.1", os.path.join(compat, "libcuda.so.1"))
+        r = _cli("edit", "-b", bundle, "--config", _conf(tmp_path / name, roots + extra))
+        assert r.returncode == 0, r.stderr
+        with open(os.path.join(bundle, "rootfs/etc/ld.so.cache"), "rb") as f:
+            entries = ldcache.parse(f.read())
+        seen[name] = [e.path for e in entries if e.soname == "libcuda.so.1"]
+    assert seen["default"][0] == "/usr/local/cuda/compat/libcuda.so.1", seen
+    assert "/usr/local/cuda/compat/libcuda.so.1" not in seen["off"], seen
+    assert seen["off"] and seen["off"][0].endswith("/libcuda.so.1"), seen
 
 
 def test_log_file_records_the_decisions(sim: simhost.SimulatedHost, tmp_path: Any) -> None:

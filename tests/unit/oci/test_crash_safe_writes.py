@@ -90,6 +90,8 @@ def test_fault_before_rename_keeps_old_file(
     bundle = _bundle(tmp_path)
     before = (bundle / "config.json").read_bytes()
     inject = ["-e", f"trace={syscall}", "-e", f"inject={syscall}:error=EIO:when={when}"]
+    if syscall != "fsync":  # config.json's, not the rootfs's ld.so.cache (made first)
+        inject = ["-P", str(bundle), *inject]
     r = _edit(bundle, sim.root, inject)
     assert r.returncode == 7, r.stderr
     assert r.stderr.strip().startswith(
@@ -97,6 +99,8 @@ def test_fault_before_rename_keeps_old_file(
     ), r.stderr
     assert (bundle / "config.json").read_bytes() == before
     assert _entries(bundle) == ["config.json", "rootfs"]
+    # the links, the ld.so.cache and the mount targets made in the rootfs are gone again
+    assert [str(p) for p in (bundle / "rootfs").rglob("*")] == []
 
 
 @pytest.mark.parametrize(
