@@ -66,6 +66,7 @@ from ..plan import (
     Hook,
     Mount,
     Plan,
+    ProcMask,
 )
 from ..request import (
     Request,
@@ -407,6 +408,10 @@ class EditResult(Record):
             root file system by the edit itself (:func:`rootfs_edit_blocker` found nothing
             in the way), so no createContainer hook carries them; for a dry run: they
             would be.
+        caller_mask: with ``mask_by_caller``, the ``/proc/driver/nvidia`` mask the caller
+            of the runtime's ``create`` is to mount in the created container
+            (:func:`ocihook.appliers.live.procmask.mask_created_container`) because no hook
+            carries it; ``None`` otherwise.
     """
 
     bundle: Bundle
@@ -418,6 +423,7 @@ class EditResult(Record):
     cdi_devices: tuple[str, ...] = ()
     ignored: tuple[str, ...] = ()
     in_rootfs: bool = False
+    caller_mask: ProcMask | None = None
 
 
 def _runtime_mounted(path: str) -> bool:
@@ -490,16 +496,20 @@ def rootfs_edit_blocker(
     return None, sources
 
 
-def _light_plan(plan: Plan) -> Plan:
+def _light_plan(plan: Plan, mask_by_caller: bool) -> tuple[Plan, ProcMask | None]:
     """``plan`` without what the edit made in the rootfs: the hook keeps only the links
     below ``/dev`` (made by the runtime after the edit) and the ``/proc/driver/nvidia``
-    mask, that only where the host has the directory."""
+    mask, that only where the host has the directory — and with ``mask_by_caller``, when
+    no link is left for the hook, the mask is returned for the caller instead."""
     e = plan.edits
     # the container's procfs shows the host kernel's: no directory there, nothing to mask
     mask = e.proc_mask if e.proc_mask and os.path.isdir(e.proc_mask.host_dir) else None
     late = tuple(s for s in e.symlinks if _runtime_mounted(s.link))
+    caller = mask if mask_by_caller and not late else None
+    if caller is not None:
+        mask = None
     light = e.replace(symlinks=late, ldcache_libraries=(), cuda_compat=None, proc_mask=mask)
-    return plan.replace(edits=light)
+    return plan.replace(edits=light), caller
 
 
 def edit_bundle(
@@ -510,6 +520,7 @@ def edit_bundle(
     command: Sequence[str] | None = None,
     options: Options | None = None,
     indent: str | None = "\t",
+    mask_by_caller: bool = False,
 ) -> EditResult:
     """Spec mode: give the container of ``bundle_dir`` what its ``config.json`` asks for.
 
@@ -522,6 +533,9 @@ def edit_bundle(
         indent: how the new ``config.json`` is written: tab-indented (default, like
             ``runc spec``: ``ocihook edit`` is run by people), or ``None``: compact, by the
             C encoder (the wrapper runtime: only runc reads it).
+        mask_by_caller: the caller runs the runtime's ``create`` itself and mounts the
+            ``/proc/driver/nvidia`` mask in the created container
+            (``EditResult.caller_mask``), so that no hook has to (the wrapper runtime).
 
     What an earlier edit added is recorded in the annotation ``ocihook.edits``
     (:mod:`ocihook.appliers.editrecord`) and taken out before the plan is made: editing
@@ -613,12 +627,11 @@ def edit_bundle(
 
         log.debug("soname links and ld.so.cache left to the createContainer hook", reason=reason)
     in_rootfs = reason is None
-    doc = apply_plan(
-        bundle.config,
-        _light_plan(plan) if in_rootfs else plan,
-        command=command,
-        path=bundle.config_path,
-    )
+    caller_mask = None
+    applied = plan
+    if in_rootfs:
+        applied, caller_mask = _light_plan(plan, mask_by_caller)
+    doc = apply_plan(bundle.config, applied, command=command, path=bundle.config_path)
     try:
         done = _finish(read, request, plan, record_edit(config, doc), dry_run, (), ignored, indent)
     except BaseException:
@@ -627,7 +640,7 @@ def edit_bundle(
         raise
     if changes is not None:
         changes.close()
-    return done.replace(in_rootfs=in_rootfs)
+    return done.replace(in_rootfs=in_rootfs, caller_mask=caller_mask)
 
 
 def _finish(

@@ -40,7 +40,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ..core.errors import OcihookError, RuntimeNotFound, exit_code_for
+from ..core.errors import ApplyError, OcihookError, RuntimeNotFound, exit_code_for
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
 if TYPE_CHECKING:
@@ -121,9 +121,22 @@ class Invocation:
         log_format: the global ``--log-format`` (``"text"`` when not given).
         config: crun's ``--config``/``-f`` file name, when given.
         help: ``-h``/``--help`` was given (the runtime prints help; no bundle to edit).
+        pid_file: the command's ``--pid-file``, when given.
+        container_id: the command's first positional word (the container id), if any.
+        global_args: the words before the command (the global options), as given.
     """
 
-    __slots__ = ("bundle", "command", "config", "help", "log", "log_format")
+    __slots__ = (
+        "bundle",
+        "command",
+        "config",
+        "container_id",
+        "global_args",
+        "help",
+        "log",
+        "log_format",
+        "pid_file",
+    )
 
     def __init__(
         self,
@@ -133,6 +146,9 @@ class Invocation:
         log_format: str = "text",
         config: str | None = None,
         help: bool = False,
+        pid_file: str | None = None,
+        container_id: str | None = None,
+        global_args: tuple[str, ...] = (),
     ) -> None:
         self.help = help
         self.command = command
@@ -140,6 +156,9 @@ class Invocation:
         self.log = log
         self.log_format = log_format
         self.config = config
+        self.pid_file = pid_file
+        self.container_id = container_id
+        self.global_args = global_args
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__)
@@ -213,6 +232,7 @@ def parse_args(args: Sequence[str]) -> Invocation:
         i += 1
     if i >= n:
         return inv
+    inv.global_args = tuple(args[:i])
     inv.command = args[i]
     i += 1
     while i < n:
@@ -221,7 +241,9 @@ def parse_args(args: Sequence[str]) -> Invocation:
         if arg == "--":
             break
         if not arg.startswith("-") or arg == "-":
-            continue  # the container id
+            if inv.container_id is None:
+                inv.container_id = arg
+            continue
         name, value = _option(arg)
         if name in ("help", "h"):
             inv.help = _flag_on(value)
@@ -234,6 +256,10 @@ def parse_args(args: Sequence[str]) -> Invocation:
             inv.bundle = value
         elif name in ("config", "f"):
             inv.config = value
+        elif name == "pid-file":
+            inv.pid_file = value
+    if inv.container_id is None and i < n:
+        inv.container_id = args[i]  # after "--"
     return inv
 
 
@@ -358,7 +384,7 @@ def _add_legacy_hook(bundle_dir: str, cfg: Config) -> bool:
         ApplyError: ``config.json`` could not be replaced.
     """
     from ..config import DEFAULT_PATH as DEFAULT_CONFIG
-    from ..core.errors import ApplyError, SpecError
+    from ..core.errors import SpecError
     from ..oci.bundle import load_bundle, write_json_atomic
     from ..request import drm_requests_from_spec, request_from_spec
     from ..settings import options_from_config
@@ -498,20 +524,97 @@ def prepare_bundle(bundle_dir: str, cfg: Config) -> str:
             :class:`SpecError`, :class:`RequestError`, :class:`ApplyError`);
             ``config.json`` is then as it was.
     """
+    return _prepare(bundle_dir, cfg)[0]
+
+
+def _prepare(bundle_dir: str, cfg: Config, mask_by_caller: bool = False) -> tuple[str, Any]:
+    """:func:`prepare_bundle`, and the edit's result when spec mode left the
+    ``/proc/driver/nvidia`` mask to the caller (``mask_by_caller``; else ``None``)."""
     if cfg.mode == "legacy":
-        return "hook added" if _add_legacy_hook(bundle_dir, cfg) else "unchanged"
+        return ("hook added" if _add_legacy_hook(bundle_dir, cfg) else "unchanged"), None
     from ..appliers.spec import edit_bundle
     from ..settings import options_from_config
 
     # compact: only runc reads this config.json (the C encoder, no json import)
-    result = edit_bundle(bundle_dir, cfg.host_root(), options=options_from_config(cfg), indent=None)
+    result = edit_bundle(
+        bundle_dir,
+        cfg.host_root(),
+        options=options_from_config(cfg),
+        indent=None,
+        mask_by_caller=mask_by_caller,
+    )
     if result.ignored:
         from ..request import policy_note
 
         print(
             f"{PROG}: {result.bundle.config_path}: {policy_note(result.ignored)}", file=sys.stderr
         )
-    return "edited" if result.written else "unchanged"
+    done = "edited" if result.written else "unchanged"
+    return done, result if result.caller_mask is not None else None
+
+
+def _create_and_mask(
+    runtime: str, args: list[str], env: dict[str, str], inv: Invocation, result: Any
+) -> int:
+    """Run the runtime's ``create`` as a child (not ``execve``: the wrapper has work left),
+    then mount ``result.caller_mask`` in the created container, whose init pid the
+    runtime wrote to ``--pid-file``: the createContainer hook's last step without a second
+    interpreter (issue 17). Signals the wrapper gets meanwhile are passed on. If the mask
+    fails, the container is deleted (``<runtime> <global options> delete --force ID``)
+    and the error reported (exit 7). Returns the exit status to leave with."""
+    import signal
+
+    from ..appliers.live.procmask import mask_created_container
+    from ..core import log
+
+    child = os.fork()
+    if child == 0:  # pragma: no cover - it becomes the runtime
+        try:
+            os.execve(runtime, [runtime, *args], env)
+        finally:
+            os._exit(127)
+    forwarded = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+    for sig in forwarded:
+        signal.signal(sig, lambda signum, _frame: os.kill(child, signum))
+    while True:
+        try:
+            _pid, status = os.waitpid(child, 0)
+            break
+        except InterruptedError:  # pragma: no cover - PEP 475 retries
+            continue
+    for sig in forwarded:
+        signal.signal(sig, signal.SIG_DFL)
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        return code if code > 0 else 128 - code
+    try:
+        pid_file = inv.pid_file or ""
+        with open(
+            pid_file if os.path.isabs(pid_file) else os.path.join(os.getcwd(), pid_file)
+        ) as f:
+            pid = int(f.read().strip() or "0")
+        nodes = [(n.path, n.minor) for n in result.plan.edits.device_nodes]
+        done = mask_created_container(pid, result.caller_mask, nodes)
+        log.debug(f"{PROG} create: /proc/driver/nvidia masked", pid=pid, masked=done)
+        return 0
+    except (OSError, ValueError, OcihookError) as e:
+        err = (
+            e
+            if isinstance(e, OcihookError)
+            else ApplyError(f"cannot read the container's pid: {e}", path=inv.pid_file)
+        )
+        import subprocess
+
+        subprocess.run(
+            [runtime, *inv.global_args, "delete", "--force", inv.container_id or ""],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+        )
+        _report(err, inv)
+        return exit_code_for(err)
 
 
 def _log_file(value: str | None) -> str | None:
@@ -581,6 +684,7 @@ def main(argv: Sequence[str] | None = None, *, environ: Mapping[str, str] | None
     inv = parse_args(args)
     original: bytes | None = None
     done = "unchanged"
+    masked = None
     config_json = ""
     try:
         if env.get(EXEC_MARKER):
@@ -600,7 +704,9 @@ def main(argv: Sequence[str] | None = None, *, environ: Mapping[str, str] | None
                 from ..core import log
 
                 original = _read_bytes(config_json)
-                done = prepare_bundle(bundle, settings.get())
+                # create with --pid-file: the wrapper can mask /proc/driver/nvidia itself
+                by_caller = inv.command == "create" and bool(inv.pid_file and inv.container_id)
+                done, masked = _prepare(bundle, settings.get(), by_caller)
                 log.debug(f"{PROG} {inv.command}", bundle=bundle, done=done, runtime=runtime)
     except OcihookError as e:
         _report(e, inv)
@@ -608,6 +714,8 @@ def main(argv: Sequence[str] | None = None, *, environ: Mapping[str, str] | None
     env[EXEC_MARKER] = sys.argv[0] if argv is None else PROG
     sys.stdout.flush()
     sys.stderr.flush()
+    if masked is not None:
+        return _create_and_mask(runtime, args, env, inv, masked)
     try:
         os.execve(runtime, [runtime, *args], env)
     except OSError as e:

@@ -11,6 +11,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +25,7 @@ from support import (
     check_no_gpu,
     check_runc_view,
     config_bytes,
+    fake_proc_hook,
     make_executable,
     need_root_and,
     with_mknod_cap,
@@ -172,3 +174,71 @@ def test_e2e_containerd_error_reaches_ctr(
     assert "42" in proc.stderr
     engine.ctr("containers", "rm", cid)
     assert engine.ctr("containers", "ls", "-q").stdout.split() == []
+
+
+MASK_SCRIPT = (
+    "ls /proc/driver/nvidia/gpus; cat /proc/driver/nvidia/params; "
+    "touch /proc/driver/nvidia/x 2>/dev/null && echo WRITABLE; echo DONE"
+)
+
+
+def test_e2e_create_masks_proc_without_a_hook(
+    sim: simhost.SimulatedHost, bundle_factory: Callable[..., str], tmp_path: Path
+) -> None:
+    """``ocihook-runtime create --pid-file F`` (how containerd, podman and Docker call a
+    runtime): the edit makes the links and the cache in the rootfs and registers no hook;
+    the wrapper runs runc's create itself and mounts the /proc/driver/nvidia mask in the
+    created container (a prestart hook of the test stands in for the kernel driver's
+    directory). The container sees its own GPU's directory only, the driver's params, and
+    a read-only mask; no second ocihook process ran."""
+    need_root_and("runc")
+
+    config = tmp_path / "ocihook.toml"
+    config.write_text(f'driver-root = "{sim.root}"\ndev-root = "{sim.root}"\n')
+    bundle = bundle_factory(["sh", "-c", MASK_SCRIPT], ["NVIDIA_VISIBLE_DEVICES=0"])
+    cfg = Path(bundle, "config.json")
+    doc = json.loads(cfg.read_text())
+    doc["hooks"] = {"prestart": [fake_proc_hook(bundle, tmp_path)]}
+    cfg.write_text(json.dumps(doc))
+    cid = f"ocihook-mask-{uuid.uuid4().hex[:8]}"
+    state = str(tmp_path / "state")
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "OCIHOOK_CONFIG": str(config)}
+    out = tmp_path / "out"
+    pid_file = tmp_path / "pid"
+    err = tmp_path / "err"
+    # files, not pipes: the created container keeps its stdio open until it is started
+    with open(out, "wb") as f, open(err, "wb") as e:
+        proc = subprocess.run(
+            [WRAPPER, "--root", state, "create", "--pid-file", str(pid_file), "-b", bundle, cid],
+            stdout=f,
+            stderr=e,
+            env=env,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
+    try:
+        assert proc.returncode == 0, err.read_text()
+        hooks = json.loads(config_bytes(bundle))["hooks"]
+        assert list(hooks) == ["prestart"]  # ocihook registered none
+        assert os.path.islink(Path(bundle, "rootfs/usr/lib64/libcuda.so.1"))
+        subprocess.run(["runc", "--root", state, "start", cid], check=True, timeout=30)
+        for _ in range(200):
+            st = subprocess.run(
+                ["runc", "--root", state, "state", cid], capture_output=True, text=True
+            )
+            if '"stopped"' in st.stdout:
+                break
+            time.sleep(0.05)
+    finally:
+        subprocess.run(["runc", "--root", state, "delete", "--force", cid], capture_output=True)
+    lines = out.read_text().splitlines()
+    from ocihook.core.hostroot import HostRoot
+    from ocihook.discovery.nvidia import discover
+
+    host = discover(HostRoot.single(sim.root))
+    names = {os.path.basename(g.proc_dir) for g in host.gpus}
+    params = Path(sim.root, "proc/driver/nvidia/params").read_text().splitlines()
+    assert lines[-1] == "DONE", lines
+    assert "stale" not in lines and "WRITABLE" not in lines, lines
+    assert [ln for ln in lines if ln in names] == [os.path.basename(host.gpus[0].proc_dir)]
+    assert params and params[0] in lines, (params, lines)

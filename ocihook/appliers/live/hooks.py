@@ -123,8 +123,11 @@ class RootfsChanges:
     def close(self) -> None:
         """Keep the changes; close the descriptor (idempotent)."""
         if self.root_fd >= 0:
-            os.close(self.root_fd)
-            self.root_fd = -1
+            fd, self.root_fd = self.root_fd, -1
+            try:  # noqa: SIM105 (contextlib is not imported on this path)
+                os.close(fd)  # an O_PATH descriptor: the kernel released it even on EIO
+            except OSError:
+                pass
 
 
 def edit_rootfs(

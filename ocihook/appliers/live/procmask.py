@@ -5,9 +5,9 @@ runtimes refuse such mounts in ``config.json``)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from ...core.errors import ApplyError
+from ...core.errors import ApplyError, OcihookError
 from ...core.hostroot import read_small
 from ...plan import ProcMask
 from .undo import _detach, _partial, _Undo
@@ -24,6 +24,7 @@ __all__ = [
     "caps_minors",
     "clone_gpu_proc_dirs",
     "gpu_dirs_of_devices",
+    "mask_created_container",
     "mask_proc_driver",
     "read_proc_files",
 ]
@@ -229,14 +230,25 @@ def _write_nested(top: int, rel: str, data: bytes) -> None:
             os.close(fd)
 
 
+def _fd_path(fd: int) -> str:
+    return f"/proc/self/fd/{fd}"
+
+
 def mask_proc_driver(
-    root_fd: int, files: dict[str, bytes], gpu_fds: dict[str, int], undo: list[_Undo]
+    root_fd: int,
+    files: dict[str, bytes],
+    gpu_fds: dict[str, int],
+    undo: list[_Undo],
+    fd_path: Callable[[int], str] = _fd_path,
 ) -> bool:
     """Mask the container's ``/proc/driver/nvidia`` (see :class:`ocihook.plan.ProcMask`):
     a tmpfs mounted on it (resolved inside the rootfs), the ``files`` written there, the
     ``gpu_fds`` clones attached under ``gpus/``, then the tmpfs made read-only. Runs in the
     container's mount namespace. Returns False (nothing done) when the container's procfs
-    has no ``/proc/driver/nvidia`` (no driver to hide).
+    has no ``/proc/driver/nvidia`` (no driver to hide). ``fd_path`` names a descriptor
+    for ``mount(2)`` (default ``/proc/self/fd/N``; after ``pivot_root`` the container's
+    ``/proc`` belongs to its pid namespace, where ``self`` does not resolve for a host
+    process: :func:`mask_created_container` passes a path through the host's procfs).
 
     Raises:
         ApplyError: a step failed (the undo list detaches the tmpfs).
@@ -260,13 +272,13 @@ def mask_proc_driver(
         masked = os.fstat(target).st_dev != os.fstat(parent).st_dev
     finally:
         os.close(parent)
-    if masked and os.path.exists(f"/proc/self/fd/{target}/params"):
+    if masked and os.path.exists(fd_path(target) + "/params"):
         os.close(target)  # a tmpfs of ours is there already (the hook ran twice)
         return False
     try:
         _linux.mount(
             "tmpfs",
-            f"/proc/self/fd/{target}",
+            fd_path(target),
             "tmpfs",
             _linux.MS_NOSUID | _linux.MS_NODEV | _linux.MS_NOEXEC,
             f"mode=0555,size={_mask_size(files)}",
@@ -295,7 +307,7 @@ def mask_proc_driver(
                 os.close(gpus)
         _linux.mount(
             None,
-            f"/proc/self/fd/{top}",
+            fd_path(top),
             None,
             _linux.MS_REMOUNT
             | _linux.MS_BIND
@@ -310,3 +322,84 @@ def mask_proc_driver(
     finally:
         os.close(top)
     return True
+
+
+def mask_created_container(
+    pid: int, mask: ProcMask, nodes: Sequence[tuple[object, object]]
+) -> bool:
+    """Mask ``/proc/driver/nvidia`` in a container the runtime has *created* (``runc
+    create`` returned; its init ``pid`` waits to be started, after ``pivot_root``): what
+    the createContainer hook would do, done by the caller of ``create`` instead, so that
+    no second process starts (issue 17). ``nodes`` are the container's device nodes as
+    ``(path, minor)`` pairs (their MIG capability minors select the capability files).
+
+    The host files are read and the GPU directories cloned in the host's namespaces; then
+    a forked child (the caller never leaves the host's mount namespace, and never runs
+    anything from the container) joins the container's mount namespace (``setns``) and
+    mounts the mask there, naming descriptors through the host's procfs.
+
+    Returns:
+        Whether a mask was mounted (False: the container's procfs has no
+        ``/proc/driver/nvidia``).
+
+    Raises:
+        ApplyError: the process is not in a mount namespace of its own, or a step failed
+            (the message is the child's).
+    """
+    from ...linux import pathsafe
+    from ...linux import syscalls as _linux
+    from .procs import _check_container_pid
+
+    try:
+        _check_container_pid(pid)
+    except OcihookError as e:
+        raise ApplyError(str(e), field="pid", value=pid) from None
+    files = read_proc_files(mask.host_dir, caps_minors(nodes))
+    gpu_fds = clone_gpu_proc_dirs(mask)
+    try:
+        host_proc = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            ns = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as e:
+            os.close(host_proc)
+            raise ApplyError(
+                f"cannot open the container's mount namespace: {e.strerror}", value=pid
+            ) from None
+        r, w = os.pipe()
+        child = os.fork()
+        if child == 0:  # pragma: no cover - measured through the parent
+            code = 1
+            try:
+                os.close(r)
+                _linux.setns(ns, _linux.CLONE_NEWNS)
+                os.fchdir(host_proc)  # "self" resolves in the host's procfs
+                root_fd = pathsafe.open_root("/")
+                done = mask_proc_driver(root_fd, files, gpu_fds, [], lambda fd: f"self/fd/{fd}")
+                os.write(w, b"1" if done else b"0")
+                code = 0
+            except OcihookError as e:
+                os.write(w, b"E" + str(e).encode(errors="replace")[:4000])
+            except OSError as e:
+                os.write(w, b"E" + f"cannot mask {PROC_DRIVER}: {e.strerror}".encode())
+            finally:
+                os._exit(code)
+        os.close(w)
+        os.close(ns)
+        os.close(host_proc)
+        chunks = []
+        while True:
+            chunk = os.read(r, 4096)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        os.close(r)
+        _pid, status = os.waitpid(child, 0)
+    finally:
+        for fd in gpu_fds.values():
+            os.close(fd)
+    answer = b"".join(chunks)
+    if answer[:1] == b"E":
+        raise ApplyError(answer[1:].decode(errors="replace"), path=PROC_DRIVER)
+    if status != 0 or answer not in (b"0", b"1"):
+        raise ApplyError(f"the process masking {PROC_DRIVER} failed", value=status)
+    return answer == b"1"

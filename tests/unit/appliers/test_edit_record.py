@@ -83,8 +83,11 @@ def test_re_edit_for_another_request_replans(tmp_path: Any, host: simhost.Simula
     assert second.written
     doc = _doc(bundle)
     assert _gpu_nodes(doc) == [f"/dev/nvidia{host.gpus[5].minor}"]
-    # the links and ld.so.cache are made in the rootfs by the edit: no hook piles up
-    assert second.in_rootfs and "createContainer" not in doc.get("hooks", {})
+    # the links and ld.so.cache are made in the rootfs by the edit; the one hook left
+    # (the /proc/driver/nvidia mask, for GPU 5 only) does not pile up
+    assert second.in_rootfs and len(doc["hooks"]["createContainer"]) == 1
+    args = doc["hooks"]["createContainer"][0]["args"]
+    assert "--link" not in args and args.count("--proc-gpu") == 1
     rules = doc["linux"]["resources"]["devices"]
     gpu_rules = [r for r in rules if r.get("major") == 195 and r.get("minor", 255) < 255]
     assert [r["minor"] for r in gpu_rules] == [host.gpus[5].minor]

@@ -89,9 +89,40 @@ PARSE_CASES: list[tuple[list[str], Invocation]] = [
 ]
 
 
+_PARSED = ("command", "bundle", "log", "log_format", "config", "help")
+
+
 @pytest.mark.parametrize(("args", "want"), PARSE_CASES)
 def test_parse_args(args: list[str], want: Invocation) -> None:
-    assert parse_args(args) == want
+    got = parse_args(args)
+    assert [getattr(got, k) for k in _PARSED] == [getattr(want, k) for k in _PARSED]
+
+
+@pytest.mark.parametrize(
+    ("args", "pid_file", "container_id", "global_args"),
+    [
+        (
+            ["--root", "/r", "create", "--pid-file", "/p", "-b", "/b", "id"],
+            "/p",
+            "id",
+            ("--root", "/r"),
+        ),
+        (["create", "id", "--pid-file=rel/p"], "rel/p", "id", ()),
+        (["--debug", "run", "-b", "/b", "--", "-odd-id"], None, "-odd-id", ("--debug",)),
+        (["start", "id"], None, "id", ()),
+        (["--version"], None, None, ()),
+    ],
+)
+def test_parse_args_finds_pid_file_and_id(
+    args: list[str], pid_file: str | None, container_id: str | None, global_args: tuple[str, ...]
+) -> None:
+    """What the wrapper needs to mask a created container and, on failure, delete it."""
+    got = parse_args(args)
+    assert (got.pid_file, got.container_id, got.global_args) == (
+        pid_file,
+        container_id,
+        global_args,
+    )
 
 
 _paths = st.text(st.sampled_from("abc/._-"), min_size=1, max_size=8).map(lambda p: "/" + p)
@@ -708,3 +739,33 @@ def test_legacy_mode_adds_the_hook_for_an_amd_request(
     assert [h["args"][-4:] for h in prestart] == [
         ["hook", "prestart", "--config", str(stage.config)]
     ]
+
+
+def test_create_mask_failure_deletes_the_container(
+    stage: Stage, bundle_factory: Callable[..., str]
+) -> None:
+    """``create --pid-file``: the wrapper runs the runtime's create as its child, then masks
+    /proc/driver/nvidia in the created container. A pid that is no container (here the
+    stand-in runtime writes the wrapper's own pid, in the host's mount namespace) is
+    refused: the container is deleted with the same global options, exit 7, one line."""
+    script = (
+        f"#!{sys.executable} -I\n"
+        "import json, os, sys\n"
+        "a = sys.argv\n"
+        "if 'create' in a:\n"
+        "    open(a[a.index('--pid-file') + 1], 'w').write(str(os.getppid()))\n"
+        f"with open({str(stage.record)!r}, 'a') as f:\n"
+        "    f.write(json.dumps(a[1:]) + '\\n')\n"
+    )
+    _executable(stage.bin / "runc", script)
+    bundle = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0"])
+    pid_file = os.path.join(bundle, "init.pid")
+    args = ["--root", "/r", "create", "--pid-file", pid_file, "-b", bundle, "cid"]
+    proc = stage.run(*args)
+    assert proc.returncode == 7, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ocihook-runtime: error[apply-failed]:"), lines
+    assert "mount namespace" in lines[0]
+    calls = [json.loads(ln) for ln in stage.record.read_text().splitlines()]
+    assert calls == [args, ["--root", "/r", "delete", "--force", "cid"]]
+    assert "createContainer" not in json.loads(_config(bundle)).get("hooks", {})
