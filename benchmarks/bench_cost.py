@@ -9,8 +9,9 @@ drift on a shared machine hits every case alike:
   container is deleted, untimed, after each run);
 * ``wrapper 8 GPUs u+c`` / ``wrapper 8 GPUs all``: ``ocihook-runtime create`` (spec mode) of
   a bundle asking for all 8 GPUs of the realistic 535.261.03 host, capabilities
-  ``utility,compute`` / ``all``, exec'ing the real runc (which runs the createContainer hook
-  the edit registers, if any); ``config.json`` restored before each run;
+  ``utility,compute`` / ``all``, running the real runc (which runs the createContainer hook
+  the edit registers, if any) with ``--pid-file`` as containerd, podman and Docker do;
+  ``config.json`` restored before each run;
 * ``prestart hook u+c``: ``runc create`` of a bundle whose ``hooks.prestart`` is the
   environment's ``ocihook hook prestart`` (8 GPUs, utility,compute);
 * ``CDI spec hooks``: ``runc create`` of a bundle carrying what the environment's own CDI
@@ -149,7 +150,8 @@ def main() -> int:
 
         def runc_create(bundle: str) -> float:
             cid = f"b{uuid.uuid4().hex[:12]}"
-            t = _timed([RUNC, "--root", state, "create", "-b", bundle, cid])
+            pid = os.path.join(work, f"{cid}.pid")  # as every engine passes it
+            t = _timed([RUNC, "--root", state, "create", "--pid-file", pid, "-b", bundle, cid])
             _check(
                 subprocess.run([RUNC, "--root", state, "delete", "-f", cid], capture_output=True),
                 ["runc", "delete", cid],
@@ -194,7 +196,9 @@ def main() -> int:
                         f.write(pristine)
                     cid = f"w{uuid.uuid4().hex[:12]}"
                     env = {"PATH": path_env, "OCIHOOK_CONFIG": config}
-                    argv = [e.wrapper, "--root", state, "create", "-b", bundle, cid]
+                    pid = os.path.join(work, f"{cid}.pid")
+                    argv = [e.wrapper, "--root", state, "create", "--pid-file", pid, "-b", bundle]
+                    argv.append(cid)
                     t = _timed(argv, env)
                     if config == conf:
                         subprocess.run(

@@ -23,10 +23,13 @@ path) are not put back. ``intelRdt`` and ``netDevices`` from CDI specs are not r
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
+from ..core import jsonfast
 from ..core.errors import SpecError
+from ..oci.edit import copy_json
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every GPU container start
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "ANNOTATION",
@@ -130,7 +133,7 @@ def record_edit(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]
             name = ".".join(keys[:n])
             if name not in created and _has(after, keys[:n]) and not _has(before, keys[:n]):
                 created.append(name)
-    doc: dict[str, Any] = json.loads(json.dumps(after))
+    doc: dict[str, Any] = copy_json(after)
     record = {"version": VERSION, "added": added, "replaced_env": replaced, "created": created}
     annotations = doc.get("annotations")
     if not isinstance(annotations, dict):
@@ -140,20 +143,20 @@ def record_edit(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]
 
 
 def _encode(record: dict[str, Any]) -> str:
-    import base64
+    import binascii  # not base64: it imports re, on every GPU container start
 
-    text = json.dumps(record, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
-    return base64.b64encode(text.encode()).decode()
+    text = jsonfast.dumps(record, sort_keys=True, ensure_ascii=False)
+    return binascii.b2a_base64(text.encode(), newline=False).decode()
 
 
 def _decode(raw: object) -> Any:
-    import base64
     import binascii
 
     if not isinstance(raw, str):
         return None
     try:
-        return json.loads(base64.b64decode(raw.encode(), validate=True).decode())
+        # strict: what base64.b64decode(validate=True) refuses, and data after the padding
+        return jsonfast.loads(binascii.a2b_base64(raw.encode(), strict_mode=True).decode())
     except (ValueError, binascii.Error, UnicodeDecodeError):
         return None
 
@@ -200,7 +203,7 @@ def undo_recorded_edit(doc: dict[str, Any], *, path: str) -> tuple[dict[str, Any
             "engine's original config.json",
         )
     assert isinstance(record, dict)
-    out: dict[str, Any] = json.loads(json.dumps(doc))
+    out: dict[str, Any] = copy_json(doc)
     for keys in LIST_FIELDS[1:]:  # the environment below
         current = _get(out, keys)
         if current is None:

@@ -6,7 +6,8 @@ command line. For ``create`` and ``run`` it first gives the container what its
 ``<bundle>/config.json`` asks for, by the configuration's ``mode``:
 
 * ``auto``, ``cdi``: spec mode, :func:`ocihook.appliers.spec.edit_bundle` (device nodes,
-  cgroup rules, mounts, the createContainer hook; CDI devices from the CDI registry);
+  cgroup rules, mounts, the links and ``ld.so.cache`` in the rootfs, a createContainer
+  hook for what is left; CDI devices from the CDI registry);
 * ``legacy``: the plan's device cgroup rules are added to ``linux.resources.devices``
   (where the runtime, and a systemd cgroup driver re-applying them, read them) and
   ocihook's prestart hook (the command line of
@@ -17,8 +18,11 @@ command line. For ``create`` and ``run`` it first gives the container what its
 Then it replaces itself (``execve``) with the real runtime — the first of the
 configuration's ``runtimes`` found (default ``runc`` then ``crun``; names looked up in
 this process's ``PATH``, the engine's, never anything from the container) — with the
-arguments unchanged. Every other command (``start``, ``delete``, ``state``, ``kill``,
-``--version``...) goes straight to the real runtime.
+arguments unchanged. One exception: a spec-mode ``create`` with ``--pid-file`` whose edit
+left only the ``/proc/driver/nvidia`` mask to do runs the runtime as a child instead and
+then mounts the mask in the created container itself (:func:`_create_and_mask`), so that
+no createContainer hook starts a second interpreter. Every other command (``start``,
+``delete``, ``state``, ``kill``, ``--version``...) goes straight to the real runtime.
 
 A ``config.json`` that asks for nothing is not rewritten. On an error the wrapper prints
 one line (``ocihook-runtime: error[<reference>]: ...``), appends it to runc's ``--log``

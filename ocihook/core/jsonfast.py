@@ -70,9 +70,10 @@ def _default(value: object) -> Any:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
-def dumps(value: Any, *, ensure_ascii: bool = True) -> str:
-    """``json.dumps(value, separators=(",", ":"), ensure_ascii=ensure_ascii)`` with the C
-    encoder, without importing :mod:`json` (except where :mod:`_json` lacks it).
+def dumps(value: Any, *, ensure_ascii: bool = True, sort_keys: bool = False) -> str:
+    """``json.dumps(value, separators=(",", ":"), ensure_ascii=ensure_ascii,
+    sort_keys=sort_keys)`` with the C encoder, without importing :mod:`json` (except where
+    :mod:`_json` lacks it).
 
     Raises:
         TypeError: a value JSON cannot hold.
@@ -89,12 +90,18 @@ def dumps(value: Any, *, ensure_ascii: bool = True) -> str:
             None,
             ":",
             ",",
-            False,
+            sort_keys,
             False,
             False,
         )
     except (ImportError, AttributeError, TypeError):  # pragma: no cover (other Pythons)
         import json
 
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=ensure_ascii, allow_nan=False)
+        return json.dumps(
+            value,
+            separators=(",", ":"),
+            ensure_ascii=ensure_ascii,
+            allow_nan=False,
+            sort_keys=sort_keys,
+        )
     return "".join(encoder(value, 0))

@@ -9,11 +9,11 @@ from collections.abc import Sequence
 
 from ...core.errors import ApplyError
 from ...plan import CgroupRule
-from .undo import _partial, _Undo
+from .undo import _partial
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    pass
+    from .undo import _Undo
 
 #: The hint of every "cannot write the device cgroup" error: the setting that skips it.
 NO_CGROUPS_HINT = (

@@ -5,7 +5,6 @@ together on failure. They run in the container's mount namespace already."""
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
 
 from ...core.errors import ApplyError, OcihookError
 from ...oci.bundle import Bundle
@@ -19,11 +18,13 @@ from .procmask import (
     read_proc_files,
 )
 from .rootfs import unlock_readonly_rootfs
-from .undo import _partial, _run_undo, _Undo
+from .undo import _partial, _run_undo
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:
-    pass
+if TYPE_CHECKING:  # collections.abc imports collections: milliseconds at start
+    from collections.abc import Mapping, Sequence
+
+    from .undo import _Undo
 
 
 __all__ = [

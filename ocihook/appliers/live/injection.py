@@ -55,12 +55,13 @@ from .procs import (
     _same_user_ns,
 )
 from .rootfs import unlock_readonly_rootfs
-from .undo import _detach, _partial, _run_undo, _Undo
+from .undo import _detach, _partial, _run_undo
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ...request import DrmRequest
     from ...settings import Options
+    from .undo import _Undo
 
 __all__ = ["inject"]
 

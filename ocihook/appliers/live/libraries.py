@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Mapping, Sequence
 
 from ...core.errors import ApplyError, OcihookError
 from ...linux import ldcache
 from ...plan import CudaCompat
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:
-    pass
+if TYPE_CHECKING:  # collections.abc imports collections: milliseconds at start
+    from collections.abc import Mapping, Sequence
 
 
 __all__ = [

@@ -5,16 +5,18 @@ runtimes refuse such mounts in ``config.json``)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
 
 from ...core.errors import ApplyError, OcihookError
 from ...core.hostroot import read_small
 from ...plan import ProcMask
-from .undo import _detach, _partial, _Undo
+from .undo import _detach, _partial
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # collections.abc imports collections: milliseconds at start
+    from collections.abc import Callable, Sequence
     from typing import Any
+
+    from .undo import _Undo
 
 
 __all__ = [

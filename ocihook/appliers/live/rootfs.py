@@ -12,13 +12,12 @@ the rootfs is touched, never a mount above it (that would be the host's).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 
 from ...core.errors import ApplyError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    pass
+    from collections.abc import Callable
 
 __all__ = ["readonly_rootfs_mount", "unlock_readonly_rootfs"]
 

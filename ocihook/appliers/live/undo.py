@@ -4,16 +4,14 @@ back; on failure they run in reverse, best effort."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 
 from ...core.errors import OcihookError
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # not typing: this package is on the GPU container start path
 if TYPE_CHECKING:
-    pass
+    from collections.abc import Callable
 
-
-_Undo = Callable[[], object]
+    _Undo = Callable[[], object]
 
 
 def _partial(fn: Callable[..., object], *args: object) -> _Undo:
