@@ -133,8 +133,16 @@ def _info_dict(host: Any) -> dict[str, Any]:
                 "uuid": g.uuid,
                 "busId": g.bus_id,
                 "architecture": g.architecture,
+                "memoryMiB": g.memory_mib,
                 "migDevices": [
-                    {"gi": m.gi, "ci": m.ci, "uuid": m.uuid, "index": m.nvml_index}
+                    {
+                        "gi": m.gi,
+                        "ci": m.ci,
+                        "uuid": m.uuid,
+                        "index": m.nvml_index,
+                        "profile": m.profile,
+                        "memoryMiB": m.memory_mib,
+                    }
                     for m in g.mig_devices
                 ],
             }
@@ -295,8 +303,12 @@ def _print_nvidia_info(data: dict[str, Any]) -> None:
         click.echo(f"GPU UUID:       {g['uuid']}")
         click.echo(f"Bus Location:   {g['busId']}")
         click.echo(f"Architecture:   {g['architecture'] or 'unknown'}")
+        memory = "unknown (needs NVML)" if g["memoryMiB"] is None else f"{g['memoryMiB']} MiB"
+        click.echo(f"Memory:         {memory}")
         for m in g["migDevices"]:
-            click.echo(f"MIG Device:     gi {m['gi']} ci {m['ci']}  {m['uuid'] or ''}".rstrip())
+            profile = m["profile"] or "profile unknown"
+            text = f"MIG Device:     gi {m['gi']} ci {m['ci']}  {profile}  {m['uuid'] or ''}"
+            click.echo(text.rstrip())
     for w in data["warnings"]:
         click.echo(f"ocihook: warning: {w}", err=True)
 
