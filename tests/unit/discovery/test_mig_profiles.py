@@ -59,9 +59,7 @@ def test_mig_memory_gb_is_eighths_of_the_whole(total_mib: int, eighths: int, dat
 @given(st.integers(1024, 400_000), st.integers(0, 400_000), st.integers(0, 400_000))
 def test_mig_memory_gb_is_monotone(total_mib: int, a: int, b: int) -> None:
     small, large = sorted((a, b))
-    assert nvml.mig_memory_gb(total_mib << 20, small) <= nvml.mig_memory_gb(
-        total_mib << 20, large
-    )
+    assert nvml.mig_memory_gb(total_mib << 20, small) <= nvml.mig_memory_gb(total_mib << 20, large)
 
 
 def test_mig_profile_names() -> None:
