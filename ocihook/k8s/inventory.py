@@ -414,10 +414,12 @@ def build_inventory(
     Raises:
         ConfigError: an unknown MIG strategy, GPU backend, resource, a replica count below
             1, or the ``single`` MIG strategy on MIG devices of several profiles.
-        DiscoveryError: a requested vendor cannot be discovered (with ``gpu_backend``
-            ``nvml``: NVML missing or failing), or no device at all.
+        DiscoveryError: a requested vendor cannot be discovered, NVML is missing or
+            fails with ``gpu_backend`` ``nvml``
+            (:class:`~ocihook.discovery.nvml.NvmlError`), or no device at all.
     """
     from ..discovery.drm import present_vendors
+    from ..discovery.nvml import NvmlError
 
     if mig_strategy not in MIG_STRATEGIES:
         raise ConfigError(
@@ -472,8 +474,8 @@ def build_inventory(
                 found, spec, drm_version = _drm(root, vendor, warnings, hook_command)
                 version = drm_version or ""
         except DiscoveryError as e:
-            if explicit:
-                raise
+            if explicit or (gpu_backend == "nvml" and isinstance(e, NvmlError)):
+                raise  # what was asked for: the vendor, or NVML
             warnings.append(f"{vendor}: not advertised: {e}")
             continue
         specs[spec.kind] = spec

@@ -364,6 +364,24 @@ def test_socket_path_too_long(tmp_path: Path) -> None:
     assert e.value.errno == errno.ENAMETOOLONG and e.value.filename == str(path)
 
 
+def test_gpu_backend_asked_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--gpu-backend nvml without NVML is the error that says so (not "no GPU to
+    advertise"); auto falls back to procfs in silence; an unknown backend is refused."""
+    import sys
+
+    from ocihook.core.errors import ConfigError
+    from ocihook.discovery.nvml import NvmlNotInstalled
+
+    sim = simhost.build(str(tmp_path / "h"), make_dev_nodes=False)
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    with pytest.raises(NvmlNotInstalled, match="pynvml is not importable"):
+        build_inventory(HostRoot.single(sim.root), gpu_backend="nvml")
+    inv = build_inventory(HostRoot.single(sim.root), gpu_backend="auto")
+    assert inv.gpu_backend == "procfs" and len(inv.devices[GPU]) == 8
+    with pytest.raises(ConfigError, match="unknown GPU backend"):
+        build_inventory(HostRoot.single(sim.root), gpu_backend="cuda")
+
+
 def test_mig_resource_names() -> None:
     from ocihook.k8s.deviceplugin import socket_name
     from ocihook.k8s.inventory import mig_resource_name
