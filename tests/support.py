@@ -8,6 +8,8 @@ fixtures live in ``conftest.py``, which builds the engine fixtures from the gene
 Contents:
 
 - paths: :data:`REPO`, :data:`TESTS`, :data:`DOUBLES`, :func:`realistic_dir`;
+- the ``pynvml`` double: :func:`load_pynvml_double`, :func:`sim_nvml` (the simulated host
+  as the double's description);
 - skipping: :func:`need_root_and`;
 - the packaged hook and ``ocihook edit``: :func:`packaged_hook`, :func:`register_hook`,
   :func:`edit_cli`, :func:`edit_with_cdi`, :func:`modules_after`;
@@ -58,6 +60,55 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(TESTS)
 #: Stand-ins for third-party modules (a ``pynvml`` double).
 DOUBLES = os.path.join(TESTS, "doubles")
+
+
+def load_pynvml_double() -> Any:
+    """A fresh instance of the ``pynvml`` double (tests/doubles/pynvml.py), not installed;
+    ``monkeypatch.setitem(sys.modules, "pynvml", module)`` makes ocihook use it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("pynvml", os.path.join(DOUBLES, "pynvml.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def sim_nvml(sim: simhost.SimulatedHost, cuda_version: int = 12040) -> dict[str, Any]:
+    """The simulated host as the ``pynvml`` double's description: every GPU (brand tesla,
+    compute capability 8.0, :attr:`~ocihook.sim.host.SimulatedGpu.memory_mib`), MIG
+    enabled on the GPUs that have MIG devices (their slots, UUIDs and profiles, and the
+    profile tables of :data:`ocihook.sim.host.MIG_PROFILES`), disabled on the others."""
+    gi_profiles = {
+        p.gi_profile: {"id": p.gi_profile_id, "slices": p.slices, "memory_mib": p.memory_mib}
+        for p in simhost.MIG_PROFILES.values()
+    }
+    ci_profiles = {
+        p.ci_profile: {"id": p.ci_profile_id, "slices": p.slices}
+        for p in simhost.MIG_PROFILES.values()
+    }
+    gpus = []
+    for g in sim.gpus:
+        devices = {
+            m.slot: {
+                "gi": m.gi,
+                "ci": m.ci,
+                "uuid": m.uuid,
+                "gi_profile_id": m.profile.gi_profile_id,
+                "ci_profile_id": m.profile.ci_profile_id,
+                "memory_mib": m.profile.memory_mib,
+            }
+            for m in g.mig_devices
+        }
+        gpus.append({
+            "uuid": g.uuid, "minor": g.minor, "bus_id": g.bus_id, "name": g.model,
+            "brand": 2, "compute_capability": (8, 0), "memory_mib": g.memory_mib,
+            "mig": {
+                "current": int(bool(devices)), "pending": int(bool(devices)), "max_devices": 7,
+                "devices": devices, "gi_profiles": gi_profiles, "ci_profiles": ci_profiles,
+            },
+        })  # fmt: skip
+    return {"driver_version": sim.driver_version, "cuda_version": cuda_version, "gpus": gpus}
 
 
 def realistic_dir() -> str:

@@ -133,8 +133,16 @@ def _info_dict(host: Any) -> dict[str, Any]:
                 "uuid": g.uuid,
                 "busId": g.bus_id,
                 "architecture": g.architecture,
+                "memoryMiB": g.memory_mib,
                 "migDevices": [
-                    {"gi": m.gi, "ci": m.ci, "uuid": m.uuid, "index": m.nvml_index}
+                    {
+                        "gi": m.gi,
+                        "ci": m.ci,
+                        "uuid": m.uuid,
+                        "index": m.nvml_index,
+                        "profile": m.profile,
+                        "memoryMiB": m.memory_mib,
+                    }
                     for m in g.mig_devices
                 ],
             }
@@ -295,8 +303,12 @@ def _print_nvidia_info(data: dict[str, Any]) -> None:
         click.echo(f"GPU UUID:       {g['uuid']}")
         click.echo(f"Bus Location:   {g['busId']}")
         click.echo(f"Architecture:   {g['architecture'] or 'unknown'}")
+        memory = "unknown (needs NVML)" if g["memoryMiB"] is None else f"{g['memoryMiB']} MiB"
+        click.echo(f"Memory:         {memory}")
         for m in g["migDevices"]:
-            click.echo(f"MIG Device:     gi {m['gi']} ci {m['ci']}  {m['uuid'] or ''}".rstrip())
+            profile = m["profile"] or "profile unknown"
+            text = f"MIG Device:     gi {m['gi']} ci {m['ci']}  {profile}  {m['uuid'] or ''}"
+            click.echo(text.rstrip())
     for w in data["warnings"]:
         click.echo(f"ocihook: warning: {w}", err=True)
 
@@ -1243,6 +1255,16 @@ def _k8s_inventory_options(f: Any) -> Any:
         type=click.Choice(["none", "single", "mixed"]),
         default="none",
         show_default=True,
+        help="none: whole GPUs; single: MIG devices as nvidia.com/gpu (one profile only); "
+        "mixed: one nvidia.com/mig-<profile> resource per MIG profile (profiles need NVML).",
+    )(f)
+    f = click.option(
+        "--gpu-backend",
+        type=click.Choice(["auto", "procfs", "nvml"]),
+        default="auto",
+        show_default=True,
+        help="NVIDIA GPU enumeration: NVML (nvidia-ml-py; GPU memory, MIG profiles) when it "
+        "works, else procfs.",
     )(f)
     f = click.option(
         "--replicas", type=int, default=1, show_default=True, help="Time-slicing replicas per GPU."
@@ -1265,6 +1287,7 @@ def _k8s_inventory(
     config_path: str | None,
     resources: tuple[str, ...],
     mig_strategy: str,
+    gpu_backend: str,
     replicas: int,
     hook_path: str | None,
 ) -> Any:
@@ -1278,6 +1301,7 @@ def _k8s_inventory(
         mig_strategy=mig_strategy,
         replicas=replicas,
         hook_command=[hook_path] if hook_path else None,
+        gpu_backend=gpu_backend,
     )
     for w in inventory.warnings:
         click.echo(f"ocihook: warning: {w}", err=True)
@@ -1329,6 +1353,7 @@ def device_plugin(
     config_path: str | None,
     resources: tuple[str, ...],
     mig_strategy: str,
+    gpu_backend: str,
     replicas: int,
     hook_path: str | None,
     plugin_dir: str,
@@ -1342,13 +1367,13 @@ def device_plugin(
 ) -> None:
     """Run the kubelet device plugin (API v1beta1) for the host's GPUs until SIGTERM.
 
-    Serves nvidia.com/gpu (nvidia.com/mig with --mig-strategy mixed), amd.com/gpu and
-    gpu.intel.com/<driver>, one socket each in --plugin-dir, registered with kubelet and
-    registered again when kubelet restarts; reports device health changes; writes the CDI
-    specs the cdi-* strategies name into --cdi-dir."""
+    Serves nvidia.com/gpu (and nvidia.com/mig-<profile> with --mig-strategy mixed),
+    amd.com/gpu and gpu.intel.com/<driver>, one socket each in --plugin-dir, registered
+    with kubelet and registered again when kubelet restarts; reports device health
+    changes; writes the CDI specs the cdi-* strategies name into --cdi-dir."""
     inventory = _k8s_inventory(
         driver_root, dev_root, ldcache, library_path, config_path,
-        resources, mig_strategy, replicas, hook_path,
+        resources, mig_strategy, gpu_backend, replicas, hook_path,
     )  # fmt: skip
     if list_only:
         from ..k8s.inventory import health
@@ -1417,6 +1442,7 @@ def dra_plugin(
     config_path: str | None,
     resources: tuple[str, ...],
     mig_strategy: str,
+    gpu_backend: str,
     replicas: int,
     hook_path: str | None,
     driver: str,
@@ -1433,7 +1459,7 @@ def dra_plugin(
     device ids; NodeUnprepareResources removes it (idempotent)."""
     inventory = _k8s_inventory(
         driver_root, dev_root, ldcache, library_path, config_path,
-        resources, mig_strategy, replicas, hook_path,
+        resources, mig_strategy, gpu_backend, replicas, hook_path,
     )  # fmt: skip
     node = node_name or os.uname().nodename
     if print_slices:
@@ -1478,28 +1504,24 @@ def k8s_features(
     config_path: str | None,
     resources: tuple[str, ...],
     mig_strategy: str,
+    gpu_backend: str,
     replicas: int,
     hook_path: str | None,
     output: str | None,
 ) -> None:
-    """Print a node-feature-discovery features file (features.d/) for the node's GPUs."""
+    """Print a node-feature-discovery features file (features.d/) for the node's GPUs:
+    ocihook.io/ labels and GPU feature discovery's nvidia.com/ resource labels (memory and
+    MIG profiles need NVML: a label discovery cannot know is left out, with a warning)."""
     inventory = _k8s_inventory(
         driver_root, dev_root, ldcache, library_path, config_path,
-        resources, mig_strategy, replicas, hook_path,
+        resources, mig_strategy, gpu_backend, replicas, hook_path,
     )  # fmt: skip
     from ..k8s.features import nfd_features
 
-    models: dict[str, str] = {}
-    mig = False
-    if any(d.vendor == "nvidia" for devs in inventory.devices.values() for d in devs):
-        from ..discovery.nvidia import discover
-
-        root = _root(driver_root, dev_root, ldcache, library_path, config_path)
-        host = discover(root, capabilities=())
-        if host.gpus:
-            models["nvidia"] = host.gpus[0].model
-        mig = any(g.mig_devices for g in host.gpus)
-    text = nfd_features(inventory, models, mig_capable=mig)
+    reasons: list[str] = []
+    text = nfd_features(inventory, reasons=reasons)
+    for reason in reasons:
+        click.echo(f"ocihook: warning: {reason}", err=True)
     if output is None:
         click.echo(text, nl=False)
     else:

@@ -16,9 +16,20 @@ module does not import it. Calls, in NVML's terms (NVML API reference, "Device Q
   ``j < nvmlDeviceGetMaxMigDeviceCount``, ``nvmlDeviceGetMigDeviceHandleByIndex`` (empty
   slots answer ``NVML_ERROR_NOT_FOUND``), then ``nvmlDeviceGetGpuInstanceId``,
   ``nvmlDeviceGetComputeInstanceId`` and ``nvmlDeviceGetUUID`` (``MIG-...``) of the MIG
-  handle. NVML gives no capability minors: the MIG device nodes come from procfs.
+  handle. NVML gives no capability minors: the MIG device nodes come from procfs;
+* memory: ``nvmlDeviceGetMemoryInfo`` of each GPU (``.total``, bytes);
+* each MIG device's profile and memory, the way NVIDIA's go-nvlib finds them
+  (``pkg/nvlib/device/mig_device.go`` ``GetProfile``): ``nvmlDeviceGetAttributes`` of the
+  MIG handle (``.memorySizeMB``); ``nvmlDeviceGetGpuInstanceById`` and
+  ``nvmlGpuInstanceGetInfo`` (``.profileId``), matched against the ``.id`` of
+  ``nvmlDeviceGetGpuInstanceProfileInfo`` for each profile of :data:`GPU_INSTANCE_PROFILES`;
+  ``nvmlGpuInstanceGetComputeInstanceById`` and ``nvmlComputeInstanceGetInfo``, matched
+  against ``nvmlGpuInstanceGetComputeInstanceProfileInfo`` for each profile of
+  :data:`COMPUTE_INSTANCE_PROFILES` (engine profile ``SHARED``); the name is
+  :func:`mig_profile_name`.
 
-Optional facts (brand, compute capability, CUDA version, driver version, MIG UUIDs) are
+Optional facts (brand, compute capability, CUDA version, driver version, memory, MIG
+UUIDs, profiles and memory) are
 ``None`` when NVML answers ``NVML_ERROR_NOT_SUPPORTED`` or ``NVML_ERROR_FUNCTION_NOT_FOUND``
 (silently) or another error (with a warning). The facts a GPU cannot go without (count,
 handle, UUID, minor, PCI bus id, name) raise :class:`NvmlError`.
@@ -37,7 +48,7 @@ from .records import Gpu, GpuInventory
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: keep imports cheap
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Collection, Mapping
     from types import ModuleType
     from typing import Any
 
@@ -45,12 +56,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BRAND_NAMES",
+    "COMPUTE_INSTANCE_PROFILES",
+    "GPU_INSTANCE_PROFILES",
     "NvmlError",
     "NvmlInitError",
     "NvmlMismatch",
     "NvmlNotInstalled",
     "cuda_version_string",
     "enumerate_nvml",
+    "mig_memory_gb",
+    "mig_profile_name",
 ]
 
 # nvmlReturn_t values used here (nvml.h; stable ABI).
@@ -86,6 +101,46 @@ BRAND_NAMES: dict[int, str] = {
 }
 
 _SILENT = (ERROR_NOT_SUPPORTED, ERROR_FUNCTION_NOT_FOUND)
+MIB = 1 << 20
+
+#: ``NVML_GPU_INSTANCE_PROFILE_*`` (nvml.h) -> (GPU slices, attribute suffix), as go-nvlib's
+#: ``NewMigProfile`` names them (``pkg/nvlib/device/mig_profile.go``): the ``REV1``
+#: profiles have the media extensions (``+me``), ``ALL_ME`` all of them (``+me.all``),
+#: ``GFX`` graphics (``+gfx``), ``NO_ME`` none (``-me``); ``REV2`` is a plain profile
+#: with more memory. Profiles NVML adds later are not named (the profile stays unknown).
+GPU_INSTANCE_PROFILES: dict[int, tuple[int, str]] = {
+    0x0: (1, ""),  # 1_SLICE
+    0x1: (2, ""),  # 2_SLICE
+    0x2: (3, ""),  # 3_SLICE
+    0x3: (4, ""),  # 4_SLICE
+    0x4: (7, ""),  # 7_SLICE
+    0x5: (8, ""),  # 8_SLICE
+    0x6: (6, ""),  # 6_SLICE
+    0x7: (1, "+me"),  # 1_SLICE_REV1
+    0x8: (2, "+me"),  # 2_SLICE_REV1
+    0x9: (1, ""),  # 1_SLICE_REV2
+    0xA: (1, "+gfx"),  # 1_SLICE_GFX
+    0xB: (2, "+gfx"),  # 2_SLICE_GFX
+    0xC: (4, "+gfx"),  # 4_SLICE_GFX
+    0xD: (1, "-me"),  # 1_SLICE_NO_ME
+    0xE: (2, "-me"),  # 2_SLICE_NO_ME
+    0xF: (1, "+me.all"),  # 1_SLICE_ALL_ME
+    0x10: (2, "+me.all"),  # 2_SLICE_ALL_ME
+}
+#: ``NVML_COMPUTE_INSTANCE_PROFILE_*`` (nvml.h) -> compute slices (go-nvlib
+#: ``NewMigProfile``).
+COMPUTE_INSTANCE_PROFILES: dict[int, int] = {
+    0x0: 1,  # 1_SLICE
+    0x1: 2,  # 2_SLICE
+    0x2: 3,  # 3_SLICE
+    0x3: 4,  # 4_SLICE
+    0x4: 7,  # 7_SLICE
+    0x5: 8,  # 8_SLICE
+    0x6: 6,  # 6_SLICE
+    0x7: 1,  # 1_SLICE_REV1
+}
+#: ``NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED``, the only engine profile (nvml.h).
+COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED = 0
 
 
 class NvmlError(DiscoveryError):
@@ -114,6 +169,54 @@ def cuda_version_string(version: int) -> str:
     """NVML's CUDA driver version int -> ``"major.minor"``: ``12020`` -> ``"12.2"``
     (``NVML_CUDA_DRIVER_VERSION_MAJOR/MINOR`` of nvml.h)."""
     return f"{version // 1000}.{version % 1000 // 10}"
+
+
+def mig_memory_gb(gpu_memory_bytes: int, mig_memory_mib: int) -> int:
+    """The ``<N>gb`` of a MIG profile's name, from the parent GPU's total memory (bytes,
+    ``nvmlDeviceGetMemoryInfo``) and the MIG device's (MiB, ``nvmlDeviceGetAttributes``).
+
+    Rule (go-nvlib ``getMigMemorySizeGB``, in the same IEEE double arithmetic so that the
+    names agree with NVIDIA's device plugin): the MIG memory as a fraction of the GPU's,
+    rounded up to eighths, times the GPU's memory in GiB rounded up, rounded to the
+    nearest integer (halves away from zero). An A100 80GB (81920 MiB) and 9728 MiB give 10.
+
+    Raises:
+        ValueError: ``gpu_memory_bytes`` is not positive or ``mig_memory_mib`` negative.
+    """
+    import math
+
+    if gpu_memory_bytes <= 0 or mig_memory_mib < 0:
+        raise ValueError(f"no MIG memory size for {mig_memory_mib} MiB of {gpu_memory_bytes} B")
+    fraction = float(mig_memory_mib) * MIB / float(gpu_memory_bytes)
+    fraction = math.ceil(fraction * 8) / 8
+    gib = float((gpu_memory_bytes + (1 << 30) - 1) // (1 << 30))
+    value = fraction * gib
+    whole = math.floor(value)
+    return int(whole + 1 if value - whole >= 0.5 else whole)
+
+
+def mig_profile_name(gi_profile: int, ci_profile: int, memory_gb: int) -> str | None:
+    """The MIG profile name NVIDIA's tools use: ``<G>g.<GB>gb`` when the compute instance
+    spans the GPU instance, else ``<C>c.<G>g.<GB>gb``, then the GPU instance profile's
+    attribute suffix (``+me``, ``+me.all``, ``+gfx``, ``-me``): ``1g.10gb``,
+    ``1c.3g.40gb``, ``1g.10gb+me`` (go-nvlib ``MigProfileInfo.String``).
+
+    Args:
+        gi_profile: an ``NVML_GPU_INSTANCE_PROFILE_*`` value (:data:`GPU_INSTANCE_PROFILES`).
+        ci_profile: an ``NVML_COMPUTE_INSTANCE_PROFILE_*`` value
+            (:data:`COMPUTE_INSTANCE_PROFILES`).
+        memory_gb: :func:`mig_memory_gb`.
+
+    Returns:
+        The name, or ``None`` when either profile is not one ocihook knows.
+    """
+    gi = GPU_INSTANCE_PROFILES.get(gi_profile)
+    ci = COMPUTE_INSTANCE_PROFILES.get(ci_profile)
+    if gi is None or ci is None:
+        return None
+    g, suffix = gi
+    base = f"{g}g.{memory_gb}gb" if ci == g else f"{ci}c.{g}g.{memory_gb}gb"
+    return base + suffix
 
 
 def _text(value: object) -> str:
@@ -237,6 +340,8 @@ def _gpu(session: _Session, index: int, proc_dirs: dict[str, str], mig: _MigCont
         "nvmlDeviceGetCudaComputeCapability", handle, what=f"{what} compute capability"
     )
     architecture = None if cc is None else f"{int(cc[0])}.{int(cc[1])}"
+    memory = session.optional("nvmlDeviceGetMemoryInfo", handle, what=f"{what} memory")
+    total = int(memory.total) if memory is not None and int(memory.total) > 0 else None
     mode = session.optional("nvmlDeviceGetMigMode", handle, what=f"{what} MIG mode")
     mig_devices = []
     if mode is not None and int(mode[0]) == DEVICE_MIG_ENABLE:
@@ -262,7 +367,8 @@ def _gpu(session: _Session, index: int, proc_dirs: dict[str, str], mig: _MigCont
                 nvml_index=j,
             )
             if device is not None:
-                mig_devices.append(device)
+                facts = _mig_facts(session, handle, mig_handle, gi, ci, total, f"{what} MIG {j}")
+                mig_devices.append(device.replace(profile=facts[0], memory_mib=facts[1]))
     return Gpu(
         index=index,
         minor=minor,
@@ -273,7 +379,87 @@ def _gpu(session: _Session, index: int, proc_dirs: dict[str, str], mig: _MigCont
         brand=brand,
         architecture=architecture,
         mig_devices=tuple(sorted(mig_devices, key=lambda m: (m.gi, m.ci))),
+        memory_mib=None if total is None else total // MIB,
     )
+
+
+def _profile_enum(
+    session: _Session,
+    function: str,
+    args: tuple[object, ...],
+    enums: Collection[int],
+    profile_id: int,
+    what: str,
+) -> int | None:
+    """The ``NVML_*_INSTANCE_PROFILE_*`` value among ``enums`` whose profile info (from
+    ``function(*args[:1], enum, *args[1:])``) has ``.id == profile_id``, or ``None`` (with a
+    warning unless NVML lacks the function)."""
+    for enum in enums:
+        try:
+            info = session.call(function, *args[:1], enum, *args[1:])
+        except NvmlError as e:
+            if e.value in (ERROR_NOT_SUPPORTED, ERROR_INVALID_ARGUMENT):
+                continue  # not a profile of this GPU / instance (go-nvlib skips them too)
+            if e.value != ERROR_FUNCTION_NOT_FOUND:
+                session.warnings.append(f"{what} unknown: {e.message} (NVML error {e.value})")
+            return None
+        if int(info.id) == profile_id:
+            return enum
+    session.warnings.append(
+        f"{what} unknown: NVML's profile id {profile_id} is none ocihook can name"
+    )
+    return None
+
+
+def _mig_facts(
+    session: _Session,
+    parent: object,
+    mig: object,
+    gi: int,
+    ci: int,
+    gpu_total: int | None,
+    what: str,
+) -> tuple[str | None, int | None]:
+    """``(profile, memory in MiB)`` of the MIG device ``mig`` (GPU instance ``gi``, compute
+    instance ``ci``) of GPU ``parent`` whose memory is ``gpu_total`` bytes (see the module
+    docstring); each ``None`` when NVML cannot tell."""
+    attributes = session.optional("nvmlDeviceGetAttributes", mig, what=f"{what} memory")
+    memory = None if attributes is None else int(attributes.memorySizeMB)
+    if memory is None or gpu_total is None:
+        return None, memory
+    profile = f"{what} profile"
+    gi_handle = session.optional("nvmlDeviceGetGpuInstanceById", parent, gi, what=profile)
+    gi_info = (
+        None
+        if gi_handle is None
+        else session.optional("nvmlGpuInstanceGetInfo", gi_handle, what=profile)
+    )
+    if gi_info is None:
+        return None, memory
+    gi_enum = _profile_enum(
+        session, "nvmlDeviceGetGpuInstanceProfileInfo", (parent,),
+        GPU_INSTANCE_PROFILES, int(gi_info.profileId), profile,
+    )  # fmt: skip
+    if gi_enum is None:
+        return None, memory
+    ci_handle = session.optional(
+        "nvmlGpuInstanceGetComputeInstanceById", gi_handle, ci, what=profile
+    )
+    ci_info = (
+        None
+        if ci_handle is None
+        else session.optional("nvmlComputeInstanceGetInfo", ci_handle, what=profile)
+    )
+    if ci_info is None:
+        return None, memory
+    ci_enum = _profile_enum(
+        session, "nvmlGpuInstanceGetComputeInstanceProfileInfo",
+        (gi_handle, COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED),
+        COMPUTE_INSTANCE_PROFILES, int(ci_info.profileId), profile,
+    )  # fmt: skip
+    if ci_enum is None:
+        return None, memory
+    return mig_profile_name(gi_enum, ci_enum, mig_memory_gb(gpu_total, memory)), memory
 
 
 def _enumerate(session: _Session, root: HostRoot, majors: Mapping[str, int]) -> GpuInventory:

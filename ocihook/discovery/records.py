@@ -57,6 +57,14 @@ class MigDevice(Record):
         nvml_index: NVML's index of the MIG device on its parent
             (``nvmlDeviceGetMigDeviceHandleByIndex``; the ``j`` of the toolkit's ``i:j``
             names); ``None`` from the procfs backend.
+        profile: the MIG profile as NVIDIA's go-nvlib names it (``1g.10gb``,
+            ``1c.2g.20gb``, ``1g.10gb+me``; see
+            :func:`ocihook.discovery.nvml.mig_profile_name`), from NVML's GPU and compute
+            instance profiles; ``None`` when unknown: always from the procfs backend
+            (``/proc/driver/nvidia/capabilities`` gives the GI and CI ids, not the
+            profile), and when NVML cannot tell.
+        memory_mib: the MIG device's memory in MiB (NVML ``nvmlDeviceGetAttributes``
+            ``memorySizeMB``); ``None`` when unknown (procfs backend).
     """
 
     parent_index: int
@@ -69,6 +77,8 @@ class MigDevice(Record):
     ci_cap_file: str
     uuid: str | None = None
     nvml_index: int | None = None
+    profile: str | None = None
+    memory_mib: int | None = None
 
     @property
     def nodes(self) -> tuple[HostDeviceNode, HostDeviceNode]:
@@ -92,6 +102,9 @@ class Gpu(Record):
         architecture: CUDA compute capability ``"M.m"`` (``"9.0"``), the ``arch`` of
             ``NVIDIA_REQUIRE_*``; ``None`` when unknown (procfs backend).
         mig_devices: the GPU's MIG devices in ``(gi, ci)`` order; ``()`` without MIG.
+        memory_mib: total memory in MiB (NVML ``nvmlDeviceGetMemoryInfo`` ``total`` //
+            2**20, what ``nvidia-smi`` and GPU feature discovery report); ``None`` when
+            unknown (procfs backend: the driver's procfs files do not give it).
     """
 
     index: int
@@ -103,6 +116,7 @@ class Gpu(Record):
     brand: str | None = None
     architecture: str | None = None
     mig_devices: tuple[MigDevice, ...] = ()
+    memory_mib: int | None = None
 
     @property
     def device_path(self) -> str:

@@ -29,7 +29,8 @@ unprepared, succeeds (kubelet retries).
 :func:`resource_slices` gives the ResourceSlice objects (``resource.k8s.io/v1beta1``) the
 driver would publish for this node: one pool named after the node, one device per
 schedulable unit with ``uuid``, ``vendor``, ``productName``, ``driverVersion``,
-``pciBusID`` and ``numaNode`` attributes.
+``pciBusID`` and ``numaNode`` attributes, a MIG device's ``profile`` and the ``memory``
+capacity (MiB) when discovery knows them (NVML).
 """
 
 from __future__ import annotations
@@ -90,7 +91,8 @@ class DirectoryClaims:
 
 def device_names(inventory: Inventory) -> dict[str, K8sDevice]:
     """The ResourceSlice device name of every real device: ``gpu-<n>`` for NVIDIA GPUs,
-    ``mig-<n>`` for MIG devices, ``amd-<n>``, ``intel-<n>`` (n in discovery order);
+    ``mig-<n>`` for MIG devices (whatever their resource), ``amd-<n>``, ``intel-<n>`` (n in
+    the order of the sorted resources, then discovery order);
     time-slicing replicas are not listed (DRA shares a device through claims)."""
     out: dict[str, K8sDevice] = {}
     counters: dict[str, int] = {}
@@ -100,9 +102,7 @@ def device_names(inventory: Inventory) -> dict[str, K8sDevice]:
                 continue
             if any(o.real_id == d.real_id for o in out.values()):
                 continue
-            prefix = {"nvidia.com/gpu": "gpu", "nvidia.com/mig": "mig"}.get(resource, d.vendor)
-            if "::mig" in d.real_id:
-                prefix = "mig"
+            prefix = "mig" if d.mig else "gpu" if d.vendor == "nvidia" else d.vendor
             n = counters.get(prefix, 0)
             counters[prefix] = n + 1
             out[f"{prefix}-{n}"] = d
@@ -138,13 +138,18 @@ def resource_slices(
         }
         if d.numa_node is not None:
             attrs["numaNode"] = {"int": d.numa_node}
-        model = (models or {}).get(d.vendor)
+        model = (models or {}).get(d.vendor) or d.model
         if model:
             attrs["productName"] = {"string": model}
         version = inventory.driver_version.get(d.vendor)
         if version:
             attrs["driverVersion"] = {"string": version}
-        devices.append({"name": name, "basic": {"attributes": attrs}})
+        if d.mig_profile is not None:
+            attrs["profile"] = {"string": d.mig_profile}
+        basic: dict[str, Any] = {"attributes": attrs}
+        if d.memory_mib is not None:
+            basic["capacity"] = {"memory": {"value": f"{d.memory_mib}Mi"}}
+        devices.append({"name": name, "basic": basic})
     return [
         {
             "apiVersion": "resource.k8s.io/v1beta1",

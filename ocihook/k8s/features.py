@@ -1,29 +1,37 @@
 """Node labels and monitoring for Kubernetes.
 
 * :func:`nfd_features` — a node-feature-discovery "local" features file (``key=value``
-  lines that NFD's local source turns into ``feature.node.kubernetes.io/<key>`` labels;
-  written to ``/etc/kubernetes/node-feature-discovery/features.d/``): per vendor the GPU
-  product, count, memory (when known), driver and CUDA versions and MIG capability — the
-  labels NVIDIA's GPU feature discovery gives, under ocihook's own names
-  (``ocihook.io/nvidia.gpu.count=8``);
+  lines that NFD's local source turns into node labels; written to
+  ``/etc/kubernetes/node-feature-discovery/features.d/``), with two sets of labels:
+
+  - ocihook's own, ``ocihook.io/...``: per vendor presence, device count, product, driver
+    version and major, the CUDA version, MIG capability, and a count per resource
+    (``ocihook.io/nvidia.com.gpu.count=8``);
+  - the resource labels of NVIDIA's GPU feature discovery under its own names
+    (:func:`gfd_labels`: ``nvidia.com/gpu.count``, ``.product``, ``.memory``,
+    ``.replicas``, ``nvidia.com/mig.strategy``, ``nvidia.com/mig-<profile>.count`` ...),
+    which GFD itself writes into the same directory;
+
 * :func:`metrics_text` — the device plugin's metrics in the Prometheus text exposition
   format 0.0.4; :func:`serve_metrics` serves them at ``http://HOST:PORT/metrics``.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections.abc import Mapping
 from typing import Any
 
-from .inventory import HEALTHY, UNHEALTHY, Inventory
+from .inventory import HEALTHY, MIG_RESOURCE, UNHEALTHY, Inventory, K8sDevice
 
-__all__ = ["metrics_text", "nfd_features", "serve_metrics"]
+__all__ = ["gfd_labels", "metrics_text", "nfd_features", "serve_metrics"]
 
-#: Prefix of every NFD feature key.
+#: Prefix of ocihook's own NFD feature keys.
 PREFIX = "ocihook.io"
 _LABEL_VALUE = re.compile(r"[^A-Za-z0-9_.-]+")
+log = logging.getLogger("ocihook.k8s")
 
 
 def _value(text: str) -> str:
@@ -32,16 +40,116 @@ def _value(text: str) -> str:
     return _LABEL_VALUE.sub("-", text)[:63].strip("-_.")
 
 
+def _real(devices: tuple[K8sDevice, ...]) -> list[K8sDevice]:
+    """The devices that are not time-slicing replicas of another (one per real device)."""
+    seen: dict[str, K8sDevice] = {}
+    for d in devices:
+        seen.setdefault(d.real_id, d)
+    return list(seen.values())
+
+
+def gfd_labels(inventory: Inventory) -> tuple[dict[str, str], tuple[str, ...]]:
+    """The resource labels NVIDIA's GPU feature discovery gives a node, for the NVIDIA GPUs
+    of ``inventory``, and why labels were left out.
+
+    Rules (GFD, ``internal/lm/resource.go`` and ``mig-strategy.go`` of NVIDIA's
+    k8s-device-plugin): for ``nvidia.com/gpu``, ``.count`` (every GPU, MIG-enabled ones
+    included), ``.product`` (the model, spaces as ``-``, ``-SHARED`` with time-slicing),
+    ``.replicas`` and ``.memory`` (MiB, ``nvmlDeviceGetMemoryInfo`` total); with the
+    ``single`` strategy applied those describe the MIG devices instead (product
+    ``<model>-MIG-<profile>``, memory of one MIG device); with ``mixed``, the same four
+    for each ``nvidia.com/mig-<profile>`` resource (memory: ``nvmlDeviceGetAttributes``
+    ``memorySizeMB``); ``nvidia.com/mig.strategy`` unless the strategy is ``none``.
+
+    A value discovery does not know is never guessed: ``.memory`` is left out when the
+    memory is unknown (the procfs GPU backend never knows it), a MIG profile that is
+    unknown leaves its devices without per-profile labels; each such case is one entry of
+    the returned reasons. With GPUs of several models the ``nvidia.com/gpu`` labels
+    describe GPU 0's (GFD keeps one of them too), which is also said.
+
+    Returns:
+        ``(labels, reasons)``: label key -> value, and the reasons in words; ``({}, ())``
+        without NVIDIA GPUs.
+    """
+    gpus = inventory.nvidia_gpus
+    if not gpus:
+        return {}, ()
+    labels: dict[str, str] = {}
+    reasons: list[str] = []
+    replicas = inventory.replicas
+    procfs = inventory.gpu_backend == "procfs"
+
+    def put(resource: str, count: int, parts: tuple[str, ...], memory: int | None) -> None:
+        product = "-".join(p.replace(" ", "-") for p in parts if p)
+        labels[f"{resource}.count"] = str(count)
+        labels[f"{resource}.product"] = _value(product + ("-SHARED" if replicas > 1 else ""))
+        labels[f"{resource}.replicas"] = str(replicas)
+        if memory is not None:
+            labels[f"{resource}.memory"] = str(memory)
+            return
+        why = (
+            "the procfs GPU backend cannot tell memory sizes (use --gpu-backend nvml)"
+            if procfs
+            else "NVML did not report the memory"
+        )
+        reasons.append(f"{resource}.memory left out: {why}")
+
+    model = gpus[0].model
+    if len({g.model for g in gpus}) > 1:
+        reasons.append(
+            f"GPUs of several models ({', '.join(sorted({g.model for g in gpus}))}): the "
+            "nvidia.com/gpu labels describe GPU 0's"
+        )
+    strategy = inventory.mig_strategy
+    advertised = _real(inventory.devices.get("nvidia.com/gpu", ()))
+    if strategy == "single" and any(d.mig for d in advertised):
+        first = advertised[0]
+        if first.mig_profile is None:
+            reasons.append("the MIG profile is unknown: nvidia.com/gpu.product names none")
+        put("nvidia.com/gpu", len(advertised), (model, "MIG", first.mig_profile or ""),
+            first.memory_mib)  # fmt: skip
+    else:
+        put("nvidia.com/gpu", len(gpus), (model,), gpus[0].memory_mib)
+    if strategy != "none":
+        labels["nvidia.com/mig.strategy"] = strategy
+    if strategy == "mixed":
+        for resource, devices in sorted(inventory.devices.items()):
+            real = _real(devices)
+            if resource == MIG_RESOURCE:
+                reasons.append(
+                    f"{len(real)} MIG devices of unknown profile have no "
+                    "nvidia.com/mig-<profile> labels"
+                )
+                continue
+            profile = real[0].mig_profile if real and real[0].mig else None
+            if profile is not None:
+                put(resource, len(real), (real[0].model, "MIG", profile), real[0].memory_mib)
+    return labels, tuple(reasons)
+
+
 def nfd_features(
-    inventory: Inventory, models: Mapping[str, str] | None = None, mig_capable: bool = False
+    inventory: Inventory,
+    models: Mapping[str, str] | None = None,
+    mig_capable: bool | None = None,
+    *,
+    reasons: list[str] | None = None,
 ) -> str:
-    """The NFD features file text for ``inventory`` (sorted ``key=value`` lines).
+    """The NFD features file text for ``inventory`` (sorted ``key=value`` lines): ocihook's
+    own labels and :func:`gfd_labels`.
 
     Args:
         inventory: what the node advertises.
-        models: product name per vendor (``{"nvidia": "NVIDIA A100-SXM4-80GB"}``).
-        mig_capable: whether an NVIDIA GPU has MIG enabled (a MIG device was found).
+        models: product name per vendor (``{"nvidia": "NVIDIA A100-SXM4-80GB"}``); default:
+            the first NVIDIA GPU's model.
+        mig_capable: whether an NVIDIA GPU has MIG enabled; default: whether discovery
+            found a MIG device.
+        reasons: where to append why labels were left out (:func:`gfd_labels`); when
+            ``None`` they are logged as warnings (logger ``ocihook.k8s``).
     """
+    gpus = inventory.nvidia_gpus
+    if mig_capable is None:
+        mig_capable = any(g.mig_devices for g in gpus)
+    known = {"nvidia": gpus[0].model} if gpus else {}
     lines: dict[str, str] = {}
     counts: dict[str, int] = {}
     for resource, devs in inventory.devices.items():
@@ -58,10 +166,17 @@ def nfd_features(
         lines[f"{PREFIX}/{vendor}.driver.major"] = _value(major)
     if inventory.cuda_version:
         lines[f"{PREFIX}/nvidia.cuda.version"] = _value(inventory.cuda_version)
-    for vendor, model in (models or {}).items():
+    for vendor, model in {**known, **(models or {})}.items():
         lines[f"{PREFIX}/{vendor}.product"] = _value(model)
-    if "nvidia" in counts or "nvidia.com/mig" in inventory.devices:
+    if "nvidia" in counts or gpus:
         lines[f"{PREFIX}/nvidia.mig.capable"] = "true" if mig_capable else "false"
+    gfd, why = gfd_labels(inventory)
+    lines.update(gfd)
+    if reasons is not None:
+        reasons.extend(why)
+    else:
+        for reason in why:
+            log.warning("%s", reason)
     return "".join(f"{k}={v}\n" for k, v in sorted(lines.items()))
 
 

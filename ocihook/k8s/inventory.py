@@ -5,11 +5,19 @@
 :func:`ocihook.discovery.drm.discover_vendor`) and makes one :class:`K8sDevice` per
 schedulable unit:
 
-* ``nvidia.com/gpu``: each GPU (MIG strategy ``none``); with ``single``, each MIG device of
-  the MIG-enabled GPUs instead (GPUs without MIG are left out, with a warning); with
-  ``mixed``, GPUs without MIG as ``nvidia.com/gpu`` and every MIG device as
-  ``nvidia.com/mig`` (MIG profiles are not in ocihook's discovery records, so all MIG
-  devices share one resource; NVIDIA's plugin names one resource per profile);
+* ``nvidia.com/gpu``: each GPU (MIG strategy ``none``);
+* MIG strategy ``mixed`` (NVIDIA's device plugin): GPUs without MIG as ``nvidia.com/gpu``,
+  every MIG device as the resource of its profile, ``nvidia.com/mig-<profile>``
+  (:func:`mig_resource_name`: ``nvidia.com/mig-1g.10gb``, ``nvidia.com/mig-3g.40gb``), one
+  resource (and so one plugin socket) per profile. Profiles come from NVML only
+  (``gpu_backend`` ``nvml`` or ``auto``): the procfs capability tree gives a MIG device's
+  GPU and compute instance ids, not its profile. A MIG device whose profile is unknown is
+  advertised as ``nvidia.com/mig``, with a warning saying why; no profile is guessed;
+* MIG strategy ``single``: each MIG device as ``nvidia.com/gpu``, which requires every MIG
+  device to have the same profile (a :class:`~ocihook.core.errors.ConfigError` names the
+  profiles otherwise; profiles unknown: a warning that this was not checked). GPUs without
+  MIG are left out with a warning; when no GPU has MIG devices the strategy falls back to
+  ``none`` (as NVIDIA's plugin does), with a warning;
 * ``amd.com/gpu``: each AMD GPU or compute partition;
 * ``gpu.intel.com/<driver>``: each Intel GPU (``i915``, ``xe``), as Intel's plugin names them.
 
@@ -36,10 +44,12 @@ from ..core.hostroot import HostRoot
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ..cdi.spec import Spec
-    from ..discovery.records import DrmGpu, HostDeviceNode
+    from ..discovery.nvidia import NvidiaHost
+    from ..discovery.records import DrmGpu, Gpu, HostDeviceNode, MigDevice
 
 __all__ = [
     "HEALTHY",
+    "MIG_RESOURCE",
     "MIG_STRATEGIES",
     "RESOURCE_VENDORS",
     "UNHEALTHY",
@@ -47,6 +57,7 @@ __all__ = [
     "K8sDevice",
     "build_inventory",
     "health",
+    "mig_resource_name",
 ]
 
 HEALTHY = "Healthy"
@@ -57,6 +68,32 @@ MIG_STRATEGIES = ("none", "single", "mixed")
 RESOURCE_VENDORS = {"nvidia.com": "nvidia", "amd.com": "amd", "gpu.intel.com": "intel"}
 #: Longest device id kubelet accepts (device plugin API: ``Device.ID``).
 MAX_ID = 63
+#: The resource of MIG devices whose profile is unknown (``mixed`` strategy).
+MIG_RESOURCE = "nvidia.com/mig"
+_RESOURCE_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?")
+#: Why a procfs-only inventory has no MIG profiles.
+_PROCFS_NO_PROFILES = (
+    "the procfs GPU backend cannot tell them: /proc/driver/nvidia/capabilities gives each "
+    "MIG device's GPU and compute instance ids, not its profile; use --gpu-backend nvml "
+    "(nvidia-ml-py)"
+)
+
+
+def mig_resource_name(profile: str) -> str:
+    """The extended resource of MIG devices of ``profile`` with the ``mixed`` strategy:
+    ``nvidia.com/mig-`` + the profile with ``+`` spelt ``.`` (NVIDIA's device plugin,
+    ``internal/resource/nvml-mig-device.go`` ``GetName``): ``1g.10gb`` ->
+    ``nvidia.com/mig-1g.10gb``, ``1g.10gb+me`` -> ``nvidia.com/mig-1g.10gb.me``.
+
+    Raises:
+        ValueError: the result is not a valid extended resource name (the part after the
+            ``/`` must be a Kubernetes qualified name: at most 63 characters of
+            ``[A-Za-z0-9_.-]``, alphanumeric at both ends).
+    """
+    name = "mig-" + profile.replace("+", ".")
+    if not _RESOURCE_NAME.fullmatch(name):
+        raise ValueError(f"no valid resource name for MIG profile {profile!r}")
+    return f"nvidia.com/{name}"
 
 
 @dataclass(frozen=True)
@@ -80,6 +117,11 @@ class K8sDevice:
         driver_entry: host path whose presence the driver keeps while the device lives.
         gpu_uuid: the NVIDIA GPU it is or is part of (a MIG device's parent), for NVML's
             lost-GPU reports; ``""`` for other vendors.
+        model: the product name (a MIG device's: its GPU's); ``""`` when unknown.
+        memory_mib: its memory in MiB (a MIG device's own), or ``None`` when unknown
+            (NVIDIA: NVML only).
+        mig: whether it is a MIG device.
+        mig_profile: a MIG device's profile (``1g.10gb``), or ``None`` when unknown.
     """
 
     id: str
@@ -94,18 +136,40 @@ class K8sDevice:
     nodes: tuple[tuple[str, str], ...] = ()
     driver_entry: str = ""
     gpu_uuid: str = ""
+    model: str = ""
+    memory_mib: int | None = None
+    mig: bool = False
+    mig_profile: str | None = None
 
 
 @dataclass(frozen=True)
 class Inventory:
-    """What :func:`build_inventory` found: devices by resource (in discovery order), the
-    CDI specs (kind -> spec) the plugin writes, and warnings."""
+    """What :func:`build_inventory` found.
+
+    Attributes:
+        devices: devices by resource, in discovery order.
+        specs: the CDI specs (kind -> spec) the plugin writes.
+        warnings: what was left out or is unknown, and why.
+        driver_version: driver version by vendor.
+        cuda_version: the CUDA version the NVIDIA driver supports (NVML only).
+        nvidia_gpus: the NVIDIA GPUs as discovery found them (with their MIG devices),
+            whether advertised or not.
+        mig_strategy: the MIG strategy asked for (``single`` falls back to ``none``, with
+            a warning, when no GPU has MIG devices).
+        replicas: time-slicing replicas per device.
+        gpu_backend: the NVIDIA GPU backend that was used (``procfs``, ``nvml``), or
+            ``None`` without NVIDIA GPUs.
+    """
 
     devices: dict[str, tuple[K8sDevice, ...]]
     specs: dict[str, Spec] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     driver_version: dict[str, str] = field(default_factory=dict)
     cuda_version: str | None = None
+    nvidia_gpus: tuple[Gpu, ...] = ()
+    mig_strategy: str = "none"
+    replicas: int = 1
+    gpu_backend: str | None = None
 
 
 def _numa(root: HostRoot, bdf: str) -> int | None:
@@ -160,15 +224,71 @@ def _check_id(device_id: str) -> str:
     return device_id
 
 
+def _check_mig_profiles(
+    strategy: str, migs: Sequence[MigDevice], backend: str, warnings: list[str]
+) -> None:
+    """Say which MIG profiles are unknown and why; with ``single``, require one profile.
+
+    Raises:
+        ConfigError: ``single`` and MIG devices of more than one (known) profile.
+    """
+    unknown = sum(m.profile is None for m in migs)
+    if unknown:
+        why = (
+            _PROCFS_NO_PROFILES
+            if backend == "procfs"
+            else "NVML did not tell them (see its warnings)"
+        )
+        then = (
+            f"advertised as {MIG_RESOURCE}, not per profile"
+            if strategy == "mixed"
+            else "the single strategy's check that every MIG device has one profile was not made"
+        )
+        warnings.append(
+            f"the MIG profile of {unknown} of {len(migs)} MIG devices is unknown ({why}): {then}"
+        )
+    if strategy != "single":
+        return
+    counts: dict[str, int] = {}
+    for m in migs:
+        if m.profile is not None:
+            counts[m.profile] = counts.get(m.profile, 0) + 1
+    if len(counts) > 1:
+        found = ", ".join(f"{n} x {p}" for p, n in sorted(counts.items()))
+        raise ConfigError(
+            f"the single MIG strategy needs every MIG device to have the same profile; "
+            f"this node has {found}",
+            field="--mig-strategy",
+            value="single",
+            hint="use --mig-strategy mixed (one resource per profile), or partition every "
+            "GPU with one profile",
+        )
+
+
 def _nvidia(
-    root: HostRoot, mig_strategy: str, warnings: list[str], command: Sequence[str] | None
-) -> tuple[dict[str, list[K8sDevice]], Spec, str, str | None]:
+    root: HostRoot,
+    mig_strategy: str,
+    warnings: list[str],
+    command: Sequence[str] | None,
+    gpu_backend: str,
+) -> tuple[dict[str, list[K8sDevice]], Spec, NvidiaHost]:
+    """The NVIDIA devices by resource, the CDI spec and the discovered host (``single``
+    falls back to ``none`` without MIG devices)."""
     from ..cdi.generate import generate_spec
     from ..discovery.nvidia import discover
 
-    host = discover(root)
+    host = discover(root, gpu_backend=gpu_backend)
     warnings.extend(host.warnings)
     spec = generate_spec(host, name_strategies=("index", "uuid"), hook_command=command)
+    migs = [m for g in host.gpus for m in g.mig_devices]
+    if mig_strategy == "single" and not migs and host.gpus:
+        warnings.append(
+            "no GPU has MIG devices: the single MIG strategy falls back to none "
+            "(as NVIDIA's device plugin does)"
+        )
+        mig_strategy = "none"
+    if mig_strategy != "none" and migs:
+        _check_mig_profiles(mig_strategy, migs, host.gpu_backend, warnings)
     out: dict[str, list[K8sDevice]] = {}
     control = tuple(_node_pair(n) for n in host.control_nodes)
     for gpu in host.gpus:
@@ -188,6 +308,8 @@ def _nvidia(
             nodes=(*control, gpu_node),
             driver_entry=gpu.proc_dir,
             gpu_uuid=gpu.uuid,
+            model=gpu.model,
+            memory_mib=gpu.memory_mib,
         )
         if mig_strategy == "none" or not gpu.mig_devices:
             if mig_strategy == "single" and not gpu.mig_devices:
@@ -198,8 +320,13 @@ def _nvidia(
                 continue
             out.setdefault("nvidia.com/gpu", []).append(whole)
             continue
-        resource = "nvidia.com/gpu" if mig_strategy == "single" else "nvidia.com/mig"
         for pos, mig in enumerate(gpu.mig_devices):
+            if mig_strategy == "single":
+                resource = "nvidia.com/gpu"
+            elif mig.profile is None:
+                resource = MIG_RESOURCE
+            else:
+                resource = mig_resource_name(mig.profile)
             j = mig.nvml_index if mig.nvml_index is not None else pos
             index_name = f"{gpu.index}:{j}"
             device_id = mig.uuid or f"{gpu.uuid}::mig{mig.gi}.{mig.ci}"
@@ -212,9 +339,12 @@ def _nvidia(
                     cdi_name=f"nvidia.com/gpu={mig.uuid or index_name}",
                     visible=mig.uuid or index_name,
                     nodes=(*whole.nodes, *(_node_pair(n) for n in mig.nodes)),
+                    memory_mib=mig.memory_mib,
+                    mig=True,
+                    mig_profile=mig.profile,
                 )
             )
-    return out, spec, host.driver_version, host.cuda_version
+    return out, spec, host
 
 
 def _drm_id(g: DrmGpu) -> str:
@@ -261,6 +391,7 @@ def build_inventory(
     mig_strategy: str = "none",
     replicas: int = 1,
     hook_command: Sequence[str] | None = None,
+    gpu_backend: str = "procfs",
 ) -> Inventory:
     """Discover the host and list the devices to advertise (see the module docstring).
 
@@ -272,16 +403,23 @@ def build_inventory(
         replicas: time-slicing replicas per device (1: no sharing).
         hook_command: argv prefix of ocihook in the CDI specs' hooks, as the container
             runtime on the host runs it (default: this installation).
+        gpu_backend: NVIDIA GPU enumeration, ``procfs``, ``nvml`` or ``auto``
+            (:func:`~ocihook.discovery.nvidia.enumerate_gpus`); only NVML knows GPU memory
+            and MIG profiles.
 
     Returns:
         An :class:`Inventory`; a vendor whose discovery fails is left out with a warning
         when ``resources`` is empty, and raises otherwise.
 
     Raises:
-        ConfigError: an unknown MIG strategy, resource or a replica count below 1.
-        DiscoveryError: a requested vendor cannot be discovered, or no device at all.
+        ConfigError: an unknown MIG strategy, GPU backend, resource, a replica count below
+            1, or the ``single`` MIG strategy on MIG devices of several profiles.
+        DiscoveryError: a requested vendor cannot be discovered, NVML is missing or
+            fails with ``gpu_backend`` ``nvml``
+            (:class:`~ocihook.discovery.nvml.NvmlError`), or no device at all.
     """
     from ..discovery.drm import present_vendors
+    from ..discovery.nvml import NvmlError
 
     if mig_strategy not in MIG_STRATEGIES:
         raise ConfigError(
@@ -292,6 +430,14 @@ def build_inventory(
     if replicas < 1:
         raise ConfigError(
             "time-slicing replicas must be at least 1", field="--replicas", value=replicas
+        )
+    from ..discovery.nvidia import BACKENDS
+
+    if gpu_backend not in BACKENDS:
+        raise ConfigError(
+            f"unknown GPU backend (use {', '.join(BACKENDS)})",
+            field="--gpu-backend",
+            value=gpu_backend,
         )
     root = root or HostRoot()
     wanted: list[str] = []
@@ -312,16 +458,24 @@ def build_inventory(
     specs: dict[str, Spec] = {}
     versions: dict[str, str] = {}
     cuda: str | None = None
+    nvidia_gpus: tuple[Gpu, ...] = ()
+    backend: str | None = None
     for vendor in dict.fromkeys(wanted):
         try:
             if vendor == "nvidia":
-                found, spec, version, cuda = _nvidia(root, mig_strategy, warnings, hook_command)
+                found, spec, nv = _nvidia(root, mig_strategy, warnings, hook_command, gpu_backend)
+                version, cuda, nvidia_gpus, backend = (
+                    nv.driver_version,
+                    nv.cuda_version,
+                    nv.gpus,
+                    nv.gpu_backend,
+                )
             else:
                 found, spec, drm_version = _drm(root, vendor, warnings, hook_command)
                 version = drm_version or ""
         except DiscoveryError as e:
-            if explicit:
-                raise
+            if explicit or (gpu_backend == "nvml" and isinstance(e, NvmlError)):
+                raise  # what was asked for: the vendor, or NVML
             warnings.append(f"{vendor}: not advertised: {e}")
             continue
         specs[spec.kind] = spec
@@ -347,6 +501,10 @@ def build_inventory(
         warnings=tuple(warnings),
         driver_version=versions,
         cuda_version=cuda,
+        nvidia_gpus=nvidia_gpus,
+        mig_strategy=mig_strategy,
+        replicas=replicas,
+        gpu_backend=backend,
     )
 
 

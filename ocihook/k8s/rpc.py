@@ -153,14 +153,23 @@ def unix_server(path: str, *, workers: int = 8) -> grpc.Server:
     is removed first; the socket is made mode 0600 by the umask of the process).
 
     Raises:
-        OSError: the socket cannot be bound.
+        OSError: the socket cannot be bound; ``ENAMETOOLONG`` when its absolute path is
+            longer than the 107 bytes of ``sockaddr_un.sun_path`` (unix(7)).
     """
+    import errno
     from concurrent import futures
 
+    address = os.path.abspath(path)
+    if len(os.fsencode(address)) > 107:
+        raise OSError(errno.ENAMETOOLONG, "unix socket path longer than 107 bytes", address)
     if os.path.lexists(path):
         os.unlink(path)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers))
-    if server.add_insecure_port(f"unix://{os.path.abspath(path)}") == 0:
+    try:
+        port = server.add_insecure_port(f"unix://{address}")
+    except RuntimeError:  # grpcio >= 1.50 raises instead of returning 0
+        port = 0
+    if port == 0:
         raise OSError(f"cannot listen on {path}")
     server.start()
     return server

@@ -10,8 +10,8 @@ NVIDIA driver and eight GPUs, for the demo and the tests on machines without a G
 * ``sys/module/nvidia/version``;
 * ``sys/bus/pci/devices/<bus id>/drm/{cardN,renderDN}/dev`` for each GPU;
 * MIG: ``proc/driver/nvidia-caps/mig-minors``, the ``capabilities`` files, and GPU 1
-  split into two GPU instances (MIG devices ``1:0`` and ``1:1``), with their
-  ``dev/nvidia-caps`` nodes when root;
+  split into two GPU instances (MIG devices ``1:0`` and ``1:1``; profiles ``3g.40gb`` and
+  ``1g.10gb`` by default), with their ``dev/nvidia-caps`` nodes when root;
 * ``dev/nvidiactl``, ``dev/nvidia-uvm``, ``dev/nvidia-uvm-tools``, ``dev/nvidia<minor>``,
   ``dev/nvidia-modeset`` and ``dev/dri/{cardN,renderDN,by-path/...}`` made with ``mknod``
   when running as root (skipped otherwise; spec mode does not need them);
@@ -27,6 +27,12 @@ NVIDIA driver and eight GPUs, for the demo and the tests on machines without a G
 * ``etc/ld.so.conf`` and ``etc/ld.so.cache`` (new format, written by
   :func:`ocihook.linux.ldcache.build`);
 * ``.ocihook-fixture.json`` describing what was built, for tests.
+
+What a real driver tells only through NVML is modelled in the returned records, not in the
+tree: each GPU's memory (:data:`GPU_MEMORY_MIB`) and each MIG device's UUID, NVML slot and
+profile (:data:`MIG_PROFILES`: the GPU and compute instance profiles NVML would report).
+Procfs discovery of the tree cannot see them, as on a real host; a stand-in NVML can be
+described from them.
 
 Nothing outside the destination directory is touched.
 """
@@ -45,10 +51,15 @@ from .elfwrite import make_shared_object
 
 __all__ = [
     "DEFAULT_DRIVER_VERSION",
+    "DEFAULT_MIG_PROFILES",
+    "GPU_MEMORY_MIB",
     "LIBRARIES32",
+    "MIG_PROFILES",
     "PERSISTENCED_SOCKET",
     "SimulatedGpu",
     "SimulatedHost",
+    "SimulatedMig",
+    "SimulatedMigProfile",
     "build",
 ]
 
@@ -89,6 +100,9 @@ UVM_MAJOR = 237
 CAPS_MAJOR = 240
 #: GPU instances of the MIG-enabled GPU (index 1), each with compute instance 0.
 MIG_INSTANCES = (1, 2)
+#: Memory of each simulated GPU in MiB, as NVML reports an A100-SXM4-80GB's
+#: (``nvmlDeviceGetMemoryInfo`` total / 2**20; ``nvidia-smi`` prints 81920MiB).
+GPU_MEMORY_MIB = 81920
 
 
 def _gi_minor(gpu_minor: int, gi: int) -> int:
@@ -101,15 +115,68 @@ def _cap_file(minor: int, mode: int) -> str:
     return f"DeviceFileMinor: {minor}\nDeviceFileMode: {mode}\nDeviceFileModify: 1\n"
 
 
+class SimulatedMigProfile(Record):
+    """A MIG profile as NVML describes it.
+
+    Attributes:
+        name: the name NVIDIA's tools give it (``1g.10gb``).
+        gi_profile: its ``NVML_GPU_INSTANCE_PROFILE_*`` value.
+        gi_profile_id: the GPU instance profile id NVML reports (``nvidia-smi mig -lgip``).
+        ci_profile: the ``NVML_COMPUTE_INSTANCE_PROFILE_*`` value of a compute instance
+            that spans the GPU instance; ``ci_profile_id``: its id.
+        slices: GPU (and compute) slices.
+        memory_mib: the MIG device's memory in MiB (``nvmlDeviceGetAttributes``).
+    """
+
+    name: str
+    gi_profile: int
+    gi_profile_id: int
+    ci_profile: int
+    ci_profile_id: int
+    slices: int
+    memory_mib: int
+
+
+#: The MIG profiles of the simulated GPUs by name: an A100 80GB's profiles and profile ids;
+#: the memory sizes are the simulation's (each rounds to the size in the name by go-nvlib's
+#: rule, :func:`ocihook.discovery.nvml.mig_memory_gb`).
+MIG_PROFILES: dict[str, SimulatedMigProfile] = {
+    p.name: p
+    for p in (
+        SimulatedMigProfile("1g.10gb", 0x0, 19, 0x0, 0, 1, 9728),
+        SimulatedMigProfile("2g.20gb", 0x1, 14, 0x1, 1, 2, 19968),
+        SimulatedMigProfile("3g.40gb", 0x2, 9, 0x2, 2, 3, 40192),
+        SimulatedMigProfile("7g.80gb", 0x4, 0, 0x4, 4, 7, 80384),
+    )
+}
+#: The profiles of GPU instances :data:`MIG_INSTANCES` of GPU 1, by default.
+DEFAULT_MIG_PROFILES = ("3g.40gb", "1g.10gb")
+
+
+class SimulatedMig(Record):
+    """One MIG device of the simulated host: compute instance ``ci`` of GPU instance ``gi``,
+    its NVML ``slot`` (``nvmlDeviceGetMigDeviceHandleByIndex``), ``uuid`` (``MIG-...``) and
+    ``profile``."""
+
+    gi: int
+    ci: int
+    slot: int
+    uuid: str
+    profile: SimulatedMigProfile
+
+
 class SimulatedGpu(Record):
     """One GPU of the simulated host: ``index`` in bus order, its ``minor``, ``uuid``,
-    ``bus_id`` (8-digit domain) and ``model``."""
+    ``bus_id`` (8-digit domain) and ``model``; what NVML would add: ``memory_mib`` and the
+    ``mig_devices`` (``()`` for a GPU with MIG disabled)."""
 
     index: int
     minor: int
     uuid: str
     bus_id: str
     model: str
+    memory_mib: int = GPU_MEMORY_MIB
+    mig_devices: tuple[SimulatedMig, ...] = ()
 
 
 class SimulatedHost(Record):
@@ -126,6 +193,10 @@ class SimulatedHost(Record):
 def _uuid(seed: str) -> str:
     h = hashlib.sha256(seed.encode()).hexdigest()
     return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def _mig_uuid(gpu_uuid: str, gi: int, ci: int) -> str:
+    return "MIG-" + _uuid(f"{gpu_uuid}/gi{gi}/ci{ci}")[4:]
 
 
 def _write(path: str, data: str | bytes, mode: int = 0o644) -> None:
@@ -158,6 +229,7 @@ def build(
     make_dev_nodes: bool | None = None,
     machine: str | None = None,
     model: str = "NVIDIA A100-SXM4-80GB",
+    mig_profiles: tuple[str, ...] = DEFAULT_MIG_PROFILES,
 ) -> SimulatedHost:
     """Write a simulated NVIDIA host under ``dest`` (created if missing).
 
@@ -168,12 +240,15 @@ def build(
         make_dev_nodes: create ``dev/`` nodes with mknod; default: when running as root.
         machine: ``platform.machine()`` to build libraries for (x86_64 or aarch64).
         model: the GPUs' model name.
+        mig_profiles: the profiles (names from :data:`MIG_PROFILES`) of GPU 1's GPU
+            instances :data:`MIG_INSTANCES`, one each.
 
     Returns:
         A :class:`SimulatedHost` describing the tree.
 
     Raises:
-        ValueError: ``gpus`` out of range or an unsupported machine.
+        ValueError: ``gpus`` out of range, an unsupported machine, or ``mig_profiles`` not
+            one known profile per GPU instance.
         OSError: ``dest`` is not writable.
     """
     if not 1 <= gpus <= len(_BUS_NUMBERS):
@@ -181,6 +256,11 @@ def build(
     machine = machine or platform.machine()
     if machine not in _TRIPLETS:
         raise ValueError(f"unsupported machine {machine!r}; use one of {sorted(_TRIPLETS)}")
+    if len(mig_profiles) != len(MIG_INSTANCES) or not set(mig_profiles) <= set(MIG_PROFILES):
+        raise ValueError(
+            f"mig_profiles must be {len(MIG_INSTANCES)} of {sorted(MIG_PROFILES)}, "
+            f"not {mig_profiles!r}"
+        )
     if make_dev_nodes is None:
         make_dev_nodes = os.geteuid() == 0
     root = os.path.abspath(dest)
@@ -251,6 +331,13 @@ def build(
     mig_gpu = sim_gpus[1] if len(sim_gpus) > 1 else None
     mig_minors: list[int] = []
     if mig_gpu is not None:
+        mig_gpu = mig_gpu.replace(
+            mig_devices=tuple(
+                SimulatedMig(gi, 0, slot, _mig_uuid(mig_gpu.uuid, gi, 0), MIG_PROFILES[name])
+                for slot, (gi, name) in enumerate(zip(MIG_INSTANCES, mig_profiles, strict=True))
+            )
+        )
+        sim_gpus[1] = mig_gpu
         for gi in MIG_INSTANCES:
             g_minor, c_minor = _gi_minor(mig_gpu.minor, gi), _gi_minor(mig_gpu.minor, gi) + 1
             base = os.path.join(caps, f"gpu{mig_gpu.minor}/mig/gi{gi}")
@@ -346,6 +433,11 @@ def build(
                         "uuid": g.uuid,
                         "bus_id": g.bus_id,
                         "model": g.model,
+                        "memory_mib": g.memory_mib,
+                        "mig": [
+                            {"gi": m.gi, "ci": m.ci, "uuid": m.uuid, "profile": m.profile.name}
+                            for m in g.mig_devices
+                        ],
                     }
                     for g in sim_gpus
                 ],

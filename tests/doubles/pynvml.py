@@ -15,7 +15,18 @@ It mirrors the surface ocihook's NVML backend uses, with the real module's behav
 * handles are opaque; a handle index past the count is ``NVML_ERROR_INVALID_ARGUMENT``;
   MIG queries on a GPU without MIG are ``NVML_ERROR_NOT_SUPPORTED``; an empty MIG slot is
   ``NVML_ERROR_NOT_FOUND``; GPU/compute instance ids of a non-MIG handle are
-  ``NVML_ERROR_INVALID_ARGUMENT``.
+  ``NVML_ERROR_INVALID_ARGUMENT``;
+* memory: ``nvmlDeviceGetMemoryInfo`` (``.total``/``.free``/``.used`` in bytes) of a GPU
+  or MIG handle whose description has ``memory_mib`` (else ``NVML_ERROR_NOT_SUPPORTED``);
+  ``nvmlDeviceGetAttributes`` of a MIG handle (``.memorySizeMB``, slice counts; a GPU
+  handle is ``NVML_ERROR_NOT_SUPPORTED``, as NVML supports only MIG handles there);
+* GPU and compute instances: ``nvmlDeviceGetGpuInstanceById`` (``NVML_ERROR_NOT_FOUND``
+  for an id no MIG device has), ``nvmlGpuInstanceGetInfo`` (``.id``, ``.profileId``),
+  ``nvmlGpuInstanceGetComputeInstanceById``, ``nvmlComputeInstanceGetInfo``, and the
+  profile tables ``nvmlDeviceGetGpuInstanceProfileInfo`` /
+  ``nvmlGpuInstanceGetComputeInstanceProfileInfo``: an enum past the ``*_PROFILE_COUNT``
+  of nvml.h is ``NVML_ERROR_INVALID_ARGUMENT``, a profile the GPU (or, for a compute
+  instance profile, the GPU instance's size) does not offer ``NVML_ERROR_NOT_SUPPORTED``.
 
 A test calls :func:`load` with a description::
 
@@ -31,9 +42,16 @@ A test calls :func:`load` with a description::
                 "name": "NVIDIA A100-SXM4-80GB",
                 "brand": NVML_BRAND_TESLA,          # absent: NOT_SUPPORTED
                 "compute_capability": (8, 0),       # absent: NOT_SUPPORTED
+                "memory_mib": 81920,                # absent: NOT_SUPPORTED
                 "mig": {                            # absent: MIG not supported
                     "current": 1, "pending": 1, "max_devices": 7,
-                    "devices": {0: {"gi": 1, "ci": 0, "uuid": "MIG-..."}},  # by slot
+                    "devices": {0: {"gi": 1, "ci": 0, "uuid": "MIG-...",  # by slot
+                                    "gi_profile_id": 19, "ci_profile_id": 0,
+                                    "memory_mib": 9728}},
+                    # NVML_GPU_INSTANCE_PROFILE_* / NVML_COMPUTE_INSTANCE_PROFILE_* ->
+                    # the profile info NVML gives for it (absent: NOT_SUPPORTED)
+                    "gi_profiles": {0: {"id": 19, "slices": 1, "memory_mib": 9728}},
+                    "ci_profiles": {0: {"id": 0, "slices": 1}},
                 },
                 "errors": {"nvmlDeviceGetBrand": NVML_ERROR_UNKNOWN},  # forced failures
             },
@@ -92,6 +110,20 @@ NVML_BRAND_TITAN_RTX = 16
 
 NVML_DEVICE_MIG_DISABLE = 0
 NVML_DEVICE_MIG_ENABLE = 1
+
+NVML_GPU_INSTANCE_PROFILE_1_SLICE = 0x0
+NVML_GPU_INSTANCE_PROFILE_2_SLICE = 0x1
+NVML_GPU_INSTANCE_PROFILE_3_SLICE = 0x2
+NVML_GPU_INSTANCE_PROFILE_4_SLICE = 0x3
+NVML_GPU_INSTANCE_PROFILE_7_SLICE = 0x4
+NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1 = 0x7
+NVML_GPU_INSTANCE_PROFILE_COUNT = 0x12
+NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE = 0x0
+NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE = 0x1
+NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE = 0x2
+NVML_COMPUTE_INSTANCE_PROFILE_COUNT = 0x9
+NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED = 0x0
+NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_COUNT = 0x1
 
 
 class NVMLError(Exception):
@@ -376,3 +408,137 @@ def nvmlDeviceGetComputeInstanceId(device: _Device) -> int:
     if device._mig is None:
         raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
     return int(device._mig["ci"])
+
+
+# -- memory, GPU and compute instances --------------------------------------------------------
+
+
+class _Struct:
+    """A ctypes structure's fields as attributes (what pynvml returns)."""
+
+    def __init__(self, **fields: Any) -> None:
+        self.__dict__.update(fields)
+
+
+class _GpuInstance:
+    """An opaque ``nvmlGpuInstance_t``."""
+
+    def __init__(self, gpu: dict[str, Any], gi: int) -> None:
+        self._gpu = gpu
+        self._gi = gi
+
+
+class _ComputeInstance:
+    """An opaque ``nvmlComputeInstance_t``."""
+
+    def __init__(self, instance: _GpuInstance, mig: dict[str, Any]) -> None:
+        self._instance = instance
+        self._mig = mig
+
+
+def _forced(name: str, described: dict[str, Any]) -> None:
+    code = described.get("errors", {}).get(name)
+    if code is not None:
+        raise NVMLError(code)
+
+
+def nvmlDeviceGetMemoryInfo(handle: _Device, version: int | None = None) -> _Struct:
+    _enter("nvmlDeviceGetMemoryInfo", handle)
+    described = handle._mig if handle._mig is not None else handle._gpu
+    if "memory_mib" not in described:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    total = int(described["memory_mib"]) << 20
+    return _Struct(total=total, free=total, used=0)
+
+
+def nvmlDeviceGetAttributes(device: _Device) -> _Struct:
+    _enter("nvmlDeviceGetAttributes", device)
+    if device._mig is None or "memory_mib" not in device._mig:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    mig = _mig_of(_Device(device._gpu))
+    gi = mig.get("gi_profiles", {}).values()
+    slices = {p["id"]: p["slices"] for p in gi}
+    ci = {p["id"]: p["slices"] for p in mig.get("ci_profiles", {}).values()}
+    return _Struct(
+        memorySizeMB=int(device._mig["memory_mib"]),
+        gpuInstanceSliceCount=slices.get(device._mig.get("gi_profile_id"), 0),
+        computeInstanceSliceCount=ci.get(device._mig.get("ci_profile_id"), 0),
+    )
+
+
+def _instance_devices(gpu: dict[str, Any], gi: int) -> list[dict[str, Any]]:
+    return [m for m in gpu["mig"].get("devices", {}).values() if m["gi"] == gi]
+
+
+def nvmlDeviceGetGpuInstanceById(device: _Device, gpuInstanceId: int) -> _GpuInstance:
+    _enter("nvmlDeviceGetGpuInstanceById", device)
+    if device._mig is not None:
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    mig = _mig_of(device)
+    if mig["current"] != NVML_DEVICE_MIG_ENABLE:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    if not _instance_devices(device._gpu, gpuInstanceId):
+        raise NVMLError(NVML_ERROR_NOT_FOUND)
+    return _GpuInstance(device._gpu, gpuInstanceId)
+
+
+def nvmlGpuInstanceGetInfo(gpuInstance: _GpuInstance) -> _Struct:
+    _enter("nvmlGpuInstanceGetInfo")
+    if not isinstance(gpuInstance, _GpuInstance):
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    _forced("nvmlGpuInstanceGetInfo", gpuInstance._gpu)
+    first = _instance_devices(gpuInstance._gpu, gpuInstance._gi)[0]
+    return _Struct(
+        device=_Device(gpuInstance._gpu), id=gpuInstance._gi, profileId=first["gi_profile_id"]
+    )
+
+
+def nvmlDeviceGetGpuInstanceProfileInfo(device: _Device, profile: int, version: int = 2) -> _Struct:
+    _enter("nvmlDeviceGetGpuInstanceProfileInfo", device)
+    if not 0 <= profile < NVML_GPU_INSTANCE_PROFILE_COUNT or device._mig is not None:
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    info = _mig_of(device).get("gi_profiles", {}).get(profile)
+    if info is None:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    return _Struct(id=info["id"], sliceCount=info["slices"], memorySizeMB=info.get("memory_mib", 0))
+
+
+def nvmlGpuInstanceGetComputeInstanceById(
+    gpuInstance: _GpuInstance, computeInstanceId: int
+) -> _ComputeInstance:
+    _enter("nvmlGpuInstanceGetComputeInstanceById")
+    if not isinstance(gpuInstance, _GpuInstance):
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    _forced("nvmlGpuInstanceGetComputeInstanceById", gpuInstance._gpu)
+    for mig in _instance_devices(gpuInstance._gpu, gpuInstance._gi):
+        if mig["ci"] == computeInstanceId:
+            return _ComputeInstance(gpuInstance, mig)
+    raise NVMLError(NVML_ERROR_NOT_FOUND)
+
+
+def nvmlComputeInstanceGetInfo(computeInstance: _ComputeInstance) -> _Struct:
+    _enter("nvmlComputeInstanceGetInfo")
+    if not isinstance(computeInstance, _ComputeInstance):
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    _forced("nvmlComputeInstanceGetInfo", computeInstance._mig)
+    return _Struct(id=computeInstance._mig["ci"], profileId=computeInstance._mig["ci_profile_id"])
+
+
+def nvmlGpuInstanceGetComputeInstanceProfileInfo(
+    gpuInstance: _GpuInstance, profile: int, engProfile: int, version: int = 2
+) -> _Struct:
+    _enter("nvmlGpuInstanceGetComputeInstanceProfileInfo")
+    if not isinstance(gpuInstance, _GpuInstance):
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    if not (
+        0 <= profile < NVML_COMPUTE_INSTANCE_PROFILE_COUNT
+        and 0 <= engProfile < NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_COUNT
+    ):
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    mig = gpuInstance._gpu["mig"]
+    info = mig.get("ci_profiles", {}).get(profile)
+    gi_id = _instance_devices(gpuInstance._gpu, gpuInstance._gi)[0]["gi_profile_id"]
+    gi_slices = {p["id"]: p["slices"] for p in mig.get("gi_profiles", {}).values()}.get(gi_id, 0)
+    if info is None or info["slices"] > gi_slices:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    return _Struct(id=info["id"], sliceCount=info["slices"])

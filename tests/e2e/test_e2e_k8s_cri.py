@@ -28,6 +28,8 @@ from support import (
     CONTAINERD_SUITES,
     CriContainerd,
     FakeKubelet,
+    load_pynvml_double,
+    sim_nvml,
     start_cri_containerd,
 )
 
@@ -58,13 +60,13 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> simhost.SimulatedHost:
 
 @pytest.fixture
 def node(cri: CriContainerd, sim: simhost.SimulatedHost, tmp_path: Path) -> Iterator[Any]:
-    plugin_dir = tmp_path / "device-plugins"
+    plugin_dir = tmp_path / "dp"  # short: a unix socket path has at most 107 bytes
     plugin_dir.mkdir()
     kubelet = FakeKubelet(str(plugin_dir))
     servers: list[DevicePluginServer] = []
 
     def start(**kw: Any) -> DevicePluginServer:
-        inv_kw = {k: kw.pop(k) for k in ("mig_strategy", "replicas") if k in kw}
+        inv_kw = {k: kw.pop(k) for k in ("mig_strategy", "replicas", "gpu_backend") if k in kw}
         inventory = build_inventory(HostRoot.single(kw.pop("root", sim.root)), **inv_kw)
         server = DevicePluginServer(
             inventory, plugin_dir=str(plugin_dir), cdi_dir=str(cri.cdi_dir), interval=0.05, **kw
@@ -248,6 +250,36 @@ def test_mig_instance_and_replica(
     view = run_pod(cri, tmp_path / "replica", r)
     assert _gpu_nodes(view) == [f"nvidia{_minor(sim, u0)}"]
     assert view["caps.txt"] == ""
+
+
+def test_mig_profile_resource_pod(
+    cri: CriContainerd,
+    node: Any,
+    sim: simhost.SimulatedHost,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Mixed strategy with NVML (the pynvml double describing the simulated host): a pod
+    given the nvidia.com/mig-1g.10gb device gets its GPU's node and the capability nodes
+    of GPU instance 2 and its compute instance, through the CDI device named by its
+    MIG UUID."""
+    import sys
+
+    double = load_pynvml_double()
+    double.load(sim_nvml(sim))
+    monkeypatch.setitem(sys.modules, "pynvml", double)
+    kubelet, start = node
+    start(mig_strategy="mixed", gpu_backend="nvml")
+    kubelet.wait(lambda: len(kubelet.devices.get("nvidia.com/mig-1g.10gb", {})) == 1)
+    g1 = sim.gpus[1]
+    one = g1.mig_devices[1]  # gi 2: 1g.10gb
+    assert list(kubelet.devices["nvidia.com/mig-1g.10gb"]) == [one.uuid]
+    resp = kubelet.allocate("nvidia.com/mig-1g.10gb", [one.uuid]).container_responses[0]
+    assert [c.name for c in resp.cdi_devices] == [f"nvidia.com/gpu={one.uuid}"]
+    view = run_pod(cri, tmp_path / "mig1g", resp)
+    assert _gpu_nodes(view) == [f"nvidia{g1.minor}"]
+    gi = 3 + 135 * g1.minor + 9 * one.gi  # the driver's mig-minors table
+    assert view["caps.txt"].split() == [f"nvidia-cap{gi}", f"nvidia-cap{gi + 1}"]
 
 
 def test_envvar_strategy_with_device_specs(

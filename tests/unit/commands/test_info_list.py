@@ -30,6 +30,12 @@ def test_info_json_simulated(sim: simhost.SimulatedHost) -> None:
     assert [(g["index"], g["minor"], g["uuid"], g["busId"], g["model"]) for g in data["gpus"]] == [
         (g.index, g.minor, g.uuid, g.bus_id, g.model) for g in sim.gpus
     ]
+    # what only NVML knows: the memory sizes and MIG profiles
+    assert {g["memoryMiB"] for g in data["gpus"]} == {None}
+    assert [(m["gi"], m["profile"], m["memoryMiB"]) for m in data["gpus"][1]["migDevices"]] == [
+        (1, None, None),
+        (2, None, None),
+    ]
 
 
 def test_info_text_realistic(realistic: dict[str, Any]) -> None:

@@ -1,7 +1,8 @@
 """The device plugin against the kubelet-role harness (support.FakeKubelet), on the
 simulated 8-GPU host: registration, ListAndWatch with health, GetPreferredAllocation by
-NUMA node, Allocate per strategy, MIG strategies, time-slicing, kubelet restarts, the CDI
-spec it writes."""
+NUMA node, Allocate per strategy, MIG strategies (per-profile resources through the
+``pynvml`` double described from the simulated host), time-slicing, kubelet restarts, the
+CDI spec it writes, the NFD labels."""
 
 from __future__ import annotations
 
@@ -15,9 +16,12 @@ import pytest
 
 pytest.importorskip("grpc", reason="needs grpcio: pip install 'ocihook[k8s]'")
 
-from support import FakeKubelet
+from hypothesis import given
+from hypothesis import strategies as st
+from support import FakeKubelet, load_pynvml_double, sim_nvml
 
 from ocihook.core.hostroot import HostRoot
+from ocihook.discovery import nvml
 from ocihook.k8s.deviceplugin import DevicePluginServer, preferred_allocation, wait_until
 from ocihook.k8s.inventory import build_inventory
 from ocihook.sim import host as simhost
@@ -40,13 +44,13 @@ def host(tmp_path: Path) -> simhost.SimulatedHost:
 
 @pytest.fixture
 def node(tmp_path: Path, host: simhost.SimulatedHost) -> Any:
-    plugin_dir = tmp_path / "device-plugins"
+    plugin_dir = tmp_path / "dp"  # short: a unix socket path has at most 107 bytes
     plugin_dir.mkdir()
     kubelet = FakeKubelet(str(plugin_dir))
     servers: list[DevicePluginServer] = []
 
     def start(**kw: Any) -> DevicePluginServer:
-        inv_kw = {k: kw.pop(k) for k in ("mig_strategy", "replicas") if k in kw}
+        inv_kw = {k: kw.pop(k) for k in ("mig_strategy", "replicas", "gpu_backend") if k in kw}
         inventory = build_inventory(HostRoot.single(host.root), hook_command=["ocihook"], **inv_kw)
         server = DevicePluginServer(
             inventory,
@@ -212,6 +216,15 @@ def test_mig_strategies(node: Any) -> None:
     r = kubelet.allocate("nvidia.com/mig", [mig[1]]).container_responses[0]
     assert [c.name for c in r.cdi_devices] == ["nvidia.com/gpu=1:1"]
     assert sim.gpus[1].uuid not in kubelet.devices[GPU]
+    # procfs knows no profile: one resource for both, and the inventory says why
+    assert sorted(r.resource_name for r in kubelet.registrations) == [GPU, "nvidia.com/mig"]
+    inventory = build_inventory(HostRoot.single(sim.root), mig_strategy="mixed")
+    assert (
+        "the MIG profile of 2 of 2 MIG devices is unknown (the procfs GPU backend cannot "
+        "tell them: /proc/driver/nvidia/capabilities gives each MIG device's GPU and compute "
+        "instance ids, not its profile; use --gpu-backend nvml (nvidia-ml-py)): advertised as "
+        "nvidia.com/mig, not per profile"
+    ) in inventory.warnings
 
 
 def test_mig_single(node: Any) -> None:
@@ -222,6 +235,186 @@ def test_mig_single(node: Any) -> None:
         f"{sim.gpus[1].uuid}::mig1.0",
         f"{sim.gpus[1].uuid}::mig2.0",
     ]
+    warnings = build_inventory(HostRoot.single(sim.root), mig_strategy="single").warnings
+    (unchecked,) = [w for w in warnings if "MIG profile of" in w]
+    assert unchecked.startswith("the MIG profile of 2 of 2 MIG devices is unknown (the procfs")
+    assert unchecked.endswith(
+        "the single strategy's check that every MIG device has one profile was not made"
+    )
+    assert sum("has MIG disabled: not advertised" in w for w in warnings) == 7
+
+
+@pytest.fixture
+def nvml_sim(monkeypatch: pytest.MonkeyPatch, host: simhost.SimulatedHost) -> Any:
+    """The ``pynvml`` double, installed, describing the simulated host (its GPU memory and
+    MIG profiles: 3g.40gb as GPU instance 1 and 1g.10gb as GPU instance 2 of GPU 1)."""
+    import sys
+
+    module = load_pynvml_double()
+    module.load(sim_nvml(host))
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    yield module
+    assert module.init_refcount() == 0
+
+
+def test_mig_mixed_one_resource_per_profile(node: Any, nvml_sim: Any) -> None:
+    """Mixed strategy, NVML: one resource per MIG profile, each its own plugin socket and
+    registration with its MIG device's UUID; Allocate on a per-profile resource gives that
+    MIG device: its CDI device, and the parent's node and its two capability nodes."""
+    import grpc
+
+    kubelet, start, sim, tmp = node
+    start(mig_strategy="mixed", gpu_backend="nvml", pass_device_specs=True)
+    g1 = sim.gpus[1]
+    three, one = g1.mig_devices  # gi 1: 3g.40gb, gi 2: 1g.10gb
+    kubelet.wait(lambda: len(kubelet.registrations) == 3 and len(kubelet.devices) == 3)
+    assert sorted((r.resource_name, r.endpoint) for r in kubelet.registrations) == [
+        (GPU, "ocihook-nvidia.com-gpu.sock"),
+        ("nvidia.com/mig-1g.10gb", "ocihook-nvidia.com-mig-1g.10gb.sock"),
+        ("nvidia.com/mig-3g.40gb", "ocihook-nvidia.com-mig-3g.40gb.sock"),
+    ]
+    assert kubelet.devices["nvidia.com/mig-1g.10gb"] == {one.uuid: "Healthy"}
+    assert kubelet.devices["nvidia.com/mig-3g.40gb"] == {three.uuid: "Healthy"}
+    assert sorted(kubelet.devices[GPU]) == sorted(g.uuid for g in sim.gpus if g.index != 1)
+    r = kubelet.allocate("nvidia.com/mig-1g.10gb", [one.uuid]).container_responses[0]
+    assert [c.name for c in r.cdi_devices] == [f"nvidia.com/gpu={one.uuid}"]
+    # the driver's mig-minors: 3 + 135 * <GPU minor> + 9 * <gi> for the GI, + 1 for CI 0
+    assert [(d.container_path, d.host_path) for d in r.devices] == [
+        (p, os.path.join(sim.root, p.lstrip("/")))
+        for p in (
+            "/dev/nvidiactl",
+            "/dev/nvidia-uvm",
+            "/dev/nvidia-uvm-tools",
+            f"/dev/nvidia{g1.minor}",
+            f"/dev/nvidia-caps/nvidia-cap{3 + 135 * g1.minor + 9 * 2}",
+            f"/dev/nvidia-caps/nvidia-cap{3 + 135 * g1.minor + 9 * 2 + 1}",
+        )
+    ]
+    r3 = kubelet.allocate("nvidia.com/mig-3g.40gb", [three.uuid]).container_responses[0]
+    assert [d.container_path for d in r3.devices][-2:] == [
+        f"/dev/nvidia-caps/nvidia-cap{3 + 135 * g1.minor + 9}",
+        f"/dev/nvidia-caps/nvidia-cap{3 + 135 * g1.minor + 9 + 1}",
+    ]
+    with pytest.raises(grpc.RpcError) as e:  # the 3g device is not a 1g one
+        kubelet.allocate("nvidia.com/mig-1g.10gb", [three.uuid])
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    spec = json.loads((tmp / "cdi/ocihook-k8s_nvidia.com_gpu.json").read_text())
+    assert {one.uuid, three.uuid} <= {d["name"] for d in spec["devices"]}
+
+
+def test_mig_single_needs_one_profile(host: simhost.SimulatedHost, nvml_sim: Any) -> None:
+    from ocihook.core.errors import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        build_inventory(HostRoot.single(host.root), mig_strategy="single", gpu_backend="nvml")
+    assert e.value.message == (
+        "the single MIG strategy needs every MIG device to have the same profile; this node "
+        "has 1 x 1g.10gb, 1 x 3g.40gb"
+    )
+    assert (e.value.field, e.value.value) == ("--mig-strategy", "single")
+    assert "--mig-strategy mixed" in (e.value.hint or "")
+
+
+def test_mig_single_one_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two 1g.10gb MIG devices: the single strategy advertises both as nvidia.com/gpu,
+    and the labels describe them (GFD: product <model>-MIG-<profile>, the MIG memory)."""
+    import sys
+
+    from ocihook.k8s.features import gfd_labels
+
+    sim = simhost.build(str(tmp_path / "h"), mig_profiles=("1g.10gb", "1g.10gb"))
+    module = load_pynvml_double()
+    module.load(sim_nvml(sim))
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    inv = build_inventory(HostRoot.single(sim.root), mig_strategy="single", gpu_backend="nvml")
+    assert [(d.id, d.mig_profile, d.memory_mib) for d in inv.devices[GPU]] == [
+        (m.uuid, "1g.10gb", 9728) for m in sim.gpus[1].mig_devices
+    ]
+    assert not any("MIG profile" in w for w in inv.warnings)
+    assert gfd_labels(inv) == (
+        {
+            "nvidia.com/gpu.count": "2",
+            "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb",
+            "nvidia.com/gpu.replicas": "1",
+            "nvidia.com/gpu.memory": "9728",
+            "nvidia.com/mig.strategy": "single",
+        },
+        (),
+    )
+
+
+def test_mig_single_without_mig_falls_back_to_none(tmp_path: Path) -> None:
+    sim = simhost.build(str(tmp_path / "h"), gpus=1, make_dev_nodes=False)  # no MIG GPU
+    inv = build_inventory(HostRoot.single(sim.root), mig_strategy="single")
+    assert [d.id for d in inv.devices[GPU]] == [sim.gpus[0].uuid]
+    assert (
+        "no GPU has MIG devices: the single MIG strategy falls back to none (as NVIDIA's "
+        "device plugin does)"
+    ) in inv.warnings
+
+
+def test_socket_path_too_long(tmp_path: Path) -> None:
+    import errno
+
+    from ocihook.k8s import rpc
+
+    path = tmp_path / ("d" * (108 - len(str(tmp_path)))) / "x.sock"
+    with pytest.raises(OSError) as e:
+        rpc.unix_server(str(path))
+    assert e.value.errno == errno.ENAMETOOLONG and e.value.filename == str(path)
+
+
+def test_gpu_backend_asked_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--gpu-backend nvml without NVML is the error that says so (not "no GPU to
+    advertise"); auto falls back to procfs in silence; an unknown backend is refused."""
+    import sys
+
+    from ocihook.core.errors import ConfigError
+    from ocihook.discovery.nvml import NvmlNotInstalled
+
+    sim = simhost.build(str(tmp_path / "h"), make_dev_nodes=False)
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    with pytest.raises(NvmlNotInstalled, match="pynvml is not importable"):
+        build_inventory(HostRoot.single(sim.root), gpu_backend="nvml")
+    inv = build_inventory(HostRoot.single(sim.root), gpu_backend="auto")
+    assert inv.gpu_backend == "procfs" and len(inv.devices[GPU]) == 8
+    with pytest.raises(ConfigError, match="unknown GPU backend"):
+        build_inventory(HostRoot.single(sim.root), gpu_backend="cuda")
+
+
+def test_mig_resource_names() -> None:
+    from ocihook.k8s.deviceplugin import socket_name
+    from ocihook.k8s.inventory import mig_resource_name
+
+    assert mig_resource_name("1g.10gb") == "nvidia.com/mig-1g.10gb"
+    assert mig_resource_name("1c.3g.40gb") == "nvidia.com/mig-1c.3g.40gb"
+    assert mig_resource_name("1g.10gb+me") == "nvidia.com/mig-1g.10gb.me"
+    assert mig_resource_name("1g.10gb+me.all") == "nvidia.com/mig-1g.10gb.me.all"
+    assert mig_resource_name("1g.10gb-me") == "nvidia.com/mig-1g.10gb-me"
+    assert socket_name("nvidia.com/mig-1g.10gb") == "ocihook-nvidia.com-mig-1g.10gb.sock"
+    with pytest.raises(ValueError, match="no valid resource name"):
+        mig_resource_name("1g.10gb+")
+    with pytest.raises(ValueError):
+        mig_resource_name("x" * 60)
+
+
+@given(
+    st.sampled_from(sorted(nvml.GPU_INSTANCE_PROFILES)),
+    st.sampled_from(sorted(nvml.COMPUTE_INSTANCE_PROFILES)),
+    st.integers(0, 10**6),
+)
+def test_every_nameable_profile_is_a_valid_resource(gi: int, ci: int, gb: int) -> None:
+    import re
+
+    from ocihook.k8s.inventory import mig_resource_name
+
+    profile = nvml.mig_profile_name(gi, ci, gb)
+    assert profile is not None
+    resource = mig_resource_name(profile)
+    prefix, name = resource.split("/")
+    assert prefix == "nvidia.com" and len(name) <= 63
+    assert re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?", name)
+    assert "+" not in resource and name == "mig-" + profile.replace("+", ".")
 
 
 def test_time_slicing(node: Any) -> None:
@@ -299,12 +492,19 @@ def test_metrics_endpoint(node: Any) -> None:
     assert "# TYPE ocihook_k8s_allocations_total counter" in lines
 
 
-def test_nfd_features(host: simhost.SimulatedHost) -> None:
+def test_nfd_features(host: simhost.SimulatedHost, caplog: pytest.LogCaptureFixture) -> None:
+    """procfs: ocihook's labels and GFD's resource labels, without the memory and the
+    per-profile labels procfs cannot know (logged, not guessed)."""
     from ocihook.k8s.features import nfd_features
 
     inv = build_inventory(HostRoot.single(host.root), mig_strategy="mixed")
-    text = nfd_features(inv, {"nvidia": host.gpus[0].model}, mig_capable=True)
+    with caplog.at_level("WARNING", logger="ocihook.k8s"):
+        text = nfd_features(inv)
     assert text.splitlines() == [
+        "nvidia.com/gpu.count=8",
+        "nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB",
+        "nvidia.com/gpu.replicas=1",
+        "nvidia.com/mig.strategy=mixed",
         "ocihook.io/nvidia.com.gpu.count=7",
         "ocihook.io/nvidia.com.mig.count=2",
         "ocihook.io/nvidia.devices=9",
@@ -314,6 +514,42 @@ def test_nfd_features(host: simhost.SimulatedHost) -> None:
         "ocihook.io/nvidia.present=true",
         "ocihook.io/nvidia.product=NVIDIA-A100-SXM4-80GB",
     ]
+    assert [r.getMessage() for r in caplog.records] == [
+        "nvidia.com/gpu.memory left out: the procfs GPU backend cannot tell memory sizes "
+        "(use --gpu-backend nvml)",
+        "2 MIG devices of unknown profile have no nvidia.com/mig-<profile> labels",
+    ]
+
+
+def test_nfd_features_nvml(host: simhost.SimulatedHost, nvml_sim: Any) -> None:
+    """NVML: the GPU memory, one label set per MIG profile, the CUDA version."""
+    from ocihook.k8s.features import nfd_features
+
+    inv = build_inventory(
+        HostRoot.single(host.root), mig_strategy="mixed", gpu_backend="nvml", replicas=2
+    )
+    reasons: list[str] = []
+    lines = nfd_features(inv, reasons=reasons).splitlines()
+    assert reasons == []
+    assert [line for line in lines if line.startswith("nvidia.com/")] == [
+        "nvidia.com/gpu.count=8",
+        "nvidia.com/gpu.memory=81920",
+        "nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB-SHARED",
+        "nvidia.com/gpu.replicas=2",
+        "nvidia.com/mig-1g.10gb.count=1",
+        "nvidia.com/mig-1g.10gb.memory=9728",
+        "nvidia.com/mig-1g.10gb.product=NVIDIA-A100-SXM4-80GB-MIG-1g.10gb-SHARED",
+        "nvidia.com/mig-1g.10gb.replicas=2",
+        "nvidia.com/mig-3g.40gb.count=1",
+        "nvidia.com/mig-3g.40gb.memory=40192",
+        "nvidia.com/mig-3g.40gb.product=NVIDIA-A100-SXM4-80GB-MIG-3g.40gb-SHARED",
+        "nvidia.com/mig-3g.40gb.replicas=2",
+        "nvidia.com/mig.strategy=mixed",
+    ]
+    assert "ocihook.io/nvidia.cuda.version=12.4" in lines
+    assert "ocihook.io/nvidia.com.mig-1g.10gb.count=2" in lines  # its two replicas
+    none = build_inventory(HostRoot.single(host.root), gpu_backend="nvml")
+    assert not any("mig" in line for line in nfd_features(none).splitlines()[:4])
 
 
 def test_cli_list(host: simhost.SimulatedHost) -> None:
@@ -457,43 +693,24 @@ def test_plugin_waits_for_kubelet(tmp_path: Path, host: simhost.SimulatedHost) -
         server.stop()
 
 
-def _pynvml_double(monkeypatch: pytest.MonkeyPatch, sim: simhost.SimulatedHost) -> Any:
-    import importlib.util
-    import sys
-
-    from support import DOUBLES
-
-    spec = importlib.util.spec_from_file_location("pynvml", os.path.join(DOUBLES, "pynvml.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.load({
-        "driver_version": sim.driver_version,
-        "gpus": [{"uuid": g.uuid, "minor": g.minor, "bus_id": g.bus_id, "name": g.model} for g in sim.gpus],
-    })  # fmt: skip
-    monkeypatch.setitem(sys.modules, "pynvml", module)
-    return module
-
-
-def test_nvml_reports_a_lost_gpu(node: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nvml_reports_a_lost_gpu(node: Any, nvml_sim: Any) -> None:
     """A GPU NVML reports lost (Xid 79: node and procfs entry still there) turns
     Unhealthy, with its MIG devices, and Healthy again when NVML answers again."""
     kubelet, start, sim, _ = node
-    nvml = _pynvml_double(monkeypatch, sim)
     server = start(nvml_health=True, mig_strategy="mixed")
     kubelet.wait(
         lambda: len(kubelet.healthy(GPU)) == 7 and len(kubelet.healthy("nvidia.com/mig")) == 2
     )
-    gpus = nvml._description["gpus"]
-    gpus[2]["errors"] = {"nvmlDeviceGetUUID": nvml.NVML_ERROR_GPU_IS_LOST}
-    gpus[1]["errors"] = {"nvmlDeviceGetUUID": nvml.NVML_ERROR_RESET_REQUIRED}  # the MIG GPU
+    gpus = nvml_sim._description["gpus"]
+    gpus[2]["errors"] = {"nvmlDeviceGetUUID": nvml_sim.NVML_ERROR_GPU_IS_LOST}
+    gpus[1]["errors"] = {"nvmlDeviceGetUUID": nvml_sim.NVML_ERROR_RESET_REQUIRED}  # the MIG GPU
     kubelet.wait(lambda: kubelet.devices[GPU][sim.gpus[2].uuid] == "Unhealthy")
     kubelet.wait(lambda: kubelet.healthy("nvidia.com/mig") == [])
     assert len(kubelet.healthy(GPU)) == 6
-    gpus[2]["errors"] = {"nvmlDeviceGetUUID": nvml.NVML_ERROR_UNKNOWN}  # not "lost": no change
+    gpus[2]["errors"] = {"nvmlDeviceGetUUID": nvml_sim.NVML_ERROR_UNKNOWN}  # not "lost": no change
     gpus[1]["errors"] = {}
     kubelet.wait(
         lambda: len(kubelet.healthy(GPU)) == 7 and len(kubelet.healthy("nvidia.com/mig")) == 2
     )
     server.stop()
-    assert nvml.init_refcount() == 0
+    assert nvml_sim.init_refcount() == 0

@@ -172,3 +172,37 @@ def test_cli_print_slices(tmp_path: Path) -> None:
     assert [d["basic"]["attributes"]["uuid"]["string"] for d in s["spec"]["devices"]] == [
         g.uuid for g in sim.gpus
     ]
+
+
+def test_resource_slices_mig_profiles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With NVML and the mixed strategy: MIG devices named mig-<n> whatever their
+    per-profile resource, with their profile and memory; GPUs with their memory."""
+    import sys
+
+    from support import load_pynvml_double, sim_nvml
+
+    sim = simhost.build(str(tmp_path / "host"), make_dev_nodes=False)
+    module = load_pynvml_double()
+    module.load(sim_nvml(sim))
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    inv = build_inventory(HostRoot.single(sim.root), mig_strategy="mixed", gpu_backend="nvml")
+    (s,) = resource_slices(inv, "node-a")
+    devices = {d["name"]: d["basic"] for d in s["spec"]["devices"]}
+    assert list(devices) == [f"gpu-{i}" for i in range(7)] + ["mig-0", "mig-1"]
+    three, one = sim.gpus[1].mig_devices
+    assert [
+        (b["attributes"]["uuid"]["string"], b["attributes"]["profile"]["string"], b["capacity"])
+        for b in (devices["mig-0"], devices["mig-1"])
+    ] == [  # sorted resources: nvidia.com/mig-1g.10gb first
+        (one.uuid, "1g.10gb", {"memory": {"value": "9728Mi"}}),
+        (three.uuid, "3g.40gb", {"memory": {"value": "40192Mi"}}),
+    ]
+    assert devices["gpu-0"]["capacity"] == {"memory": {"value": "81920Mi"}}
+    assert "profile" not in devices["gpu-0"]["attributes"]
+    assert devices["gpu-0"]["attributes"]["productName"] == {"string": sim.gpus[0].model}
+    kubernetes = pytest.importorskip(
+        "kubernetes", reason="the kubernetes package checks the models"
+    )
+    api = kubernetes.client.ApiClient()
+    obj = api._ApiClient__deserialize(s, "V1beta1ResourceSlice")
+    assert api.sanitize_for_serialization(obj) == s
