@@ -733,7 +733,8 @@ def write_file_in_root(
     parents made as by :func:`makedirs_in_root`), which gets ``mode`` exactly (``fchmod``)
     and is then ``renameat`` over ``path`` (:func:`ocihook.linux.atomicfile.replace_at`):
     readers see the old file or the new one, never a mix, a killed writer leaves no
-    temporary (or one the next write removes), and an existing link or hard link at
+    temporary (its guardian removes a named one; if that died too, the next write does),
+    and an existing link or hard link at
     ``path`` is replaced, never written through (CVE-2024-0134). Not flushed to disk (a
     container root does not outlive a crash). ``path`` is appended to ``created`` if
     nothing was there.
