@@ -21,7 +21,7 @@ import sys
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
 
 #: Variables that make a process load or run other code: the dynamic loader's
@@ -104,6 +104,99 @@ def tolerant_stdout() -> None:
             pass  # a replaced sys.stdout (tests, embedding): leave it
 
 
+class _Stderr:
+    """``sys.stderr`` while a command runs (:func:`tolerant_stderr`): text encoded as the
+    real stream would (its encoding, ``backslashreplace``), written with ``os.write`` to
+    its descriptor one line at a time (a partial line on :meth:`flush`); a message that
+    cannot be written (ENOSPC, EIO, EPIPE, EAGAIN) is dropped, never raised."""
+
+    def __init__(self, fd: int, encoding: str, errors: str) -> None:
+        self.fd = fd
+        self.encoding = encoding
+        self.errors = errors
+        self.dropped = 0  # messages (writes) lost
+        self._pending = bytearray()
+
+    def write(self, text: str) -> int:
+        """Queue ``text``; write out every complete line."""
+        if not isinstance(text, str):  # click probes for a binary stream with b""
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        self._pending += text.encode(self.encoding, self.errors)
+        end = self._pending.rfind(b"\n") + 1
+        if end:
+            self._emit(end)
+        return len(text)
+
+    def flush(self) -> None:
+        """Write out what is queued, a partial line included."""
+        if self._pending:
+            self._emit(len(self._pending))
+
+    def _emit(self, end: int) -> None:
+        import os
+
+        view = memoryview(self._pending)[:end]
+        try:
+            while view:
+                view = view[os.write(self.fd, view) :]
+        except OSError:
+            self.dropped += 1
+        finally:
+            view.release()
+            del self._pending[:end]
+
+    def fileno(self) -> int:
+        """The descriptor written to."""
+        return self.fd
+
+    def isatty(self) -> bool:
+        """Whether that descriptor is a terminal."""
+        import os
+
+        return os.isatty(self.fd)
+
+    def writable(self) -> bool:
+        """Always: it is an output stream."""
+        return True
+
+
+def tolerant_stderr() -> Callable[[], None]:
+    """Make a failure to write a message to stderr never fail a command: while it runs,
+    ``sys.stderr`` is a :class:`_Stderr` over the same descriptor, which drops what it
+    cannot write (a full disk under the log ENOSPC, EIO, a closed pipe EPIPE). A file
+    the command replaced stays replaced, and the exit status says what happened — 0
+    after a successful write, the documented code after an error — with no traceback
+    (issue 18: ``ocihook edit`` and ``runtime configure`` ended in a traceback and exit 1
+    when their closing message could not be written). Not done for a replaced
+    ``sys.stderr`` (tests' capture, embedding), which is left as it is.
+
+    Returns:
+        A function that flushes the stream and puts the original ``sys.stderr`` back (the
+        interpreter's own last words, a traceback of a bug, go there).
+    """
+    original = sys.stderr
+    if original is not sys.__stderr__ or original is None:
+        return _nothing
+    try:
+        fd = original.fileno()
+        original.flush()
+    except (AttributeError, ValueError, OSError):
+        return _nothing  # no descriptor (closed, or not a file): leave it
+    stream = _Stderr(fd, original.encoding or "utf-8", "backslashreplace")
+    sys.stderr = stream
+
+    def restore() -> None:
+        stream.flush()
+        if sys.stderr is stream:
+            sys.stderr = original
+
+    return restore
+
+
+def _nothing() -> None:
+    return None
+
+
 #: The name dockerd looks up on its ``PATH`` to enable ``--gpus`` (moby
 #: ``daemon/nvidia_linux.go``), and the stages the NVIDIA toolkit's hook of that name
 #: accepts: only ``prestart`` does anything (``poststart``, ``poststop``: nothing to do).
@@ -131,9 +224,17 @@ def nvidia_hook_main(argv: Sequence[str] | None = None) -> int:
     Returns:
         The process exit code.
     """
+    restore = tolerant_stderr()
+    try:
+        return _nvidia_hook(list(sys.argv[1:] if argv is None else argv))
+    finally:
+        restore()
+
+
+def _nvidia_hook(args: list[str]) -> int:
+    """:func:`nvidia_hook_main` with stderr made tolerant."""
     import os
 
-    args = list(sys.argv[1:] if argv is None else argv)
     stage = args[0] if args else ""
     if stage in ("poststart", "poststop"):
         return 0
@@ -161,14 +262,21 @@ def nvidia_hook_main(argv: Sequence[str] | None = None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Console-script entry point. Returns the process exit code."""
+    """Console-script entry point. Returns the process exit code.
+
+    A message that cannot be written to stderr is dropped (:func:`tolerant_stderr`): it
+    changes no exit status and is no traceback."""
     args = list(sys.argv[1:] if argv is None else argv)
     tolerant_stdout()
-    if args and args[0] == "hook":
-        refused = _refuse_poisoned_hook()
-        if refused is not None:
-            return refused
-    return _dispatch(args)
+    restore = tolerant_stderr()
+    try:
+        if args and args[0] == "hook":
+            refused = _refuse_poisoned_hook()
+            if refused is not None:
+                return refused
+        return _dispatch(args)
+    finally:
+        restore()
 
 
 def _dispatch(args: list[str]) -> int:

@@ -4,9 +4,31 @@ engine configurations on installed hosts, so its name is stable). The wrapper it
 
 from __future__ import annotations
 
-from .commands.runtime import main
+from ._main import tolerant_stderr
+from .commands.runtime import main as _wrapper_main
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 __all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None, *, environ: Mapping[str, str] | None = None) -> int:
+    """``ocihook-runtime ARGS...`` (:func:`ocihook.commands.runtime.main`), with a message
+    that cannot be written to stderr dropped instead of failing the wrapper
+    (:func:`ocihook._main.tolerant_stderr`): a ``config.json`` edited for a container is
+    still handed to the real runtime.
+
+    Returns:
+        The exit code when the real runtime is not exec'ed.
+    """
+    restore = tolerant_stderr()
+    try:
+        return _wrapper_main(argv, environ=environ)
+    finally:
+        restore()
+
 
 if __name__ == "__main__":  # pragma: no cover
     import sys

@@ -40,8 +40,9 @@ a link *at* a target refused): the runtime then finds them and makes nothing. ru
 makes missing targets with a check-then-create sequence that an image flipping a directory
 into a symbolic link can race (issue 18, item 5); a target that exists leaves it nothing to
 race. Targets under ``/dev``, ``/proc`` and ``/sys`` are left to the runtime, which mounts
-fresh file systems there first. If anything fails, what was made is removed again and
-``config.json`` is left as it was.
+fresh file systems there first. The same goes for CDI devices: the targets of the bind
+mounts their specs' ``containerEdits`` add are made too. If anything fails, what was made
+is removed again and ``config.json`` is left as it was.
 """
 
 from __future__ import annotations
@@ -305,6 +306,41 @@ def rootless_spec(doc: dict[str, Any], *, uid_map: str = "/proc/self/uid_map") -
     except OSError:
         return False
     return lines != [["0", "0", "4294967295"]]
+
+
+def _cdi_mounts(doc: dict[str, Any]) -> tuple[Mount, ...]:
+    """The mounts a CDI edit added to ``doc`` (``ocihook.edits``, written by
+    :func:`ocihook.appliers.editrecord.record_edit` for this very edit: the CDI specs'
+    ``containerEdits.mounts`` as OCI ``mounts[]`` entries, and those of AMD/Intel GPUs
+    planned beside them), for :func:`create_mount_targets`, which makes the targets of
+    the bind mounts among them (``type`` ``bind``, or a ``bind``/``rbind`` option) as it
+    does for the legacy path. Entries that are not objects with string ``source`` and
+    ``destination`` are skipped (the runtime judges them)."""
+    from .editrecord import read_record
+
+    record = read_record(doc)
+    added = record.get("added") if isinstance(record, dict) else None
+    entries = added.get("mounts") if isinstance(added, dict) else None
+    out: list[Mount] = []
+    for m in entries if isinstance(entries, list) else ():
+        if not isinstance(m, dict):
+            continue
+        source, destination = m.get("source"), m.get("destination")
+        if not isinstance(source, str) or not isinstance(destination, str):
+            continue
+        options = m.get("options")
+        kind = m.get("type")
+        out.append(
+            Mount(
+                source,
+                destination,
+                tuple(o for o in options if isinstance(o, str))
+                if isinstance(options, list)
+                else (),
+                kind if isinstance(kind, str) else "",
+            )
+        )
+    return tuple(out)
 
 
 def _check_cdi_target(doc: dict[str, Any], path: str) -> None:
@@ -661,7 +697,8 @@ def _finish(
         after = dump_json(doc, indent=indent)
         return EditResult(read, request, plan, read.raw, after, False, cdi_names, ignored)
     # the bind-mount targets are made here, inside the rootfs, not left to the runtime
-    created = create_mount_targets(read.rootfs, plan.edits.mounts) if plan is not None else ()
+    mounts = plan.edits.mounts if plan is not None else _cdi_mounts(doc)
+    created = create_mount_targets(read.rootfs, mounts) if mounts else ()
     try:
         after = write_json_atomic(read.config_path, doc, indent=indent)
     except OSError as e:

@@ -978,7 +978,8 @@ def runtime_exec(ctx: click.Context) -> None:
     metavar="PATH",
     help="Its configuration file (default: /etc/docker/daemon.json, "
     "/etc/containerd/config.toml, /etc/crio/crio.conf.d/99-ocihook.conf, "
-    "/usr/share/containers/oci/hooks.d/ocihook-prestart.json).",
+    "/usr/share/containers/oci/hooks.d/ocihook-prestart.json; podman: "
+    "ocihook-poststop.json is written beside it).",
 )
 @click.option("--dry-run", is_flag=True, help="Print the change as a diff; write nothing.")
 @click.option(
@@ -1001,13 +1002,13 @@ def configure(
 ) -> None:
     """Register ocihook with a container engine, like nvidia-ctk runtime configure:
     docker and containerd and crio get the ocihook runtime (ocihook-runtime), podman the
-    hooks.d file. Comments and formatting of TOML files are kept; an up-to-date file is
-    left byte-identical; a malformed one is refused (exit 13) and left untouched."""
-    from .engines import configure as plan_change
-    from .engines import describe, write_change
+    hooks.d files (prestart, and poststop beside it). Comments and formatting of TOML
+    files are kept; an up-to-date file is left byte-identical; a malformed one is refused
+    (exit 13) and left untouched."""
+    from .engines import configure_all, describe, write_change
 
     try:
-        change = plan_change(
+        changes = configure_all(
             engine,
             path=config_path,
             runtime_path=runtime_path,
@@ -1017,15 +1018,21 @@ def configure(
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     if dry_run:
-        if change.changed:
-            click.echo(change.diff(), nl=False)
-        click.echo(f"ocihook: dry run: {describe(change, dry_run=True)}", err=True)
+        for change in changes:
+            if change.changed:
+                click.echo(change.diff(), nl=False)
     else:
-        write_change(change)
-        click.echo(f"ocihook: {describe(change)}", err=True)
-    if change.changed:
-        for note in change.notes:
-            click.echo(f"ocihook: {note}", err=True)
+        # the poststop file first: no prestart hook is registered without its cleanup
+        for change in reversed(changes):
+            write_change(change)
+    notes: list[str] = []
+    for change in changes:
+        said = describe(change, dry_run=dry_run)
+        click.echo(f"ocihook: {'dry run: ' if dry_run else ''}{said}", err=True)
+        if change.changed:
+            notes += [n for n in change.notes if n not in notes]
+    for note in notes:
+        click.echo(f"ocihook: {note}", err=True)
     if set_as_default and engine != "podman":
         click.echo(f"ocihook: {DEFAULT_RUNTIME_COST}", err=True)
 

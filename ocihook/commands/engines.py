@@ -37,8 +37,10 @@ crio           ``/etc/crio/crio.conf.d/99-ocihook.conf``   ``crio.runtime.runtim
 podman         ``/usr/share/containers/oci/hooks.d/        the hooks.d 1.0.0 file of
                ocihook-prestart.json``                     ``packaging/hooks.d/ocihook-
                                                            prestart.json.in`` with this
-                                                           interpreter (CRI-O reads the same
-                                                           directory)
+                                                           interpreter, and beside it
+                                                           ``ocihook-poststop.json``
+                                                           (:func:`configure_all`; CRI-O
+                                                           reads the same directory)
 =============  ==========================================  ===================================
 
 An existing file that says the same already is left byte-identical. A file that is not
@@ -69,9 +71,11 @@ __all__ = [
     "CONTAINERD_PLUGINS",
     "DEFAULT_PATHS",
     "ENGINES",
+    "HOOKS_D_STAGES",
     "RUNTIME_NAME",
     "Change",
     "configure",
+    "configure_all",
     "configure_containerd",
     "configure_crio",
     "configure_docker",
@@ -79,6 +83,7 @@ __all__ = [
     "default_runtime_path",
     "describe",
     "hooks_d_document",
+    "poststop_path",
     "write_change",
 ]
 
@@ -697,38 +702,50 @@ def configure_crio(
 # --- podman / CRI-O hooks.d ----------------------------------------------------------
 
 
-def hooks_d_document(python: str | None = None) -> dict[str, Any]:
-    """The hooks.d 1.0.0 document of ``packaging/hooks.d/ocihook-prestart.json.in`` with
-    ``@PYTHON@`` = ``python`` (default: this interpreter): ocihook's prestart hook, run
+#: The OCI stages ocihook registers in hooks.d, one file each (a hooks.d 1.0.0 file has one
+#: hook, run at each of its ``stages``): the injection, and the removal of what it made in
+#: the rootfs (:mod:`ocihook.appliers.live.leftovers`).
+HOOKS_D_STAGES = ("prestart", "poststop")
+
+
+def hooks_d_document(python: str | None = None, stage: str = "prestart") -> dict[str, Any]:
+    """The hooks.d 1.0.0 document of ``packaging/hooks.d/ocihook-<stage>.json.in`` with
+    ``@PYTHON@`` = ``python`` (default: this interpreter): ``ocihook hook <stage>`` run
     for every container (``when.always``; it exits at once for those that ask for no
-    GPU), with ``-I``, an explicit ``env`` and a timeout (containers/common
-    ``pkg/hooks/docs/oci-hooks.5.md``)."""
+    GPU, or, at ``poststop``, have no record of what hook mode made), with ``-I``, an
+    explicit ``env`` and a timeout (containers/common ``pkg/hooks/docs/oci-hooks.5.md``).
+
+    Raises:
+        ValueError: ``stage`` is not one of :data:`HOOKS_D_STAGES`.
+    """
     from ..settings import HOOK_ENV, HOOK_PROGRAM, HOOK_TIMEOUT
 
+    if stage not in HOOKS_D_STAGES:
+        raise ValueError(f"no hooks.d file for stage {stage!r}")
     python = python or sys.executable
     return {
         "version": "1.0.0",
         "hook": {
             "path": python,
-            "args": [python, "-I", "-c", HOOK_PROGRAM, "hook", "prestart"],
+            "args": [python, "-I", "-c", HOOK_PROGRAM, "hook", stage],
             "env": list(HOOK_ENV),
             "timeout": HOOK_TIMEOUT,
         },
         "when": {"always": True},
-        "stages": ["prestart"],
+        "stages": [stage],
     }
 
 
 def configure_hooks_d(
-    before: bytes | None, *, path: str, python: str | None = None
+    before: bytes | None, *, path: str, python: str | None = None, stage: str = "prestart"
 ) -> tuple[bytes, tuple[str, ...]]:
-    """The hooks.d file (:func:`hooks_d_document`). An existing file holding the same
-    document keeps its bytes; another valid JSON document is replaced.
+    """The hooks.d file of ``stage`` (:func:`hooks_d_document`). An existing file holding
+    the same document keeps its bytes; another valid JSON document is replaced.
 
     Raises:
         EngineConfigError: the existing file is not JSON.
     """
-    want = hooks_d_document(python)
+    want = hooks_d_document(python, stage)
     text = _text(before, path)
     if text.strip():
         doc = _load_json(text, path)
@@ -739,6 +756,19 @@ def configure_hooks_d(
         "(its hooks_dir); the hook path must exist",
     )
     return (json.dumps(want, indent=2) + "\n").encode(), notes
+
+
+def poststop_path(prestart: str) -> str:
+    """Where the poststop hooks.d file goes beside the prestart one at ``prestart``: its
+    name with ``prestart`` replaced by ``poststop`` (``ocihook-prestart.json`` ->
+    ``ocihook-poststop.json``), or ``-poststop`` added before the extension
+    (``gpu.json`` -> ``gpu-poststop.json``)."""
+    directory, name = os.path.split(prestart)
+    if "prestart" in name:
+        head, _, tail = name.rpartition("prestart")
+        return os.path.join(directory, f"{head}poststop{tail}")
+    stem, ext = os.path.splitext(name)
+    return os.path.join(directory, f"{stem}-poststop{ext}")
 
 
 # --- the command -----------------------------------------------------------------------
@@ -831,6 +861,40 @@ def configure(
         **extra,
     )
     return Change(engine, path, before, after, notes)
+
+
+def configure_all(
+    engine: str,
+    *,
+    path: str | None = None,
+    runtime_path: str | None = None,
+    set_as_default: bool = False,
+    cdi: bool = False,
+    python: str | None = None,
+) -> tuple[Change, ...]:
+    """Every file ``ocihook runtime configure`` changes for ``engine``: the one of
+    :func:`configure` (same arguments), and for ``podman`` also the poststop hooks.d file
+    beside it (:func:`poststop_path`; ``ocihook hook poststop``, which removes what the
+    prestart hook made in a reused rootfs). Nothing is written.
+
+    Raises:
+        EngineConfigError: an existing file is unreadable or malformed (:func:`configure`).
+        ValueError: as :func:`configure`.
+    """
+    first = configure(
+        engine,
+        path=path,
+        runtime_path=runtime_path,
+        set_as_default=set_as_default,
+        cdi=cdi,
+        python=python,
+    )
+    if engine != "podman":
+        return (first,)
+    other = poststop_path(first.path)
+    before = _read(other)
+    after, _notes = configure_hooks_d(before, path=other, python=python, stage="poststop")
+    return first, Change(engine, other, before, after)
 
 
 def write_change(change: Change) -> bool:

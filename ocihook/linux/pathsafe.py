@@ -588,7 +588,9 @@ def symlink_in_root(
     by :func:`makedirs_in_root`); ``target`` is stored as given and only ever resolved by
     the container. An existing link is never written through: if it already points to
     ``target`` nothing happens; otherwise, with ``replace_existing_link``, a new link is made
-    under a temporary name and ``renameat`` over the old one (atomic), else it is refused.
+    under a temporary name (``.ocihook-<16 hex>``, watched by a guardian that removes it
+    should this process die: :func:`ocihook.linux.atomicfile.guard_name`) and ``renameat``
+    over the old one (atomic), else it is refused.
     Any other existing file (regular file, directory, ...) is refused rather than replaced:
     it is the image's content (nvidia.md §8, "file exists"). A new link is appended to
     ``created``. Why links matter: CVE-2024-0134.
@@ -630,12 +632,20 @@ def symlink_in_root(
                     "the image already has a different link at this path",
                 )
             tmp = f".ocihook-{os.urandom(8).hex()}"
-            os.symlink(target, tmp, dir_fd=parent_fd)
+            guard = atomicfile.guard_name(parent_fd, tmp)  # a kill leaves no .ocihook-*
+            gone = True
             try:
-                os.rename(tmp, name, src_dir_fd=parent_fd, dst_dir_fd=parent_fd)
-            except BaseException:
-                os.unlink(tmp, dir_fd=parent_fd)
-                raise
+                os.symlink(target, tmp, dir_fd=parent_fd)
+                try:
+                    os.rename(tmp, name, src_dir_fd=parent_fd, dst_dir_fd=parent_fd)
+                except BaseException:
+                    gone = False
+                    os.unlink(tmp, dir_fd=parent_fd)
+                    gone = True
+                    raise
+            finally:
+                if guard is not None:
+                    guard.release(gone)
             return old
         finally:
             os.close(parent_fd)
@@ -733,7 +743,8 @@ def write_file_in_root(
     parents made as by :func:`makedirs_in_root`), which gets ``mode`` exactly (``fchmod``)
     and is then ``renameat`` over ``path`` (:func:`ocihook.linux.atomicfile.replace_at`):
     readers see the old file or the new one, never a mix, a killed writer leaves no
-    temporary (or one the next write removes), and an existing link or hard link at
+    temporary (its guardian removes a named one; if that died too, the next write does),
+    and an existing link or hard link at
     ``path`` is replaced, never written through (CVE-2024-0134). Not flushed to disk (a
     container root does not outlive a crash). ``path`` is appended to ``created`` if
     nothing was there.

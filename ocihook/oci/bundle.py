@@ -269,7 +269,8 @@ def write_bytes_atomic(
     swapped in by the directory's owner could redirect; set-id and sticky bits dropped), is
     flushed with ``fsync``, and replaces ``path`` with ``rename(2)``; then the directory is
     flushed. Readers see the old or the new file, never a mix; a writer killed midway
-    leaves nothing, or a named temporary that the next write of ``path`` removes. A new
+    leaves nothing (a named temporary is removed by the writer's guardian, or, when that
+    died too, by the next write of ``path``). A new
     file gets ``new_mode``; the owner of a replaced file is kept when this process may set
     it (root).
 

@@ -180,13 +180,18 @@ def test_examples_are_what_configure_writes(name: str, edit: object) -> None:
 
 
 def test_hooks_d_files() -> None:
-    with open(os.path.join(PACKAGING, "hooks.d/ocihook-prestart.json.in")) as f:
-        always = json.loads(f.read().replace("@PYTHON@", "/usr/bin/python3"))
-    assert always == hooks_d_document("/usr/bin/python3")
+    for stage in ("prestart", "poststop"):
+        with open(os.path.join(PACKAGING, f"hooks.d/ocihook-{stage}.json.in")) as f:
+            always = json.loads(f.read().replace("@PYTHON@", "/usr/bin/python3"))
+        assert always == hooks_d_document("/usr/bin/python3", stage)
+        assert always["when"] == {"always": True} and always["stages"] == [stage]
     # no file runs the hook only for cdi.k8s.io/ annotations: the hook cannot serve them
     # (a prestart hook cannot apply a CDI spec's env, hooks or additionalGids), so such a
     # file let annotated containers start without their GPUs, without a word
-    assert os.listdir(os.path.join(PACKAGING, "hooks.d")) == ["ocihook-prestart.json.in"]
+    assert sorted(os.listdir(os.path.join(PACKAGING, "hooks.d"))) == [
+        "ocihook-poststop.json.in",
+        "ocihook-prestart.json.in",
+    ]
 
 
 # --- the distribution -------------------------------------------------------------------------
@@ -228,6 +233,7 @@ def test_wheel_and_sdist_install_and_run(tmp_path: Path, sim: simhost.SimulatedH
         "packaging/systemd/ocihook-cdi-refresh.service.in",
         "packaging/udev/71-ocihook-cdi-refresh.rules",
         "packaging/hooks.d/ocihook-prestart.json.in",
+        "packaging/hooks.d/ocihook-poststop.json.in",
         "specs/config.schema.json",
         "ocihook/schemas/config.toml.example",
         "ocihook/schemas/cdi.schema.json",

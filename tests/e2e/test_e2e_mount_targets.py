@@ -1,7 +1,8 @@
-"""Spec mode makes the bind-mount targets itself (issue 18, item 5), with real runc and a
-hostile image whose library directory and ``/var`` are links pointing out of the root:
-the container gets the host's libraries where the links lead inside its root, runc makes
-no target (they exist), and nothing appears on the host.
+"""Spec mode makes the bind-mount targets itself (issue 18, item 5), for the legacy path
+and for CDI devices, with real runc and a hostile image whose library directory and
+``/var`` are links pointing out of the root: the container gets the host's libraries where
+the links lead inside its root, runc makes no target (they exist), and nothing appears on
+the host.
 """
 
 from __future__ import annotations
@@ -14,39 +15,70 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from support import REPO, need_root_and
 
 from ocihook.appliers.live.leftovers import RECORD_NAME
 from ocihook.appliers.spec import edit_bundle
 from ocihook.core.hostroot import HostRoot
+from ocihook.settings import Options
 from ocihook.sim import host as simhost
 from ocihook.sim.demo import run_container
 
 
+def _cdi_spec_dir(sim: simhost.SimulatedHost, where: Path) -> tuple[Path, str]:
+    """A directory holding the CDI spec ``ocihook cdi generate`` writes for ``sim``, and
+    the container directory its spec puts ``libcuda.so.<version>`` in."""
+    where.mkdir()
+    out = where / "nvidia.json"
+    roots = ["--driver-root", sim.root, "--dev-root", sim.root]
+    cmd = [sys.executable, "-m", "ocihook", "cdi", "generate", *roots, "--output", str(out)]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+    mounts = json.loads(out.read_text())["containerEdits"]["mounts"]
+    cuda = f"libcuda.so.{sim.driver_version}"
+    libdir = next(
+        os.path.dirname(m["containerPath"])
+        for m in mounts
+        if os.path.basename(m["containerPath"]) == cuda and "i386" not in m["containerPath"]
+    )
+    return where, libdir
+
+
+@pytest.mark.parametrize("mode", ["legacy", "cdi"])
 def test_hostile_image_links_out_of_the_root(
-    sim: simhost.SimulatedHost, bundle_factory: Callable[..., str], tmp_path: Any
+    mode: str, sim: simhost.SimulatedHost, bundle_factory: Callable[..., str], tmp_path: Any
 ) -> None:
+    """Legacy spec mode (``NVIDIA_VISIBLE_DEVICES=0``) and CDI (``...=nvidia.com/gpu=0``
+    from the spec ``cdi generate`` wrote): the image's library directory and ``/var``
+    are links pointing out of the root; ocihook makes the mount targets where the links
+    lead inside the root before runc runs, and nothing appears on the host."""
     need_root_and("runc")
     outside = tmp_path / "host-side"
     outside.mkdir()
     v = sim.driver_version
+    options, libdir, request = None, "/usr/lib64", "0"
+    if mode == "cdi":
+        spec_dir, libdir = _cdi_spec_dir(sim, tmp_path / "cdi")
+        options, request = Options(cdi_spec_dirs=(str(spec_dir),)), "nvidia.com/gpu=0"
     script = (
-        f"head -c 4 /usr/lib64/libcuda.so.{v} | od -An -tx1; "
+        f"head -c 4 {libdir}/libcuda.so.{v} | od -An -tx1; "
         f"test -S {simhost.PERSISTENCED_SOCKET} && echo socket; "
-        f"grep ' /usr/lib64/libcuda.so.{v} \\| {outside}/libcuda.so.{v} ' /proc/self/mountinfo"
+        f"grep ' {libdir}/libcuda.so.{v} \\| {outside}/libcuda.so.{v} ' /proc/self/mountinfo"
         " | cut -d' ' -f5,6"
     )
-    bundle = bundle_factory(["sh", "-c", script], ["NVIDIA_VISIBLE_DEVICES=0"])
+    bundle = bundle_factory(["sh", "-c", script], [f"NVIDIA_VISIBLE_DEVICES={request}"])
     rootfs = Path(bundle, "rootfs")
-    (rootfs / "usr").mkdir(exist_ok=True)
-    if (rootfs / "usr/lib64").exists() or (rootfs / "usr/lib64").is_symlink():
-        os.unlink(rootfs / "usr/lib64")
-    os.symlink(f"/../../../..{outside}", rootfs / "usr/lib64")  # ".." past "/", then out
+    link = rootfs / libdir.lstrip("/")
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if link.exists() or link.is_symlink():
+        os.unlink(link)
+    os.symlink(f"/../../../..{outside}", link)  # ".." past "/", then out
     if not (rootfs / "var").is_symlink() and (rootfs / "var").is_dir():
         os.rename(rootfs / "var", rootfs / "var.image")
     os.symlink(str(outside), rootfs / "var")
-    result = edit_bundle(bundle, HostRoot.single(sim.root))
+    result = edit_bundle(bundle, HostRoot.single(sim.root), options=options)
     assert result.written
+    assert result.cdi_devices == (("nvidia.com/gpu=0",) if mode == "cdi" else ())
     inside = rootfs / str(outside).lstrip("/")
     # made by ocihook, before runc ran: empty regular files inside the root
     assert (inside / f"libcuda.so.{v}").is_file()

@@ -39,6 +39,7 @@ from support import (
 from ocihook.sim import host as simhost
 
 HOOKS_D = os.path.join(REPO, "packaging/hooks.d/ocihook-prestart.json.in")
+HOOKS_D_POSTSTOP = os.path.join(REPO, "packaging/hooks.d/ocihook-poststop.json.in")
 SNIPPET = os.path.join(REPO, "packaging/config.json-hooks-snippet.json.in")
 
 #: A hook that appends one JSON line per call to LOG: its argv, cwd, the state from stdin,
@@ -150,6 +151,68 @@ def test_podman_hooks_d_gives_gpu0(
         # podman's annotations come with the state; the bundle is podman's userdata dir
         assert state["annotations"]["io.container.manager"] == "libpod", state
         assert state["bundle"].startswith(podman.store), state
+
+
+def _tree(root: Path) -> dict[str, str]:
+    """Every path under ``root`` and its kind (a link: its target), but the
+    ``etc/ld.so.cache`` the hook rewrites (a rewritten file, not a made one)."""
+    out = {}
+    for p in root.rglob("*"):
+        rel = str(p.relative_to(root))
+        if rel != "etc/ld.so.cache":
+            kind = "dir" if p.is_dir() else "file"
+            out[rel] = f"-> {os.readlink(p)}" if p.is_symlink() else kind
+    return out
+
+
+def test_podman_hooks_d_poststop_cleans_a_reused_rootfs(
+    podman: Podman,
+    sim: simhost.SimulatedHost,
+    bundle_factory: Callable[..., str],
+    tmp_path: Path,
+) -> None:
+    """Both packaged hooks.d files (``when.always``) on a ``--rootfs`` directory, which
+    outlives the container: the prestart hook makes its mount targets and soname links
+    in it, and podman runs the poststop hook (``ocihook hook poststop``) once the
+    container is gone, which removes exactly those. With the prestart file alone they
+    stay (issue 18). (podman makes ``/etc/hosts``, ``/run/.containerenv``... itself: a
+    first container asking for nothing makes them before the tree is taken.)"""
+    version = sim.driver_version
+    env = {"NVIDIA_VISIBLE_DEVICES": "0", "OTHER": str(sim.gpus[1].minor)}
+    made = {f"usr/lib64/libcuda.so.{version}": "file", "usr/lib64/libcuda.so.1": "->"}
+
+    def container(hooks: Path, rootfs: Path) -> dict[str, str]:
+        """The rootfs's tree after a container asking for nothing, and then after one
+        given GPU 0; returns the first."""
+        proc = podman.run(hooks, str(rootfs))
+        assert proc.returncode == 0, proc.stderr
+        check_no_gpu(proc.stdout)  # the poststop hook: no record, nothing to do, exit 0
+        before = _tree(rootfs)
+        proc = podman.run(hooks, str(rootfs), "--cap-add", "MKNOD", env=env)
+        assert proc.returncode == 0, proc.stderr
+        check_gpu0(proc.stdout, sim)
+        return before
+
+    alone = tmp_path / "prestart-only"
+    alone.mkdir()
+    (alone / "ocihook-prestart.json").write_text(json.dumps(_render(HOOKS_D, sim.root)))
+    rootfs = Path(busybox_rootfs(bundle_factory))
+    before = container(alone, rootfs)
+    left = {p: k for p, k in _tree(rootfs).items() if p not in before}
+    for path, kind in made.items():
+        assert left.get(path, "").startswith(kind), left
+
+    both = tmp_path / "hooks.d"
+    both.mkdir()
+    (both / "ocihook-prestart.json").write_text(json.dumps(_render(HOOKS_D, sim.root)))
+    poststop = _render(HOOKS_D_POSTSTOP, sim.root)
+    del poststop["hook"]["args"][-4:]  # it reads no host: no roots to pass
+    assert poststop["hook"]["args"][-2:] == ["hook", "poststop"]
+    assert poststop["when"] == {"always": True} and poststop["stages"] == ["poststop"]
+    (both / "ocihook-poststop.json").write_text(json.dumps(poststop))
+    rootfs = Path(busybox_rootfs(bundle_factory))
+    before = container(both, rootfs)
+    assert _tree(rootfs) == before
 
 
 # -- containerd --------------------------------------------------------------------------------

@@ -3,7 +3,9 @@ annotations inject devices from the CDI registry instead of host discovery."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +16,7 @@ from support import CDI_GPU_SPEC as GPU_SPEC
 from support import GOOD_CDI_YAML as GOOD_YAML
 
 from ocihook.appliers.spec import edit_bundle
-from ocihook.core.errors import CdiError
+from ocihook.core.errors import ApplyError, CdiError
 from ocihook.pipeline import cdi_device_names
 from ocihook.request import request_from_spec
 from ocihook.settings import Options
@@ -262,3 +264,107 @@ def test_cdi_edit_of_deeply_nested_config_is_no_traceback(tmp_path: Path) -> Non
     assert r.returncode == 0, r.stderr
     out = json.loads((bundle / "config.json").read_text())
     assert "A=1" in out["process"]["env"]
+
+
+# --- mount targets (issue 18, item 5): made in the rootfs as for the legacy path ------------
+
+
+def _targets_spec(tmp_path: Path) -> Path:
+    """A spec directory whose device ``nvidia.com/gpu=0`` bind-mounts a host file, a host
+    directory and a node under /dev, and mounts a tmpfs."""
+    host = tmp_path / "host"
+    (host / "share").mkdir(parents=True)
+    (host / "libfoo.so.1").write_bytes(b"\x7fELF")
+    d = tmp_path / "cdi-targets"
+    d.mkdir()
+    mounts = [
+        {"hostPath": str(host / "libfoo.so.1"), "containerPath": "/usr/lib/x/libfoo.so.1"},
+        {"hostPath": str(host / "share"), "containerPath": "/usr/share/foo", "type": "bind"},
+        {"hostPath": str(host / "libfoo.so.1"), "containerPath": "/dev/foo"},
+        {"hostPath": "tmpfs", "containerPath": "/run/foo", "type": "tmpfs"},
+    ]
+    for m in mounts[:3]:
+        m.setdefault("options", ["ro", "nosuid", "nodev", "bind"])
+    spec = {
+        "cdiVersion": "0.5.0",
+        "kind": "nvidia.com/gpu",
+        "devices": [{"name": "0", "containerEdits": {"mounts": mounts}}],
+    }
+    (d / "targets.json").write_text(json.dumps(spec))
+    return d
+
+
+def _tree(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): "dir" if p.is_dir() else f"file {p.stat().st_size}"
+        for p in sorted(root.rglob("*"))
+    }
+
+
+def test_cdi_edit_makes_the_bind_mount_targets(tmp_path: Path) -> None:
+    """The targets of the bind mounts a CDI device adds are made in the rootfs before
+    config.json is written (an empty file for a file, a directory for a directory); not
+    those under /dev (the runtime mounts a new file system there) nor of other mounts;
+    a dry run makes none."""
+    spec_dir = _targets_spec(tmp_path)
+    b = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"])
+    options = Options(cdi_spec_dirs=(str(spec_dir),))
+    assert not edit_bundle(str(b), dry_run=True, options=options).written
+    assert _tree(b / "rootfs") == {}
+    result = edit_bundle(str(b), options=options)
+    assert result.written and result.cdi_devices == ("nvidia.com/gpu=0",)
+    assert _tree(b / "rootfs") == {
+        "usr": "dir",
+        "usr/lib": "dir",
+        "usr/lib/x": "dir",
+        "usr/lib/x/libfoo.so.1": "file 0",
+        "usr/share": "dir",
+        "usr/share/foo": "dir",
+    }
+
+
+def test_cdi_link_at_a_target_is_refused_and_nothing_is_left(tmp_path: Path) -> None:
+    """A link the image placed at a CDI mount's target (toward a host file): ApplyError
+    (exit 7 from the command), config.json unchanged, the host file untouched, the
+    targets made before it removed."""
+    spec_dir = _targets_spec(tmp_path)
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"host file\n")
+    b = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"])
+    (b / "rootfs/usr/lib/x").mkdir(parents=True)
+    os.symlink(str(victim), b / "rootfs/usr/lib/x/libfoo.so.1")
+    before, tree = (b / "config.json").read_bytes(), _tree(b / "rootfs")
+    r = _edit_cli(b, spec_dir)
+    assert r.returncode == 7, r.stderr
+    assert r.stderr.count("\n") == 1 and "symbolic link" in r.stderr, r.stderr
+    assert "/usr/lib/x/libfoo.so.1" in r.stderr
+    assert (b / "config.json").read_bytes() == before
+    assert victim.read_bytes() == b"host file\n"
+    # /usr/share/foo, made first (mounts go in depth order), is gone again
+    assert _tree(b / "rootfs") == tree
+
+
+def test_cdi_write_failure_removes_the_targets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """config.json cannot be replaced (the bundle directory read-only, full): ApplyError,
+    and the targets made for it are removed again."""
+    from ocihook.appliers import spec
+
+    spec_dir = _targets_spec(tmp_path)
+    b = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"])
+    before = (b / "config.json").read_bytes()
+    seen: list[dict[str, str]] = []
+
+    def refuse(*_args: object, **_kwargs: object) -> bytes:
+        seen.append(_tree(b / "rootfs"))  # what was made before the write
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(spec, "write_json_atomic", refuse)
+    with pytest.raises(ApplyError, match=r"cannot replace config\.json: Read-only file system"):
+        edit_bundle(str(b), options=Options(cdi_spec_dirs=(str(spec_dir),)))
+    assert (b / "config.json").read_bytes() == before
+    assert [sorted(t) for t in seen] == [
+        ["usr", "usr/lib", "usr/lib/x", "usr/lib/x/libfoo.so.1", "usr/share", "usr/share/foo"]
+    ]
+    assert _tree(b / "rootfs") == {}

@@ -26,9 +26,11 @@ from ocihook.commands.engines import (
     CDI_SPEC_DIRS,
     Change,
     configure,
+    configure_all,
     configure_containerd,
     configure_docker,
     hooks_d_document,
+    poststop_path,
     write_change,
 )
 from ocihook.core.errors import EXIT_CODES, EngineConfigError
@@ -416,24 +418,78 @@ def test_crio_drop_in(tmp_path: Path) -> None:
 # --- podman / hooks.d -------------------------------------------------------------------------
 
 
+def _packaged(stage: str) -> dict[str, Any]:
+    with open(os.path.join(REPO, f"packaging/hooks.d/ocihook-{stage}.json.in")) as f:
+        doc: dict[str, Any] = json.loads(f.read().replace("@PYTHON@", sys.executable))
+    return doc
+
+
 def test_hooks_d_file_is_the_packaged_one(tmp_path: Path) -> None:
-    with open(os.path.join(REPO, "packaging/hooks.d/ocihook-prestart.json.in")) as f:
-        packaged = json.loads(f.read().replace("@PYTHON@", sys.executable))
-    assert hooks_d_document() == packaged
+    """podman gets the packaged prestart file and, beside it, the poststop one (same
+    ``when``): written poststop first, re-run byte-identical, refused when malformed."""
+    prestart, poststop = _packaged("prestart"), _packaged("poststop")
+    assert hooks_d_document() == prestart
+    assert hooks_d_document(stage="poststop") == poststop
+    assert poststop["when"] == prestart["when"] == {"always": True}
+    assert poststop["hook"]["args"][-2:] == ["hook", "poststop"]
+    assert poststop["stages"] == ["poststop"]
     hooks = tmp_path / "hooks.d"
     hooks.mkdir()
     proc = cli("--runtime", "podman", "--config", str(hooks))
     assert proc.returncode == 0, proc.stderr
-    path = hooks / "ocihook-prestart.json"
-    assert json.loads(path.read_text()) == packaged
-    once = path.read_bytes()
-    assert cli("--runtime", "podman", "--config", str(path)).returncode == 0
-    assert path.read_bytes() == once
+    path, after = hooks / "ocihook-prestart.json", hooks / "ocihook-poststop.json"
+    assert sorted(os.listdir(hooks)) == ["ocihook-poststop.json", "ocihook-prestart.json"]
+    assert json.loads(path.read_text()) == prestart
+    assert json.loads(after.read_text()) == poststop
+    assert proc.stderr.splitlines()[:2] == [
+        f"ocihook: {path}: created",
+        f"ocihook: {after}: created",
+    ]
+    once = path.read_bytes(), after.read_bytes()
+    proc = cli("--runtime", "podman", "--config", str(path))
+    assert proc.returncode == 0 and (path.read_bytes(), after.read_bytes()) == once
+    assert f"{after}: already configured; unchanged" in proc.stderr
     proc = cli("--runtime", "podman", "--config", str(path), "--set-as-default")
     assert proc.returncode == 2 and "--set-as-default" in proc.stderr
     path.write_text("{")
     assert cli("--runtime", "podman", "--config", str(path)).returncode == 13
-    assert path.read_text() == "{"
+    assert path.read_text() == "{" and after.read_bytes() == once[1]
+    after.write_text("[")
+    path.unlink()
+    assert cli("--runtime", "podman", "--config", str(path)).returncode == 13
+    assert not path.exists() and after.read_text() == "["  # nothing written
+
+
+def test_podman_dry_run_shows_both_files(tmp_path: Path) -> None:
+    proc = cli("--runtime", "podman", "--config", str(tmp_path / "gpu.json"), "--dry-run")
+    assert proc.returncode == 0 and os.listdir(tmp_path) == []
+    assert f"+++ {tmp_path / 'gpu.json'}\n" in proc.stdout
+    assert f"+++ {tmp_path / 'gpu-poststop.json'}\n" in proc.stdout
+    assert f"ocihook: dry run: {tmp_path / 'gpu-poststop.json'}: would be created" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("prestart", "poststop"),
+    [
+        ("/d/ocihook-prestart.json", "/d/ocihook-poststop.json"),
+        ("/d/gpu.json", "/d/gpu-poststop.json"),
+        ("/d/10-prestart-gpu.json", "/d/10-poststop-gpu.json"),
+        ("/prestart/hook", "/prestart/hook-poststop"),
+    ],
+)
+def test_poststop_path_is_beside_the_prestart_file(prestart: str, poststop: str) -> None:
+    assert poststop_path(prestart) == poststop
+
+
+def test_configure_all_is_one_file_for_the_other_engines(tmp_path: Path) -> None:
+    changes = configure_all("docker", path=str(tmp_path / "d.json"), runtime_path=WRAPPER)
+    assert [c.path for c in changes] == [str(tmp_path / "d.json")]
+    changes = configure_all("podman", path=str(tmp_path))
+    assert [os.path.basename(c.path) for c in changes] == [
+        "ocihook-prestart.json",
+        "ocihook-poststop.json",
+    ]
+    assert [c.before for c in changes] == [None, None]
 
 
 @pytest.mark.e2e

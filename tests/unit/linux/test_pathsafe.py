@@ -15,7 +15,10 @@ import contextlib
 import errno
 import os
 import shutil
+import signal
 import stat
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -718,6 +721,55 @@ def test_symlink_in_root(world: World, mode: str) -> None:
     assert created[-1] == LIB + "/nvidia/l"
     assert not [n for n in os.listdir(lib) if n.startswith(".ocihook")]
     assert world.outside() == before
+
+
+_KILLED_LINKER = """
+import os, sys, time
+from ocihook.linux import pathsafe
+
+root, ready = sys.argv[1], int(sys.argv[2])
+if sys.argv[3] == "none":  # as if the guardian had been killed with the writer
+    pathsafe.atomicfile.guard_name = lambda dir_fd, name: None
+
+
+def pause(*args, **kwargs):
+    os.write(ready, b"x")
+    time.sleep(600)
+
+
+os.rename = pause
+root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+pathsafe.symlink_in_root(root_fd, "/lib/libcuda.so.1", "libcuda.so.2")
+"""
+
+
+@pytest.mark.parametrize(("guardian", "left"), [("fork", 0), ("none", 1)])
+def test_symlink_replacement_killed_before_the_rename(
+    guardian: str, left: int, tmp_path: Path
+) -> None:
+    """A process killed between making the replacing link under its temporary name and
+    the rename: the guardian removes ``.ocihook-<hex>`` once the process is dead (waited
+    for through its stdout); without one the name would stay, as nothing sweeps it."""
+    (tmp_path / "lib").mkdir()
+    os.symlink("libcuda.so.1.stub", tmp_path / "lib/libcuda.so.1")
+    r, w = os.pipe()
+    child = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_LINKER, str(tmp_path), str(w), guardian],
+        pass_fds=(w,),
+        stdout=subprocess.PIPE,
+    )
+    os.close(w)
+    try:
+        assert os.read(r, 1) == b"x", "the linker never reached the rename"
+    finally:
+        os.close(r)
+        child.send_signal(signal.SIGKILL)
+        assert child.stdout is not None
+        assert child.stdout.read() == b""
+        child.wait()
+    names = os.listdir(tmp_path / "lib")
+    assert len([n for n in names if n.startswith(".ocihook-")]) == left, names
+    assert os.readlink(tmp_path / "lib/libcuda.so.1") == "libcuda.so.1.stub"
 
 
 @pytest.mark.skipif(not CAN_MKNOD, reason="mknod of device nodes needs root (CAP_MKNOD)")

@@ -1,10 +1,11 @@
 """Crash-safe writes of config.json and every other replaced file (issue 18, item 4).
 
-A writer killed between creating its temporary file and the rename leaves nothing (the
-temporary is an anonymous ``O_TMPFILE`` file), or — where it had to be named — a file the
-next write removes; a failure before the rename leaves the old file and no temporary
-(exit 7); a failure after it (flushing the directory, closing) is a warning, not
-"cannot replace config.json". Faults are injected with ``strace -e inject`` into ``ocihook
+A writer killed between creating its temporary file and the rename leaves nothing: the
+temporary is an anonymous ``O_TMPFILE`` file, and while it has a name (just before the
+rename, or from the start where it had to be named) a guardian process removes it once
+the writer is dead; a temporary whose guardian died too is removed by the next write. A
+failure before the rename leaves the old file and no temporary (exit 7); a failure after
+it (flushing the directory, closing) is a warning, not "cannot replace config.json". Faults are injected with ``strace -e inject`` into ``ocihook
 edit`` and with a patched ``os`` function in a child process that is then SIGKILLed.
 """
 
@@ -180,13 +181,18 @@ def test_no_tmpfile_falls_back_to_a_named_temporary(tmp_path: Path, sim: Any) ->
 
 DRIVER = textwrap.dedent(
     """
-    import os, sys, time
+    import os, sys, threading, time
     from ocihook.linux import atomicfile
     from ocihook.oci.bundle import write_bytes_atomic
 
     path, pause_at, named, ready = sys.argv[1], sys.argv[2], sys.argv[3] == "1", int(sys.argv[4])
+    guardian = sys.argv[5]
     if named:
         atomicfile._open_anonymous = lambda dir_fd: None
+    if guardian == "none":  # as if it had been killed with the writer
+        atomicfile.guard_name = lambda dir_fd, name: None
+    elif guardian == "thread":  # a second thread: no guardian is forked
+        threading.Thread(target=time.sleep, args=(600,), daemon=True).start()
     real = getattr(os, pause_at)
 
     def pause(*args, **kwargs):
@@ -200,13 +206,17 @@ DRIVER = textwrap.dedent(
 )
 
 
-def _killed_writer(path: Path, pause_at: str, *, named: bool) -> None:
+def _killed_writer(path: Path, pause_at: str, *, named: bool, guardian: str = "fork") -> None:
     """Run a writer of ``path`` in a child process, SIGKILL it when it reaches
-    ``os.<pause_at>`` (after creating its temporary file, before the rename)."""
+    ``os.<pause_at>`` (after creating its temporary file, before the rename), and wait
+    until its standard output reaches end-of-file: the writer's guardian (``guardian``
+    ``"fork"``, the default; ``"none"``: as if killed too; ``"thread"``: the writer has
+    a second thread) holds it until it has done its work."""
     r, w = os.pipe()
     child = subprocess.Popen(
-        [sys.executable, "-c", DRIVER, str(path), pause_at, "1" if named else "0", str(w)],
+        [sys.executable, "-c", DRIVER, str(path), pause_at, str(int(named)), str(w), guardian],
         pass_fds=(w,),
+        stdout=subprocess.PIPE,
     )
     os.close(w)
     try:
@@ -214,6 +224,8 @@ def _killed_writer(path: Path, pause_at: str, *, named: bool) -> None:
     finally:
         os.close(r)
         child.send_signal(signal.SIGKILL)
+        assert child.stdout is not None
+        assert child.stdout.read() == b""  # end-of-file: the guardian is gone too
         child.wait()
     assert child.returncode == -signal.SIGKILL
 
@@ -230,20 +242,78 @@ def test_kill_while_writing_anonymous_leaves_nothing(pause_at: str, tmp_path: Pa
 @pytest.mark.parametrize(
     ("pause_at", "named"), [("rename", True), ("fsync", True), ("rename", False)]
 )
-def test_kill_leaving_named_temporary_is_cleaned_by_next_write(
+def test_kill_with_a_named_temporary_leaves_nothing(
     pause_at: str, named: bool, tmp_path: Path
 ) -> None:
-    """A named temporary (no O_TMPFILE, or killed between linkat and rename) of a dead
-    writer is removed by the next write of the same file."""
+    """A writer killed while its temporary has a name (no O_TMPFILE, or between linkat
+    and rename): its guardian removes the name once the writer is dead."""
     target = tmp_path / "config.json"
     target.write_bytes(OLD)
     _killed_writer(target, pause_at, named=named)
+    assert _entries(tmp_path) == ["config.json"]
+    assert target.read_bytes() == OLD
+
+
+@pytest.mark.parametrize(
+    ("pause_at", "named", "guardian"),
+    [
+        ("rename", True, "none"),
+        ("fsync", True, "none"),
+        ("rename", False, "none"),
+        ("rename", False, "thread"),
+    ],
+)
+def test_a_temporary_left_without_guardian_is_cleaned_by_next_write(
+    pause_at: str, named: bool, guardian: str, tmp_path: Path
+) -> None:
+    """A named temporary of a dead writer whose guardian died too (the whole cgroup
+    killed) or that had none (a second thread) is removed by the next write of the same
+    file."""
+    target = tmp_path / "config.json"
+    target.write_bytes(OLD)
+    _killed_writer(target, pause_at, named=named, guardian=guardian)
     left = [e for e in _entries(tmp_path) if e != "config.json"]
     assert len(left) == 1 and atomicfile.is_temporary_of(left[0], "config.json"), left
     assert target.read_bytes() == OLD
     write_bytes_atomic(str(target), NEW)
     assert _entries(tmp_path) == ["config.json"]
     assert target.read_bytes() == NEW
+
+
+GUARDED = textwrap.dedent(
+    """
+    import os, sys
+    from ocihook.linux import atomicfile
+
+    directory, gone = sys.argv[1], sys.argv[2] == "1"
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    guard = atomicfile.guard_name(dir_fd, "entry")
+    assert guard is not None
+    open(os.path.join(directory, "entry"), "w").close()
+    if gone:
+        os.rename(os.path.join(directory, "entry"), os.path.join(directory, "kept"))
+    guard.release(gone)
+    guard.release(gone)  # a second call does nothing
+    print(sorted(os.listdir(directory)))
+    """
+)
+
+
+@pytest.mark.parametrize(("gone", "left"), [(True, ["kept"]), (False, [])])
+def test_release_settles_the_name(gone: bool, left: list[str], tmp_path: Path) -> None:
+    """``release(gone=True)``: the writer settled the name, the guardian leaves the
+    directory alone; ``release(gone=False)``: the writer could not remove it (EIO), the
+    guardian does, before ``release`` returns."""
+    proc = subprocess.run(
+        [sys.executable, "-c", GUARDED, str(tmp_path), "1" if gone else "0"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"{left}\n"
+    assert _entries(tmp_path) == left
 
 
 def _dead_pid() -> int:
@@ -294,8 +364,12 @@ def test_close_failing_after_rename_is_a_warning(tmp_path: Path) -> None:
     a warning, the new content in place."""
     target = tmp_path / "f"
     target.write_bytes(OLD)
-    real_close, real_rename = os.close, os.rename
-    state = {"renamed": False, "failed": False}
+    real_close, real_rename, real_fchmod = os.close, os.rename, os.fchmod
+    state: dict[str, Any] = {"renamed": False, "failed": False, "fd": None}
+
+    def fchmod(fd: int, mode: int) -> None:
+        state["fd"] = fd  # the new file's descriptor
+        real_fchmod(fd, mode)
 
     def rename(*args: Any, **kwargs: Any) -> None:
         real_rename(*args, **kwargs)
@@ -303,18 +377,20 @@ def test_close_failing_after_rename_is_a_warning(tmp_path: Path) -> None:
 
     def close(fd: int) -> None:
         real_close(fd)
-        if state["renamed"] and not state["failed"]:
+        if state["renamed"] and fd == state["fd"] and not state["failed"]:
             state["failed"] = True
             raise OSError(5, "Input/output error")
 
     warnings: list[str] = []
     mp = pytest.MonkeyPatch()
+    mp.setattr(os, "fchmod", fchmod)
     mp.setattr(os, "rename", rename)
     mp.setattr(os, "close", close)
     try:
         write_bytes_atomic(str(target), NEW, warnings=warnings)
     finally:
         mp.undo()
+    assert state["failed"]
     assert warnings == ["f was replaced, but closing it failed: Input/output error"]
     assert target.read_bytes() == NEW
     assert _entries(tmp_path) == ["f"]
