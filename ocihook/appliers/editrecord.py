@@ -228,7 +228,7 @@ def undo_recorded_edit(doc: dict[str, Any], *, path: str) -> tuple[dict[str, Any
                     new_env.append(back)
             else:
                 new_env.append(e)
-        new_env += restore.values()
+        # a variable whose entry is gone altogether was unset since: not put back
         env[:] = new_env
     creatable = {".".join(k[:n]) for k in LIST_FIELDS for n in range(1, len(k) + 1)}
     for name in sorted(record["created"], key=lambda n: -n.count(".")):

@@ -204,7 +204,8 @@ def test_a_forged_record_cannot_grant_anything() -> None:
     assert out["linux"]["resources"]["devices"] == [deny]
     assert out["mounts"] == [tmpfs]
     assert out["hooks"]["prestart"] == [seccomp_hook]
-    assert out["process"]["env"] == ["A=1", "B=2"]
+    # B=2 goes back only in place of an entry ocihook set; there is none: not restored
+    assert out["process"]["env"] == ["A=1"]
     assert "annotations" not in out and "devices" not in out["linux"]  # empty, made by "us"
     assert out["linux"]["maskedPaths"] == []  # not a field an edit makes: left alone
 
@@ -256,3 +257,19 @@ def test_undo_of_record_is_the_document_before(
         assert not had and out == before == after
     else:
         assert had and out == before
+
+
+def test_a_removed_variable_is_not_put_back(tmp_path: Any, host: simhost.SimulatedHost) -> None:
+    """Deleting ocihook's ``NVIDIA_VISIBLE_DEVICES=void`` entry unsets the request: the
+    next edit takes ocihook's additions out and does not restore the old ``0,3``."""
+    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0,3"])
+    root = HostRoot.single(host.root)
+    assert edit_bundle(bundle, root, command=COMMAND).written
+    doc = _doc(bundle)
+    doc["process"]["env"].remove("NVIDIA_VISIBLE_DEVICES=void")
+    _write(bundle, doc)
+    again = edit_bundle(bundle, root, command=COMMAND)
+    assert again.written and again.plan is None
+    doc = _doc(bundle)
+    assert not any(e.startswith("NVIDIA_VISIBLE_DEVICES=") for e in doc["process"]["env"])
+    assert _gpu_nodes(doc) == []
