@@ -83,6 +83,8 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
 
+    from .live.hooks import RootfsChanges
+
 
 __all__ = [
     "EditResult",
@@ -135,7 +137,7 @@ def create_mount_targets(rootfs: str, mounts: Sequence[Mount]) -> tuple[str, ...
             if m.type != "bind" and "bind" not in m.options and "rbind" not in m.options:
                 continue
             dest = "/" + m.destination.strip("/")
-            if any(dest == d or dest.startswith(d + "/") for d in _RUNTIME_MOUNTED):
+            if _runtime_mounted(dest):
                 continue
             try:
                 is_dir = stat.S_ISDIR(os.stat(m.source).st_mode)
@@ -637,12 +639,35 @@ def edit_bundle(
         return _finish(
             read, request, plan, record_edit(config, doc), dry_run, cdi_names, ignored, indent
         )
+    in_rootfs, changes = _edit_rootfs_first(bundle, plan.edits, dry_run)
+    caller_mask = None
+    applied = plan
+    if in_rootfs:
+        applied, caller_mask = _light_plan(plan, mask_by_caller)
+    doc = apply_plan(bundle.config, applied, command=command, path=bundle.config_path)
+    try:
+        done = _finish(read, request, plan, record_edit(config, doc), dry_run, (), ignored, indent)
+    except BaseException:
+        if changes is not None:
+            changes.rollback()
+        raise
+    if changes is not None:
+        changes.close()
+    return done.replace(in_rootfs=in_rootfs, caller_mask=caller_mask)
+
+
+def _edit_rootfs_first(
+    bundle: Bundle, e: ContainerEdits, dry_run: bool
+) -> tuple[bool, RootfsChanges | None]:
+    """Make ``e``'s soname links (but those below ``/dev``) and ``ld.so.cache`` entries in
+    the bundle's rootfs now, when :func:`rootfs_edit_blocker` finds nothing in the way
+    (only checked for a dry run). Returns whether they are (or would be) made there, and
+    the changes to close or roll back; a refusal or a failure (undone) leaves them to the
+    hook and is logged at debug level."""
+    if not (e.symlinks or e.ldcache_libraries):
+        return False, None
+    reason, sources = rootfs_edit_blocker(bundle.config, bundle.rootfs, e)
     changes = None
-    sources: dict[str, str] = {}
-    e = plan.edits
-    reason: str | None = "nothing to make"
-    if e.symlinks or e.ldcache_libraries:
-        reason, sources = rootfs_edit_blocker(bundle.config, bundle.rootfs, e)
     if reason is None and not dry_run:
         from .live.hooks import edit_rootfs
 
@@ -658,25 +683,11 @@ def edit_bundle(
             )
         except OcihookError as err:
             reason = f"making them failed ({err}): the hook tries again"
-    if reason is not None and (e.symlinks or e.ldcache_libraries):
+    if reason is not None:
         from ..core import log
 
         log.debug("soname links and ld.so.cache left to the createContainer hook", reason=reason)
-    in_rootfs = reason is None
-    caller_mask = None
-    applied = plan
-    if in_rootfs:
-        applied, caller_mask = _light_plan(plan, mask_by_caller)
-    doc = apply_plan(bundle.config, applied, command=command, path=bundle.config_path)
-    try:
-        done = _finish(read, request, plan, record_edit(config, doc), dry_run, (), ignored, indent)
-    except BaseException:
-        if changes is not None:
-            changes.rollback()
-        raise
-    if changes is not None:
-        changes.close()
-    return done.replace(in_rootfs=in_rootfs, caller_mask=caller_mask)
+    return reason is None, changes
 
 
 def _finish(

@@ -592,10 +592,7 @@ def _create_and_mask(
     if code != 0:
         return code if code > 0 else 128 - code
     try:
-        pid_file = inv.pid_file or ""
-        with open(
-            pid_file if os.path.isabs(pid_file) else os.path.join(os.getcwd(), pid_file)
-        ) as f:
+        with open(inv.pid_file or "") as f:  # relative: to the cwd, as for the runtime
             pid = int(f.read().strip() or "0")
         nodes = [(n.path, n.minor) for n in result.plan.edits.device_nodes]
         done = mask_created_container(pid, result.caller_mask, nodes)

@@ -578,21 +578,28 @@ def test_help(stage: Stage) -> None:
     assert stage.called() is not None
 
 
-def test_start_path_imports_nothing_heavy(
-    tmp_path: Path, bundle_factory: Callable[..., str]
-) -> None:
-    """What the wrapper has imported when it execs the runtime, for a container that
-    asks for nothing (execve replaced by a print)."""
-    bundle = bundle_factory(["true"], [])
+def _modules_at_exec(bundle: str, environ: dict[str, str]) -> set[str]:
+    """The modules a fresh interpreter has loaded when ``ocihook-runtime create -b BUNDLE
+    x`` (with ``environ``) execs the runtime: ``os.execve`` replaced by a print (flushed:
+    ``os._exit`` does not flush)."""
     code = (
         "import os, sys\n"
         "def fake(path, argv, env):\n"
         "    print(' '.join(sys.modules), flush=True); os._exit(0)\n"
         "os.execve = fake\n"
         "from ocihook.runtime import main\n"
-        f"main(['create', '-b', {bundle!r}, 'x'], environ={{'PATH': '/usr/sbin:/usr/bin'}})\n"
+        f"main(['create', '-b', {bundle!r}, 'x'], environ={environ!r})\n"
     )
-    loaded = modules_after(code)
+    return modules_after(code)
+
+
+def test_start_path_imports_nothing_heavy(
+    tmp_path: Path, bundle_factory: Callable[..., str]
+) -> None:
+    """What the wrapper has imported when it execs the runtime, for a container that
+    asks for nothing (execve replaced by a print)."""
+    bundle = bundle_factory(["true"], [])
+    loaded = _modules_at_exec(bundle, {"PATH": "/usr/sbin:/usr/bin"})
     assert "ocihook.commands.runtime" in loaded  # the wrapper ran (not a vacuous set)
     heavy = {"click", "jsonschema", "yaml", "elftools", "tomlkit", "tomllib", "json", "typing"}
     assert not heavy & loaded, heavy & loaded
@@ -785,17 +792,9 @@ def test_gpu_create_path_imports_nothing_heavy(
     )
     conf = tmp_path / "ocihook.toml"
     conf.write_text(f'driver-root = "{sim.root}"\ndev-root = "{sim.root}"\n')
-    code = (
-        "import os, sys\n"
-        "def fake(path, argv, env):\n"
-        "    print(' '.join(sys.modules), flush=True); os._exit(0)\n"
-        "os.execve = fake\n"
-        "from ocihook.runtime import main\n"
-        f"main(['create', '-b', {bundle!r}, 'x'], environ={{'PATH': '/usr/sbin:/usr/bin', "
-        f"'OCIHOOK_CONFIG': {str(conf)!r}}})\n"
-    )
+    environ = {"PATH": "/usr/sbin:/usr/bin", "OCIHOOK_CONFIG": str(conf)}
     # an editable install's import finder loads re, typing... at start: not the wrapper's
-    loaded = modules_after(code) - modules_after("import ocihook")
+    loaded = _modules_at_exec(bundle, environ) - modules_after("import ocihook")
     assert "ocihook.appliers.live.hooks" in loaded  # the rootfs was edited
     heavy = {"click", "jsonschema", "yaml", "elftools", "tomlkit", "json", "re", "base64"}
     heavy |= {"collections", "enum"}
