@@ -13,7 +13,9 @@ drift on a shared machine hits every case alike:
   the edit registers, if any) with ``--pid-file`` as containerd, podman and Docker do;
   ``config.json`` restored before each run;
 * ``prestart hook u+c``: ``runc create`` of a bundle whose ``hooks.prestart`` is the
-  environment's ``ocihook hook prestart`` (8 GPUs, utility,compute);
+  environment's ``ocihook hook prestart`` as ``ocihook install`` registers it
+  (``ocihook.settings.hook_command``: the interpreter with ``-I -c``; 8 GPUs,
+  utility,compute);
 * ``CDI spec hooks``: ``runc create`` of a bundle carrying what the environment's own CDI
   spec (``ocihook cdi generate``) gives for ``nvidia.com/gpu=all`` — its hooks run as an
   engine's runc would run them (the config is made once, untimed, by that environment's
@@ -92,6 +94,23 @@ class Env:
         ).stdout.strip()
         if "site-packages" not in probe:
             raise SystemExit(f"{label}: ocihook comes from {probe}, not an installed copy")
+        # the hook command as this installation registers it (hooks.d, CDI specs, bundles)
+        self.hook = json.loads(
+            subprocess.run(
+                [self.python, "-I", "-c", _HOOK_COMMAND],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        )
+
+
+#: Prints the installation's registered hook argv prefix (``ocihook.settings.hook_command``).
+_HOOK_COMMAND = (
+    "import json\n"
+    "from ocihook.settings import hook_command\n"
+    "print(json.dumps(list(hook_command())))\n"
+)
 
 
 def _check(proc: subprocess.CompletedProcess[bytes], argv: list[str]) -> None:
@@ -227,7 +246,7 @@ def main() -> int:
                 peaks: str = peaks,
             ) -> None:
                 bundle = _make_bundle(os.path.join(d, name), env_vars)
-                plain_hook = [e.ocihook, "hook", "prestart", "--config", conf]
+                plain_hook = [*e.hook, "hook", "prestart", "--config", conf]
                 peak_file = os.path.join(peaks, name.replace(" ", "_").replace(",", ""))
                 timed_hook = [GNU_TIME, "-a", "-o", peak_file, "-f", "%M", *plain_hook]
                 timed = os.path.join(d, name + " (peak)")

@@ -280,6 +280,12 @@ class ContainerEdits(Record):
         symlinks: links to create after the mounts.
         ldcache_libraries: container paths of the mounted libraries that must be entered
             in the container's ``/etc/ld.so.cache`` (after ``symlinks``).
+        ldcache_flags: ``(container path, ld.so.cache flags)`` of those libraries of
+            ``ldcache_libraries`` whose soname is the path's file name, as discovery
+            read them from the host's ``ld.so.cache`` (:attr:`DriverLibrary.abi_flags
+            <ocihook.discovery.driverfiles.DriverLibrary.abi_flags>`): they are entered
+            without reading the file again. Not part of the JSON form; a library missing
+            here is read (its ELF header, never loaded).
         hooks: further hooks to register (none yet; the spec applier adds its own for
             ``symlinks``, ``ldcache_libraries`` and ``proc_mask``).
         proc_mask: how to mask ``/proc/driver/nvidia`` (after everything else), or ``None``.
@@ -297,6 +303,7 @@ class ContainerEdits(Record):
     mounts: tuple[Mount, ...] = ()
     symlinks: tuple[Symlink, ...] = ()
     ldcache_libraries: tuple[str, ...] = ()
+    ldcache_flags: tuple[tuple[str, int], ...] = ()
     hooks: tuple[Hook, ...] = ()
     proc_mask: ProcMask | None = None
     cuda_compat: CudaCompat | None = None
@@ -544,6 +551,7 @@ def make_plan(
 
     mounts: list[Mount] = []
     ld_libs: list[str] = []
+    ld_flags: list[tuple[str, int]] = []
     for lib in host.libraries_for(capabilities):
         libdir = layout.libdir if lib.elf_class == 64 else layout.libdir32
         dest = f"{libdir}/{lib.name}"
@@ -553,6 +561,7 @@ def make_plan(
             ld_libs.append(f"{libdir}/{lib.soname}")
         else:
             ld_libs.append(dest)
+        ld_flags.append((ld_libs[-1], lib.abi_flags))
         for dev_link in development_links(lib.soname, lib.name, capabilities):
             links.append(Symlink(link=f"{libdir}/{dev_link.link}", target=dev_link.target))
     for f in host.files_for(capabilities):
@@ -576,6 +585,7 @@ def make_plan(
         mounts=tuple(mounts),
         symlinks=tuple(links),
         ldcache_libraries=tuple(ld_libs),
+        ldcache_flags=tuple(ld_flags),
         proc_mask=proc_mask,
         additional_gids=node_groups(nodes),
         cuda_compat=CudaCompat(
@@ -783,6 +793,7 @@ def links_to_mounts(plan: Plan, occupied: Iterable[str]) -> Plan:
         mounts=tuple(mounts),
         symlinks=tuple(links),
         ldcache_libraries=e.ldcache_libraries,
+        ldcache_flags=e.ldcache_flags,
         hooks=e.hooks,
         proc_mask=e.proc_mask,
         cuda_compat=e.cuda_compat,
@@ -871,6 +882,7 @@ def merge_plans(first: Plan, second: Plan) -> Plan:
         mounts=(*a.mounts, *(m for m in b.mounts if m.destination not in dests)),
         symlinks=_merged(a.symlinks, b.symlinks),
         ldcache_libraries=_merged(a.ldcache_libraries, b.ldcache_libraries),
+        ldcache_flags=_merged(a.ldcache_flags, b.ldcache_flags),
         hooks=_merged(a.hooks, b.hooks),
         proc_mask=a.proc_mask or b.proc_mask,
         cuda_compat=a.cuda_compat or b.cuda_compat,

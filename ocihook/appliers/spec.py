@@ -546,7 +546,9 @@ def _light_plan(plan: Plan, mask_by_caller: bool) -> tuple[Plan, ProcMask | None
     caller = mask if mask_by_caller and not late else None
     if caller is not None:
         mask = None
-    light = e.replace(symlinks=late, ldcache_libraries=(), cuda_compat=None, proc_mask=mask)
+    light = e.replace(
+        symlinks=late, ldcache_libraries=(), ldcache_flags=(), cuda_compat=None, proc_mask=mask
+    )
     return plan.replace(edits=light), caller
 
 
@@ -680,6 +682,7 @@ def _edit_rootfs_first(
                 e.ldcache_libraries,
                 cuda_compat=e.cuda_compat,
                 sources=sources,
+                known=dict(e.ldcache_flags),
             )
         except OcihookError as err:
             reason = f"making them failed ({err}): the hook tries again"

@@ -242,8 +242,11 @@ def test_wheel_and_sdist_install_and_run(tmp_path: Path, sim: simhost.SimulatedH
         assert needed in names, needed
     with zipfile.ZipFile(wheels[0]) as z:
         wnames = set(z.namelist())
-        entry_points = next(n for n in wnames if n.endswith(".dist-info/entry_points.txt"))
-        scripts = z.read(entry_points).decode()
+        scripts = {
+            n.rsplit("/", 1)[1]: z.read(n).decode()
+            for n in wnames
+            if n.startswith("ocihook-0.1.0.data/scripts/")
+        }
         metadata = z.read("ocihook-0.1.0.dist-info/METADATA").decode()
         license_text = z.read("ocihook-0.1.0.dist-info/licenses/LICENSE")
     # what the README promises the wheel carries: every schema, the example, py.typed
@@ -259,9 +262,15 @@ def test_wheel_and_sdist_install_and_run(tmp_path: Path, sim: simhost.SimulatedH
     assert license_text.split(b"\n")[1].strip() == b"Apache License"
     assert "License-Expression: Apache-2.0\n" in metadata
     assert "License-File: LICENSE\n" in metadata
-    assert "ocihook = ocihook._main:main" in scripts
-    assert "ocihook-runtime = ocihook.runtime:main" in scripts
-    assert "nvidia-container-runtime-hook = ocihook._main:nvidia_hook_main" in scripts
+    # the commands are scripts whose first line pip points at the interpreter, not
+    # generated launchers (which import re on every container start)
+    assert sorted(scripts) == ["nvidia-container-runtime-hook", "ocihook", "ocihook-runtime"]
+    assert all(text.startswith("#!python\n") for text in scripts.values()), scripts
+    assert "from ocihook._main import main\n" in scripts["ocihook"]
+    assert "from ocihook.runtime import main\n" in scripts["ocihook-runtime"]
+    assert "from ocihook._main import nvidia_hook_main\n" in scripts["nvidia-container-runtime-hook"]
+    assert not any("import re" in text for text in scripts.values())
+    assert not any(n.endswith(".dist-info/entry_points.txt") for n in wnames)
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)

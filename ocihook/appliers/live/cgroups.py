@@ -5,14 +5,15 @@ eBPF device program (:mod:`ocihook.linux.cgroupv2`)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 
 from ...core.errors import ApplyError
 from ...plan import CgroupRule
 from .undo import _partial
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # collections.abc imports collections: milliseconds at start
+    from collections.abc import Sequence
+
     from .undo import _Undo
 
 #: The hint of every "cannot write the device cgroup" error: the setting that skips it.

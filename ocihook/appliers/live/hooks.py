@@ -140,11 +140,13 @@ def edit_rootfs(
     cuda_compat: CudaCompat | None = None,
     ld_so_conf: bool = False,
     sources: Mapping[str, str] | None = None,
+    known: Mapping[str, int] | None = None,
 ) -> RootfsChanges:
     """Make the soname links ``pairs`` (``(target, link)``), enter ``libraries`` in the
     container's ``/etc/ld.so.cache`` (:func:`.libraries.write_ldcache`; ``sources`` maps a
     library's container path to the host file whose ELF header gives its soname and ABI,
-    for an edit made before the driver files are mounted), optionally list their
+    for an edit made before the driver files are mounted; ``known`` maps one to the
+    ``ld.so.cache`` flags discovery already has, so its file is not read), optionally list their
     directories in the ``ld.so.conf.d`` drop-in, and last mask ``/proc/driver/nvidia``
     (``proc_mask``: only in the container's mount namespace), all inside the root file
     system ``rootfs`` (a path: the host's, or the container's before ``pivot_root``)
@@ -179,7 +181,7 @@ def edit_rootfs(
                 )
         if libraries:  # an /etc made here is taken back too
             os.close(pathsafe.makedirs_in_root(root_fd, "/etc", created=changes.created))
-            old = write_ldcache(root_fd, libraries, cuda_compat, sources)
+            old = write_ldcache(root_fd, libraries, cuda_compat, sources, known)
             if old is None:
                 undo.append(_partial(pathsafe.remove_in_root, root_fd, "/etc/ld.so.cache"))
             else:

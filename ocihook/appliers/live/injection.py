@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Sequence
 
 from ...core.errors import ApplyError
 from ...core.hostroot import HostRoot
@@ -58,7 +57,9 @@ from .rootfs import unlock_readonly_rootfs
 from .undo import _detach, _partial, _run_undo
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # collections.abc imports collections: milliseconds at start
+    from collections.abc import Sequence
+
     from ...request import DrmRequest
     from ...settings import Options
     from .undo import _Undo
@@ -418,7 +419,12 @@ def _apply_in_container(
             if previous is not None:
                 undo.append(_partial(ps.symlink_in_root, root_fd, s.link, previous))
         if edits.ldcache_libraries:
-            old = write_ldcache(root_fd, edits.ldcache_libraries, edits.cuda_compat)
+            old = write_ldcache(
+                root_fd,
+                edits.ldcache_libraries,
+                edits.cuda_compat,
+                known=dict(edits.ldcache_flags),
+            )
             if old is None:
                 undo.append(lambda: ps.remove_in_root(root_fd, "/etc/ld.so.cache"))
             else:

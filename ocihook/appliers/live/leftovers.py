@@ -15,10 +15,10 @@ keeps ocihook's entries (a rewritten file, not a made one).
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 
+from ...core import jsonfast
 from ...core.errors import ApplyError
 from ...linux import pathsafe
 from ...oci.bundle import Bundle, write_json_atomic
@@ -95,7 +95,7 @@ def remove_recorded(bundle: Bundle) -> tuple[list[str], list[str]]:
     finally:
         os.close(fd)
     try:
-        doc = json.loads(data) if len(data) <= _MAX_RECORD else None
+        doc = jsonfast.loads(data.decode()) if len(data) <= _MAX_RECORD else None
     except (ValueError, RecursionError):
         doc = None
     paths = doc.get("paths") if isinstance(doc, dict) else None

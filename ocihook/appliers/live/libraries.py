@@ -111,6 +111,19 @@ def _entry_for_host(host_path: str, path: str) -> ldcache.CacheEntry:
         os.close(fd)
 
 
+def _known_entry(path: str, flags: int) -> ldcache.CacheEntry:
+    """The ``ld.so.cache`` entry of the container library ``path`` (its file name is its
+    soname) with the ``flags`` the host's ``ld.so.cache`` gave it.
+
+    Raises:
+        ApplyError: ``path`` is not absolute or its file name is not a plain name.
+    """
+    directory, _, soname = path.rpartition("/")
+    if not path.startswith("/") or soname in ("", ".", "..") or "\0" in path:
+        raise ApplyError("not a library path", path=path)
+    return ldcache.CacheEntry(soname, f"{directory}/{soname}", flags)
+
+
 #: The most libraries read from an image's CUDA compat directory (NVIDIA's cuda-compat
 #: packages ship fewer than ten): an image must not make the hook do unbounded work.
 MAX_COMPAT_LIBRARIES = 64
@@ -198,6 +211,7 @@ def write_ldcache(
     libraries: Sequence[str],
     compat: CudaCompat | None = None,
     sources: Mapping[str, str] | None = None,
+    known: Mapping[str, int] | None = None,
 ) -> bytes | None:
     """Enter ``libraries`` in the container's ``/etc/ld.so.cache``, keeping its entries.
 
@@ -210,6 +224,11 @@ def write_ldcache(
         sources: container library path -> host driver file, for libraries not yet
             mounted (spec mode's edit before the container exists): their ELF headers are
             read from the host files instead (:func:`_entry_for_host`).
+        known: container library path -> ``ld.so.cache`` flags, for libraries whose
+            soname is the path's file name and whose flags discovery already read from
+            the host's ``ld.so.cache`` (:attr:`ContainerEdits.ldcache_flags
+            <ocihook.plan.ContainerEdits.ldcache_flags>`): entered as they are, no file
+            read.
 
     Returns:
         The previous cache bytes (``None`` when there was none), for rollback.
@@ -224,7 +243,9 @@ def write_ldcache(
     from ...linux import pathsafe
 
     added = [
-        _entry_for_host(sources[lib], lib)
+        _known_entry(lib, known[lib])
+        if known and lib in known
+        else _entry_for_host(sources[lib], lib)
         if sources and lib in sources
         else _entry_for(root_fd, lib)
         for lib in libraries
