@@ -561,6 +561,7 @@ def edit_bundle(
     options: Options | None = None,
     indent: str | None = "\t",
     mask_by_caller: bool = False,
+    durable: bool = True,
 ) -> EditResult:
     """Spec mode: give the container of ``bundle_dir`` what its ``config.json`` asks for.
 
@@ -576,6 +577,11 @@ def edit_bundle(
         mask_by_caller: the caller runs the runtime's ``create`` itself and mounts the
             ``/proc/driver/nvidia`` mask in the created container
             (``EditResult.caller_mask``), so that no hook has to (the wrapper runtime).
+        durable: ``fsync`` the new ``config.json`` and its directory (default). The
+            wrapper runtime passes ``False``: the runtime reads the file at once, and
+            after a power loss the engine makes the bundle again (containerd's and
+            CRI-O's live on tmpfs, where ``fsync`` does nothing anyway); the rename
+            still makes the replacement atomic.
 
     What an earlier edit added is recorded in the annotation ``ocihook.edits``
     (:mod:`ocihook.appliers.editrecord`) and taken out before the plan is made: editing
@@ -627,7 +633,7 @@ def edit_bundle(
     if result is None:  # nothing requested (any more)
         if not had_record:
             return EditResult(read, request, None, read.raw, read.raw, False, (), ignored)
-        return _finish(read, request, None, config, dry_run, (), ignored, indent)
+        return _finish(read, request, None, config, dry_run, (), ignored, indent, durable)
     doc, plan, cdi_names = result
     if not had_record and edited_without_record(read.config):
         raise SpecError(
@@ -639,7 +645,15 @@ def edit_bundle(
     if plan is None:
         assert doc is not None  # the CDI path
         return _finish(
-            read, request, plan, record_edit(config, doc), dry_run, cdi_names, ignored, indent
+            read,
+            request,
+            plan,
+            record_edit(config, doc),
+            dry_run,
+            cdi_names,
+            ignored,
+            indent,
+            durable,
         )
     in_rootfs, changes = _edit_rootfs_first(bundle, plan.edits, dry_run)
     caller_mask = None
@@ -648,7 +662,9 @@ def edit_bundle(
         applied, caller_mask = _light_plan(plan, mask_by_caller)
     doc = apply_plan(bundle.config, applied, command=command, path=bundle.config_path)
     try:
-        done = _finish(read, request, plan, record_edit(config, doc), dry_run, (), ignored, indent)
+        done = _finish(
+            read, request, plan, record_edit(config, doc), dry_run, (), ignored, indent, durable
+        )
     except BaseException:
         if changes is not None:
             changes.rollback()
@@ -702,9 +718,10 @@ def _finish(
     cdi_names: tuple[str, ...] = (),
     ignored: tuple[str, ...] = (),
     indent: str | None = "\t",
+    durable: bool = True,
 ) -> EditResult:
-    """Write ``doc`` (``indent``: see :func:`edit_bundle`) unless ``dry_run`` or it equals
-    the document ``read`` holds."""
+    """Write ``doc`` (``indent``, ``durable``: see :func:`edit_bundle`) unless
+    ``dry_run`` or it equals the document ``read`` holds."""
     if doc == read.config:
         return EditResult(read, request, plan, read.raw, read.raw, False, cdi_names, ignored)
     if dry_run:
@@ -714,7 +731,7 @@ def _finish(
     mounts = plan.edits.mounts if plan is not None else _cdi_mounts(doc)
     created = create_mount_targets(read.rootfs, mounts) if mounts else ()
     try:
-        after = write_json_atomic(read.config_path, doc, indent=indent)
+        after = write_json_atomic(read.config_path, doc, indent=indent, durable=durable)
     except OSError as e:
         if created:
             root_fd = open_root(read.rootfs)

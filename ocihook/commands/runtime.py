@@ -546,6 +546,7 @@ def _prepare(bundle_dir: str, cfg: Config, mask_by_caller: bool = False) -> tupl
         options=options_from_config(cfg),
         indent=None,
         mask_by_caller=mask_by_caller,
+        durable=False,  # runc reads it at once; the engine remakes a bundle after a crash
     )
     if result.ignored:
         from ..request import policy_note
@@ -566,7 +567,7 @@ def _create_and_mask(
     interpreter (issue 17). Signals the wrapper gets meanwhile are passed on. If the mask
     fails, the container is deleted (``<runtime> <global options> delete --force ID``)
     and the error reported (exit 7). Returns the exit status to leave with."""
-    import signal
+    import _signal as signal  # not signal: its IntEnum wrappers import enum (milliseconds)
 
     from ..appliers.live.procmask import mask_created_container
     from ..core import log

@@ -245,20 +245,27 @@ def dump_json(doc: Any, *, indent: int | str | None = "\t") -> bytes:
         return (json.dumps(doc, indent=indent, ensure_ascii=True) + "\n").encode()
 
 
-def write_json_atomic(path: str, doc: Any, *, indent: int | str | None = "\t") -> bytes:
-    """Write ``doc`` as JSON to ``path`` atomically (:func:`write_bytes_atomic`) and
-    return the bytes written.
+def write_json_atomic(
+    path: str, doc: Any, *, indent: int | str | None = "\t", durable: bool = True
+) -> bytes:
+    """Write ``doc`` as JSON to ``path`` atomically (:func:`write_bytes_atomic`, with
+    ``durable``) and return the bytes written.
 
     Raises:
         OSError: the directory is not writable (the original is left untouched).
     """
     data = dump_json(doc, indent=indent)
-    write_bytes_atomic(path, data)
+    write_bytes_atomic(path, data, durable=durable)
     return data
 
 
 def write_bytes_atomic(
-    path: str, data: bytes, *, new_mode: int = 0o644, warnings: list[str] | None = None
+    path: str,
+    data: bytes,
+    *,
+    new_mode: int = 0o644,
+    warnings: list[str] | None = None,
+    durable: bool = True,
 ) -> None:
     """Replace ``path`` with ``data`` atomically and crash-safely
     (:func:`ocihook.linux.atomicfile.replace_at`).
@@ -267,8 +274,8 @@ def write_bytes_atomic(
     named ``.<name>.<pid>.<hex>`` one where the filesystem has none), gets the original
     file's permission bits through its descriptor (``fchmod``: never by path, which a link
     swapped in by the directory's owner could redirect; set-id and sticky bits dropped), is
-    flushed with ``fsync``, and replaces ``path`` with ``rename(2)``; then the directory is
-    flushed. Readers see the old or the new file, never a mix; a writer killed midway
+    flushed with ``fsync`` (when ``durable``), and replaces ``path`` with ``rename(2)``;
+    then the directory is flushed. Readers see the old or the new file, never a mix; a writer killed midway
     leaves nothing (a named temporary is removed by the writer's guardian, or, when that
     died too, by the next write of ``path``). A new
     file gets ``new_mode``; the owner of a replaced file is kept when this process may set
@@ -278,6 +285,9 @@ def write_bytes_atomic(
         path: the file to replace.
         data: its new content.
         new_mode: permission bits of a file that did not exist.
+        durable: ``fsync`` the file and the directory (default); ``False`` for a file
+            read at once and made again after a power loss (a bundle's ``config.json``
+            as the wrapper edits it), where the rename alone is enough.
         warnings: where to add what failed after the file was replaced (flushing the
             directory, closing); ``None``: print each on stderr and log it
             (:func:`ocihook.linux.atomicfile.report`).
@@ -301,7 +311,7 @@ def write_bytes_atomic(
                 owner = (st.st_uid, st.st_gid)
         except FileNotFoundError:
             mode = new_mode
-        done = atomicfile.replace_at(dir_fd, name, data, mode, owner=owner)
+        done = atomicfile.replace_at(dir_fd, name, data, mode, owner=owner, durable=durable)
     except BaseException:
         try:  # noqa: SIM105 (contextlib is not imported on this path)
             os.close(dir_fd)

@@ -268,7 +268,9 @@ def test_wheel_and_sdist_install_and_run(tmp_path: Path, sim: simhost.SimulatedH
     assert all(text.startswith("#!python\n") for text in scripts.values()), scripts
     assert "from ocihook._main import main\n" in scripts["ocihook"]
     assert "from ocihook.runtime import main\n" in scripts["ocihook-runtime"]
-    assert "from ocihook._main import nvidia_hook_main\n" in scripts["nvidia-container-runtime-hook"]
+    assert (
+        "from ocihook._main import nvidia_hook_main\n" in scripts["nvidia-container-runtime-hook"]
+    )
     assert not any("import re" in text for text in scripts.values())
     assert not any(n.endswith(".dist-info/entry_points.txt") for n in wnames)
 

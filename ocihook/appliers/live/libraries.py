@@ -144,7 +144,6 @@ def cuda_compat_entries(root_fd: int, compat: CudaCompat) -> list[ldcache.CacheE
 
     from ...core import log
     from ...linux import pathsafe
-    from ...linux.elfscan import cuda_compat_note
     from ...plan import _version_tuple
 
     try:
@@ -180,6 +179,8 @@ def cuda_compat_entries(root_fd: int, compat: CudaCompat) -> list[ldcache.CacheE
     except ApplyError:
         fd = None
     if fd is not None:
+        from ...linux.elfscan import cuda_compat_note
+
         try:
             note = cuda_compat_note(fd)
         finally:

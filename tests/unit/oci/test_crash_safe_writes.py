@@ -434,3 +434,45 @@ def test_only_temporary_names_match(name: str, entry: str) -> None:
         digits, _, mark = rest.partition(".")
         assert entry.startswith(f".{name}.") and int(digits) == pid
         assert len(mark) == 12 and set(mark) <= set("0123456789abcdef")
+
+
+LAZY = textwrap.dedent(
+    """
+    import os, sys, time
+    from ocihook.linux import atomicfile
+
+    dir_fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+    pids = []
+    for i in range(4):
+        guard = atomicfile.guard_name(dir_fd, f"entry{i}")
+        assert guard is not None
+        pids.append(guard._pid)
+        guard.release()
+        time.sleep(0.2)  # the guardian exits meanwhile
+    zombies = []
+    for pid in pids[:-1]:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                zombies.append(f.read().split(")")[1].split()[0])
+        except FileNotFoundError:
+            pass  # reaped
+    print(len(atomicfile._EXITING), zombies)
+    """
+)
+
+
+def test_released_guardians_are_reaped_later_not_waited_for(tmp_path: Path) -> None:
+    """``release()`` of a settled name does not wait for the guardian (a scheduling round
+    trip on every container start); the next guard reaps those that exited, so no more
+    than the last one is ever left unreaped."""
+    proc = subprocess.run(
+        [sys.executable, "-c", LAZY, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    pending, zombies = proc.stdout.split(" ", 1)
+    assert int(pending) <= 1
+    assert zombies.strip() == "[]"  # every earlier guardian reaped, none left a zombie
