@@ -275,11 +275,11 @@ def write_bytes_atomic(
     file's permission bits through its descriptor (``fchmod``: never by path, which a link
     swapped in by the directory's owner could redirect; set-id and sticky bits dropped), is
     flushed with ``fsync`` (when ``durable``), and replaces ``path`` with ``rename(2)``;
-    then the directory is flushed. Readers see the old or the new file, never a mix; a writer killed midway
-    leaves nothing (a named temporary is removed by the writer's guardian, or, when that
-    died too, by the next write of ``path``). A new
-    file gets ``new_mode``; the owner of a replaced file is kept when this process may set
-    it (root).
+    then the directory is flushed. Readers see the old or the new file, never a mix; a
+    writer killed midway leaves nothing (a named temporary is removed by the writer's
+    guardian, or, when that died too, by the next write of ``path``). A new file gets
+    ``new_mode``; the owner of a replaced file is kept when this process may set it
+    (root).
 
     Args:
         path: the file to replace.
