@@ -169,8 +169,9 @@ def realize_hooks(edits: ContainerEdits, command: Sequence[str]) -> tuple[Hook, 
         args = [*command, "hook", "create-container"]
         for s in edits.symlinks:
             args += ["--link", f"{s.target}::{s.link}"]
+        flags = dict(edits.ldcache_flags)
         for lib in edits.ldcache_libraries:
-            args += ["--lib", lib]
+            args += ["--lib", f"{lib}::{flags[lib]:#06x}" if lib in flags else lib]
         if edits.cuda_compat is not None:
             c = edits.cuda_compat
             host = c.host_driver or str(c.host_major)

@@ -166,7 +166,7 @@ def _common_edits(host: NvidiaHost, command: Sequence[str]) -> ContainerEdits:
         soname_path = f"{directory}/{lib.soname}"
         if lib.soname != lib.name:
             links.append(f"{lib.name}::{soname_path}")
-        libs.append(soname_path)
+        libs.append(f"{soname_path}::{lib.abi_flags:#06x}")  # the hook reads no ELF header
         for extra in development_links(lib.soname, lib.name, capabilities):
             links.append(f"{extra.target}::{directory}/{extra.link}")
     for f in host.files_for(capabilities):
@@ -473,10 +473,10 @@ def transform_root(spec: Spec, old: str, new: str, *, relative_to: str = "host")
     ``relative_to="host"`` changes host paths: mounts' and device nodes' ``hostPath``, hook
     ``path``s and ocihook hook arguments that name host paths (``--mask-proc``).
     ``relative_to="container"`` changes container paths: mounts' ``containerPath``, device
-    nodes' ``path`` and the container paths in ocihook's hook arguments (``--lib`` and
-    ``--link``). Only whole path components match (``/run/nvidia/driver`` does not match
-    ``/run/nvidia/driverX``). The result keeps the declared ``cdiVersion`` unless its content
-    needs a newer one.
+    nodes' ``path`` and the container paths in ocihook's hook arguments (``--lib``, its
+    ``::FLAGS`` kept, and ``--link``). Only whole path components match
+    (``/run/nvidia/driver`` does not match ``/run/nvidia/driverX``). The result keeps the
+    declared ``cdiVersion`` unless its content needs a newer one.
 
     Raises:
         CdiError: ``old`` or ``new`` is not absolute, or ``relative_to`` is unknown.
@@ -497,8 +497,11 @@ def transform_root(spec: Spec, old: str, new: str, *, relative_to: str = "host")
         args = list(h.args)
         for i in range(1, len(args)):
             flag = args[i - 1]
-            if (host and flag == "--mask-proc") or (not host and flag == "--lib"):
+            if host and flag == "--mask-proc":
                 args[i] = swap(args[i])
+            elif not host and flag == "--lib":  # PATH or PATH::FLAGS
+                path, sep, flags = args[i].partition("::")
+                args[i] = swap(path) + sep + flags
             elif not host and flag == "--link":
                 target, sep, link = args[i].partition("::")
                 if sep:

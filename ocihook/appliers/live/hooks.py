@@ -48,6 +48,36 @@ def _parse_links(links: Sequence[str]) -> list[tuple[str, str]]:
     return out
 
 
+def _parse_libs(libraries: Sequence[str]) -> tuple[list[str], dict[str, int]]:
+    """The container paths of ``--lib PATH[::FLAGS]`` values, and the ``ld.so.cache``
+    flags given with some of them (``0x0303``: hexadecimal, as ``ocihook cdi generate``
+    and spec mode write them from discovery; such a library's file is not read).
+
+    Raises:
+        ApplyError: a relative ``PATH``, or ``FLAGS`` that is not a 32-bit hexadecimal
+            number.
+    """
+    paths: list[str] = []
+    known: dict[str, int] = {}
+    for value in libraries:
+        path, sep, flags = value.partition("::")
+        ok = path.startswith("/")
+        if ok and sep:
+            digits = flags[2:] if flags[:2] in ("0x", "0X") else ""
+            ok = 0 < len(digits) <= 8 and all(c in "0123456789abcdefABCDEF" for c in digits)
+            if ok:
+                known[path] = int(digits, 16)
+        if not ok:
+            raise ApplyError(
+                "a library must be PATH or PATH::FLAGS (an absolute PATH, hexadecimal "
+                "ld.so.cache FLAGS such as 0x0303)",
+                field="--lib",
+                value=value,
+            )
+        paths.append(path)
+    return paths, known
+
+
 def create_container_hook(
     bundle: Bundle,
     links: Sequence[str] = (),
@@ -57,7 +87,8 @@ def create_container_hook(
     ld_so_conf: bool = False,
 ) -> None:
     """createContainer hook: create ``TARGET::LINK`` links inside the bundle's rootfs, then
-    enter ``libraries`` in its ``/etc/ld.so.cache`` (with ``ld_so_conf``, also list their
+    enter ``libraries`` (``PATH`` or ``PATH::FLAGS``: :func:`_parse_libs`) in its
+    ``/etc/ld.so.cache`` (with ``ld_so_conf``, also list their
     directories in an ``ld.so.conf.d`` drop-in: :func:`write_ld_so_conf`); if a step
     fails, the links made, the drop-in and the cache are restored before
     :class:`ApplyError` is raised.
@@ -70,14 +101,22 @@ def create_container_hook(
     the edits and read-only again afterwards (:func:`.rootfs.unlock_readonly_rootfs`).
 
     Raises:
-        ApplyError: malformed ``--link``, a link that cannot be created (a directory in the
-            way, a hostile path), or see :func:`write_ldcache`.
+        ApplyError: malformed ``--link`` or ``--lib``, a link that cannot be created (a
+            directory in the way, a hostile path), or see :func:`write_ldcache`.
     """
     pairs = _parse_links(links)
+    paths, known = _parse_libs(libraries)
     relock = unlock_readonly_rootfs(bundle.rootfs)  # crun: read-only before the hook
     try:
         edit_rootfs(
-            bundle.rootfs, bundle.config, pairs, libraries, proc_mask, cuda_compat, ld_so_conf
+            bundle.rootfs,
+            bundle.config,
+            pairs,
+            paths,
+            proc_mask,
+            cuda_compat,
+            ld_so_conf,
+            known=known,
         ).close()
     finally:
         if relock is not None:
