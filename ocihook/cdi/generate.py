@@ -38,7 +38,6 @@ CDI libraries (podman 4.x, containerd 1.6/1.7) reject newer versions.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 
 from ..core.errors import DiscoveryError
 from ..core.records import Record
@@ -47,7 +46,9 @@ from .names import validate_class, validate_device_name, validate_vendor
 from .spec import ContainerEdits, Device, DeviceNode, Hook, Mount, Spec, minimum_version
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # collections.abc imports collections: milliseconds at start
+    from collections.abc import Sequence
+
     from ..discovery.nvidia import NvidiaHost
     from ..discovery.records import DrmGpu, DrmHost, Gpu, HostDeviceNode, MigDevice
 
@@ -407,9 +408,9 @@ def spec_bytes(spec: Spec, fmt: str) -> bytes:
     """
     data = spec.to_dict()
     if fmt == "json":
-        import json
+        from ..core import jsonfast
 
-        return (json.dumps(data, indent=2) + "\n").encode()
+        return (jsonfast.dumps_indented(data, 2) + "\n").encode()
     if fmt == "yaml":
         import yaml
 

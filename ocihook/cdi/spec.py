@@ -15,9 +15,7 @@ otherwise expand to gigabytes). Attribute names are the JSON names in snake case
 
 from __future__ import annotations
 
-import json
-import re
-
+from ..core import jsonfast
 from ..core.records import Record
 from ..core.vocab import version_tuple
 from .names import CdiError, validate_class, validate_device_name, validate_vendor
@@ -310,7 +308,7 @@ def _load_value(kind: Any, value: object, where: str) -> object:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise CdiError("annotation key is not a string", field=where, value=key)
-            _expect(item, str, "a string", f"{where}[{json.dumps(key)}]")
+            _expect(item, str, "a string", f"{where}[{jsonfast.dumps(key)}]")
         return tuple(value.items())
     if isinstance(kind, tuple) and kind[0] == "int":
         return _load_int(value, kind[1], kind[2], where)
@@ -468,7 +466,7 @@ def _decode(data: bytes | str, path: str) -> object:
         text = data
     try:
         # A field given twice is an error, as in the reference's strict decoding.
-        return json.loads(text, object_pairs_hook=_unique_fields)
+        return jsonfast.loads(text, object_pairs_hook=_unique_fields)
     except _DuplicateField as err:
         raise CdiError("duplicate field", path=path, value=err.args[0]) from None
     except (ValueError, RecursionError) as err:
@@ -487,12 +485,50 @@ def _decode(data: bytes | str, path: str) -> object:
 
 # -- validation -------------------------------------------------------------------------
 
-_DNS_LABEL = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
-_DNS_SUBDOMAIN_RE = re.compile(rf"{_DNS_LABEL}(?:\.{_DNS_LABEL})*")
-_K8S_NAME_RE = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?")
-_PERMISSIONS_RE = re.compile(r"none|[rwm]*")
-# Linux dev_valid_name (net/core/dev.c), restricted to printable ASCII.
-_IFNAME_RE = re.compile(r"(?!\.\.?\Z)[!-.0-9;-~]{1,15}")
+# Character checks rather than regular expressions: importing re (with enum) costs about
+# as much as the rest of CDI injection on a container's start path.
+_LOWER_ALNUM = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
+_ALNUM = _LOWER_ALNUM | frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def _is_dns_label(label: str) -> bool:
+    """``[a-z0-9]([-a-z0-9]*[a-z0-9])?`` (RFC 1123 label, no length limit here)."""
+    return (
+        bool(label)
+        and label[0] in _LOWER_ALNUM
+        and label[-1] in _LOWER_ALNUM
+        and all(c in _LOWER_ALNUM or c == "-" for c in label)
+    )
+
+
+def _is_dns_subdomain(value: str) -> bool:
+    """RFC 1123 labels joined by dots (the length is checked by the caller)."""
+    return all(_is_dns_label(label) for label in value.split("."))
+
+
+def _is_k8s_name(value: str) -> bool:
+    """``[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?`` (k8s qualified-name part)."""
+    return (
+        bool(value)
+        and value[0] in _ALNUM
+        and value[-1] in _ALNUM
+        and all(c in _ALNUM or c in "-_." for c in value)
+    )
+
+
+def _is_permissions(value: str) -> bool:
+    """``none`` or any string of ``r``, ``w`` and ``m`` (CDI device node permissions)."""
+    return value == "none" or all(c in "rwm" for c in value)
+
+
+def _is_ifname(value: str) -> bool:
+    """Linux ``dev_valid_name`` (``net/core/dev.c``) restricted to printable ASCII: 1 to
+    15 characters, none of ``/``, ``:`` or a blank, and not ``.`` or ``..``."""
+    return (
+        0 < len(value) <= 15
+        and value not in (".", "..")
+        and all("!" <= c <= "~" and c not in "/:" for c in value)
+    )
 
 
 def _version_tuple(version: str) -> tuple[int, int, int] | None:
@@ -527,16 +563,16 @@ def _check_annotations(annotations: Annotations, where: str) -> None:
     """Kubernetes annotation keys: ``[prefix/]name``, prefix a DNS subdomain of at most 253
     characters, name at most 63 (k8s ``apimachinery`` ``ValidateAnnotations``)."""
     for key, _value in annotations:
-        field = f"{where}[{json.dumps(key)}]"
+        field = f"{where}[{jsonfast.dumps(key)}]"
         prefix, slash, name = key.rpartition("/")
-        if slash and (len(prefix) > 253 or _DNS_SUBDOMAIN_RE.fullmatch(prefix) is None):
+        if slash and (len(prefix) > 253 or not _is_dns_subdomain(prefix)):
             raise _fail(
                 "invalid annotation key: prefix must be a DNS subdomain (lowercase "
                 "alphanumerics, '-' and '.', at most 253 characters)",
                 field,
                 key,
             )
-        if len(name) > 63 or _K8S_NAME_RE.fullmatch(name) is None:
+        if len(name) > 63 or not _is_k8s_name(name):
             raise _fail(
                 "invalid annotation key: name must be 1 to 63 alphanumerics, '-', '_' or "
                 "'.', alphanumeric at both ends",
@@ -561,7 +597,7 @@ def _check_edits(edits: ContainerEdits, where: str, version: tuple[int, int, int
             raise _fail(
                 "invalid device node type", f"{at}.type", node.type, hint="one of b, c, u, p"
             )
-        if _PERMISSIONS_RE.fullmatch(node.permissions) is None:
+        if not _is_permissions(node.permissions):
             raise _fail(
                 "invalid device node permissions",
                 f"{at}.permissions",
@@ -607,7 +643,7 @@ def _check_edits(edits: ContainerEdits, where: str, version: tuple[int, int, int
         at = f"{_join(where, 'netDevices')}[{i}]"
         for attr, name in (("host_interface_name", "hostInterfaceName"), ("name", "name")):
             value = getattr(dev, attr)
-            if _IFNAME_RE.fullmatch(value) is None:
+            if not _is_ifname(value):
                 raise _fail(
                     "invalid network interface name",
                     f"{at}.{name}",

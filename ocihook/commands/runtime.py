@@ -567,7 +567,10 @@ def _create_and_mask(
     interpreter (issue 17). Signals the wrapper gets meanwhile are passed on. If the mask
     fails, the container is deleted (``<runtime> <global options> delete --force ID``)
     and the error reported (exit 7). Returns the exit status to leave with."""
-    import _signal as signal  # not signal: its IntEnum wrappers import enum (milliseconds)
+    if TYPE_CHECKING:
+        import signal
+    else:  # not signal: its IntEnum wrappers import enum (milliseconds)
+        import _signal as signal
 
     from ..appliers.live.procmask import mask_created_container
     from ..core import log

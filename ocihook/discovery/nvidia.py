@@ -22,26 +22,11 @@ from ..core.errors import DiscoveryError
 from ..core.hostroot import HostRoot, read_text
 from ..core.records import Record
 from ..core.vocab import DRIVER_CAPABILITIES, with_implied
-from .devices import device_node, with_driver_defaults
-from .driverfiles import (
-    CAPABILITY_LIBRARIES,
-    DriverFile,
-    DriverLibrary,
-    find_binaries,
-    find_config_files,
-    find_firmware,
-    find_ipcs,
-    find_libraries,
-    select_libraries,
-)
-from .gpus import enumerate_procfs
-from .procfs import (
-    DEVICE_FILE_DEFAULTS,
-    parse_device_file_params,
-    parse_devices,
-    parse_driver_version,
-)
-from .records import Gpu, GpuInventory, HostDeviceNode
+
+# Only the records at import: a container's start with a warm discovery cache
+# (:func:`discover_cached`) needs no discovery code, and its modules cost milliseconds.
+# The functions that discover import what they use.
+from .records import DriverFile, DriverLibrary, Gpu, GpuInventory, HostDeviceNode, select_libraries
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
 if TYPE_CHECKING:
@@ -51,7 +36,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BACKENDS",
-    "CAPABILITY_LIBRARIES",
     "NVIDIA_MAJOR",
     "SUPPORTED_CAPABILITIES",
     "DriverLibrary",
@@ -142,6 +126,8 @@ class NvidiaHost(Record):
 def _device_file_defaults(root: HostRoot, warnings: list[str]) -> tuple[int, int, int]:
     """The driver's ``DeviceFileMode``/``UID``/``GID`` (``/proc/driver/nvidia/params``),
     or the module defaults with a warning when the file is unreadable or malformed."""
+    from .procfs import DEVICE_FILE_DEFAULTS, parse_device_file_params
+
     path = root.proc("driver/nvidia/params")
     try:
         parsed = parse_device_file_params(read_text(path, what="NVIDIA driver parameters"))
@@ -190,6 +176,17 @@ def discover(
             procfs file, a host device node that is not the device it should be, or a
             missing/malformed ``ld.so.cache`` in the driver root.
     """
+    from .devices import device_node, with_driver_defaults
+    from .driverfiles import (
+        CAPABILITY_LIBRARIES,
+        find_binaries,
+        find_config_files,
+        find_firmware,
+        find_ipcs,
+        find_libraries,
+    )
+    from .procfs import parse_devices, parse_driver_version
+
     root = root or HostRoot()
     machine = machine or os.uname().machine
     for name, directory in (("driver root", root.driver_root), ("dev root", root.dev_root)):
@@ -318,6 +315,7 @@ def _discover_wsl(root: HostRoot, gpu_backend: str = "procfs") -> NvidiaHost:
             files is in :data:`~ocihook.discovery.devices.WSL_LIB_DIR` or a driver store.
     """
     from .devices import WSL_DRIVERS_DIR, WSL_LIB_DIR, wsl_devices, wsl_driver_version
+    from .procfs import parse_devices
 
     wsl = wsl_devices(root)
     if wsl is None:  # pragma: no cover - removed between the two looks
@@ -443,6 +441,8 @@ def enumerate_gpus(
                 raise
             if not isinstance(e, nvml.NvmlNotInstalled):
                 fallback = f"NVML not used ({e.message}); GPUs read from procfs"
+    from .gpus import enumerate_procfs
+
     inventory = enumerate_procfs(root, majors)
     if fallback is None:
         return inventory

@@ -6,9 +6,11 @@ from __future__ import annotations
 import os
 
 from ..core.records import Record
+from ..core.vocab import IMPLIED_CAPABILITIES
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from typing import Any
 
     from ..core.hostroot import HostRoot
@@ -296,3 +298,67 @@ class WslDevices(Record):
     driver_files: tuple[WslFile, ...] = ()
     missing: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+
+
+# -- driver files (found by ocihook.discovery.driverfiles) --------------------------------
+
+
+class DriverLibrary(Record):
+    """One user-space driver library.
+
+    Attributes:
+        capability: the driver capability that brings it ("utility", "compute", "video",
+            "graphics", "ngx").
+        soname: its soname (``libcuda.so.1``): the ``ld.so.cache`` key, or for a library
+            found outside the cache the name of its soname link (else its DT_SONAME).
+        name: file name of the resolved library (``libcuda.so.535.261.03``).
+        host_path: resolved host path of the regular file, driver root included.
+        cache_path: the path the cache (or the fallback search) gave, driver-root terms.
+        abi_flags: ``ld.so.cache`` flags (``0x0303`` = x86-64 libc6, ``0x0003`` = i386).
+        elf_class: 64 or 32.
+        path: ``host_path`` in driver-root terms.
+    """
+
+    capability: str
+    soname: str
+    name: str
+    host_path: str
+    cache_path: str
+    abi_flags: int
+    elf_class: int = 64
+    path: str = ""
+
+
+class DriverFile(Record):
+    """A driver file other than a library.
+
+    Attributes:
+        kind: ``"binary"``, ``"firmware"``, ``"config"``, ``"ipc"`` or ``"profile"``.
+        capability: the capability that brings it; ``"all"`` for files every GPU container
+            gets (firmware).
+        path: where it is, in driver-root terms, as users know it (``/usr/bin/nvidia-smi``,
+            which may be a link); the container sees it at the same path.
+        host_path: the resolved host file (driver root included).
+        elf_class: 64 or 32 for binaries, else ``None``.
+    """
+
+    kind: str
+    capability: str
+    path: str
+    host_path: str
+    elf_class: int | None = None
+
+
+def select_libraries(
+    libraries: Iterable[DriverLibrary], capabilities: Iterable[str]
+) -> tuple[DriverLibrary, ...]:
+    """The libraries a container with ``capabilities`` gets, in discovery order.
+
+    ``display`` implies the graphics libraries and ``video`` the compute ones; 64-bit
+    libraries always, 32-bit ones only with ``compat32``.
+    """
+    wanted = set(capabilities)
+    for cap in list(wanted):
+        wanted.update(IMPLIED_CAPABILITIES.get(cap, ()))
+    classes = {64, 32} if "compat32" in wanted else {64}
+    return tuple(lib for lib in libraries if lib.capability in wanted and lib.elf_class in classes)

@@ -41,8 +41,7 @@ replace" about a file that was replaced.
 Only :mod:`os`, :mod:`stat` and :mod:`fcntl` are used (this is on every container start),
 imported with the module: a hook runs :func:`replace_at` inside the container's mount
 namespace, where no more modules can be loaded from the host. The guardian costs one
-``fork`` per replaced file (about 1.5 ms on the 2-core test machine); the writer does not
-wait for it to exit.
+``fork`` per replaced file (about 1 ms on the 2-core test machine).
 """
 
 from __future__ import annotations
@@ -176,12 +175,10 @@ class Guard:
         self._fd = fd
 
     def release(self, gone: bool = True) -> None:
-        """Settle the guarded name: ``gone`` — the writer renamed or removed the name, the
-        guardian exits, and is reaped now if it has already, else by the next
-        :func:`guard_name` (or the process that inherits it: waiting here would cost a
-        scheduling round trip, about 2 ms, on every container start); not ``gone`` — the
-        writer could not remove it, the guardian removes it, and this waits until it has.
-        Never raises :class:`OSError`; a second call does nothing."""
+        """Settle the guarded name and reap the guardian: ``gone`` — the writer renamed or
+        removed the name, the guardian exits; not ``gone`` — the writer could not remove
+        it, the guardian removes it. Waits for the guardian to exit; never raises
+        :class:`OSError`; a second call does nothing."""
         fd, self._fd = self._fd, -1
         if fd < 0:
             return
@@ -194,26 +191,10 @@ class Guard:
             os.close(fd)
         except OSError:
             pass
-        try:
-            if os.waitpid(self._pid, os.WNOHANG if gone else 0)[0] == 0:
-                _EXITING.append(self._pid)
+        try:  # noqa: SIM105
+            os.waitpid(self._pid, 0)
         except OSError:
             pass  # ECHILD: SIGCHLD ignored, reaped by the kernel
-
-
-#: Guardians told to exit that had not yet when released (reaped by :func:`_reap_exited`).
-_EXITING: list[int] = []
-
-
-def _reap_exited() -> None:
-    """Reap the guardians of :data:`_EXITING` that have exited, without waiting."""
-    for pid in list(_EXITING):
-        try:
-            done = os.waitpid(pid, os.WNOHANG)[0] != 0
-        except OSError:
-            done = True  # ECHILD
-        if done:
-            _EXITING.remove(pid)
 
 
 def _watch(read_fd: int, write_fd: int, dir_fd: int, name: str) -> None:
@@ -260,7 +241,6 @@ def guard_name(dir_fd: int, name: str) -> Guard | None:
         failed (EMFILE, EAGAIN under a pids limit). The caller then relies on
         :func:`remove_stale`.
     """
-    _reap_exited()
     if not _single_threaded():
         return None
     try:

@@ -231,18 +231,16 @@ def dump_json(doc: Any, *, indent: int | str | None = "\t") -> bytes:
     ``indent=None``: compact (``","``, ``":"``), by the C encoder without importing
     :mod:`json` (:mod:`ocihook.core.jsonfast`) — for files no one reads, such as the
     ``config.json`` the wrapper runtime hands to runc; otherwise indented as
-    :func:`json.dumps` does (the pure-Python encoder)."""
+    :func:`json.dumps` does (:func:`ocihook.core.jsonfast.dumps_indented`)."""
     if indent is None:
         try:
             return (jsonfast.dumps(doc, ensure_ascii=False) + "\n").encode()
         except UnicodeEncodeError:
             return (jsonfast.dumps(doc, ensure_ascii=True) + "\n").encode()
-    import json
-
     try:
-        return (json.dumps(doc, indent=indent, ensure_ascii=False) + "\n").encode()
+        return (jsonfast.dumps_indented(doc, indent, ensure_ascii=False) + "\n").encode()
     except UnicodeEncodeError:
-        return (json.dumps(doc, indent=indent, ensure_ascii=True) + "\n").encode()
+        return (jsonfast.dumps_indented(doc, indent, ensure_ascii=True) + "\n").encode()
 
 
 def write_json_atomic(

@@ -73,3 +73,49 @@ def test_neither_json_nor_re_is_imported() -> None:
     )
     assert "ocihook.core.jsonfast" in loaded
     assert not ({"json", "re", "enum"} & (loaded - base))
+
+
+indented_documents = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda inner: st.lists(inner, max_size=4)
+    | st.dictionaries(st.text() | st.integers() | st.booleans() | st.none(), inner, max_size=4),
+    max_leaves=25,
+)
+
+
+@given(indented_documents, st.sampled_from(["\t", 2, 0, "  ", "\n"]), st.booleans())
+def test_dumps_indented_is_json_dumps_indented(
+    doc: object, indent: int | str, ascii_only: bool
+) -> None:
+    """The same text as ``json.dumps(indent=...)``: NaN and infinities, keys that are not
+    strings, empty containers, tuples as lists, every indent form."""
+    expected = json.dumps(doc, indent=indent, ensure_ascii=ascii_only)
+    assert jsonfast.dumps_indented(doc, indent, ensure_ascii=ascii_only) == expected
+
+
+def test_dumps_indented_imports_no_json() -> None:
+    loaded = modules_after(
+        "from ocihook.core import jsonfast\n"
+        "jsonfast.dumps_indented({'a': [1, 2.5, None, {'b': 'c'}]}, 2)\n"
+        "jsonfast.loads('{\"a\": [1]}', object_pairs_hook=dict)\n"
+    )
+    assert "ocihook.core.jsonfast" in loaded
+    assert not {"json", "json.decoder", "json.encoder"} & loaded
+
+
+def test_object_pairs_hook_sees_every_pair_and_may_raise() -> None:
+    seen: list[list[tuple[str, object]]] = []
+
+    def hook(pairs: list[tuple[str, object]]) -> dict[str, object]:
+        seen.append(pairs)
+        if len({k for k, _ in pairs}) != len(pairs):
+            raise KeyError("duplicate")
+        return dict(pairs)
+
+    assert jsonfast.loads('{"a": {"b": 1}, "c": 2}', object_pairs_hook=hook) == {
+        "a": {"b": 1},
+        "c": 2,
+    }
+    assert seen == [[("b", 1)], [("a", {"b": 1}), ("c", 2)]]
+    with pytest.raises(KeyError):
+        jsonfast.loads('{"a": 1, "a": 2}', object_pairs_hook=hook)
