@@ -1035,15 +1035,28 @@ def configure(
         click.echo(f"ocihook: {note}", err=True)
     if set_as_default and engine != "podman":
         click.echo(f"ocihook: {DEFAULT_RUNTIME_COST}", err=True)
+    if engine == "podman" and any(c.changed for c in changes):
+        click.echo(f"ocihook: {HOOKS_D_COST}", err=True)
 
 
 #: What ``runtime configure --set-as-default`` tells the operator every container pays.
 DEFAULT_RUNTIME_COST = (
     "as the default runtime, ocihook-runtime runs before every container this engine starts, "
-    "GPU or not: one Python interpreter start (about 1.7x a bare `python -I -c pass`, "
-    "15-45 ms on a 2-core machine) for a container that asks for nothing; "
+    "GPU or not: one Python interpreter start (about 1.2x a bare `python -I -c pass`, "
+    "25-35 ms on a 2-core machine) for a container that asks for nothing; "
     "a per-container --runtime, a Kubernetes RuntimeClass or CDI devices cost such "
     "containers nothing"
+)
+
+#: What the hooks.d files tell the operator every podman and CRI-O container pays: their
+#: ``when`` can only say ``always`` (hooks.d matches annotations, commands and bind mounts,
+#: never the environment that carries NVIDIA_VISIBLE_DEVICES).
+HOOKS_D_COST = (
+    "the hooks.d prestart hook runs for every container podman and CRI-O start, GPU or not "
+    "(a hooks.d `when` cannot match NVIDIA_VISIBLE_DEVICES): one Python interpreter start "
+    "(about 1.1x a bare `python -I -c pass`) for a container that asks for nothing; "
+    "CDI devices (podman --device nvidia.com/gpu=all, with a spec from `ocihook cdi "
+    "generate`) cost such containers nothing"
 )
 
 

@@ -137,7 +137,9 @@ def test_common_edits(host: NvidiaHost, spec: Spec) -> None:
     cdir = os.path.dirname(cuda.path)
     assert f"{cuda.name}::{cdir}/libcuda.so.1" in pairs
     assert f"libcuda.so.1::{cdir}/libcuda.so" in pairs
-    assert f"{cdir}/libcuda.so.1::0x0303" in [args[i + 1] for i, a in enumerate(args) if a == "--lib"]
+    assert f"{cdir}/libcuda.so.1::0x0303" in [
+        args[i + 1] for i, a in enumerate(args) if a == "--lib"
+    ]
     assert args[args.index("--mask-proc") + 1] == host.root.proc("driver/nvidia")
     assert "--proc-gpus-from-devices" in args
     compat = f"/usr/local/cuda/compat::{host.driver_version}"

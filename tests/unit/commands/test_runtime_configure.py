@@ -466,6 +466,13 @@ def test_podman_dry_run_shows_both_files(tmp_path: Path) -> None:
     assert f"+++ {tmp_path / 'gpu.json'}\n" in proc.stdout
     assert f"+++ {tmp_path / 'gpu-poststop.json'}\n" in proc.stdout
     assert f"ocihook: dry run: {tmp_path / 'gpu-poststop.json'}: would be created" in proc.stderr
+    # what every podman container then pays is said (hooks.d cannot match the environment)
+    assert "runs for every container podman and CRI-O start" in proc.stderr
+    assert "CDI devices" in proc.stderr and "cost such containers nothing" in proc.stderr
+    again = cli("--runtime", "podman", "--config", str(tmp_path / "gpu.json"))
+    assert again.returncode == 0 and "runs for every container" in again.stderr
+    same = cli("--runtime", "podman", "--config", str(tmp_path / "gpu.json"))
+    assert same.returncode == 0 and "runs for every container" not in same.stderr  # unchanged
 
 
 @pytest.mark.parametrize(

@@ -77,8 +77,10 @@ def test_neither_json_nor_re_is_imported() -> None:
 
 indented_documents = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
-    lambda inner: st.lists(inner, max_size=4)
-    | st.dictionaries(st.text() | st.integers() | st.booleans() | st.none(), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(st.text() | st.integers() | st.booleans() | st.none(), inner, max_size=4)
+    ),
     max_leaves=25,
 )
 
