@@ -9,6 +9,8 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ocihook.appliers.live.libraries import LD_SO_CONF_DROP_IN, ld_so_conf_dirs, write_ld_so_conf
 from ocihook.core.errors import ApplyError
@@ -119,3 +121,17 @@ def test_a_hostile_drop_in_path_is_refused(tmp_path: Path) -> None:
 def test_odd_files_name_nothing(tmp_path: Path, conf: str) -> None:
     root = _rootfs(tmp_path, conf, {})
     assert _dirs(root) == set()
+
+
+@given(
+    name=st.text(alphabet="ab.-", max_size=8),
+    pattern=st.text(alphabet="ab.*-", max_size=8) | st.text(alphabet="ab.*?[]!-", max_size=8),
+)
+def test_include_glob_is_fnmatch(name: str, pattern: str) -> None:
+    """ld.so.conf ``include`` patterns match directory entries exactly as
+    :func:`fnmatch.fnmatchcase` does (without importing it for ``*``-only patterns)."""
+    import fnmatch
+
+    from ocihook.appliers.live.libraries import _glob_match
+
+    assert _glob_match(name, pattern) == fnmatch.fnmatchcase(name, pattern)
