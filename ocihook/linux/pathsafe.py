@@ -46,6 +46,10 @@ from ..core.errors import ApplyError, DiscoveryError
 from . import atomicfile
 from . import syscalls as _linux
 
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
 __all__ = [
     "MAX_LINKS",
     "create_file_at",
@@ -57,6 +61,7 @@ __all__ = [
     "remove_in_root",
     "resolve_in_root",
     "symlink_in_root",
+    "symlinks_in_root",
     "write_file_in_root",
 ]
 
@@ -607,50 +612,109 @@ def symlink_in_root(
     try:
         parent_fd = _makedirs(root_fd, parent, 0o755, created)
         try:
-            try:
-                os.symlink(target, name, dir_fd=parent_fd)
-            except FileExistsError:
-                pass
-            else:
-                if created is not None:
-                    created.append(_join(parent, name))
-                return None
-            st_mode = os.lstat(name, dir_fd=parent_fd).st_mode
-            if not stat.S_ISLNK(st_mode):
-                raise _refuse(
-                    f"replace a {_kind(st_mode)} with a symbolic link",
-                    link_path,
-                    "the image already has a file at this path; remove it from the image",
-                )
-            old = os.readlink(name, dir_fd=parent_fd)
-            if old == target:
-                return None
-            if not replace_existing_link:
-                raise _refuse(
-                    f"replace the symbolic link to {old!r} with one to {target!r}",
-                    link_path,
-                    "the image already has a different link at this path",
-                )
-            tmp = f".ocihook-{os.urandom(8).hex()}"
-            guard = atomicfile.guard_name(parent_fd, tmp)  # a kill leaves no .ocihook-*
-            gone = True
-            try:
-                os.symlink(target, tmp, dir_fd=parent_fd)
-                try:
-                    os.rename(tmp, name, src_dir_fd=parent_fd, dst_dir_fd=parent_fd)
-                except BaseException:
-                    gone = False
-                    os.unlink(tmp, dir_fd=parent_fd)
-                    gone = True
-                    raise
-            finally:
-                if guard is not None:
-                    guard.release(gone)
-            return old
+            return _symlink_at(
+                parent_fd, parent, name, link_path, target, replace_existing_link, created
+            )
         finally:
             os.close(parent_fd)
     except OSError as err:
         raise _error("make the symbolic link", link_path, err) from err
+
+
+def symlinks_in_root(
+    root_fd: int,
+    links: Sequence[tuple[str, str]],
+    *,
+    replace_existing_link: bool = True,
+    created: list[str] | None = None,
+    replaced: list[tuple[str, str]] | None = None,
+) -> list[tuple[str, str]]:
+    """:func:`symlink_in_root` for each ``(link_path, target)`` of ``links``, in order,
+    with each parent directory resolved (and made) inside the root once rather than once
+    per link: a driver's 50-odd soname links live in two or three directories.
+
+    Returns:
+        ``replaced`` (a new list when ``None``) with ``(link_path, previous target)``
+        appended for each link replaced, as it is replaced.
+
+    Raises:
+        ApplyError: as :func:`symlink_in_root`, for the first link that fails; the links
+            made and replaced before it stay, listed in ``created`` and ``replaced``.
+    """
+    parents: dict[str, int] = {}
+    replaced = [] if replaced is None else replaced
+    try:
+        for link_path, target in links:
+            parent, name = _split(link_path)
+            _check_name(name, link_path, "make the symbolic link")
+            try:
+                parent_fd = parents.get(parent)
+                if parent_fd is None:
+                    parent_fd = parents[parent] = _makedirs(root_fd, parent, 0o755, created)
+                old = _symlink_at(
+                    parent_fd, parent, name, link_path, target, replace_existing_link, created
+                )
+            except OSError as err:
+                raise _error("make the symbolic link", link_path, err) from err
+            if old is not None:
+                replaced.append((link_path, old))
+    finally:
+        for fd in parents.values():
+            os.close(fd)
+    return replaced
+
+
+def _symlink_at(
+    parent_fd: int,
+    parent: str,
+    name: str,
+    link_path: str,
+    target: str,
+    replace_existing_link: bool,
+    created: list[str] | None,
+) -> str | None:
+    """The body of :func:`symlink_in_root` once the parent directory is open at
+    ``parent_fd``. Raises :class:`ApplyError` or :class:`OSError`."""
+    try:
+        os.symlink(target, name, dir_fd=parent_fd)
+    except FileExistsError:
+        pass
+    else:
+        if created is not None:
+            created.append(_join(parent, name))
+        return None
+    st_mode = os.lstat(name, dir_fd=parent_fd).st_mode
+    if not stat.S_ISLNK(st_mode):
+        raise _refuse(
+            f"replace a {_kind(st_mode)} with a symbolic link",
+            link_path,
+            "the image already has a file at this path; remove it from the image",
+        )
+    old = os.readlink(name, dir_fd=parent_fd)
+    if old == target:
+        return None
+    if not replace_existing_link:
+        raise _refuse(
+            f"replace the symbolic link to {old!r} with one to {target!r}",
+            link_path,
+            "the image already has a different link at this path",
+        )
+    tmp = f".ocihook-{os.urandom(8).hex()}"
+    guard = atomicfile.guard_name(parent_fd, tmp)  # a kill leaves no .ocihook-*
+    gone = True
+    try:
+        os.symlink(target, tmp, dir_fd=parent_fd)
+        try:
+            os.rename(tmp, name, src_dir_fd=parent_fd, dst_dir_fd=parent_fd)
+        except BaseException:
+            gone = False
+            os.unlink(tmp, dir_fd=parent_fd)
+            gone = True
+            raise
+    finally:
+        if guard is not None:
+            guard.release(gone)
+    return old
 
 
 def mknod_in_root(

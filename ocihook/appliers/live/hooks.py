@@ -204,10 +204,12 @@ def edit_rootfs(
     undo = changes.undo
     gpu_fds: dict[str, int] = {}
     try:
-        for target, link in pairs:
-            previous = pathsafe.symlink_in_root(root_fd, link, target, created=changes.created)
-            if previous is not None:
-                changes.replaced.append((link, previous))
+        pathsafe.symlinks_in_root(
+            root_fd,
+            [(link, target) for target, link in pairs],
+            created=changes.created,
+            replaced=changes.replaced,
+        )
         if libraries and ld_so_conf:
             written, before = write_ld_so_conf(root_fd, libraries)
             if written and before is None:

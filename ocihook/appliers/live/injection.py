@@ -414,10 +414,17 @@ def _apply_in_container(
         finally:
             for fd in parents.values():
                 os.close(fd)
-        for s in edits.symlinks:
-            previous = ps.symlink_in_root(root_fd, s.link, s.target, created=created)
-            if previous is not None:
-                undo.append(_partial(ps.symlink_in_root, root_fd, s.link, previous))
+        replaced: list[tuple[str, str]] = []
+        try:
+            ps.symlinks_in_root(
+                root_fd,
+                [(s.link, s.target) for s in edits.symlinks],
+                created=created,
+                replaced=replaced,
+            )
+        finally:  # a link replaced before a failure is put back too
+            for link, previous in replaced:
+                undo.append(_partial(ps.symlink_in_root, root_fd, link, previous))
         if edits.ldcache_libraries:
             old = write_ldcache(
                 root_fd,

@@ -1149,3 +1149,90 @@ def test_directory_swapped_for_a_link_between_check_and_use(tmp_path: Any) -> No
         os.close(root_fd)
     assert list(victim.iterdir()) == []
     assert (rootfs / "usr/old/libcuda.so.1").is_file()
+
+
+# --- symlinks_in_root: one parent resolution per directory ---------------------------------
+
+LINK_NAMES = st.sampled_from(["a", "b", "c.so.1", "d"])
+LINK_DIRS = st.sampled_from(["/usr/lib", "/usr/lib/x", "/opt", "/usr/lib/x/y"])
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    links=st.lists(st.tuples(LINK_DIRS, LINK_NAMES, st.sampled_from(["t1", "t2"])), max_size=8),
+    existing=st.lists(st.tuples(LINK_DIRS, LINK_NAMES, st.sampled_from(["t1", "old"])), max_size=3),
+)
+def test_symlinks_in_root_is_symlink_in_root_each(
+    links: list[tuple[str, str, str]], existing: list[tuple[str, str, str]]
+) -> None:
+    """The batch makes the same tree, records the same ``created`` entries and the same
+    replaced links, in the same order, as one :func:`symlink_in_root` per link."""
+    results = []
+    for batch in (False, True):
+        with tempfile.TemporaryDirectory() as tmp:
+            for d, n, t in existing:
+                os.makedirs(tmp + d, exist_ok=True)
+                with contextlib.suppress(FileExistsError):
+                    os.symlink(t, f"{tmp}{d}/{n}")
+            root_fd = pathsafe.open_root(tmp)
+            created: list[str] = []
+            pairs = [(f"{d}/{n}", t) for d, n, t in links]
+            try:
+                if batch:
+                    replaced = pathsafe.symlinks_in_root(root_fd, pairs, created=created)
+                else:
+                    replaced = []
+                    for link, target in pairs:
+                        old = pathsafe.symlink_in_root(root_fd, link, target, created=created)
+                        if old is not None:
+                            replaced.append((link, old))
+            finally:
+                os.close(root_fd)
+            tree = sorted(
+                (os.path.relpath(os.path.join(w, f), tmp), os.readlink(os.path.join(w, f)))
+                for w, _dirs, files in os.walk(tmp)
+                for f in files
+            )
+            results.append((tree, created, replaced))
+    assert results[0] == results[1]
+
+
+def test_symlinks_in_root_stops_at_a_refusal_keeping_what_it_did(tmp_path: Path) -> None:
+    (tmp_path / "usr/lib").mkdir(parents=True)
+    (tmp_path / "usr/lib/old").symlink_to("x")
+    (tmp_path / "usr/lib/file").write_text("image content")
+    root_fd = pathsafe.open_root(str(tmp_path))
+    created: list[str] = []
+    replaced: list[tuple[str, str]] = []
+    try:
+        with pytest.raises(ApplyError, match="replace a regular file"):
+            pathsafe.symlinks_in_root(
+                root_fd,
+                [("/usr/lib/new", "t"), ("/usr/lib/old", "t"), ("/usr/lib/file", "t"), ("/z", "t")],
+                created=created,
+                replaced=replaced,
+            )
+    finally:
+        os.close(root_fd)
+    assert created == ["/usr/lib/new"] and replaced == [("/usr/lib/old", "x")]
+    assert os.readlink(tmp_path / "usr/lib/old") == "t"
+    assert (tmp_path / "usr/lib/file").read_text() == "image content"
+    assert not (tmp_path / "z").exists()
+
+
+def test_symlinks_in_root_resolves_parents_inside_the_root(tmp_path: Path) -> None:
+    """A parent that is a link out of the root is followed inside it, as for one link."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    root = tmp_path / "root"
+    (root / "usr").mkdir(parents=True)
+    (root / "usr/lib").symlink_to(str(outside))  # absolute: resolved in the root
+    root_fd = pathsafe.open_root(str(root))
+    try:
+        pathsafe.symlinks_in_root(root_fd, [("/usr/lib/a", "t"), ("/usr/lib/b", "t")])
+    finally:
+        os.close(root_fd)
+    assert list(outside.iterdir()) == []
+    assert os.readlink(root / str(outside).lstrip("/") / "a") == "t"
