@@ -1,6 +1,6 @@
 """Per-container cost of ocihook's deployed paths (issue 17), before/after in one run.
 
-Every case runs the console scripts of one or more *installed* (non-editable) ocihook
+Every case runs the commands of one or more *installed* (non-editable) ocihook
 environments, interleaved round-robin with each other and with the baselines, so that load
 drift on a shared machine hits every case alike:
 
@@ -81,7 +81,7 @@ def _realistic_root() -> str | None:
 
 
 class Env:
-    """One installed ocihook: its interpreter and console scripts."""
+    """One installed ocihook: its interpreter and commands."""
 
     def __init__(self, label: str, venv: str) -> None:
         self.label = label

@@ -8,7 +8,7 @@ the environment ocihook is installed in — never a pyenv-style shim):
   container asks for no GPU — what every non-GPU container pays;
 * ``hook, no GPU, debug log``: the same with a configuration that logs at debug level
   (``--config``): the fast exit then appends one line saying why (no target; reported);
-* ``runtime, no GPU``: ``ocihook-runtime create`` (the console script, as an engine runs
+* ``runtime, no GPU``: ``ocihook-runtime create`` (the installed command, as an engine runs
   it) on that bundle, exec'ing a stand-in ``runc`` (``/bin/true``) through ``env -i
   PATH=...`` — what the wrapper runtime adds to every non-GPU container start;
 * ``edit, 8 GPUs``: spec mode (``ocihook edit``) giving all 8 GPUs of the realistic 535.261.03

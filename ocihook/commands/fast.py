@@ -132,7 +132,13 @@ COMMANDS: tuple[tuple[tuple[str, ...], str, tuple[Option, ...]], ...] = (
         "createContainer hook: soname links, then the container's /etc/ld.so.cache",
         (
             Option("--link", action="append", metavar="TARGET::LINK", help="link to create"),
-            Option("--lib", action="append", metavar="PATH", help="container path of a library"),
+            Option(
+                "--lib",
+                action="append",
+                metavar="PATH[::FLAGS]",
+                help="container path of a library (FLAGS: its ld.so.cache flags, 0x0303: "
+                "its file is not read)",
+            ),
             Option(
                 "--cuda-compat",
                 metavar="DIR::HOST_DRIVER[::HOST_CUDA]",
@@ -219,7 +225,14 @@ COMMANDS: tuple[tuple[tuple[str, ...], str, tuple[Option, ...]], ...] = (
     (
         ("hook", "update-ldcache"),
         "createContainer hook: enter libraries into the container's /etc/ld.so.cache",
-        (Option("--lib", action="append", metavar="PATH", help="container path of a library"),),
+        (
+            Option(
+                "--lib",
+                action="append",
+                metavar="PATH[::FLAGS]",
+                help="container path of a library (FLAGS: its ld.so.cache flags, 0x0303)",
+            ),
+        ),
     ),
 )
 
@@ -410,8 +423,9 @@ def _cmd_edit(ns: Any) -> int:
     important = [w for w in result.plan.warnings if "not provided" in w]
     _warn(result.plan.warnings if ns.verbose else important, True)
     edits = result.plan.edits
+    count = len(result.plan.gpus) + len(result.plan.drm_gpus)
     summary = (
-        f"{len(result.plan.gpus) + len(result.plan.drm_gpus)} GPUs, "
+        f"{count} GPU{'' if count == 1 else 's'}, "
         f"{len(edits.device_nodes)} device nodes, "
         f"{len(edits.mounts)} mounts, {len(edits.symlinks)} links"
         + (" (made in the rootfs, with its ld.so.cache)" if result.in_rootfs else "")

@@ -398,7 +398,7 @@ def test_diff_compares_documents_not_formatting(sim: simhost.SimulatedHost, tmp_
     assert '+\t\t\t\t"path": "/dev/nvidia1",' in out
     proc = _run_cli("edit", "-b", str(b), "--dry-run", *roots)
     assert proc.returncode == 0
-    assert "would add 1 GPUs, 4 device nodes, 11 mounts, 10 links" in proc.stdout.decode()
+    assert "would add 1 GPU, 4 device nodes, 11 mounts, 10 links" in proc.stdout.decode()
     assert (b / "config.json").read_bytes() == before
 
 

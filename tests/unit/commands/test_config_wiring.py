@@ -50,7 +50,7 @@ def test_roots_from_the_config_file(sim: simhost.SimulatedHost, tmp_path: Any) -
     conf = _conf(tmp_path, f'driver-root = "{sim.root}"\ndev-root = "{sim.root}"\n')
     proc = _cli("edit", "-b", bundle, "--dry-run", "--config", conf)
     assert proc.returncode == 0, proc.stderr
-    assert "would add 1 GPUs" in proc.stdout
+    assert "would add 1 GPU" in proc.stdout
     # OCIHOOK_CONFIG works for edit ...
     proc = _cli("edit", "-b", bundle, "--dry-run", env={"OCIHOOK_CONFIG": conf})
     assert proc.returncode == 0, proc.stderr
@@ -85,7 +85,7 @@ def test_policy_keys(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
         "--config",
         _conf(tmp_path, roots + "accept-nvidia-visible-devices-as-volume-mounts = true\n"),
     )
-    assert on.returncode == 0 and "would add 1 GPUs" in on.stdout, on.stderr
+    assert on.returncode == 0 and "would add 1 GPU" in on.stdout, on.stderr
 
 
 def test_disable_require_and_capabilities(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
