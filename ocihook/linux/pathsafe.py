@@ -631,7 +631,9 @@ def symlinks_in_root(
 ) -> list[tuple[str, str]]:
     """:func:`symlink_in_root` for each ``(link_path, target)`` of ``links``, in order,
     with each parent directory resolved (and made) inside the root once rather than once
-    per link: a driver's 50-odd soname links live in two or three directories.
+    per link: a driver's 50-odd soname links live in two or three directories. A link of
+    the batch at (or above) a resolved parent makes that parent be resolved again, so the
+    result is that of one :func:`symlink_in_root` per link.
 
     Returns:
         ``replaced`` (a new list when ``None``) with ``(link_path, previous target)``
@@ -658,6 +660,9 @@ def symlinks_in_root(
                 raise _error("make the symbolic link", link_path, err) from err
             if old is not None:
                 replaced.append((link_path, old))
+            # a link that replaced one on the way to a later link's parent: resolve again
+            for stale in [p for p in parents if p == link_path or p.startswith(link_path + "/")]:
+                os.close(parents.pop(stale))
     finally:
         for fd in parents.values():
             os.close(fd)

@@ -54,8 +54,8 @@ def _parse_libs(libraries: Sequence[str]) -> tuple[list[str], dict[str, int]]:
     and spec mode write them from discovery; such a library's file is not read).
 
     Raises:
-        ApplyError: a relative ``PATH``, or ``FLAGS`` that is not a 32-bit hexadecimal
-            number.
+        ApplyError: a relative ``PATH``, or ``FLAGS`` that is not a hexadecimal number
+            of at most ``0x7fffffff`` (glibc's ``ld.so.cache`` flags are an ``int32_t``).
     """
     paths: list[str] = []
     known: dict[str, int] = {}
@@ -65,12 +65,13 @@ def _parse_libs(libraries: Sequence[str]) -> tuple[list[str], dict[str, int]]:
         if ok and sep:
             digits = flags[2:] if flags[:2] in ("0x", "0X") else ""
             ok = 0 < len(digits) <= 8 and all(c in "0123456789abcdefABCDEF" for c in digits)
+            ok = ok and int(digits, 16) <= 0x7FFFFFFF  # the cache's flags field is an int32
             if ok:
                 known[path] = int(digits, 16)
         if not ok:
             raise ApplyError(
                 "a library must be PATH or PATH::FLAGS (an absolute PATH, hexadecimal "
-                "ld.so.cache FLAGS such as 0x0303)",
+                "ld.so.cache FLAGS such as 0x0303, at most 0x7fffffff)",
                 field="--lib",
                 value=value,
             )
@@ -240,6 +241,9 @@ def edit_rootfs(
         if isinstance(e, OcihookError):
             raise
         raise ApplyError(f"cannot change the container: {e.strerror}", path=rootfs) from None
+    except BaseException:  # a bug, an interrupt: nothing made is left behind either
+        changes.rollback()
+        raise
     finally:
         for fd in gpu_fds.values():
             os.close(fd)

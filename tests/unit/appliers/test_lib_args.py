@@ -27,7 +27,7 @@ NAMES = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789._-", min_size=1, 
 PATHS = st.lists(NAMES, min_size=1, max_size=4).map(lambda p: "/" + "/".join(p))
 
 
-@given(paths=st.lists(PATHS, max_size=6), flags=st.lists(st.integers(0, 0xFFFFFFFF)))
+@given(paths=st.lists(PATHS, max_size=6), flags=st.lists(st.integers(0, 0x7FFFFFFF)))
 def test_lib_values_round_trip(paths: list[str], flags: list[int]) -> None:
     values = [
         f"{p}::{f:#06x}" if i < len(flags) else p
@@ -44,7 +44,17 @@ def test_lib_values_round_trip(paths: list[str], flags: list[int]) -> None:
 
 @pytest.mark.parametrize(
     "value",
-    ["lib/libcuda.so.1", "/a::303", "/a::0x", "/a::0x123456789", "/a::0xzz", "::0x303", "/a::"],
+    [
+        "lib/libcuda.so.1",
+        "/a::303",
+        "/a::0x",
+        "/a::0x123456789",
+        "/a::0xzz",
+        "::0x303",
+        "/a::",
+        "/a::0x80000000",  # glibc's flags are an int32_t
+        "/a::0xffffffff",
+    ],
 )
 def test_malformed_lib_value_is_refused(value: str) -> None:
     with pytest.raises(ApplyError) as err:
@@ -95,3 +105,23 @@ def test_hook_cache_with_flags_is_the_cache_from_reading(
         caches.append((rootfs / "etc/ld.so.cache").read_bytes())
     assert caches[0] == caches[1]
     assert {e.soname for e in ldcache.parse(caches[0])} >= {"libcuda.so.1"}
+
+
+def test_an_unexpected_error_leaves_nothing_behind(
+    bundle_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failure that is not an ApplyError or OSError (a bug) in a later step still takes
+    back the links and directories made before it."""
+    import ocihook.appliers.live.hooks as hooks
+
+    def broken(*_args: object, **_kwargs: object) -> None:
+        raise ValueError("a bug")
+
+    monkeypatch.setattr(hooks, "write_ldcache", broken)
+    bundle = Path(bundle_factory(["true"], []))
+    before = sorted(str(p) for p in (bundle / "rootfs").rglob("*"))
+    with pytest.raises(ValueError, match="a bug"):
+        create_container_hook(
+            load_bundle(str(bundle)), ["libx.so.1.2::/opt/zz/libx.so.1"], ["/opt/zz/libx.so.1"]
+        )
+    assert sorted(str(p) for p in (bundle / "rootfs").rglob("*")) == before

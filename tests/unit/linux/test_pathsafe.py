@@ -1236,3 +1236,18 @@ def test_symlinks_in_root_resolves_parents_inside_the_root(tmp_path: Path) -> No
         os.close(root_fd)
     assert list(outside.iterdir()) == []
     assert os.readlink(root / str(outside).lstrip("/") / "a") == "t"
+
+
+def test_symlinks_in_root_follows_a_parent_link_the_batch_replaced(tmp_path: Path) -> None:
+    """A link of the batch that replaces a link on the way to a later link's parent: the
+    later link goes where one symlink_in_root per link would put it."""
+    for d in ("d1", "d2"):
+        (tmp_path / d).mkdir()
+    (tmp_path / "a").symlink_to("d1")
+    root_fd = pathsafe.open_root(str(tmp_path))
+    try:
+        pathsafe.symlinks_in_root(root_fd, [("/a/x", "t1"), ("/a", "d2"), ("/a/y", "t2")])
+    finally:
+        os.close(root_fd)
+    assert sorted(os.listdir(tmp_path / "d1")) == ["x"]
+    assert sorted(os.listdir(tmp_path / "d2")) == ["y"]
