@@ -495,12 +495,7 @@ def _cmd_cdi_generate(ns: Any) -> int:
         write_spec(spec_bytes(drm_spec, fmt), ns.output)
         return 0
     root = host_root_from(ns, cfg)
-    if _procfs_backend(ns.gpu_backend):  # what the cache holds: read through it
-        from ..discovery.nvidia import discover_cached
-
-        host = discover_cached(root, warm=ns.warm_cache)
-    else:
-        host = discover(root, gpu_backend=ns.gpu_backend)
+    host = discover(root, gpu_backend=ns.gpu_backend)  # never the cache: this is the refresh
     if ns.warm_cache:
         _warm_discovery_cache(root)
     vendor = "nvidia.com" if ns.vendor == "nvidia" else ns.vendor
@@ -513,19 +508,6 @@ def _cmd_cdi_generate(ns: Any) -> int:
     _warn(host.warnings, ns.verbose)
     write_spec(spec_bytes(spec, fmt), ns.output)
     return 0
-
-
-def _procfs_backend(backend: str) -> bool:
-    """Whether ``--gpu-backend`` gives the procfs backend here: ``procfs``, or ``auto``
-    where nvidia-ml-py is not installed (:func:`ocihook.discovery.nvidia.enumerate_gpus`
-    then uses procfs too) — the discovery the start-path cache holds."""
-    if backend != "auto":
-        return backend == "procfs"
-    # what importlib.util.find_spec asks, without importing importlib.util (milliseconds)
-    return all(
-        getattr(finder, "find_spec", lambda *_: None)("pynvml", None) is None
-        for finder in sys.meta_path
-    )
 
 
 def _warm_discovery_cache(root: HostRoot) -> None:

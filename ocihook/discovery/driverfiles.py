@@ -60,7 +60,7 @@ from ..core.hostroot import HostRoot
 from ..core.vocab import DRIVER_CAPABILITIES, IMPLIED_CAPABILITIES
 from ..linux import ldcache
 from ..linux.pathsafe import resolve_in_root
-from .records import DriverFile, DriverLibrary, select_libraries
+from .records import IPC_PATHS, DriverFile, DriverLibrary, select_libraries
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
 if TYPE_CHECKING:
@@ -191,14 +191,6 @@ FALLBACK_LIBRARY_DIRS = {
         "/usr/lib",
     ),
 }
-
-#: IPC paths: (capability, path, kind) — sockets of the daemons, and the MPS pipe directory
-#: (``$CUDA_MPS_PIPE_DIRECTORY`` of the host, default ``/tmp/nvidia-mps``).
-IPC_PATHS = (
-    ("utility", "/var/run/nvidia-persistenced/socket", "socket"),
-    ("utility", "/var/run/nvidia-fabricmanager/socket", "socket"),
-    ("compute", "/tmp/nvidia-mps", "directory"),
-)
 
 #: Graphics configuration files, relative to the data directories (:data:`CONFIG_DIRS`):
 #: (capability, relative path or glob-free prefix, match by prefix?).

@@ -370,18 +370,21 @@ def discover_cached(
     (:mod:`ocihook.discovery.cache`) in ``cache_dir`` (default
     :data:`~ocihook.discovery.cache.DEFAULT_DIR`): a result found for the host's current
     driver identity is used as is, otherwise the host is discovered and the result stored
-    — when the directory exists, or is created when ``warm`` (``ocihook cdi generate``).
+    — when the directory exists, or is created when ``warm`` (``ocihook cdi generate
+    --warm-cache``). ``warm`` always discovers and replaces the entry: the boot unit and
+    the refresh rules run it after the host changed in ways no key may see.
     The same errors as :func:`discover`; the cache itself never makes it fail."""
     from . import cache
 
     root = root or HostRoot()
     directory = cache_dir or cache.DEFAULT_DIR
     caps = None if capabilities is None else sorted(set(capabilities))
+    params = {"capabilities": caps, "machine": os.uname().machine, "ipc": _ipc_identity(root)}
     try:
-        key = cache.host_key(root, {"capabilities": caps, "machine": os.uname().machine})
+        key = cache.host_key(root, params)
     except OSError:
         return discover(root, capabilities=caps)
-    found = cache.lookup(key, _CACHED_TYPES, directory)
+    found = None if warm else cache.lookup(key, _CACHED_TYPES, directory)
     if isinstance(found, NvidiaHost) and found.root == root:
         return found
     host = discover(root, capabilities=caps)
@@ -394,6 +397,23 @@ def discover_cached(
         dirs += [root.driver(d) for d in root.library_dirs]
         cache.store(key, host, dirs, directory, create=warm)
     return host
+
+
+def _ipc_identity(root: HostRoot) -> list[list[object]]:
+    """``[path, file type, inode]`` of each IPC path (:data:`~.records.IPC_PATHS`) in the
+    driver root, ``None`` for one that is not there: a daemon's socket or the MPS
+    directory that appears, goes or is made again makes a cached discovery stale."""
+    from .records import IPC_PATHS
+
+    out: list[list[object]] = []
+    for _capability, path, _kind in IPC_PATHS:
+        try:
+            st = os.stat(root.driver(path))
+        except OSError:
+            out.append([path, None, None])
+            continue
+        out.append([path, st.st_mode & 0o170000, st.st_ino])
+    return out
 
 
 #: The record classes a cached :class:`NvidiaHost` is made of.

@@ -591,3 +591,33 @@ def test_mask_holds_every_capability_file_read(tmp_path: Path) -> None:
     assert got["files"] == n + 1
     assert got["ok"] is True, got
     assert got["seen"] == n + 1
+
+
+def test_generate_discovers_afresh_after_a_warm_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``cdi generate`` is the refresh: it never answers from the discovery cache, so an
+    MPS daemon started after the boot unit is in the next spec (and ``--warm-cache``
+    replaces the start path's entries)."""
+    from ocihook._main import main
+    from ocihook.discovery import cache
+    from ocihook.discovery.nvidia import discover_cached
+    from ocihook.sim import host as simhost
+
+    monkeypatch.setattr(cache, "DEFAULT_DIR", str(tmp_path / "cache"))
+    sim = simhost.build(str(tmp_path / "root"), make_dev_nodes=False)
+    root = HostRoot(driver_root=sim.root, dev_root=sim.root)
+    discover_cached(root, warm=True)  # the entry a cache-reading generate would use
+    for entry in Path(tmp_path / "cache").glob("discovery-*.json"):
+        doc = json.loads(entry.read_text())
+        doc["value"]["f"][1] = "1.2.3"  # a change no key sees (the driver version)
+        entry.write_text(json.dumps(doc))
+        entry.chmod(0o600)
+    assert discover_cached(root).driver_version == "1.2.3"  # the start path would see it
+    Path(sim.root, "tmp/nvidia-mps").mkdir(parents=True)  # an MPS daemon started since
+    argv = ["cdi", "generate", "--driver-root", sim.root, "--dev-root", sim.root]
+    assert main([*argv, "--gpu-backend", "procfs", "--format", "json"]) == 0
+    out = capsys.readouterr().out
+    assert "1.2.3" not in out and f"::{sim.driver_version}" in out
+    paths = [m["containerPath"] for m in json.loads(out)["containerEdits"]["mounts"]]
+    assert "/tmp/nvidia-mps" in paths

@@ -255,3 +255,44 @@ def test_an_unwritable_directory_is_not_an_error(
     assert discover_cached(_root(sim), cache_dir=str(blocker / "sub"), warm=True) == discover(
         _root(sim)
     )
+
+
+@pytest.mark.parametrize("capabilities", [("compute", "utility"), None])
+def test_an_ipc_path_that_comes_or_goes_makes_the_entry_stale(
+    tmp_path: Path, capabilities: tuple[str, ...] | None
+) -> None:
+    """The MPS pipe directory and the daemons' sockets come and go with their daemons, in
+    directories no entry watches (``/tmp``): their presence is part of the key."""
+    sim = simhost.build(str(tmp_path / "root"), make_dev_nodes=False)
+    root, cache_dir = _root(sim), str(tmp_path / "cache")
+    mps = Path(sim.root, "tmp/nvidia-mps")
+    assert not mps.exists()
+
+    def ipc_paths() -> list[str]:
+        host = discover_cached(root, capabilities=capabilities, cache_dir=cache_dir)
+        assert host == discover(root, capabilities=capabilities)  # never stale
+        return [f.path for f in host.files if f.kind == "ipc"]
+
+    discover_cached(root, capabilities=capabilities, cache_dir=cache_dir, warm=True)
+    assert "/tmp/nvidia-mps" not in ipc_paths()
+    mps.mkdir(parents=True)  # an MPS daemon started after the boot unit
+    assert "/tmp/nvidia-mps" in ipc_paths()
+    mps.rmdir()
+    assert "/tmp/nvidia-mps" not in ipc_paths()
+
+
+def test_warm_rediscovers_and_replaces_the_entry(tmp_path: Path) -> None:
+    """``warm`` (``cdi generate --warm-cache``: the boot unit, the refresh rules) never
+    returns an entry: it discovers and replaces it, so a change no key sees is picked up
+    by the next refresh."""
+    sim = simhost.build(str(tmp_path / "root"), make_dev_nodes=False)
+    root, cache_dir = _root(sim), str(tmp_path / "cache")
+    first = discover_cached(root, cache_dir=cache_dir, warm=True)
+    (entry,) = [p for p in Path(cache_dir).iterdir() if p.name.startswith("discovery-")]
+    doc = json.loads(entry.read_text())
+    doc["value"]["f"][1] = "1.2.3"  # the driver version, in the value only (not the key)
+    entry.write_text(json.dumps(doc))  # a change no key sees, as far as the cache can tell
+    os.chmod(entry, 0o600)
+    assert discover_cached(root, cache_dir=cache_dir).driver_version == "1.2.3"
+    assert discover_cached(root, cache_dir=cache_dir, warm=True) == first
+    assert discover_cached(root, cache_dir=cache_dir) == first
