@@ -171,11 +171,37 @@ def discover(
     A WSL2 host (``/dev/dxg`` under the dev root, no ``/proc/driver/nvidia/version``) is
     discovered as such: see :func:`_discover_wsl`.
 
+    Every path is resolved inside the driver root once per directory
+    (:class:`~ocihook.linux.pathsafe.RememberedResolutions`).
+
     Raises:
         DiscoveryError: no driver (``/proc/driver/nvidia/version`` missing), a malformed
             procfs file, a host device node that is not the device it should be, or a
             missing/malformed ``ld.so.cache`` in the driver root.
     """
+    from ..linux.pathsafe import RememberedResolutions
+
+    with RememberedResolutions():
+        return _discover(
+            root,
+            machine=machine,
+            capabilities=capabilities,
+            glvnd=glvnd,
+            library_dirs=library_dirs,
+            gpu_backend=gpu_backend,
+        )
+
+
+def _discover(
+    root: HostRoot | None = None,
+    *,
+    machine: str | None = None,
+    capabilities: Iterable[str] | None = None,
+    glvnd: bool = True,
+    library_dirs: Sequence[str] = (),
+    gpu_backend: str = "procfs",
+) -> NvidiaHost:
+    """:func:`discover`, inside its scope of remembered resolutions."""
     from .devices import device_node, with_driver_defaults
     from .driverfiles import (
         CAPABILITY_LIBRARIES,

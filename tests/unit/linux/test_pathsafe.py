@@ -1251,3 +1251,86 @@ def test_symlinks_in_root_follows_a_parent_link_the_batch_replaced(tmp_path: Pat
         os.close(root_fd)
     assert sorted(os.listdir(tmp_path / "d1")) == ["x"]
     assert sorted(os.listdir(tmp_path / "d2")) == ["y"]
+
+
+def _resolved_or_error(root: str, path: str, max_links: int) -> tuple[str, object]:
+    try:
+        return ("ok", pathsafe.resolve_in_root(root, path, max_links=max_links))
+    except DiscoveryError as err:
+        assert isinstance(err.__cause__, OSError)
+        return ("error", (err.__cause__.errno, err.path, str(err)))
+
+
+@_HYP
+@given(
+    tree=_tree,
+    queries=st.lists(_query, min_size=1, max_size=12),
+    max_links=st.sampled_from([pathsafe.MAX_LINKS, 3, 1]),
+)
+def test_remembered_resolutions_agree_with_the_plain_walk(
+    tree: list[tuple[list[str], str, str]], queries: list[str], max_links: int
+) -> None:
+    """Inside RememberedResolutions every answer (a path, or the error with its errno,
+    path and message) is the plain walk's, whatever was asked before in the scope; the
+    queries also go again with their siblings so that remembered directories are used."""
+    asked = [*queries, *(q.rstrip("/") + "/x" for q in queries), *queries]
+    with random_tree(tree) as t:
+        plain = [_resolved_or_error(t.root, q, max_links) for q in asked]
+        # nested: the inner scope shares the outer one's memory
+        with pathsafe.RememberedResolutions(), pathsafe.RememberedResolutions():
+            remembered = [_resolved_or_error(t.root, q, max_links) for q in asked]
+        assert remembered == plain
+
+
+def test_remembered_resolutions_walk_each_directory_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a scope, the second file of a directory costs one lstat (its own), not one per
+    component; outside the scope nothing is remembered."""
+    lib = tmp_path / "usr/lib/x86_64-linux-gnu"
+    lib.mkdir(parents=True)
+    (tmp_path / "lib").symlink_to("usr/lib")
+    for name in ("libcuda.so.1", "libnvidia-ml.so.1"):
+        (lib / name).write_bytes(b"")
+    calls: list[str] = []
+    real_lstat = os.lstat
+
+    def counting(path: str) -> os.stat_result:
+        calls.append(path)
+        return real_lstat(path)
+
+    monkeypatch.setattr(pathsafe.os, "lstat", counting)
+    with pathsafe.RememberedResolutions():
+        first = pathsafe.resolve_in_root(str(tmp_path), "/lib/x86_64-linux-gnu/libcuda.so.1")
+        walked = len(calls)
+        second = pathsafe.resolve_in_root(str(tmp_path), "lib/x86_64-linux-gnu/libnvidia-ml.so.1")
+    assert first == str(lib / "libcuda.so.1")
+    assert second == str(lib / "libnvidia-ml.so.1")
+    assert walked == 5  # lib (a link), usr, lib, x86_64-linux-gnu, the file
+    assert len(calls) - walked == 1
+    calls.clear()
+    pathsafe.resolve_in_root(str(tmp_path), "/lib/x86_64-linux-gnu/libnvidia-ml.so.1")
+    assert len(calls) == walked
+
+
+def test_a_remembered_directory_needing_more_links_than_are_left_is_eloop(
+    tmp_path: Path,
+) -> None:
+    """A directory walked once with links to spare (d1 -> d2 -> real: two links) is, when
+    reached again through a link (l -> /d1/x) with fewer links left, ELOOP as the plain walk
+    says, not its remembered answer."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "d2").symlink_to("real")
+    (tmp_path / "d1").symlink_to("d2")
+    (tmp_path / "l").symlink_to("/d1/x")
+    root = str(tmp_path)
+    with pathsafe.RememberedResolutions():
+        assert pathsafe.resolve_in_root(root, "/d1/x") == str(tmp_path / "real/x")
+        with pytest.raises(DiscoveryError) as remembered:
+            pathsafe.resolve_in_root(root, "/l", max_links=2)
+        assert pathsafe.resolve_in_root(root, "/l", max_links=3) == str(tmp_path / "real/x")
+    with pytest.raises(DiscoveryError) as plain:
+        pathsafe.resolve_in_root(root, "/l", max_links=2)
+    assert str(remembered.value) == str(plain.value)
+    assert isinstance(remembered.value.__cause__, OSError)
+    assert remembered.value.__cause__.errno == errno.ELOOP
