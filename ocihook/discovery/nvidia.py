@@ -180,28 +180,6 @@ def discover(
             missing/malformed ``ld.so.cache`` in the driver root.
     """
     from ..linux.pathsafe import RememberedResolutions
-
-    with RememberedResolutions():
-        return _discover(
-            root,
-            machine=machine,
-            capabilities=capabilities,
-            glvnd=glvnd,
-            library_dirs=library_dirs,
-            gpu_backend=gpu_backend,
-        )
-
-
-def _discover(
-    root: HostRoot | None = None,
-    *,
-    machine: str | None = None,
-    capabilities: Iterable[str] | None = None,
-    glvnd: bool = True,
-    library_dirs: Sequence[str] = (),
-    gpu_backend: str = "procfs",
-) -> NvidiaHost:
-    """:func:`discover`, inside its scope of remembered resolutions."""
     from .devices import device_node, with_driver_defaults
     from .driverfiles import (
         CAPABILITY_LIBRARIES,
@@ -213,115 +191,116 @@ def _discover(
     )
     from .procfs import parse_devices, parse_driver_version
 
-    root = root or HostRoot()
-    machine = machine or os.uname().machine
-    for name, directory in (("driver root", root.driver_root), ("dev root", root.dev_root)):
-        if not os.path.isdir(directory):
-            raise DiscoveryError(
-                f"the {name} does not exist or is not a directory",
-                path=directory,
-                hint=f"check --{name.replace(' ', '-')}",
-            )
-    version_path = root.proc("driver/nvidia/version")
-    if not os.path.exists(version_path) and os.path.lexists(root.dev("/dev/dxg")):
-        return _discover_wsl(root, gpu_backend)
-    version = parse_driver_version(
-        read_text(
-            version_path,
-            what="NVIDIA driver version file",
-            missing_hint="is the NVIDIA kernel driver loaded? check --dev-root",
-        ),
-        path=version_path,
-    )
-    majors = parse_devices(read_text(root.proc("devices"), what="/proc/devices"))
-    inventory = enumerate_gpus(root, majors, backend=gpu_backend)
-    gpus = inventory.gpus
-    warnings = list(inventory.warnings)
-    # The nvidia driver's major is fixed (nvidia.ko registers 195); a /proc/devices that
-    # says otherwise is not trusted with the number of any device node.
-    listed = majors.get("nvidia", majors.get("nvidia-frontend", NVIDIA_MAJOR))
-    if listed != NVIDIA_MAJOR:
-        raise DiscoveryError(
-            f"the nvidia driver's major must be {NVIDIA_MAJOR}",
-            path=root.proc("devices"),
-            field="nvidia",
-            value=listed,
+    with RememberedResolutions():  # each driver-root directory walked once
+        root = root or HostRoot()
+        machine = machine or os.uname().machine
+        for name, directory in (("driver root", root.driver_root), ("dev root", root.dev_root)):
+            if not os.path.isdir(directory):
+                raise DiscoveryError(
+                    f"the {name} does not exist or is not a directory",
+                    path=directory,
+                    hint=f"check --{name.replace(' ', '-')}",
+                )
+        version_path = root.proc("driver/nvidia/version")
+        if not os.path.exists(version_path) and os.path.lexists(root.dev("/dev/dxg")):
+            return _discover_wsl(root, gpu_backend)
+        version = parse_driver_version(
+            read_text(
+                version_path,
+                what="NVIDIA driver version file",
+                missing_hint="is the NVIDIA kernel driver loaded? check --dev-root",
+            ),
+            path=version_path,
         )
-    nvidia_major = NVIDIA_MAJOR
-    for g in gpus:
-        if g.minor > NVIDIA_MODESET_MINOR - 1:
+        majors = parse_devices(read_text(root.proc("devices"), what="/proc/devices"))
+        inventory = enumerate_gpus(root, majors, backend=gpu_backend)
+        gpus = inventory.gpus
+        warnings = list(inventory.warnings)
+        # The nvidia driver's major is fixed (nvidia.ko registers 195); a /proc/devices that
+        # says otherwise is not trusted with the number of any device node.
+        listed = majors.get("nvidia", majors.get("nvidia-frontend", NVIDIA_MAJOR))
+        if listed != NVIDIA_MAJOR:
             raise DiscoveryError(
-                "GPU device minor out of range (0-253; 254 and 255 are modeset and nvidiactl)",
-                path=os.path.join(g.proc_dir, "information"),
-                field="Device Minor",
-                value=g.minor,
+                f"the nvidia driver's major must be {NVIDIA_MAJOR}",
+                path=root.proc("devices"),
+                field="nvidia",
+                value=listed,
             )
-    control = [device_node(root, "/dev/nvidiactl", nvidia_major, NVIDIACTL_MINOR)]
-    uvm_major = majors.get("nvidia-uvm")
-    if uvm_major is not None:
-        control.append(device_node(root, "/dev/nvidia-uvm", uvm_major, 0))
-        control.append(device_node(root, "/dev/nvidia-uvm-tools", uvm_major, 1))
-    else:
-        warnings.append("nvidia-uvm is not loaded (/proc/devices): no /dev/nvidia-uvm")
-    gpu_nodes = {g.minor: device_node(root, g.device_path, nvidia_major, g.minor) for g in gpus}
-    for node in (*control, *gpu_nodes.values()):
-        if not node.present:
-            warnings.append(f"{node.host_path} does not exist; the container gets a new node")
-    if not all(n.present for n in (*control, *gpu_nodes.values())):
-        # a node the container gets new is made as the driver makes its own nodes
-        defaults = _device_file_defaults(root, warnings)
-        control = [with_driver_defaults(n, defaults) for n in control]
-        gpu_nodes = {m: with_driver_defaults(n, defaults) for m, n in gpu_nodes.items()}
-    caps = set(CAPABILITY_LIBRARIES) if capabilities is None else set(capabilities)
-    caps = with_implied(caps)
-    lib_caps = [c for c in CAPABILITY_LIBRARIES if c in caps]
-    classes = (64, 32) if capabilities is None or "compat32" in caps else (64,)
-    libraries, lib_warnings = find_libraries(
-        root,
-        version,
-        machine=machine,
-        capabilities=lib_caps,
-        glvnd=glvnd,
-        search_dirs=(*library_dirs, *root.library_dirs),
-        elf_classes=classes,
-    )
-    warnings.extend(lib_warnings)
-    binaries, bin_warnings = find_binaries(root, machine=machine, capabilities=lib_caps)
-    warnings.extend(bin_warnings)
-    files = (
-        *binaries,
-        *find_firmware(root, version),
-        *find_ipcs(root, lib_caps),
-        *find_config_files(root, version, caps),
-    )
-    modeset = None
-    dri: dict[str, DriDevices] = {}
-    if "graphics" in caps:
-        from .devices import dri_nodes, modeset_node
+        nvidia_major = NVIDIA_MAJOR
+        for g in gpus:
+            if g.minor > NVIDIA_MODESET_MINOR - 1:
+                raise DiscoveryError(
+                    "GPU device minor out of range (0-253; 254 and 255 are modeset and nvidiactl)",
+                    path=os.path.join(g.proc_dir, "information"),
+                    field="Device Minor",
+                    value=g.minor,
+                )
+        control = [device_node(root, "/dev/nvidiactl", nvidia_major, NVIDIACTL_MINOR)]
+        uvm_major = majors.get("nvidia-uvm")
+        if uvm_major is not None:
+            control.append(device_node(root, "/dev/nvidia-uvm", uvm_major, 0))
+            control.append(device_node(root, "/dev/nvidia-uvm-tools", uvm_major, 1))
+        else:
+            warnings.append("nvidia-uvm is not loaded (/proc/devices): no /dev/nvidia-uvm")
+        gpu_nodes = {g.minor: device_node(root, g.device_path, nvidia_major, g.minor) for g in gpus}
+        for node in (*control, *gpu_nodes.values()):
+            if not node.present:
+                warnings.append(f"{node.host_path} does not exist; the container gets a new node")
+        if not all(n.present for n in (*control, *gpu_nodes.values())):
+            # a node the container gets new is made as the driver makes its own nodes
+            defaults = _device_file_defaults(root, warnings)
+            control = [with_driver_defaults(n, defaults) for n in control]
+            gpu_nodes = {m: with_driver_defaults(n, defaults) for m, n in gpu_nodes.items()}
+        caps = set(CAPABILITY_LIBRARIES) if capabilities is None else set(capabilities)
+        caps = with_implied(caps)
+        lib_caps = [c for c in CAPABILITY_LIBRARIES if c in caps]
+        classes = (64, 32) if capabilities is None or "compat32" in caps else (64,)
+        libraries, lib_warnings = find_libraries(
+            root,
+            version,
+            machine=machine,
+            capabilities=lib_caps,
+            glvnd=glvnd,
+            search_dirs=(*library_dirs, *root.library_dirs),
+            elf_classes=classes,
+        )
+        warnings.extend(lib_warnings)
+        binaries, bin_warnings = find_binaries(root, machine=machine, capabilities=lib_caps)
+        warnings.extend(bin_warnings)
+        files = (
+            *binaries,
+            *find_firmware(root, version),
+            *find_ipcs(root, lib_caps),
+            *find_config_files(root, version, caps),
+        )
+        modeset = None
+        dri: dict[str, DriDevices] = {}
+        if "graphics" in caps:
+            from .devices import dri_nodes, modeset_node
 
-        modeset = modeset_node(root, majors)
-        dri = {g.bus_id: dri_nodes(root, g.bus_id) for g in gpus}
-    wsl = None
-    if os.path.lexists(root.dev("/dev/dxg")):  # WSL2 (the devices module on demand)
-        from .devices import wsl_devices
+            modeset = modeset_node(root, majors)
+            dri = {g.bus_id: dri_nodes(root, g.bus_id) for g in gpus}
+        wsl = None
+        if os.path.lexists(root.dev("/dev/dxg")):  # WSL2 (the devices module on demand)
+            from .devices import wsl_devices
 
-        wsl = wsl_devices(root)
-    return NvidiaHost(
-        root=root,
-        driver_version=version,
-        gpus=gpus,
-        majors=majors,
-        control_nodes=tuple(control),
-        gpu_nodes=gpu_nodes,
-        libraries=libraries,
-        warnings=tuple(warnings),
-        files=files,
-        modeset=modeset,
-        dri=dri,
-        wsl=wsl,
-        cuda_version=inventory.cuda_version,
-        gpu_backend=inventory.backend,
-    )
+            wsl = wsl_devices(root)
+        return NvidiaHost(
+            root=root,
+            driver_version=version,
+            gpus=gpus,
+            majors=majors,
+            control_nodes=tuple(control),
+            gpu_nodes=gpu_nodes,
+            libraries=libraries,
+            warnings=tuple(warnings),
+            files=files,
+            modeset=modeset,
+            dri=dri,
+            wsl=wsl,
+            cuda_version=inventory.cuda_version,
+            gpu_backend=inventory.backend,
+        )
 
 
 def _discover_wsl(root: HostRoot, gpu_backend: str = "procfs") -> NvidiaHost:
