@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from ocihook.discovery.cache import DEFAULT_DIR as CACHE_DIR
 from ocihook.linux import elfscan
 from ocihook.sim import host as simhost
 
@@ -29,6 +30,20 @@ WRAPPER = os.path.join(os.path.dirname(sys.executable), "ocihook-runtime")
 def _need_strace() -> None:
     if shutil.which("strace") is None:
         pytest.skip("needs strace (apt-get install strace)")
+
+
+def _uncached() -> list[str]:
+    """A command prefix that hides the start-path cache (``/run/ocihook``, made by the boot
+    unit on a GPU host) from the command: an empty tmpfs over it in a private mount
+    namespace, so discovery reads the files these tests break instead of an entry that no
+    key of the cache tells from them (a fault injected by strace changes nothing it sees).
+    Nothing when the directory does not exist (CI)."""
+    if not os.path.isdir(CACHE_DIR):
+        return []
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip(f"{CACHE_DIR} exists and only root with unshare can hide it from the command")
+    mount = f'mount -t tmpfs -o mode=0755 ocihook-test {CACHE_DIR} && exec "$@"'
+    return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", mount, "sh"]
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +75,12 @@ def _edit(bundle: Path, world: Path, *prefix: str, dry_run: bool = False) -> Any
     host = str(world / "host")
     args = ["edit", "-b", str(bundle), "--driver-root", host, "--dev-root", host]
     return subprocess.run(
-        [*prefix, sys.executable, "-m", "ocihook", *args, *(["--dry-run"] if dry_run else [])],
+        [
+            *_uncached(),
+            *prefix,
+            *(sys.executable, "-m", "ocihook", *args),
+            *(["--dry-run"] if dry_run else []),
+        ],
         capture_output=True,
         text=True,
         check=False,
@@ -149,6 +169,7 @@ def test_runtime_wrapper_refuses_unreadable_libcuda(world: Path) -> None:
     lib = host / LIBCUDA
     r = subprocess.run(
         [
+            *_uncached(),
             *_strace(lib, "openat", "EIO"),
             WRAPPER,
             "create",
