@@ -41,7 +41,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 
 from ..core.errors import ApplyError, DiscoveryError
 from . import atomicfile
@@ -191,26 +191,36 @@ class RememberedResolutions:
 
     For reading a tree that does not change meanwhile (discovery writes nothing): the
     answers, errors included, are those of the walk without it at the time each
-    directory was first walked. Nested scopes share the outer one's memory. A plain class
+    directory was first walked. Walks longer or nested deeper than :data:`_REMEMBER_MAX`
+    go plainly. Nested scopes (the same instance too) share the outer one's memory, which
+    goes with the outermost scope's end. A plain class
     rather than ``contextlib.contextmanager``: this module is imported on every container
     start.
     """
 
+    def __init__(self) -> None:
+        self._tokens: list[Token[_Memory | None] | None] = []  # one per open ``with``
+
     def __enter__(self) -> None:
-        self._token = _REMEMBERED.set({}) if _REMEMBERED.get() is None else None
+        self._tokens.append(_REMEMBERED.set({}) if _REMEMBERED.get() is None else None)
 
     def __exit__(self, *_exc: object) -> None:
-        if self._token is not None:
-            _REMEMBERED.reset(self._token)
+        token = self._tokens.pop()
+        if token is not None:
+            _REMEMBERED.reset(token)
 
 
 #: What :func:`_walk` found in this scope: ``(root,)`` once the root was checked, and
 #: ``(root, len(done), *done, *components walked, reversed)`` -> ``(components reached,
 #: links followed, whether the last exists and is not a directory)``; ``None`` outside
 #: :class:`RememberedResolutions`.
-_REMEMBERED: ContextVar[dict[tuple[object, ...], tuple[tuple[str, ...], int, bool]] | None] = (
-    ContextVar("ocihook_pathsafe_remembered", default=None)
-)
+_Memory = dict[tuple[object, ...], tuple[tuple[str, ...], int, bool]]
+_REMEMBERED: ContextVar[_Memory | None] = ContextVar("ocihook_pathsafe_remembered", default=None)
+
+#: Walks longer than this, or nested deeper (each remembered prefix is walked by a nested
+#: call), are not remembered: the recursion stays bounded and keys small whatever a
+#: hostile tree's links hold (a link of 1,500 ``./`` components is legal).
+_REMEMBER_MAX = 64
 
 
 def resolve_in_root(root: str, path: str, *, max_links: int = MAX_LINKS) -> str:
@@ -276,7 +286,8 @@ def _walk(
     pending: list[str],
     max_links: int,
     shown: str,
-    memory: dict[tuple[object, ...], tuple[tuple[str, ...], int, bool]] | None,
+    memory: _Memory | None,
+    depth: int = 0,
 ) -> _State:
     """The walk of :func:`resolve_in_root` from ``done`` (components below ``root``, each
     a real directory or missing) through ``pending`` (components, reversed; consumed),
@@ -290,18 +301,18 @@ def _walk(
     is ELOOP, as it would be one component at a time."""
     links = 0
     nondir = False
-    fresh = memory is not None
+    fresh = memory is not None and depth < _REMEMBER_MAX
     while pending:
-        if fresh and memory is not None and len(pending) > 1:
+        if fresh and not nondir and memory is not None and 1 < len(pending) <= _REMEMBER_MAX:
             fresh = False
             key = (root, len(done), *done, *pending[1:])
             known = memory.get(key)
             if known is None:
                 reached, used, last = _walk(
-                    root, list(done), pending[1:], max_links - links, shown, memory
+                    root, list(done), pending[1:], max_links - links, shown, memory, depth + 1
                 )
                 known = memory[key] = (tuple(reached), used, last)
-            if links + known[1] > max_links:
+            if known[1] and links + known[1] > max_links:
                 raise _eloop(shown)
             done, links, nondir = list(known[0]), links + known[1], known[2]
             del pending[1:]
@@ -328,7 +339,7 @@ def _walk(
             if target.startswith("/"):
                 done.clear()
             pending.extend(_components(target))
-            fresh = True
+            fresh = memory is not None and depth < _REMEMBER_MAX
             continue
         done.append(part)
         nondir = not stat.S_ISDIR(mode)

@@ -1334,3 +1334,49 @@ def test_a_remembered_directory_needing_more_links_than_are_left_is_eloop(
     assert str(remembered.value) == str(plain.value)
     assert isinstance(remembered.value.__cause__, OSError)
     assert remembered.value.__cause__.errno == errno.ELOOP
+
+
+def test_remembered_resolutions_of_very_long_walks_agree(tmp_path: Path) -> None:
+    """A link of 1,500 ``./`` components is legal; a path as long too: in the scope they
+    resolve as outside it rather than recursing past Python's limit (found by a breaker:
+    RecursionError from ``cdi generate`` on such a driver tree)."""
+    (tmp_path / "usr/lib").mkdir(parents=True)
+    (tmp_path / "usr/lib/libcuda.so.1").write_bytes(b"")
+    (tmp_path / "lib").symlink_to("./" * 1500 + "usr/lib")
+    root = str(tmp_path)
+    queries = ["/lib/libcuda.so.1", "./" * 1200 + "usr/lib/libcuda.so.1", "/lib/x/../libcuda.so.1"]
+    plain = [_resolved_or_error(root, q, pathsafe.MAX_LINKS) for q in queries]
+    with pathsafe.RememberedResolutions():
+        assert [_resolved_or_error(root, q, pathsafe.MAX_LINKS) for q in queries] == plain
+    assert plain[0] == ("ok", str(tmp_path / "usr/lib/libcuda.so.1"))
+
+
+def test_remembered_resolutions_with_no_links_to_spare(tmp_path: Path) -> None:
+    """``max_links`` below zero follows no link but resolves a path that has none, in the
+    scope as outside it."""
+    (tmp_path / "a/b").mkdir(parents=True)
+    (tmp_path / "l").symlink_to("a")
+    root = str(tmp_path)
+    queries = ["a/b/c", "l/b/c", "a/b/c"]
+    for max_links in (-1, 0):
+        plain = [_resolved_or_error(root, q, max_links) for q in queries]
+        with pathsafe.RememberedResolutions():
+            assert [_resolved_or_error(root, q, max_links) for q in queries] == plain
+        assert plain[0] == ("ok", str(tmp_path / "a/b/c"))
+        assert plain[1][0] == "error"
+
+
+def test_one_remembered_resolutions_entered_twice_forgets_at_the_end(tmp_path: Path) -> None:
+    """The same instance used in a nested ``with`` leaves no memory behind it: a tree that
+    changes afterwards is walked again."""
+    (tmp_path / "a/b").mkdir(parents=True)
+    root = str(tmp_path)
+    scope = pathsafe.RememberedResolutions()
+    with scope:
+        with scope:
+            assert pathsafe.resolve_in_root(root, "a/b/c") == str(tmp_path / "a/b/c")
+        assert pathsafe._REMEMBERED.get() is not None  # the outer one still holds it
+    assert pathsafe._REMEMBERED.get() is None
+    (tmp_path / "a/b").rename(tmp_path / "a/real")
+    (tmp_path / "a/b").symlink_to("real")
+    assert pathsafe.resolve_in_root(root, "a/b/c") == str(tmp_path / "a/real/c")
