@@ -147,6 +147,23 @@ def _mig_names(strategies: Sequence[str], gpu: Gpu, pos: int, mig: MigDevice) ->
     return out
 
 
+def _check_hook_path(path: str) -> None:
+    """Refuse a container path the createContainer hook could not be given: ``::``
+    separates the fields of its ``--lib PATH::FLAGS`` and ``--link TARGET::LINK``.
+
+    Raises:
+        CdiError: ``path`` contains ``::``.
+    """
+    if "::" in path:
+        from .names import CdiError
+
+        raise CdiError(
+            "a driver file's path cannot contain '::' (it separates the fields of the "
+            "createContainer hook's --lib and --link arguments)",
+            path=path,
+        )
+
+
 def _common_edits(host: NvidiaHost, command: Sequence[str]) -> ContainerEdits:
     from ..discovery.nvidia import SUPPORTED_CAPABILITIES
 
@@ -162,6 +179,7 @@ def _common_edits(host: NvidiaHost, command: Sequence[str]) -> ContainerEdits:
         if lib.path in seen:
             continue
         seen.add(lib.path)
+        _check_hook_path(lib.path)
         mounts.append(Mount(lib.host_path, lib.path, LIBRARY_MOUNT_OPTIONS))
         directory = os.path.dirname(lib.path)
         soname_path = f"{directory}/{lib.soname}"
@@ -217,7 +235,8 @@ def generate_spec(
         their GPU, then ``all``).
 
     Raises:
-        CdiError: a malformed ``vendor``, ``device_class`` or strategy.
+        CdiError: a malformed ``vendor``, ``device_class`` or strategy; a driver
+            library path containing ``::`` (the hook's field separator).
         DiscoveryError: the host has no GPU.
 
     On a WSL2 host (``host.wsl`` and no enumerated GPU) the spec has the one device
@@ -480,7 +499,8 @@ def transform_root(spec: Spec, old: str, new: str, *, relative_to: str = "host")
     declared ``cdiVersion`` unless its content needs a newer one.
 
     Raises:
-        CdiError: ``old`` or ``new`` is not absolute, or ``relative_to`` is unknown.
+        CdiError: ``old`` or ``new`` is not absolute, ``relative_to`` is unknown, or
+            ``new`` contains ``::`` for container paths (the hook's field separator).
     """
     from .names import CdiError
 
@@ -490,6 +510,13 @@ def transform_root(spec: Spec, old: str, new: str, *, relative_to: str = "host")
     if relative_to not in ("host", "container"):
         raise CdiError("must be host or container", field="--relative-to", value=relative_to)
     host = relative_to == "host"
+    if not host and "::" in new:  # it would split the hook's --lib and --link fields
+        raise CdiError(
+            "cannot contain '::' (it separates the fields of the createContainer hook's "
+            "--lib and --link arguments)",
+            field="--to",
+            value=new,
+        )
 
     def swap(p: str) -> str:
         return _swap_prefix(p, old, new) if p else p

@@ -408,13 +408,14 @@ def _ipc_identity(root: HostRoot) -> list[list[object]]:
     """``[path, file type, inode]`` of each IPC path (:data:`~.records.IPC_PATHS`) in the
     driver root, ``None`` for one that is not there: a daemon's socket or the MPS
     directory that appears, goes or is made again makes a cached discovery stale."""
+    from ..linux.pathsafe import resolve_in_root
     from .records import IPC_PATHS
 
     out: list[list[object]] = []
     for _capability, path, _kind in IPC_PATHS:
-        try:
-            st = os.stat(root.driver(path))
-        except OSError:
+        try:  # resolved as find_ipcs resolves it: a /var/run -> /run link stays in the root
+            st = os.stat(resolve_in_root(root.driver_root, path))
+        except (OSError, DiscoveryError):
             out.append([path, None, None])
             continue
         out.append([path, st.st_mode & 0o170000, st.st_ino])

@@ -341,6 +341,23 @@ def test_transform_whole_components() -> None:
     )
 
 
+def test_a_path_the_hook_cannot_be_given_is_refused(host: NvidiaHost, spec: Spec) -> None:
+    """``::`` separates the fields of the hook's ``--lib PATH::FLAGS`` and ``--link
+    TARGET::LINK``: a library path with it, or a ``transform root`` to such a directory,
+    is an error when the spec is made, not at every container start (found by a
+    breaker: the hook refused the spec's arguments)."""
+    lib = host.libraries[0]
+    odd = lib.replace(path="/opt/nv::535/" + lib.path.rsplit("/", 1)[1])
+    with pytest.raises(CdiError, match="cannot contain '::'") as info:
+        generate_spec(host.replace(libraries=(odd, *host.libraries[1:])))
+    assert info.value.path == odd.path
+    with pytest.raises(CdiError, match="cannot contain '::'") as info:
+        transform_root(spec, "/usr/lib", "/opt/nv::535", relative_to="container")
+    assert info.value.field == "--to"
+    # host paths carry no hook field: a host directory with '::' is not refused there
+    assert transform_root(spec, "/usr/lib", "/opt/nv::535", relative_to="host").devices
+
+
 def test_gpu_dirs_of_devices(sim: Any, host: NvidiaHost) -> None:
     """The hook shows the /proc/driver/nvidia/gpus entries of exactly the GPUs whose nodes
     config.json lists; junk in linux.devices is ignored."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import socket
 from pathlib import Path
 
 import pytest
@@ -279,6 +281,36 @@ def test_an_ipc_path_that_comes_or_goes_makes_the_entry_stale(
     assert "/tmp/nvidia-mps" in ipc_paths()
     mps.rmdir()
     assert "/tmp/nvidia-mps" not in ipc_paths()
+
+
+def test_an_ipc_socket_behind_an_absolute_link_in_the_root_makes_the_entry_stale(
+    tmp_path: Path,
+) -> None:
+    """A driver root whose ``var/run`` is ``/run`` (a driver container's layout): the key
+    looks where discovery looks, inside the root, not at the host's ``/run`` the link
+    names (found by a breaker: a persistenced socket appearing in the root kept the
+    stale entry)."""
+    sim = simhost.build(str(tmp_path / "root"), make_dev_nodes=False)
+    root, cache_dir = _root(sim), str(tmp_path / "cache")
+    var_run = Path(sim.root, "var/run")
+    if var_run.is_dir() and not var_run.is_symlink():
+        shutil.rmtree(var_run)
+    var_run.parent.mkdir(parents=True, exist_ok=True)
+    var_run.symlink_to("/run")
+    sockets = Path(sim.root, "run/nvidia-persistenced")
+    sockets.mkdir(parents=True)
+
+    def ipc_paths() -> list[str]:
+        host = discover_cached(root, cache_dir=cache_dir)
+        assert host == discover(root)  # never stale
+        return [f.path for f in host.files if f.kind == "ipc"]
+
+    discover_cached(root, cache_dir=cache_dir, warm=True)  # the boot unit: makes the dir
+    assert "/var/run/nvidia-persistenced/socket" not in ipc_paths()
+    assert len(list(Path(cache_dir).iterdir())) == 1
+    with socket.socket(socket.AF_UNIX) as daemon:
+        daemon.bind(str(sockets / "socket"))  # the daemon starts after the boot unit
+        assert "/var/run/nvidia-persistenced/socket" in ipc_paths()
 
 
 def test_warm_rediscovers_and_replaces_the_entry(tmp_path: Path) -> None:
