@@ -428,7 +428,11 @@ def _cmd_edit(ns: Any) -> int:
         f"{count} GPU{'' if count == 1 else 's'}, "
         f"{len(edits.device_nodes)} device nodes, "
         f"{len(edits.mounts)} mounts, {len(edits.symlinks)} links"
-        + (" (made in the rootfs, with its ld.so.cache)" if result.in_rootfs else "")
+        + (
+            f" ({'to be ' if ns.dry_run else ''}made in the rootfs, with its ld.so.cache)"
+            if result.in_rootfs
+            else ""
+        )
     )
     if ns.diff:
         import difflib

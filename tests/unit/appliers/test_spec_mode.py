@@ -399,7 +399,9 @@ def test_diff_compares_documents_not_formatting(sim: simhost.SimulatedHost, tmp_
     proc = _run_cli("edit", "-b", str(b), "--dry-run", *roots)
     assert proc.returncode == 0
     assert "would add 1 GPU, 4 device nodes, 11 mounts, 10 links" in proc.stdout.decode()
+    assert "(to be made in the rootfs, with its ld.so.cache)" in proc.stdout.decode()
     assert (b / "config.json").read_bytes() == before
+    assert sorted(os.listdir(b / "rootfs")) == []  # nothing was made there
 
 
 def test_missing_driver_root_is_named(tmp_path: Any) -> None:
