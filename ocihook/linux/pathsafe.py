@@ -301,7 +301,8 @@ def _walk(
     is ELOOP, as it would be one component at a time."""
     links = 0
     nondir = False
-    fresh = memory is not None and depth < _REMEMBER_MAX
+    remember = memory is not None and depth < _REMEMBER_MAX
+    fresh = remember  # at the start, and again after each link
     while pending:
         if fresh and not nondir and memory is not None and 1 < len(pending) <= _REMEMBER_MAX:
             fresh = False
@@ -339,7 +340,7 @@ def _walk(
             if target.startswith("/"):
                 done.clear()
             pending.extend(_components(target))
-            fresh = memory is not None and depth < _REMEMBER_MAX
+            fresh = remember
             continue
         done.append(part)
         nondir = not stat.S_ISDIR(mode)
