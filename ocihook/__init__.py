@@ -52,27 +52,11 @@ if TYPE_CHECKING:
     from .discovery.nvidia import DriverLibrary, Gpu, HostDeviceNode, NvidiaHost, discover
     from .discovery.records import DrmGpu, DrmHost
     from .oci.bundle import Bundle, State, load_bundle, parse_state, write_json_atomic
-    from .plan import (
-        CgroupRule,
-        ContainerEdits,
-        ContainerLayout,
-        DeviceNode,
-        Hook,
-        Mount,
-        Plan,
-        Symlink,
-        make_drm_plan,
-        make_plan,
-        merge_plans,
-    )
-    from .request import (
-        DrmRequest,
-        Request,
-        drm_request_from_env,
-        request_from_env,
-        request_from_spec,
-        select_gpus,
-    )
+    from .plan.build import ContainerLayout, make_drm_plan, make_plan, merge_plans
+    from .plan.edits import CgroupRule, ContainerEdits, DeviceNode, Hook, Mount, Plan, Symlink
+    from .plan.select import select_gpus
+    from .request.drm import DrmRequest, drm_request_from_env
+    from .request.nvidia import Request, request_from_env, request_from_spec
     from .settings import Options, hook_command
 
 #: Public name -> module that defines it.
@@ -112,23 +96,23 @@ _EXPORTS = {
     "StateError": "core.errors",
     "exit_code_for": "core.errors",
     "HostRoot": "core.hostroot",
-    "CgroupRule": "plan",
-    "ContainerEdits": "plan",
-    "ContainerLayout": "plan",
-    "DeviceNode": "plan",
-    "Hook": "plan",
-    "Mount": "plan",
-    "Plan": "plan",
-    "Symlink": "plan",
-    "make_drm_plan": "plan",
-    "make_plan": "plan",
-    "merge_plans": "plan",
-    "DrmRequest": "request",
-    "drm_request_from_env": "request",
-    "Request": "request",
-    "request_from_env": "request",
-    "request_from_spec": "request",
-    "select_gpus": "request",
+    "CgroupRule": "plan.edits",
+    "ContainerEdits": "plan.edits",
+    "ContainerLayout": "plan.build",
+    "DeviceNode": "plan.edits",
+    "Hook": "plan.edits",
+    "Mount": "plan.edits",
+    "Plan": "plan.edits",
+    "Symlink": "plan.edits",
+    "make_drm_plan": "plan.build",
+    "make_plan": "plan.build",
+    "merge_plans": "plan.build",
+    "DrmRequest": "request.drm",
+    "drm_request_from_env": "request.drm",
+    "Request": "request.nvidia",
+    "request_from_env": "request.nvidia",
+    "request_from_spec": "request.nvidia",
+    "select_gpus": "plan.select",
 }
 
 __all__ = [

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 
 from .core.records import Record
-from .request import RequestPolicy
+from .request.policy import RequestPolicy
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
 if TYPE_CHECKING:

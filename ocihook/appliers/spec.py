@@ -56,26 +56,12 @@ from ..core.records import Record
 from ..linux.pathsafe import create_file_in_root, makedirs_in_root, open_root, remove_in_root
 from ..oci.bundle import Bundle, dump_json, load_bundle, write_json_atomic
 from ..oci.edit import child_list, child_object, copy_json, set_env
-from ..pipeline import (
-    _drm_requests_beside_cdi,
-    _has_annotation_request,
-    cdi_device_names,
-    plan_for_bundle,
-)
-from ..plan import (
-    ContainerEdits,
-    Hook,
-    Mount,
-    Plan,
-    ProcMask,
-)
-from ..request import (
-    Request,
-    drm_requests_from_spec,
-    ignored_by_policy,
-    policy_note,
-    request_from_spec,
-)
+from ..pipeline.bundle import plan_for_bundle
+from ..pipeline.cdinames import cdi_device_names, drm_requests_beside_cdi, has_annotation_request
+from ..plan.edits import ContainerEdits, Hook, Mount, Plan, ProcMask
+from ..request.drm import drm_requests_from_spec
+from ..request.nvidia import Request, request_from_spec
+from ..request.policy import ignored_by_policy, policy_note
 from ..settings import HOOK_ENV, HOOK_TIMEOUT, Options, hook_command
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
@@ -622,7 +608,7 @@ def edit_bundle(
         request = request_from_spec(bundle.config, path=bundle.config_path, policy=options.policy)
     except RequestError:
         # annotations replace the environment's request (the toolkit does not read it then)
-        if not _has_annotation_request(bundle.config, options):
+        if not has_annotation_request(bundle.config, options):
             raise
         request = Request("void", source="annotations")
     ignored = ignored_by_policy(bundle.config, options.policy, options.annotation_prefixes)
@@ -762,7 +748,7 @@ def _edit_request(
     except OcihookError as e:
         raise e.with_path(bundle.config_path) from None
     if cdi_names:
-        beside = _drm_requests_beside_cdi(bundle.config, options, bundle.config_path)
+        beside = drm_requests_beside_cdi(bundle.config, options, bundle.config_path)
         drm_plan = None
         if beside:
             void = Request("void", source=request.source)

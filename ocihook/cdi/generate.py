@@ -41,7 +41,8 @@ import os
 
 from ..core.errors import DiscoveryError
 from ..core.records import Record
-from ..plan import IPC_MOUNT_OPTIONS, LIBRARY_MOUNT_OPTIONS, development_links, node_groups
+from ..plan.build import development_links, node_groups
+from ..plan.edits import IPC_MOUNT_OPTIONS, LIBRARY_MOUNT_OPTIONS
 from .names import validate_class, validate_device_name, validate_vendor
 from .spec import ContainerEdits, Device, DeviceNode, Hook, Mount, Spec, minimum_version
 
@@ -311,7 +312,7 @@ def _generate_wsl_spec(host: NvidiaHost, kind: str, hook_command: Sequence[str] 
     soname links, the ``/usr/bin/nvidia-smi`` link and the ``ld.so.cache`` (CUDA forward
     compatibility when the driver version is known; no ``/proc/driver/nvidia`` mask:
     WSL2 has none)."""
-    from ..plan import wsl_edits
+    from ..plan.build import wsl_edits
     from ..settings import hook_command as default_command
 
     wsl = host.wsl
@@ -371,7 +372,7 @@ def generate_drm_spec(
     Raises:
         DiscoveryError: the host has no GPU of the vendor.
     """
-    from ..request import DRM_VARIABLES
+    from ..request.drm import DRM_VARIABLES
     from ..settings import hook_command as default_command
 
     if not host.gpus:

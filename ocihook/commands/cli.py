@@ -422,7 +422,8 @@ def _check_libraries(host: Any, classes: set[int]) -> list[str]:
 def _drm_list_nodes(host: Any, devices: Sequence[str]) -> list[str]:
     """Host paths of ``host``'s shared nodes and the nodes of its GPUs (all, or those
     ``devices`` names in the vendor's request forms)."""
-    from ..request import drm_request_from_env, select_drm_gpus
+    from ..plan.select import select_drm_gpus
+    from ..request.drm import drm_request_from_env
 
     raw = ",".join(devices) or "all"
     request = drm_request_from_env(
@@ -442,7 +443,8 @@ def _list_nvidia(
     compat32: bool,
     kinds: tuple[bool, bool, bool, bool],
 ) -> None:
-    from ..request import request_from_env, select_gpus
+    from ..plan.select import select_gpus
+    from ..request.nvidia import request_from_env
 
     libraries, binaries, ipcs, firmwares = kinds
     wanted = request_from_env(
@@ -519,9 +521,11 @@ def plan(
     from ..discovery.drm import discover_vendor
     from ..discovery.nvidia import discover
     from ..oci.bundle import load_bundle
-    from ..pipeline import layout_for_rootfs
-    from ..plan import make_drm_plan, make_plan, merge_plans
-    from ..request import drm_requests_from_spec, ignored_by_policy, policy_note, request_from_spec
+    from ..pipeline.bundle import layout_for_rootfs
+    from ..plan.build import make_drm_plan, make_plan, merge_plans
+    from ..request.drm import drm_requests_from_spec
+    from ..request.nvidia import request_from_spec
+    from ..request.policy import ignored_by_policy, policy_note
     from ..settings import options_from_config
 
     b = load_bundle(bundle)

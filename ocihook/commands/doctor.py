@@ -1124,7 +1124,7 @@ def read_image_env(path: str) -> tuple[dict[str, str], dict[str, Any]]:
         RequestError: the file cannot be read or holds no environment.
     """
     from ..core.errors import RequestError
-    from ..request import parse_env
+    from ..request.sources import parse_env
 
     text = _read(path, 16 << 20)
     if text is None:
@@ -1180,7 +1180,7 @@ def _compat_library(rootfs: str | None) -> tuple[str, str] | None:
     if rootfs is None:
         return None
     from ..linux.pathsafe import resolve_in_root
-    from ..requirements import version_key
+    from ..request.requirements import version_key
 
     try:
         d = resolve_in_root(rootfs, "/usr/local/cuda/compat")
@@ -1210,7 +1210,7 @@ def _compat_check(ctx: Context, rootfs: str | None) -> Check | None:
     if found is None or not driver:
         return None
     from ..linux.elfscan import cuda_compat_note
-    from ..plan import CudaCompat
+    from ..plan.compat import CudaCompat
 
     version, path = found
     rule = CudaCompat(
@@ -1241,8 +1241,9 @@ def check_request(
     why, and its requirements checked against this host (the CUDA version from
     :func:`check_host`, whatever the source). SKIP without a bundle or an env."""
     from ..core.errors import RequestError
-    from ..plan import ContainerLayout, make_plan
-    from ..request import request_from_env, request_from_spec, select_gpus, void_reason
+    from ..plan.build import ContainerLayout, make_plan
+    from ..plan.select import select_gpus
+    from ..request.nvidia import request_from_env, request_from_spec, void_reason
 
     if env is None and bundle is None:
         return [
@@ -1261,8 +1262,8 @@ def check_request(
     try:
         if bundle is not None:
             from ..oci.bundle import load_bundle
-            from ..pipeline import layout_for_rootfs
-            from ..request import env_from_spec
+            from ..pipeline.bundle import layout_for_rootfs
+            from ..request.sources import env_from_spec
 
             b = load_bundle(bundle)
             config = b.config
@@ -1353,7 +1354,7 @@ def _requirements_check(
     ctx: Context, request: Any, gpus: Sequence[Any], rootfs: str | None
 ) -> Check:
     from ..core.errors import RequestError
-    from ..requirements import check
+    from ..request.requirements import check
 
     if not request.requirements:
         return Check("request", "requirements", "PASS", "no NVIDIA_REQUIRE_* and no CUDA_VERSION")
@@ -1391,7 +1392,7 @@ def check_upgrade(ctx: Context, env: Mapping[str, str], driver_version: str) -> 
     CUDA version of its branch (:data:`CUDA_BY_BRANCH`); ``arch``/``brand`` of this host's
     GPUs (the GPUs stay)."""
     from ..core.errors import RequestError
-    from ..requirements import check, requirements_from_env, version_key
+    from ..request.requirements import check, requirements_from_env, version_key
 
     name = f"driver {driver_version}"
     if version_key(driver_version) is None:

@@ -371,7 +371,7 @@ def _cmd_edit(ns: Any) -> int:
         ns.bundle, host_root_from(ns, cfg), dry_run=ns.dry_run, options=options_from_config(cfg)
     )
     if result.ignored and (result.cdi_devices or result.plan is not None):
-        from ..request import policy_note
+        from ..request.policy import policy_note
 
         print(
             f"ocihook: {result.bundle.config_path}: {policy_note(result.ignored)}", file=sys.stderr
@@ -407,7 +407,7 @@ def _cmd_edit(ns: Any) -> int:
         if edited:
             why = "already edited by ocihook"
         elif result.ignored:
-            from ..request import policy_note
+            from ..request.policy import policy_note
 
             why = "nothing requested: " + policy_note(result.ignored)
         else:
@@ -544,7 +544,8 @@ def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
         return 2
     if ns.stage in INJECT_STAGES:
         from ..core import log
-        from ..request import drm_requests_from_spec, request_from_spec
+        from ..request.drm import drm_requests_from_spec
+        from ..request.nvidia import request_from_spec
         from ..settings import options_from_config
 
         cfg = load_settings(ns, trust_environment=False)
@@ -552,7 +553,7 @@ def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
         options = options_from_config(cfg)
         request = request_from_spec(b.config, path=b.config_path, policy=options.policy)
         drm_requests = drm_requests_from_spec(b.config, path=b.config_path, policy=options.policy)
-        from ..request import ignored_by_policy, policy_note
+        from ..request.policy import ignored_by_policy, policy_note
 
         # hook mode has no CDI path: annotations are never read here
         ignored = ignored_by_policy(b.config, options.policy, ())
@@ -561,7 +562,7 @@ def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
             log.info("request ignored", stage=ns.stage, reason=note)
             print(f"ocihook: {b.config_path}: {note}", file=sys.stderr)
         if request.is_void and not drm_requests:
-            from ..request import void_reason
+            from ..request.nvidia import void_reason
 
             log.debug(
                 "nothing requested",
@@ -596,7 +597,7 @@ def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
     from ..appliers import live
 
     if ns.stage == "create-container":
-        from ..plan import ProcMask
+        from ..plan.edits import ProcMask
 
         mask = None
         if ns.mask_proc:
@@ -625,14 +626,15 @@ def parse_cuda_compat_arg(value: str) -> Any:
         ApplyError: a relative ``DIR``, or versions that are not dot-separated numbers.
     """
     from ..core.errors import ApplyError
-    from ..plan import CudaCompat, _version_tuple
+    from ..core.vocab import version_tuple
+    from ..plan.compat import CudaCompat
 
     directory, _, rest = value.partition("::")
     host, _, cuda = rest.partition("::")
-    driver_ok = (host.isascii() and host.isdigit() and len(host) <= 9) or _version_tuple(
+    driver_ok = (host.isascii() and host.isdigit() and len(host) <= 9) or version_tuple(
         host
     ) is not None
-    cuda_ok = not cuda or _version_tuple(cuda) is not None
+    cuda_ok = not cuda or version_tuple(cuda) is not None
     if not directory.startswith("/") or not driver_ok or not cuda_ok:
         raise ApplyError(
             "--cuda-compat must be DIR::HOST_DRIVER[::HOST_CUDA]",

@@ -390,7 +390,8 @@ def _add_legacy_hook(bundle_dir: str, cfg: Config) -> bool:
     from ..config import DEFAULT_PATH as DEFAULT_CONFIG
     from ..core.errors import SpecError
     from ..oci.bundle import load_bundle, write_json_atomic
-    from ..request import drm_requests_from_spec, request_from_spec
+    from ..request.drm import drm_requests_from_spec
+    from ..request.nvidia import request_from_spec
     from ..settings import options_from_config
 
     b = load_bundle(bundle_dir)
@@ -495,8 +496,8 @@ def _with_device_rules(b: Any, request: Any, cfg: Config, options: Any) -> dict[
     import json
 
     from ..oci.edit import child_list, child_object
-    from ..pipeline import plan_for_bundle
-    from ..request import drm_requests_from_spec
+    from ..pipeline.bundle import plan_for_bundle
+    from ..request.drm import drm_requests_from_spec
 
     drm = drm_requests_from_spec(b.config, path=b.config_path)
     plan = plan_for_bundle(b, request, cfg.host_root(), options, "runtime legacy", drm)
@@ -549,7 +550,7 @@ def _prepare(bundle_dir: str, cfg: Config, mask_by_caller: bool = False) -> tupl
         durable=False,  # runc reads it at once; the engine remakes a bundle after a crash
     )
     if result.ignored:
-        from ..request import policy_note
+        from ..request.policy import policy_note
 
         print(
             f"{PROG}: {result.bundle.config_path}: {policy_note(result.ignored)}", file=sys.stderr

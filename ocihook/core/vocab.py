@@ -1,5 +1,6 @@
 """The field's shared vocabulary, defined once: driver capabilities, GPU UUIDs, PCI bus ids,
-version numbers, CDI vendor/class names and the toolkit's volume-mount directory.
+version numbers, CDI vendor/class names, the toolkit's volume-mount directory and the
+IMEX channel range.
 
 Pure functions over strings; no imports (not even :mod:`re`: this module is on every
 container start).
@@ -26,6 +27,9 @@ IMPLIED_CAPABILITIES: dict[str, tuple[str, ...]] = {
 #: Where ``accept-nvidia-visible-devices-as-volume-mounts`` reads requests from (the
 #: toolkit's ``/var/run/nvidia-container-devices/<device>`` mounts).
 VOLUME_MOUNT_DIR = "/var/run/nvidia-container-devices"
+#: IMEX channel numbers are minors of the ``nvidia-caps-imex-channels`` major: below
+#: ``1 << MINORBITS`` (``include/linux/kdev_t.h``).
+IMEX_CHANNEL_LIMIT = 1 << 20
 
 _HEX = frozenset("0123456789abcdefABCDEF")
 _FUNCTIONS = ("0", "1", "2", "3", "4", "5", "6", "7")

@@ -40,10 +40,9 @@ from __future__ import annotations
 import os
 import stat
 
-from ..core.errors import DiscoveryError, RequestError
+from ..core.errors import DiscoveryError
 from ..core.hostroot import HostRoot, listdir, read_optional_text, read_text
-from ..core.vocab import parse_bus_id
-from ..core.vocab import sysfs_bus_id as vocab_sysfs_bus_id
+from ..core.vocab import IMEX_CHANNEL_LIMIT, parse_bus_id, sysfs_bus_id
 from ..linux.pathsafe import resolve_in_root
 from .procfs import (
     canonical_bus_id,
@@ -80,7 +79,6 @@ __all__ = [
     "mofed_nodes",
     "nvswitch_nodes",
     "parse_driver_ver",
-    "sysfs_bus_id",
     "windows_to_nvidia_version",
     "wsl_devices",
     "wsl_driver_version",
@@ -105,8 +103,6 @@ MISC_MAJOR = 10
 IB_UVERBS_MAJOR = 231
 IB_UVERBS_BASE_MINOR = 192
 IB_UVERBS_NUM_FIXED_MINOR = 32
-#: IMEX channel numbers are minors: below ``1 << MINORBITS`` (``include/linux/kdev_t.h``).
-IMEX_CHANNEL_LIMIT = 1 << 20
 #: Largest major a ``dev_t`` holds (12 bits) and one past the largest minor (20 bits).
 _MAJOR_LIMIT = 1 << 12
 _MINOR_LIMIT = 1 << 20
@@ -134,22 +130,6 @@ WSL_DRIVER_STORE_FILES: tuple[str, ...] = (
 
 
 # -- parsers (pure) -----------------------------------------------------------------------
-
-
-def sysfs_bus_id(bus_id: str) -> str:
-    """The sysfs name of a PCI address: ``00000000:3B:00.0`` -> ``0000:3b:00.0``.
-
-    sysfs prints the domain with at least 4 hex digits (``%04x:%02x:%02x.%d``,
-    ``drivers/pci/probe.c``, ``pci_setup_device``); NVML and the driver's procfs use 8.
-
-    Raises:
-        RequestError: ``bus_id`` is not a PCI address (``DDDD:BB:DD.F`` or with an 8-digit
-            domain).
-    """
-    key = parse_bus_id(bus_id)
-    if key is None:
-        raise RequestError("malformed PCI bus id", value=bus_id, hint="expected DDDDDDDD:BB:DD.F")
-    return vocab_sysfs_bus_id(key)
 
 
 # -- helpers that read the host ------------------------------------------------------------
@@ -326,12 +306,15 @@ def dri_nodes(root: HostRoot, bus_id: str) -> DriDevices:
         directory for the GPU (``nvidia-drm.ko`` not loaded).
 
     Raises:
-        RequestError: ``bus_id`` is not a PCI address.
-        DiscoveryError: a ``dev`` attribute that is not ``226:N`` for its ``cardN`` /
-            ``renderDN`` (naming the file); two cards or two render nodes for one GPU; a
-            host node that is not the char device it should be ("invalid device node").
+        DiscoveryError: ``bus_id`` is not a PCI address; a ``dev`` attribute that is not
+            ``226:N`` for its ``cardN`` / ``renderDN`` (naming the file); two cards or two
+            render nodes for one GPU; a host node that is not the char device it should be
+            ("invalid device node").
     """
-    sys_id = sysfs_bus_id(bus_id)
+    key = parse_bus_id(bus_id)
+    if key is None:
+        raise DiscoveryError("malformed PCI bus id", value=bus_id, hint="expected DDDDDDDD:BB:DD.F")
+    sys_id = sysfs_bus_id(key)
     canonical, _ = canonical_bus_id(bus_id, path="")
     found = drm_dir_nodes(root, root.sys(f"bus/pci/devices/{sys_id}/drm"))
     links = tuple(
@@ -385,35 +368,6 @@ def drm_dir_nodes(root: HostRoot, drm_dir: str) -> dict[str, HostDeviceNode]:
 # -- IMEX ---------------------------------------------------------------------------------
 
 
-def _channel_numbers(channels: object) -> list[int]:
-    """Validate explicit IMEX channel numbers; sorted, without duplicates."""
-    if isinstance(channels, str | bytes):
-        raise RequestError(
-            "IMEX channels must be 'all' or channel numbers",
-            field="NVIDIA_IMEX_CHANNELS",
-            value=channels,
-        )
-    try:
-        items = list(channels)  # type: ignore[call-overload]
-    except TypeError:
-        raise RequestError(
-            "IMEX channels must be 'all' or channel numbers",
-            field="NVIDIA_IMEX_CHANNELS",
-            value=channels,
-        ) from None
-    numbers = set()
-    for n in items:
-        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n < IMEX_CHANNEL_LIMIT:
-            raise RequestError(
-                "IMEX channel out of range",
-                field="NVIDIA_IMEX_CHANNELS",
-                value=n,
-                hint=f"a channel is an integer from 0 to {IMEX_CHANNEL_LIMIT - 1}",
-            )
-        numbers.add(n)
-    return sorted(numbers)
-
-
 def imex_channel_nodes(
     root: HostRoot,
     majors: Mapping[str, int],
@@ -428,7 +382,9 @@ def imex_channel_nodes(
     Args:
         root: where to read from.
         majors: character majors by name, from ``/proc/devices``.
-        channels: channel numbers (in any order, repeats allowed), or ``"all"``: every
+        channels: channel numbers below :data:`IMEX_CHANNEL_LIMIT` (in any order, repeats
+            allowed; :attr:`ocihook.request.nvidia.Request.imex_channel_numbers` checks a
+            request's), or ``"all"``: every
             ``channel<N>`` node that exists under the dev root (as the toolkit's
             ``pkg/nvcdi/lib-imex.go`` globs ``channel*``; other names are ignored).
 
@@ -438,8 +394,6 @@ def imex_channel_nodes(
         node). ``"all"`` on a driver without the IMEX major gives ``()``.
 
     Raises:
-        RequestError: a channel that is not an integer in ``[0, 2**20)`` (naming it), or
-            ``channels`` neither ``"all"`` nor numbers.
         DiscoveryError: explicit channels on a driver that registers no
             ``nvidia-caps-imex-channels`` major; a host node that is not the char device
             it should be ("invalid device node").
@@ -450,7 +404,7 @@ def imex_channel_nodes(
             return ()
         numbers = _numbered(listdir(root.dev(_IMEX_DIR), "IMEX channels"), "channel")
     else:
-        numbers = _channel_numbers(channels)
+        numbers = sorted(set(channels))
         if numbers and major is None:
             raise DiscoveryError(
                 "the driver provides no IMEX channels",

@@ -105,7 +105,8 @@ def test_import_is_cheap() -> None:
 
 def test_spec_mode_path_avoids_heavy_modules() -> None:
     loaded = _modules_after(
-        "import ocihook.appliers.spec, ocihook.discovery.nvidia, ocihook.plan, ocihook.request"
+        "import ocihook.appliers.spec, ocihook.discovery.nvidia, ocihook.plan.build, "
+        "ocihook.request.nvidia"
     ) - _modules_after("pass")
     assert not (
         {"click", "jsonschema", "yaml", "elftools", "dataclasses", "typing", "argparse", "tempfile"}

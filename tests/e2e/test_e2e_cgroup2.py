@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 from support import edit_cli, need_root_and, register_hook, with_mknod_cap
 
-from ocihook.plan import CgroupRule
+from ocihook.plan.edits import CgroupRule
 from ocihook.sim import host as simhost
 from ocihook.sim import vendors as simvendors
 

@@ -223,7 +223,8 @@ def target_elf(data: bytes) -> None:
 def target_config_json(data: bytes) -> None:
     from ocihook.cdi.names import parse_annotations
     from ocihook.oci.bundle import load_bundle
-    from ocihook.request import drm_requests_from_spec, request_from_spec
+    from ocihook.request.drm import drm_requests_from_spec
+    from ocihook.request.nvidia import request_from_spec
 
     with tempfile.TemporaryDirectory() as d:
         with open(os.path.join(d, "config.json"), "wb") as f:
@@ -301,8 +302,9 @@ def _sim_host() -> Any:
 def target_env(data: bytes) -> None:
     """Environment values: NUL-separated ``NAME=value`` words (as the kernel passes them),
     the request read from them, the GPUs selected and the plan made on the simulated host."""
-    from ocihook.plan import ContainerLayout, make_plan
-    from ocihook.request import drm_requests_from_spec, request_from_spec
+    from ocihook.plan.build import ContainerLayout, make_plan
+    from ocihook.request.drm import drm_requests_from_spec
+    from ocihook.request.nvidia import request_from_spec
 
     text = data.decode("utf-8", "surrogateescape")
     env = [w for w in text.split("\0") if w]

@@ -18,8 +18,9 @@ from ocihook.core.errors import ApplyError
 from ocihook.core.hostroot import HostRoot
 from ocihook.discovery.nvidia import discover
 from ocihook.linux import ldcache, pathsafe
-from ocihook.plan import ContainerLayout, Plan, make_plan
-from ocihook.request import request_from_env
+from ocihook.plan.build import ContainerLayout, make_plan
+from ocihook.plan.edits import Plan
+from ocihook.request.nvidia import request_from_env
 
 pytestmark = pytest.mark.realistic
 

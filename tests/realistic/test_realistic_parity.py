@@ -29,8 +29,8 @@ from ocihook.appliers.spec import edit_bundle
 from ocihook.cdi.generate import generate_spec
 from ocihook.core.hostroot import HostRoot
 from ocihook.discovery.nvidia import discover
-from ocihook.plan import ContainerLayout, make_plan
-from ocihook.request import request_from_env
+from ocihook.plan.build import ContainerLayout, make_plan
+from ocihook.request.nvidia import request_from_env
 
 pytestmark = pytest.mark.realistic
 

@@ -26,7 +26,7 @@ from ocihook.config import (
     load_schema,
 )
 from ocihook.core.hostroot import HostRoot
-from ocihook.request import ALL_CAPABILITIES
+from ocihook.request.nvidia import ALL_CAPABILITIES
 
 SPEC_SCHEMA_PATH = os.path.join(REPO, "specs", "config.schema.json")
 PACKAGE_SCHEMA_PATH = os.path.join(REPO, "ocihook", "schemas", "config.schema.json")

@@ -14,8 +14,8 @@ from support import REPO
 from ocihook.core.errors import RequestError
 from ocihook.core.hostroot import HostRoot
 from ocihook.discovery.nvidia import NvidiaHost, discover
-from ocihook.plan import ContainerLayout, make_plan
-from ocihook.request import request_from_env
+from ocihook.plan.build import ContainerLayout, make_plan
+from ocihook.request.nvidia import request_from_env
 from ocihook.sim import host as simhost
 
 with open(os.path.join(REPO, "specs/plan.schema.json")) as _f:

@@ -11,8 +11,10 @@ from ocihook.core.errors import RequestError
 from ocihook.core.hostroot import HostRoot
 from ocihook.discovery.driverfiles import select_libraries
 from ocihook.discovery.nvidia import NvidiaHost, discover
-from ocihook.plan import IPC_MOUNT_OPTIONS, ContainerLayout, Plan, make_plan
-from ocihook.request import Request, request_from_env, select_devices
+from ocihook.plan.build import ContainerLayout, make_plan
+from ocihook.plan.edits import IPC_MOUNT_OPTIONS, Plan
+from ocihook.plan.select import select_devices
+from ocihook.request.nvidia import Request, request_from_env
 from ocihook.sim import host as simhost
 
 

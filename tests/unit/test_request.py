@@ -8,14 +8,14 @@ from hypothesis import strategies as st
 
 from ocihook.core.errors import RequestError, SpecError
 from ocihook.discovery.nvidia import Gpu
-from ocihook.request import (
+from ocihook.plan.select import select_gpus
+from ocihook.request.nvidia import (
     ALL_CAPABILITIES,
     DEFAULT_CAPABILITIES,
-    parse_env,
     request_from_env,
     request_from_spec,
-    select_gpus,
 )
+from ocihook.request.sources import parse_env
 
 UUIDS = [
     "GPU-11111111-2222-3333-4444-555555555555",
@@ -164,7 +164,7 @@ def test_cdi_names_are_refused_for_now() -> None:
     ],
 )
 def test_classify(item: str, kind: str | None) -> None:
-    from ocihook.request import classify_device
+    from ocihook.request.nvidia import classify_device
 
     assert classify_device(item) == kind
 

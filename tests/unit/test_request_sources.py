@@ -13,9 +13,11 @@ import pytest
 from ocihook.core.errors import RequestError
 from ocihook.core.hostroot import HostRoot
 from ocihook.discovery.nvidia import discover
-from ocihook.pipeline import request_device_nodes
-from ocihook.plan import ContainerLayout, make_plan
-from ocihook.request import VOLUME_MOUNT_DIR, RequestPolicy, request_from_spec
+from ocihook.pipeline.extras import request_device_nodes
+from ocihook.plan.build import ContainerLayout, make_plan
+from ocihook.request.nvidia import request_from_spec
+from ocihook.request.policy import RequestPolicy
+from ocihook.request.sources import VOLUME_MOUNT_DIR
 from ocihook.sim import host as simhost
 
 
@@ -97,6 +99,44 @@ def test_features_and_imex() -> None:
     assert r.kind == "none" and r.imex_channels == ("1",)
 
 
+@pytest.mark.parametrize(
+    ("value", "bad"),
+    [
+        ("1048576", "1048576"),
+        ("1048577", "1048577"),
+        ("9999999", "9999999"),
+        ("0,2000000", "2000000"),
+        ("all,1048576", "1048576"),
+        (" 3 , 1048576 ", "1048576"),
+    ],
+)
+def test_imex_channel_out_of_range_refused(value: str, bad: str) -> None:
+    """A channel is a minor: below 2**20 (``MINORBITS``); the request says which entry."""
+    with pytest.raises(RequestError, match="IMEX channel out of range") as e:
+        request_from_spec(_config([f"NVIDIA_IMEX_CHANNELS={value}"]), path="/b/config.json")
+    assert e.value.value == bad
+    assert e.value.field == "process.env[NVIDIA_IMEX_CHANNELS]"
+    assert e.value.path == "/b/config.json"
+    assert "1048575" in str(e.value)
+
+
+@pytest.mark.parametrize("bad", ["-1", "1.5", "some", "0x1"])
+def test_imex_malformed_channel_refused(bad: str) -> None:
+    with pytest.raises(RequestError, match="malformed IMEX channel") as e:
+        request_from_spec(_config([f"NVIDIA_IMEX_CHANNELS=0,{bad}"]))
+    assert e.value.value == bad
+
+
+def test_imex_channel_numbers_for_discovery() -> None:
+    """Discovery takes channel numbers (or ``all``), never the request's text."""
+    r = request_from_spec(_config(["NVIDIA_IMEX_CHANNELS=1048575,3,0,3"]))
+    assert r.imex_channels == ("1048575", "3", "0")
+    assert r.imex_channel_numbers == (1048575, 3, 0)
+    r = request_from_spec(_config(["NVIDIA_IMEX_CHANNELS=2,all"]))
+    assert r.imex_channel_numbers == "all"
+    assert request_from_spec(_config(["NVIDIA_VISIBLE_DEVICES=0"])).imex_channel_numbers == ()
+
+
 def test_extra_nodes_in_the_plan(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
     root = str(tmp_path / "host")
     subprocess.run(["cp", "-a", sim.root, root], check=True)
@@ -166,7 +206,7 @@ def test_gds_brings_its_nodes_and_mounts(
     from support import need_root_and, register_hook
 
     from ocihook.appliers.spec import edit_bundle
-    from ocihook.pipeline import request_mounts
+    from ocihook.pipeline.extras import request_mounts
     from ocihook.sim.demo import run_container
 
     root = str(tmp_path / "host")

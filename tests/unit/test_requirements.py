@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from ocihook.core.errors import RequestError
 from ocihook.discovery.records import Gpu
-from ocihook.requirements import (
+from ocihook.request.requirements import (
     DISABLE_REQUIRE_TRUE,
     KEYS,
     OPERATORS,
@@ -498,7 +498,7 @@ def test_import_adds_no_heavy_modules() -> None:
         "import sys\n"
         "import ocihook.core.errors, ocihook.core.records\n"
         "before = set(sys.modules)\n"
-        "import ocihook.requirements\n"
+        "import ocihook.request.requirements\n"
         "print(sorted({'dataclasses', 'typing', 're'} & (set(sys.modules) - before)))"
     )
     out = subprocess.run(

@@ -28,8 +28,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ocihook.core.errors import RequestError
-from ocihook.pipeline import cdi_device_names
-from ocihook.request import RequestPolicy, request_from_spec
+from ocihook.pipeline.cdinames import cdi_device_names
+from ocihook.request.nvidia import request_from_spec
+from ocihook.request.policy import RequestPolicy
 from ocihook.settings import Options
 
 ALL7 = frozenset({"compat32", "compute", "display", "graphics", "ngx", "utility", "video"})

@@ -20,13 +20,9 @@ from typing import Any
 import pytest
 
 from ocihook.config import load_config
-from ocihook.request import (
-    RequestPolicy,
-    drm_requests_from_spec,
-    ignored_by_policy,
-    policy_note,
-    request_from_spec,
-)
+from ocihook.request.drm import drm_requests_from_spec
+from ocihook.request.nvidia import request_from_spec
+from ocihook.request.policy import RequestPolicy, ignored_by_policy, policy_note
 from ocihook.sim import vendors as simvendors
 
 STRICT = "accept-nvidia-visible-devices-envvar-when-unprivileged = false\n"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from ...core.errors import ApplyError
-from ...plan import CgroupRule
+from ...plan.edits import CgroupRule
 from .undo import _partial
 
 TYPE_CHECKING = False

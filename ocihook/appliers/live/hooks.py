@@ -8,7 +8,8 @@ import os
 
 from ...core.errors import ApplyError, OcihookError
 from ...oci.bundle import Bundle
-from ...plan import CudaCompat, ProcMask
+from ...plan.compat import CudaCompat
+from ...plan.edits import ProcMask
 from .libraries import LD_SO_CONF_DROP_IN, write_ld_so_conf, write_ldcache
 from .procmask import (
     _config_devices,

@@ -38,8 +38,8 @@ import stat
 from ...core.errors import ApplyError
 from ...core.hostroot import HostRoot
 from ...oci.bundle import Bundle, State
-from ...plan import Plan
-from ...request import Request
+from ...plan.edits import Plan
+from ...request.nvidia import Request
 from .cgroups import _allow_in_cgroups, systemd_scope_warning
 from .libraries import write_ldcache
 from .procmask import caps_minors, clone_gpu_proc_dirs, mask_proc_driver, read_proc_files
@@ -60,7 +60,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # collections.abc imports collections: milliseconds at start
     from collections.abc import Sequence
 
-    from ...request import DrmRequest
+    from ...request.drm import DrmRequest
     from ...settings import Options
     from .undo import _Undo
 
@@ -108,7 +108,7 @@ def inject(
     from ...core.errors import StateError
     from ...linux import pathsafe
     from ...linux import syscalls as _linux
-    from ...pipeline import plan_for_bundle
+    from ...pipeline.bundle import plan_for_bundle
     from ...settings import Options
 
     if not os.path.isdir(bundle.rootfs):

@@ -10,7 +10,7 @@ import stat
 
 from ...core.errors import ApplyError, OcihookError
 from ...linux import ldcache
-from ...plan import CudaCompat
+from ...plan.compat import CudaCompat
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # collections.abc imports collections: milliseconds at start
@@ -143,8 +143,8 @@ def cuda_compat_entries(root_fd: int, compat: CudaCompat) -> list[ldcache.CacheE
     """
 
     from ...core import log
+    from ...core.vocab import version_tuple
     from ...linux import pathsafe
-    from ...plan import _version_tuple
 
     try:
         dir_fd = pathsafe.open_in_root(
@@ -164,7 +164,7 @@ def cuda_compat_entries(root_fd: int, compat: CudaCompat) -> list[ldcache.CacheE
     versions = {}
     for n in regular:
         if n.startswith("libcuda.so."):
-            parsed = _version_tuple(n[len("libcuda.so.") :])
+            parsed = version_tuple(n[len("libcuda.so.") :])
             if parsed is not None:
                 versions[n] = parsed
     if not versions:

@@ -8,7 +8,7 @@ import os
 
 from ...core.errors import ApplyError, OcihookError
 from ...core.hostroot import read_small
-from ...plan import ProcMask
+from ...plan.edits import ProcMask
 from .undo import _detach, _partial
 
 TYPE_CHECKING = False

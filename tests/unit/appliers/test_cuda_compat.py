@@ -26,7 +26,7 @@ from ocihook.core import log
 from ocihook.core.errors import ApplyError
 from ocihook.linux import elfscan
 from ocihook.linux.elfscan import CudaCompatNote, cuda_compat_note, parse_cuda_compat_note
-from ocihook.plan import CudaCompat
+from ocihook.plan.compat import CudaCompat
 from ocihook.sim.elfwrite import make_shared_object, pack_note
 
 SECTION = ".note.cuda.fwd_compatibility"

@@ -10,7 +10,7 @@ import pytest
 
 from ocihook.appliers.live.cgroups import _allow_devices, systemd_scope_warning
 from ocihook.core.errors import ApplyError
-from ocihook.plan import CgroupRule
+from ocihook.plan.edits import CgroupRule
 
 RULE = CgroupRule(True, "c", 195, 0, "rw")
 

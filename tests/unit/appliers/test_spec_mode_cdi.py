@@ -17,8 +17,8 @@ from support import GOOD_CDI_YAML as GOOD_YAML
 
 from ocihook.appliers.spec import edit_bundle
 from ocihook.core.errors import ApplyError, CdiError
-from ocihook.pipeline import cdi_device_names
-from ocihook.request import request_from_spec
+from ocihook.pipeline.cdinames import cdi_device_names
+from ocihook.request.nvidia import request_from_spec
 from ocihook.settings import Options
 
 

@@ -667,7 +667,7 @@ def test_read_image_env_round_trips(env: dict[str, str]) -> None:
 
 @given(st.integers(0, 999), st.integers(0, 999))
 def test_cuda_for_driver_is_monotonic(a: int, b: int) -> None:
-    from ocihook.requirements import version_key
+    from ocihook.request.requirements import version_key
 
     lo, hi = sorted((a, b))
     ca, cb = doctor.cuda_for_driver(f"{lo}.1"), doctor.cuda_for_driver(f"{hi}.1")

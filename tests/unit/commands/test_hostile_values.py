@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ocihook.discovery import procfs
-from ocihook.request import classify_device
+from ocihook.request.nvidia import classify_device
 
 LONG = "9" * 5000
 UUID = "GPU-11111111-2222-3333-4444-555555555555"

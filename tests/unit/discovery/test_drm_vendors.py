@@ -21,13 +21,9 @@ from ocihook.core.errors import EXIT_CODES, CdiError, DiscoveryError, OcihookErr
 from ocihook.core.hostroot import HostRoot
 from ocihook.discovery import amd, intel
 from ocihook.discovery.records import DrmGpu, HostDeviceNode
-from ocihook.plan import make_drm_plan, merge_plans
-from ocihook.request import (
-    DrmRequest,
-    drm_request_from_env,
-    drm_requests_from_spec,
-    select_drm_gpus,
-)
+from ocihook.plan.build import make_drm_plan, merge_plans
+from ocihook.plan.select import select_drm_gpus
+from ocihook.request.drm import DrmRequest, drm_request_from_env, drm_requests_from_spec
 from ocihook.settings import Options
 from ocihook.sim import vendors as simvendors
 
@@ -300,8 +296,8 @@ def test_amd_plan(amd_sim: simvendors.SimDrmHost) -> None:
 
 def test_merge_with_an_nvidia_plan(sim_root: HostRoot, amd_sim: simvendors.SimDrmHost) -> None:
     from ocihook.discovery.nvidia import discover
-    from ocihook.plan import ContainerLayout, make_plan
-    from ocihook.request import request_from_env
+    from ocihook.plan.build import ContainerLayout, make_plan
+    from ocihook.request.nvidia import request_from_env
 
     nv = make_plan(
         discover(sim_root),
@@ -637,8 +633,8 @@ def test_any_value_is_a_request_or_a_request_error(vendor: str, entries: list[st
 
 
 def test_cdi_mode_names_vendor_entries() -> None:
-    from ocihook.pipeline import cdi_device_names
-    from ocihook.request import request_from_spec
+    from ocihook.pipeline.cdinames import cdi_device_names
+    from ocihook.request.nvidia import request_from_spec
 
     config = {
         "process": {"env": ["AMD_VISIBLE_DEVICES=0,2", "INTEL_VISIBLE_DEVICES=intel.com/gpu=card1"]}

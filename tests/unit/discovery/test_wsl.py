@@ -18,8 +18,8 @@ from ocihook.core.errors import DiscoveryError, RequestError
 from ocihook.core.hostroot import HostRoot
 from ocihook.discovery.devices import parse_driver_ver, windows_to_nvidia_version
 from ocihook.discovery.nvidia import discover
-from ocihook.plan import ContainerLayout, make_plan
-from ocihook.request import request_from_env
+from ocihook.plan.build import ContainerLayout, make_plan
+from ocihook.request.nvidia import request_from_env
 from ocihook.sim import wsl as simwsl
 
 STORE_DIR = f"/usr/lib/wsl/drivers/{simwsl.STORE}"

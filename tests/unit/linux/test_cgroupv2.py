@@ -37,7 +37,7 @@ from support import need_root_and
 from ocihook.core.errors import ApplyError
 from ocihook.linux import cgroupv2
 from ocihook.linux import syscalls as _linux
-from ocihook.plan import CgroupRule
+from ocihook.plan.edits import CgroupRule
 
 # --- raw instruction encoding for test programs (independent of ocihook.linux.cgroupv2) -----------
 

@@ -45,14 +45,14 @@ This module is on the path of every container start: it imports neither ``typing
 
 from __future__ import annotations
 
-from .core.errors import RequestError
-from .core.records import Record
+from ..core.errors import RequestError
+from ..core.records import Record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
-    from .discovery.records import Gpu
+    from ..discovery.records import Gpu
 
 __all__ = [
     "DISABLE_REQUIRE_TRUE",

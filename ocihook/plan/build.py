@@ -1,11 +1,12 @@
-"""The plan: the container edits that give a container what it asked for.
+"""Making the plan: the container edits that give a container what it asked for.
 
-A :class:`Plan` is a pure value computed by :func:`make_plan` from what the host has
-(:class:`~ocihook.discovery.nvidia.NvidiaHost`), what the container asks for
-(:class:`~ocihook.request.Request`) and where libraries go in the image
-(:class:`ContainerLayout`). Computing it does no I/O. The appliers turn the same plan
-into ``config.json`` edits (:mod:`ocihook.appliers.spec`) or changes to a live container
-(:mod:`ocihook.appliers.live`).
+A :class:`~ocihook.plan.edits.Plan` is a pure value computed by :func:`make_plan` from what
+the host has (:class:`~ocihook.discovery.nvidia.NvidiaHost`), what the container asks for
+(:class:`~ocihook.request.nvidia.Request`) and where libraries go in the image
+(:class:`ContainerLayout`); :func:`make_drm_plan` does the same for AMD and Intel GPUs and
+:func:`merge_plans` joins the plans of several vendors. Computing it does no I/O. The
+appliers turn the same plan into ``config.json`` edits (:mod:`ocihook.appliers.spec`) or
+changes to a live container (:mod:`ocihook.appliers.live`).
 
 The edits mirror what libnvidia-container's ``nvidia-container-cli configure`` does for
 the ``utility`` and ``compute`` capabilities and use the CDI vocabulary of "container
@@ -30,33 +31,37 @@ from __future__ import annotations
 
 import os
 
-from .core.errors import RequestError
-from .core.records import Record
-from .core.vocab import version_tuple
-from .request import Request, select_devices
+from ..core.errors import RequestError
+from ..core.records import Record
+from ..core.vocab import version_tuple
+from ..request.sources import ENV_VISIBLE_DEVICES
+from .compat import CudaCompat
+from .edits import (
+    IPC_MOUNT_OPTIONS,
+    CgroupRule,
+    ContainerEdits,
+    DeviceNode,
+    Mount,
+    Plan,
+    ProcMask,
+    Symlink,
+)
+from .select import select_devices, select_drm_gpus
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
     from typing import Any
 
-    from .discovery.nvidia import NvidiaHost
-    from .discovery.records import DrmHost, HostDeviceNode, WslDevices
-    from .linux.elfscan import CudaCompatNote
-    from .request import DrmRequest
+    from ..discovery.nvidia import NvidiaHost
+    from ..discovery.records import DrmHost, HostDeviceNode, WslDevices
+    from ..request.drm import DrmRequest
+    from ..request.nvidia import Request
 
 __all__ = [
+    "DEVELOPMENT_LINKS",
     "WSL_NVIDIA_SMI_LINK",
-    "CgroupRule",
-    "ContainerEdits",
     "ContainerLayout",
-    "CudaCompat",
-    "DeviceNode",
-    "Hook",
-    "Mount",
-    "Plan",
-    "ProcMask",
-    "Symlink",
     "development_links",
     "links_to_mounts",
     "make_drm_plan",
@@ -105,223 +110,8 @@ def development_links(soname: str, name: str, capabilities: Iterable[str]) -> li
     return out
 
 
-#: Options of driver file bind mounts (libnvidia-container ``src/nvc_mount.c``).
-LIBRARY_MOUNT_OPTIONS = ("ro", "nosuid", "nodev", "bind")
-
 _TRIPLETS = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu"}
 _TRIPLETS32 = {"x86_64": "i386-linux-gnu", "aarch64": "arm-linux-gnueabihf"}
-#: Options of IPC sockets and directories (libnvidia-container ``src/nvc_mount.c``).
-IPC_MOUNT_OPTIONS = ("nosuid", "nodev", "noexec", "bind")
-
-
-class DeviceNode(Record):
-    """A device node to create in the container (OCI ``linux.devices[]`` entry).
-
-    Attributes:
-        path: container path (``/dev/nvidia0``).
-        host_path: the host node it mirrors (under the dev root).
-        type: ``"c"`` (character device).
-        major, minor: device number.
-        file_mode: permission bits, e.g. ``0o666``.
-        uid, gid: owner inside the container.
-    """
-
-    path: str
-    host_path: str
-    major: int
-    minor: int
-    type: str = "c"
-    file_mode: int = 0o666
-    uid: int = 0
-    gid: int = 0
-
-
-class CgroupRule(Record):
-    """A device cgroup rule (OCI ``linux.resources.devices[]`` entry).
-
-    ``major``/``minor`` of ``None`` mean any; ``access`` is a subset of ``"rwm"``.
-    """
-
-    allow: bool
-    type: str
-    major: int | None
-    minor: int | None
-    access: str
-
-
-class Mount(Record):
-    """A bind mount of a host file into the container (OCI ``mounts[]`` entry).
-
-    Attributes:
-        source: host path (resolved, inside the driver root).
-        destination: container path.
-        options: mount options, e.g. ``("ro", "nosuid", "nodev", "bind")``.
-        type: filesystem type, ``"bind"``.
-    """
-
-    source: str
-    destination: str
-    options: tuple[str, ...] = LIBRARY_MOUNT_OPTIONS
-    type: str = "bind"
-
-
-class Symlink(Record):
-    """A symbolic link ``link -> target`` to create in the container.
-
-    ``link`` is an absolute container path; ``target`` is written as is (relative
-    targets such as ``libcuda.so.535.261.03`` are resolved from the link's directory).
-    """
-
-    link: str
-    target: str
-
-
-class Hook(Record):
-    """An OCI hook entry to add (``hooks.<stage>[]``). ``args[0]`` is argv[0]."""
-
-    stage: str
-    path: str
-    args: tuple[str, ...] = ()
-    env: tuple[str, ...] = ()
-    timeout: int | None = None
-
-
-class ProcMask(Record):
-    """Hide the host's ``/proc/driver/nvidia`` from the container (libnvidia-container
-    ``src/nvc_mount.c``): a tmpfs over it holding copies of ``params`` (with
-    ``ModifyDeviceFiles: 0``, so the driver inside does not recreate device files),
-    ``version`` and ``registry``, and the ``gpus/<bus id>`` directories of the selected
-    GPUs only, bind-mounted read-only, nosuid, nodev, noexec. The MIG capability files
-    (``capabilities/.../access``, ``capabilities/mig/config``) of the container's
-    ``/dev/nvidia-caps`` nodes are copied in too: the hook finds them by their
-    ``DeviceFileMinor`` (:func:`ocihook.appliers.live.capability_files`).
-
-    Attributes:
-        host_dir: host path of ``/proc/driver/nvidia`` (under the dev root).
-        gpu_dirs: names of the ``gpus/`` entries to show (``0000:3b:00.0``).
-    """
-
-    host_dir: str
-    gpu_dirs: tuple[str, ...] = ()
-
-
-_version_tuple = version_tuple
-
-
-class CudaCompat(Record):
-    """CUDA forward compatibility (NVIDIA's ``cuda-compat`` packages in the image): the
-    libraries in the image's ``directory`` take precedence in the container's
-    ``ld.so.cache`` when :meth:`decide` says the image's ``libcuda.so.<version>`` is newer
-    than what the host's kernel driver provides. Image files are only read (never mounted
-    over host paths, never run).
-
-    Attributes:
-        directory: the image's compat directory.
-        host_major: the host driver's branch (``550``).
-        host_driver: the host driver's version (``"550.127.05"``), or ``""`` when only the
-            branch is known (a hook registered by an older ocihook).
-        host_cuda: the CUDA version the host driver supports (``"12.4"``, from NVML), or
-            ``""`` when unknown.
-    """
-
-    directory: str = "/usr/local/cuda/compat"
-    host_major: int = 0
-    host_driver: str = ""
-    host_cuda: str = ""
-
-    def decide(self, compat_version: str, note: CudaCompatNote | None) -> tuple[bool, str]:
-        """Whether the image's compat ``libcuda.so.<compat_version>`` is to be used, and
-        why (one phrase, for the log).
-
-        The rule, in order (NVIDIA CUDA compatibility guide, "Forward Compatibility"; the
-        note's use as in the NVIDIA Container Toolkit's ``nvidia-cdi-hook cuda-compat``):
-
-        1. the library's ``.note.cuda.fwd_compatibility`` lists the kernel driver branches
-           it runs on (``Driver``) and the host's driver version is known: used when the
-           host's branch is listed and the compat version is newer than the host's
-           (``575.57.08`` on ``570.211.01`` or on ``575.10.10``: yes; on ``575.57.08``,
-           ``575.99.99`` or ``580.x``: no);
-        2. the note gives a ``CUDA Version`` and the host's is known: used when the note's
-           is newer;
-        3. otherwise (no note, a malformed one, or nothing to compare): the file-name rule,
-           used when the compat driver's branch is greater than the host's.
-        """
-        compat = _version_tuple(compat_version)
-        host = _version_tuple(self.host_driver) if self.host_driver else None
-        if note is not None and note.drivers and host is not None and compat is not None:
-            if host[0] not in note.drivers:
-                return False, f"note: host branch {host[0]} not among {list(note.drivers)}"
-            if compat <= host:
-                return False, f"note: compat {compat_version} not newer than {self.host_driver}"
-            return True, f"note: host branch {host[0]} supported, compat {compat_version} newer"
-        cuda = _version_tuple(self.host_cuda) if self.host_cuda else None
-        if note is not None and note.cuda_version is not None and cuda is not None:
-            ours = ".".join(map(str, note.cuda_version))
-            if note.cuda_version > cuda[:2]:
-                return True, f"note: CUDA {ours} newer than host CUDA {self.host_cuda}"
-            return False, f"note: CUDA {ours} not newer than host CUDA {self.host_cuda}"
-        if compat is None:
-            return False, f"no driver version in libcuda.so.{compat_version}"
-        why = "no usable note" if note is None else "note gives nothing to compare"
-        if compat[0] > self.host_major:
-            return True, f"{why}: compat branch {compat[0]} > host branch {self.host_major}"
-        return False, f"{why}: compat branch {compat[0]} <= host branch {self.host_major}"
-
-
-class ContainerEdits(Record):
-    """Everything to change in a container, in CDI's "container edits" terms.
-
-    Attributes:
-        env: ``KEY=value`` strings to set (spec mode only; a live container's environment
-            cannot change).
-        device_nodes: nodes to create.
-        cgroup_rules: device cgroup rules to add.
-        mounts: bind mounts to add, in order.
-        symlinks: links to create after the mounts.
-        ldcache_libraries: container paths of the mounted libraries that must be entered
-            in the container's ``/etc/ld.so.cache`` (after ``symlinks``).
-        ldcache_flags: ``(container path, ld.so.cache flags)`` of those libraries of
-            ``ldcache_libraries`` whose soname is the path's file name, as discovery
-            read them from the host's ``ld.so.cache`` (:attr:`DriverLibrary.abi_flags
-            <ocihook.discovery.driverfiles.DriverLibrary.abi_flags>`): they are entered
-            without reading the file again. Not part of the JSON form; a library missing
-            here is read (its ELF header, never loaded).
-        hooks: further hooks to register (none yet; the spec applier adds its own for
-            ``symlinks``, ``ldcache_libraries`` and ``proc_mask``).
-        proc_mask: how to mask ``/proc/driver/nvidia`` (after everything else), or ``None``.
-        cuda_compat: CUDA forward compatibility from the image (with ``compute``), or
-            ``None``.
-        additional_gids: host group ids the container process must have to open the
-            device nodes (AMD/Intel: ``render``, ``video``; NVIDIA: the groups of nodes
-            that are not world read-writable, :func:`node_groups`), for
-            ``process.user.additionalGids``; never 0.
-    """
-
-    env: tuple[str, ...] = ()
-    device_nodes: tuple[DeviceNode, ...] = ()
-    cgroup_rules: tuple[CgroupRule, ...] = ()
-    mounts: tuple[Mount, ...] = ()
-    symlinks: tuple[Symlink, ...] = ()
-    ldcache_libraries: tuple[str, ...] = ()
-    ldcache_flags: tuple[tuple[str, int], ...] = ()
-    hooks: tuple[Hook, ...] = ()
-    proc_mask: ProcMask | None = None
-    cuda_compat: CudaCompat | None = None
-    additional_gids: tuple[int, ...] = ()
-
-    def is_empty(self) -> bool:
-        """True when there is nothing to change."""
-        return not (
-            self.env
-            or self.device_nodes
-            or self.cgroup_rules
-            or self.mounts
-            or self.symlinks
-            or self.ldcache_libraries
-            or self.hooks
-            or self.proc_mask
-            or self.additional_gids
-        )
 
 
 class ContainerLayout(Record):
@@ -349,96 +139,6 @@ class ContainerLayout(Record):
                 libdir32=f"/usr/lib/{_TRIPLETS32[machine]}",
             )
         return cls()
-
-
-class Plan(Record):
-    """What to do for one container. Pure value; :meth:`to_dict` gives its JSON form
-    (schema: ``specs/plan.schema.json``).
-
-    Attributes:
-        driver_version: host NVIDIA driver version (``""`` when no NVIDIA GPU is asked for).
-        gpus: ``(index, uuid, minor)`` of each selected NVIDIA GPU, in request order.
-        capabilities: the driver capabilities provided, sorted.
-        edits: the container edits.
-        warnings: what was skipped, for the log.
-        drm_gpus: ``(vendor, index, id)`` of each selected AMD or Intel GPU (id: the UUID,
-            else the PCI address), in request order.
-    """
-
-    driver_version: str
-    gpus: tuple[tuple[int, str, int], ...]
-    capabilities: tuple[str, ...]
-    edits: ContainerEdits
-    warnings: tuple[str, ...] = ()
-    drm_gpus: tuple[tuple[str, int, str], ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (``specs/plan.schema.json``); ``drmGpus`` and
-        ``containerEdits.additionalGids`` only when not empty."""
-        e = self.edits
-        doc: dict[str, Any] = {
-            "driverVersion": self.driver_version,
-            "gpus": [{"index": i, "uuid": u, "minor": m} for i, u, m in self.gpus],
-            "capabilities": list(self.capabilities),
-            "containerEdits": {
-                "env": list(e.env),
-                "deviceNodes": [
-                    {
-                        "path": d.path,
-                        "hostPath": d.host_path,
-                        "type": d.type,
-                        "major": d.major,
-                        "minor": d.minor,
-                        "fileMode": d.file_mode,
-                        "uid": d.uid,
-                        "gid": d.gid,
-                    }
-                    for d in e.device_nodes
-                ],
-                "cgroupRules": [
-                    {
-                        "allow": r.allow,
-                        "type": r.type,
-                        "major": r.major,
-                        "minor": r.minor,
-                        "access": r.access,
-                    }
-                    for r in e.cgroup_rules
-                ],
-                "mounts": [
-                    {
-                        "source": m.source,
-                        "destination": m.destination,
-                        "type": m.type,
-                        "options": list(m.options),
-                    }
-                    for m in e.mounts
-                ],
-                "symlinks": [{"link": s.link, "target": s.target} for s in e.symlinks],
-                "ldcacheLibraries": list(e.ldcache_libraries),
-                "hooks": [
-                    {"stage": h.stage, "path": h.path, "args": list(h.args), "env": list(h.env)}
-                    for h in e.hooks
-                ],
-                "procMask": None
-                if e.proc_mask is None
-                else {"hostDir": e.proc_mask.host_dir, "gpuDirs": list(e.proc_mask.gpu_dirs)},
-                "cudaCompat": None
-                if e.cuda_compat is None
-                else {
-                    "dir": e.cuda_compat.directory,
-                    "hostMajor": e.cuda_compat.host_major,
-                    "hostDriver": e.cuda_compat.host_driver,
-                    "hostCuda": e.cuda_compat.host_cuda,
-                },
-            },
-            "warnings": list(self.warnings),
-        }
-        if e.additional_gids:
-            doc["containerEdits"]["additionalGids"] = list(e.additional_gids)
-        if self.drm_gpus:
-            doc["drmGpus"] = [{"vendor": v, "index": i, "id": d} for v, i, d in self.drm_gpus]
-        return doc
 
 
 def make_plan(
@@ -478,7 +178,7 @@ def make_plan(
             requirement is not met (:func:`ocihook.requirements.check`); a requested
             capability the host cannot provide is reported in ``warnings`` instead.
     """
-    from .discovery.nvidia import SUPPORTED_CAPABILITIES
+    from ..discovery.nvidia import SUPPORTED_CAPABILITIES
 
     if supported is not None:
         SUPPORTED_CAPABILITIES = SUPPORTED_CAPABILITIES & supported
@@ -501,7 +201,7 @@ def make_plan(
         if sel.gpu not in gpus:
             gpus.append(sel.gpu)
     if request.requirements and check_requirements:
-        from .requirements import check
+        from ..request.requirements import check
 
         check(
             request.requirements,
@@ -678,8 +378,6 @@ def _make_wsl_plan(
         RequestError: GPUs named one by one (dxg serves every GPU at once), or an
             unmet ``NVIDIA_REQUIRE_*``.
     """
-    from .request import ENV_VISIBLE_DEVICES
-
     wsl = host.wsl
     assert wsl is not None
     if request.kind == "list":
@@ -690,7 +388,7 @@ def _make_wsl_plan(
             hint=f"set {ENV_VISIBLE_DEVICES}=all (CDI: nvidia.com/gpu=all)",
         )
     if request.requirements and check_requirements:
-        from .requirements import check
+        from ..request.requirements import check
 
         check(
             request.requirements,
@@ -716,7 +414,7 @@ def _make_wsl_plan(
     nodes += [n for n in extra_nodes if n not in nodes]
     mounts, links, libs = wsl_edits(wsl) if capabilities else ((), (), ())
     mounts = (*mounts, *(m for m in extra_mounts if m not in mounts))
-    version = _version_tuple(host.driver_version) if host.driver_version else None
+    version = version_tuple(host.driver_version) if host.driver_version else None
     edits = ContainerEdits(
         env=("NVIDIA_VISIBLE_DEVICES=void",),
         device_nodes=tuple(nodes),
@@ -831,10 +529,8 @@ def make_drm_plan(host: DrmHost, request: DrmRequest) -> Plan:
 
     Raises:
         RequestError: an index, range or id the host does not have
-            (:func:`ocihook.request.select_drm_gpus`; the hint lists the GPUs).
+            (:func:`ocihook.plan.select.select_drm_gpus`; the hint lists the GPUs).
     """
-    from .request import select_drm_gpus
-
     gpus = select_drm_gpus(request, host.gpus)
     nodes: list[DeviceNode] = []
     links: list[Symlink] = []

@@ -1,0 +1,270 @@
+"""The plan's values: the container edits that give a container what it asked for, in
+CDI's "container edits" terms (device nodes, mounts, hooks, env) and the OCI runtime
+spec's, and the :class:`Plan` that holds them. Pure values; :mod:`ocihook.plan.build`
+computes them, the appliers carry them out.
+"""
+
+from __future__ import annotations
+
+from ..core.records import Record
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
+if TYPE_CHECKING:
+    from typing import Any
+
+    from .compat import CudaCompat
+
+__all__ = [
+    "IPC_MOUNT_OPTIONS",
+    "LIBRARY_MOUNT_OPTIONS",
+    "CgroupRule",
+    "ContainerEdits",
+    "DeviceNode",
+    "Hook",
+    "Mount",
+    "Plan",
+    "ProcMask",
+    "Symlink",
+]
+
+#: Options of driver file bind mounts (libnvidia-container ``src/nvc_mount.c``).
+LIBRARY_MOUNT_OPTIONS = ("ro", "nosuid", "nodev", "bind")
+#: Options of IPC sockets and directories (libnvidia-container ``src/nvc_mount.c``).
+IPC_MOUNT_OPTIONS = ("nosuid", "nodev", "noexec", "bind")
+
+
+class DeviceNode(Record):
+    """A device node to create in the container (OCI ``linux.devices[]`` entry).
+
+    Attributes:
+        path: container path (``/dev/nvidia0``).
+        host_path: the host node it mirrors (under the dev root).
+        type: ``"c"`` (character device).
+        major, minor: device number.
+        file_mode: permission bits, e.g. ``0o666``.
+        uid, gid: owner inside the container.
+    """
+
+    path: str
+    host_path: str
+    major: int
+    minor: int
+    type: str = "c"
+    file_mode: int = 0o666
+    uid: int = 0
+    gid: int = 0
+
+
+class CgroupRule(Record):
+    """A device cgroup rule (OCI ``linux.resources.devices[]`` entry).
+
+    ``major``/``minor`` of ``None`` mean any; ``access`` is a subset of ``"rwm"``.
+    """
+
+    allow: bool
+    type: str
+    major: int | None
+    minor: int | None
+    access: str
+
+
+class Mount(Record):
+    """A bind mount of a host file into the container (OCI ``mounts[]`` entry).
+
+    Attributes:
+        source: host path (resolved, inside the driver root).
+        destination: container path.
+        options: mount options, e.g. ``("ro", "nosuid", "nodev", "bind")``.
+        type: filesystem type, ``"bind"``.
+    """
+
+    source: str
+    destination: str
+    options: tuple[str, ...] = LIBRARY_MOUNT_OPTIONS
+    type: str = "bind"
+
+
+class Symlink(Record):
+    """A symbolic link ``link -> target`` to create in the container.
+
+    ``link`` is an absolute container path; ``target`` is written as is (relative
+    targets such as ``libcuda.so.535.261.03`` are resolved from the link's directory).
+    """
+
+    link: str
+    target: str
+
+
+class Hook(Record):
+    """An OCI hook entry to add (``hooks.<stage>[]``). ``args[0]`` is argv[0]."""
+
+    stage: str
+    path: str
+    args: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
+    timeout: int | None = None
+
+
+class ProcMask(Record):
+    """Hide the host's ``/proc/driver/nvidia`` from the container (libnvidia-container
+    ``src/nvc_mount.c``): a tmpfs over it holding copies of ``params`` (with
+    ``ModifyDeviceFiles: 0``, so the driver inside does not recreate device files),
+    ``version`` and ``registry``, and the ``gpus/<bus id>`` directories of the selected
+    GPUs only, bind-mounted read-only, nosuid, nodev, noexec. The MIG capability files
+    (``capabilities/.../access``, ``capabilities/mig/config``) of the container's
+    ``/dev/nvidia-caps`` nodes are copied in too: the hook finds them by their
+    ``DeviceFileMinor`` (:func:`ocihook.appliers.live.capability_files`).
+
+    Attributes:
+        host_dir: host path of ``/proc/driver/nvidia`` (under the dev root).
+        gpu_dirs: names of the ``gpus/`` entries to show (``0000:3b:00.0``).
+    """
+
+    host_dir: str
+    gpu_dirs: tuple[str, ...] = ()
+
+
+class ContainerEdits(Record):
+    """Everything to change in a container, in CDI's "container edits" terms.
+
+    Attributes:
+        env: ``KEY=value`` strings to set (spec mode only; a live container's environment
+            cannot change).
+        device_nodes: nodes to create.
+        cgroup_rules: device cgroup rules to add.
+        mounts: bind mounts to add, in order.
+        symlinks: links to create after the mounts.
+        ldcache_libraries: container paths of the mounted libraries that must be entered
+            in the container's ``/etc/ld.so.cache`` (after ``symlinks``).
+        ldcache_flags: ``(container path, ld.so.cache flags)`` of those libraries of
+            ``ldcache_libraries`` whose soname is the path's file name, as discovery
+            read them from the host's ``ld.so.cache`` (:attr:`DriverLibrary.abi_flags
+            <ocihook.discovery.driverfiles.DriverLibrary.abi_flags>`): they are entered
+            without reading the file again. Not part of the JSON form; a library missing
+            here is read (its ELF header, never loaded).
+        hooks: further hooks to register (none yet; the spec applier adds its own for
+            ``symlinks``, ``ldcache_libraries`` and ``proc_mask``).
+        proc_mask: how to mask ``/proc/driver/nvidia`` (after everything else), or ``None``.
+        cuda_compat: CUDA forward compatibility from the image (with ``compute``), or
+            ``None``.
+        additional_gids: host group ids the container process must have to open the
+            device nodes (AMD/Intel: ``render``, ``video``; NVIDIA: the groups of nodes
+            that are not world read-writable, :func:`node_groups`), for
+            ``process.user.additionalGids``; never 0.
+    """
+
+    env: tuple[str, ...] = ()
+    device_nodes: tuple[DeviceNode, ...] = ()
+    cgroup_rules: tuple[CgroupRule, ...] = ()
+    mounts: tuple[Mount, ...] = ()
+    symlinks: tuple[Symlink, ...] = ()
+    ldcache_libraries: tuple[str, ...] = ()
+    ldcache_flags: tuple[tuple[str, int], ...] = ()
+    hooks: tuple[Hook, ...] = ()
+    proc_mask: ProcMask | None = None
+    cuda_compat: CudaCompat | None = None
+    additional_gids: tuple[int, ...] = ()
+
+    def is_empty(self) -> bool:
+        """True when there is nothing to change."""
+        return not (
+            self.env
+            or self.device_nodes
+            or self.cgroup_rules
+            or self.mounts
+            or self.symlinks
+            or self.ldcache_libraries
+            or self.hooks
+            or self.proc_mask
+            or self.additional_gids
+        )
+
+
+class Plan(Record):
+    """What to do for one container. Pure value; :meth:`to_dict` gives its JSON form
+    (schema: ``specs/plan.schema.json``).
+
+    Attributes:
+        driver_version: host NVIDIA driver version (``""`` when no NVIDIA GPU is asked for).
+        gpus: ``(index, uuid, minor)`` of each selected NVIDIA GPU, in request order.
+        capabilities: the driver capabilities provided, sorted.
+        edits: the container edits.
+        warnings: what was skipped, for the log.
+        drm_gpus: ``(vendor, index, id)`` of each selected AMD or Intel GPU (id: the UUID,
+            else the PCI address), in request order.
+    """
+
+    driver_version: str
+    gpus: tuple[tuple[int, str, int], ...]
+    capabilities: tuple[str, ...]
+    edits: ContainerEdits
+    warnings: tuple[str, ...] = ()
+    drm_gpus: tuple[tuple[str, int, str], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (``specs/plan.schema.json``); ``drmGpus`` and
+        ``containerEdits.additionalGids`` only when not empty."""
+        e = self.edits
+        doc: dict[str, Any] = {
+            "driverVersion": self.driver_version,
+            "gpus": [{"index": i, "uuid": u, "minor": m} for i, u, m in self.gpus],
+            "capabilities": list(self.capabilities),
+            "containerEdits": {
+                "env": list(e.env),
+                "deviceNodes": [
+                    {
+                        "path": d.path,
+                        "hostPath": d.host_path,
+                        "type": d.type,
+                        "major": d.major,
+                        "minor": d.minor,
+                        "fileMode": d.file_mode,
+                        "uid": d.uid,
+                        "gid": d.gid,
+                    }
+                    for d in e.device_nodes
+                ],
+                "cgroupRules": [
+                    {
+                        "allow": r.allow,
+                        "type": r.type,
+                        "major": r.major,
+                        "minor": r.minor,
+                        "access": r.access,
+                    }
+                    for r in e.cgroup_rules
+                ],
+                "mounts": [
+                    {
+                        "source": m.source,
+                        "destination": m.destination,
+                        "type": m.type,
+                        "options": list(m.options),
+                    }
+                    for m in e.mounts
+                ],
+                "symlinks": [{"link": s.link, "target": s.target} for s in e.symlinks],
+                "ldcacheLibraries": list(e.ldcache_libraries),
+                "hooks": [
+                    {"stage": h.stage, "path": h.path, "args": list(h.args), "env": list(h.env)}
+                    for h in e.hooks
+                ],
+                "procMask": None
+                if e.proc_mask is None
+                else {"hostDir": e.proc_mask.host_dir, "gpuDirs": list(e.proc_mask.gpu_dirs)},
+                "cudaCompat": None
+                if e.cuda_compat is None
+                else {
+                    "dir": e.cuda_compat.directory,
+                    "hostMajor": e.cuda_compat.host_major,
+                    "hostDriver": e.cuda_compat.host_driver,
+                    "hostCuda": e.cuda_compat.host_cuda,
+                },
+            },
+            "warnings": list(self.warnings),
+        }
+        if e.additional_gids:
+            doc["containerEdits"]["additionalGids"] = list(e.additional_gids)
+        if self.drm_gpus:
+            doc["drmGpus"] = [{"vendor": v, "index": i, "id": d} for v, i, d in self.drm_gpus]
+        return doc
