@@ -1,5 +1,4 @@
-"""Plans on the simulated host for what hand-made mutants got past (issue 18, item 7):
-32-bit libraries (``compat32`` selects them, they go to the 32-bit directory), the IPC
+"""Plan rules on the simulated host that are easy to get subtly wrong: 32-bit libraries (``compat32`` selects them, they go to the 32-bit directory), the IPC
 socket's ``noexec``, CUDA compat only with ``compute``, and identifiers that must never
 reach ``int()`` (a non-hex PCI domain, a non-numeric MIG index)."""
 
