@@ -55,7 +55,7 @@ from ..core.hostroot import HostRoot
 from ..core.records import Record
 from ..linux.pathsafe import create_file_in_root, makedirs_in_root, open_root, remove_in_root
 from ..oci.bundle import Bundle, dump_json, load_bundle, write_json_atomic
-from ..oci.edit import child_list, child_object, copy_json, set_env
+from ..oci.edit import add_device_rules, child_list, child_object, copy_json, set_env
 from ..pipeline.bundle import plan_for_bundle
 from ..pipeline.cdinames import cdi_device_names, drm_requests_beside_cdi, has_annotation_request
 from ..plan.edits import ContainerEdits, Hook, Mount, Plan, ProcMask
@@ -232,16 +232,7 @@ def apply_plan(
             else:
                 devices.append(entry)
     if e.cgroup_rules:
-        resources = child_object(linux, "resources", path=path, field="linux.resources")
-        rules = child_list(resources, "devices", path=path, field="linux.resources.devices")
-        for r in e.cgroup_rules:
-            rule: dict[str, Any] = {"allow": r.allow, "type": r.type, "access": r.access}
-            if r.major is not None:
-                rule["major"] = r.major
-            if r.minor is not None:
-                rule["minor"] = r.minor
-            if rule not in rules:
-                rules.append(rule)
+        add_device_rules(doc, e.cgroup_rules, path=path)
     if e.mounts or node_mounts:
         mounts = child_list(doc, "mounts", path=path, field="mounts")
         wanted: list[dict[str, Any]] = node_mounts + [

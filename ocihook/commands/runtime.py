@@ -495,7 +495,7 @@ def _with_device_rules(b: Any, request: Any, cfg: Config, options: Any) -> dict[
     """
     import json
 
-    from ..oci.edit import child_list, child_object
+    from ..oci.edit import add_device_rules
     from ..pipeline.bundle import plan_for_bundle
     from ..request.drm import drm_requests_from_spec
 
@@ -504,18 +504,7 @@ def _with_device_rules(b: Any, request: Any, cfg: Config, options: Any) -> dict[
     doc: dict[str, Any] = json.loads(json.dumps(b.config))
     if not plan.edits.cgroup_rules:
         return doc
-    path = b.config_path
-    linux = child_object(doc, "linux", path=path, field="linux")
-    resources = child_object(linux, "resources", path=path, field="linux.resources")
-    rules = child_list(resources, "devices", path=path, field="linux.resources.devices")
-    for r in plan.edits.cgroup_rules:
-        rule: dict[str, Any] = {"allow": r.allow, "type": r.type, "access": r.access}
-        if r.major is not None:
-            rule["major"] = r.major
-        if r.minor is not None:
-            rule["minor"] = r.minor
-        if rule not in rules:
-            rules.append(rule)
+    add_device_rules(doc, plan.edits.cgroup_rules, path=b.config_path)
     return doc
 
 

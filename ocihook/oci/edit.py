@@ -1,7 +1,7 @@
 """Helpers that edit a parsed ``config.json`` in place, shared by the spec applier
 (:mod:`ocihook.appliers.spec`) and CDI injection (:mod:`ocihook.cdi.inject`): child
 objects and lists created on demand with their types checked, ``KEY=value`` environment
-entries replaced or appended, and a deep copy of JSON data.
+entries replaced or appended, device cgroup rules added, and a deep copy of JSON data.
 
 Fields follow the OCI runtime-spec (``config.md``); ``null`` counts as absent.
 """
@@ -12,10 +12,10 @@ from ..core.errors import SpecError
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Sequence
     from typing import Any
 
-__all__ = ["child_list", "child_object", "copy_json", "set_env"]
+__all__ = ["add_device_rules", "child_list", "child_object", "copy_json", "set_env"]
 
 
 def child_object(
@@ -61,6 +61,34 @@ def set_env(env: list[str], entries: Sequence[str], *, replace_last: bool = Fals
             env[found[-1] if replace_last else found[0]] = entry
         else:
             env.append(entry)
+
+
+def add_device_rules(doc: dict[str, Any], rules: Iterable[Any], *, path: str | None = None) -> None:
+    """Append device cgroup rules to ``linux.resources.devices`` of the OCI document
+    ``doc`` (objects and list made when absent), each once: an existing equal entry is not
+    repeated.
+
+    Each of ``rules`` has ``allow`` (bool), ``type`` (``"c"``, ``"b"``, ``"a"``),
+    ``major`` and ``minor`` (int, or ``None`` for any) and ``access`` (a subset of
+    ``"rwm"``), as :class:`ocihook.plan.edits.CgroupRule`; it becomes the runtime-spec
+    entry ``{"allow", "type", "major", "minor", "access"}`` (``config-linux.md``, "Allowed
+    Device List"), ``major``/``minor`` left out when ``None`` (any).
+
+    Raises:
+        SpecError: ``linux``, ``linux.resources`` or its ``devices`` of the wrong JSON type
+            (``path`` = ``path``).
+    """
+    linux = child_object(doc, "linux", path=path, field="linux")
+    resources = child_object(linux, "resources", path=path, field="linux.resources")
+    entries = child_list(resources, "devices", path=path, field="linux.resources.devices")
+    for r in rules:
+        entry: dict[str, Any] = {"allow": r.allow, "type": r.type, "access": r.access}
+        if r.major is not None:
+            entry["major"] = r.major
+        if r.minor is not None:
+            entry["minor"] = r.minor
+        if entry not in entries:
+            entries.append(entry)
 
 
 def copy_json(value: Any) -> Any:
