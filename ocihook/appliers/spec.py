@@ -216,7 +216,7 @@ def apply_plan(
     elif e.device_nodes:
         devices = child_list(linux, "devices", path=path, field="linux.devices")
         for n in e.device_nodes:
-            entry = {
+            entry: dict[str, Any] = {
                 "path": n.path,
                 "type": n.type,
                 "major": n.major,
@@ -255,7 +255,7 @@ def apply_plan(
     if hooks:
         spec_hooks = child_object(doc, "hooks", path=path, field="hooks")
         for h in hooks:
-            stage = child_list(spec_hooks, h.stage, path=path, field=f"hooks.{h.stage}")
+            stage = child_list(spec_hooks, h.hook_name, path=path, field=f"hooks.{h.hook_name}")
             entry = {"path": h.path, "args": list(h.args), "env": list(h.env)}
             if h.timeout is not None:
                 entry["timeout"] = h.timeout

@@ -181,7 +181,7 @@ def _common_edits(host: NvidiaHost, command: Sequence[str]) -> ContainerEdits:
             continue
         seen.add(lib.path)
         _check_hook_path(lib.path)
-        mounts.append(Mount(lib.host_path, lib.path, LIBRARY_MOUNT_OPTIONS))
+        mounts.append(Mount(lib.host_path, lib.path, LIBRARY_MOUNT_OPTIONS, type=""))
         directory = os.path.dirname(lib.path)
         soname_path = f"{directory}/{lib.soname}"
         if lib.soname != lib.name:
@@ -194,7 +194,7 @@ def _common_edits(host: NvidiaHost, command: Sequence[str]) -> ContainerEdits:
             continue
         seen.add(f.path)
         options = IPC_MOUNT_OPTIONS if f.kind == "ipc" else LIBRARY_MOUNT_OPTIONS
-        mounts.append(Mount(f.host_path, f.path, options))
+        mounts.append(Mount(f.host_path, f.path, options, type=""))
     args: list[str] = ["hook", "create-container"]
     for link in links:
         args += ["--link", link]
@@ -330,7 +330,7 @@ def _generate_wsl_spec(host: NvidiaHost, kind: str, hook_command: Sequence[str] 
     common = ContainerEdits(
         env=("NVIDIA_VISIBLE_DEVICES=void",),
         hooks=(_hook(command, args),),
-        mounts=tuple(Mount(m.source, m.destination, LIBRARY_MOUNT_OPTIONS) for m in mounts),
+        mounts=tuple(m.replace(type="") for m in mounts),
     )
     device = Device("all", ContainerEdits(device_nodes=(_node(wsl.dxg),)))
     spec = Spec(version="0.3.0", kind=kind, devices=(device,), container_edits=common)
@@ -547,8 +547,8 @@ def transform_root(spec: Spec, old: str, new: str, *, relative_to: str = "host")
 
     def mount(m: Mount) -> Mount:
         if host:
-            return m.replace(host_path=swap(m.host_path))
-        return m.replace(container_path=swap(m.container_path))
+            return m.replace(source=swap(m.source))
+        return m.replace(destination=swap(m.destination))
 
     def edits(e: ContainerEdits) -> ContainerEdits:
         return e.replace(

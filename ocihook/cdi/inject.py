@@ -114,7 +114,7 @@ def _apply(spec: dict[str, Any], edits: _Edits, lstat: Callable[[str], os.stat_r
         mounts = child_list(spec, "mounts")
         for mount in edits.mounts:
             for i, old in enumerate(mounts):
-                if old.get("destination") == mount.container_path:
+                if old.get("destination") == mount.destination:
                     del mounts[i]  # the first match only (runtime-tools RemoveMount)
                     break
             mounts.append(_oci_mount(mount))
@@ -226,10 +226,10 @@ def _apply_device_node(
 
 def _oci_mount(mount: Mount) -> dict[str, Any]:
     """The OCI ``mounts[]`` entry for a CDI mount (``oci.go`` ``Mount.toOCI``)."""
-    out: dict[str, Any] = {"destination": mount.container_path}
+    out: dict[str, Any] = {"destination": mount.destination}
     if mount.type:
         out["type"] = mount.type
-    out["source"] = mount.host_path
+    out["source"] = mount.source
     if mount.options:
         out["options"] = list(mount.options)
     return out

@@ -9,8 +9,15 @@ decoding), then checks every rule of :func:`validate_spec`. Every error is a
 
 ``null`` in an optional field means "absent" (as Go's decoder treats it); a required
 field that is absent or ``null`` is an error. YAML aliases are refused (a small file could
-otherwise expand to gigabytes). Attribute names are the JSON names in snake case;
-:meth:`Spec.to_dict` gives back the JSON form, omitting empty optional fields.
+otherwise expand to gigabytes). :meth:`Spec.to_dict` gives back the JSON form, omitting
+empty optional fields.
+
+The container edits are the plan's types (:mod:`ocihook.plan.edits`: one definition of a
+device node, mount, hook and set of edits for both): attribute names are the JSON names
+in snake case, except a mount's ``hostPath`` and ``containerPath``, which are
+:attr:`~ocihook.plan.edits.Mount.source` and :attr:`~ocihook.plan.edits.Mount.destination`
+as in the OCI runtime spec. An optional field absent from the file is its empty value
+(``""``, ``()``, ``None``, ``False``), whatever default the type gives it.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from __future__ import annotations
 from ..core import jsonfast
 from ..core.records import Record
 from ..core.vocab import version_tuple
+from ..plan.edits import ContainerEdits, DeviceNode, Hook, IntelRdt, Mount, NetDevice
 from .names import CdiError, validate_class, validate_device_name, validate_vendor
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
@@ -70,77 +78,6 @@ _I64 = (0, 2**63 - 1)
 _TIMEOUT = (1, 2**31 - 1)
 
 Annotations = tuple[tuple[str, str], ...]
-
-
-class DeviceNode(Record):
-    """A device node to create in the container (CDI ``SPEC.md``, "Device Nodes")."""
-
-    path: str
-    host_path: str = ""
-    type: str = ""
-    major: int | None = None
-    minor: int | None = None
-    file_mode: int | None = None
-    permissions: str = ""
-    uid: int | None = None
-    gid: int | None = None
-
-
-class Mount(Record):
-    """A mount to add to the container (CDI ``SPEC.md``, "Mounts")."""
-
-    host_path: str
-    container_path: str
-    options: tuple[str, ...] = ()
-    type: str = ""
-
-
-class Hook(Record):
-    """An OCI hook to add to the container (CDI ``SPEC.md``, "OCI Hooks")."""
-
-    hook_name: str
-    path: str
-    args: tuple[str, ...] = ()
-    env: tuple[str, ...] = ()
-    timeout: int | None = None
-
-
-class IntelRdt(Record):
-    """Intel RDT settings (CDI ``SPEC.md``, "Intel RDT"; 0.7.0+). ``schemata`` and
-    ``enable_monitoring`` need 1.1.0; ``enable_cmt``/``enable_mbm`` exist only before
-    1.1.0."""
-
-    clos_id: str = ""
-    l3_cache_schema: str = ""
-    mem_bw_schema: str = ""
-    schemata: tuple[str, ...] = ()
-    enable_monitoring: bool = False
-    enable_cmt: bool = False
-    enable_mbm: bool = False
-
-
-class NetDevice(Record):
-    """A host network interface to move into the container (CDI ``SPEC.md``, "Network
-    Devices"; 1.1.0+)."""
-
-    host_interface_name: str
-    name: str
-
-
-class ContainerEdits(Record):
-    """Edits to the container's OCI spec (CDI ``SPEC.md``, "Container Edits")."""
-
-    env: tuple[str, ...] = ()
-    device_nodes: tuple[DeviceNode, ...] = ()
-    hooks: tuple[Hook, ...] = ()
-    mounts: tuple[Mount, ...] = ()
-    intel_rdt: IntelRdt | None = None
-    additional_gids: tuple[int, ...] = ()
-    net_devices: tuple[NetDevice, ...] = ()
-
-    def is_empty(self) -> bool:
-        """Whether these edits change nothing."""
-        return self == _EMPTY_EDITS
 
 
 _EMPTY_EDITS = ContainerEdits()
@@ -200,8 +137,8 @@ _FIELDS: dict[type[Record], tuple[tuple[str, str, Any, bool], ...]] = {
         ("gid", "gid", ("int", *_U32), False),
     ),
     Mount: (
-        ("host_path", "hostPath", "str", True),
-        ("container_path", "containerPath", "str", True),
+        ("source", "hostPath", "str", True),
+        ("destination", "containerPath", "str", True),
         ("options", "options", "strs", False),
         ("type", "type", "str", False),
     ),
@@ -343,9 +280,24 @@ def _load_record(cls: type[Record], data: object, where: str) -> Record:
         if value is None:
             if required:
                 raise CdiError("required field missing", field=_join(where, json_name))
+            kwargs[attr] = _absent(kind)
             continue
         kwargs[attr] = _load_value(kind, value, _join(where, json_name))
     return cls(**kwargs)
+
+
+def _absent(kind: Any) -> object:
+    """The value of an optional field of ``kind`` that the file leaves out (or sets to
+    ``null``): the empty value :func:`_dump` omits."""
+    if kind == "str":
+        return ""
+    if kind == "bool":
+        return False
+    if kind in ("strs", "annotations") or (isinstance(kind, tuple) and kind[0] != "int"):
+        return ()
+    if kind is ContainerEdits:
+        return _EMPTY_EDITS
+    return None  # ("int", lo, hi) and the optional records (intel_rdt)
 
 
 def _dump(record: Record) -> dict[str, Any]:
@@ -615,9 +567,9 @@ def _check_edits(edits: ContainerEdits, where: str, version: tuple[int, int, int
         _check_env(hook.env, f"{at}.env")
     for i, mount in enumerate(edits.mounts):
         at = f"{_join(where, 'mounts')}[{i}]"
-        if not mount.host_path:
-            raise _fail("mount hostPath is empty", f"{at}.hostPath", mount.host_path)
-        if not mount.container_path:
+        if not mount.source:
+            raise _fail("mount hostPath is empty", f"{at}.hostPath", mount.source)
+        if not mount.destination:
             raise _fail("mount containerPath is empty", f"{at}.containerPath", "")
     rdt = edits.intel_rdt
     if rdt is not None and version >= (1, 1, 0):

@@ -218,11 +218,7 @@ def make_plan(
         )
     capabilities = tuple(sorted(request.capabilities & SUPPORTED_CAPABILITIES))
 
-    def node(hn: HostDeviceNode) -> DeviceNode:
-        return DeviceNode(
-            hn.path, hn.host_path, hn.major, hn.minor, "c", hn.file_mode, hn.uid, hn.gid
-        )
-
+    node = _device_node
     graphics = "graphics" in capabilities or "display" in capabilities
     nodes: list[DeviceNode] = []
     for hn in host.control_nodes:
@@ -503,7 +499,18 @@ def links_to_mounts(plan: Plan, occupied: Iterable[str]) -> Plan:
 
 
 def _device_node(hn: HostDeviceNode) -> DeviceNode:
-    return DeviceNode(hn.path, hn.host_path, hn.major, hn.minor, "c", hn.file_mode, hn.uid, hn.gid)
+    """The character device node ``hn`` as the container gets it: same path, numbers, mode
+    and owner."""
+    return DeviceNode(
+        path=hn.path,
+        host_path=hn.host_path,
+        type="c",
+        major=hn.major,
+        minor=hn.minor,
+        file_mode=hn.file_mode,
+        uid=hn.uid,
+        gid=hn.gid,
+    )
 
 
 def make_drm_plan(host: DrmHost, request: DrmRequest) -> Plan:
@@ -544,7 +551,7 @@ def make_drm_plan(host: DrmHost, request: DrmRequest) -> Plan:
         device_nodes=tuple(nodes),
         cgroup_rules=tuple(CgroupRule(True, n.type, n.major, n.minor, "rw") for n in nodes),
         symlinks=tuple(links),
-        additional_gids=tuple(sorted({n.gid for n in nodes} - {0})),
+        additional_gids=tuple(sorted({n.gid for n in nodes if n.gid})),
     )
     return Plan(
         driver_version="",

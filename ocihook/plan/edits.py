@@ -21,7 +21,9 @@ __all__ = [
     "ContainerEdits",
     "DeviceNode",
     "Hook",
+    "IntelRdt",
     "Mount",
+    "NetDevice",
     "Plan",
     "ProcMask",
     "Symlink",
@@ -34,25 +36,33 @@ IPC_MOUNT_OPTIONS = ("nosuid", "nodev", "noexec", "bind")
 
 
 class DeviceNode(Record):
-    """A device node to create in the container (OCI ``linux.devices[]`` entry).
+    """A device node to create in the container: an OCI ``linux.devices[]`` entry, and a
+    CDI ``deviceNodes[]`` entry (CDI ``SPEC.md``, "Device Nodes"; the CDI loader,
+    :func:`ocihook.cdi.spec.load_spec`, reads its JSON fields into these attributes).
+
+    A plan's nodes have every number set; a CDI spec's may leave them to the host node
+    (``None``, ``""``), which CDI injection reads (:mod:`ocihook.cdi.inject`).
 
     Attributes:
         path: container path (``/dev/nvidia0``).
-        host_path: the host node it mirrors (under the dev root).
-        type: ``"c"`` (character device).
-        major, minor: device number.
-        file_mode: permission bits, e.g. ``0o666``.
-        uid, gid: owner inside the container.
+        host_path: the host node it mirrors (under the dev root); ``""``: ``path``.
+        type: ``"c"`` (character device), ``"b"``, ``"u"``, ``"p"``; ``""``: the host
+            node's.
+        major, minor: device number; ``None``: the host node's.
+        file_mode: permission bits, e.g. ``0o666``; ``None``: the host node's.
+        permissions: CDI's cgroup access (``"rw"``, ``"rwm"``); ``""``: ``rwm``.
+        uid, gid: owner inside the container; ``None``: the runtime's default.
     """
 
     path: str
-    host_path: str
-    major: int
-    minor: int
-    type: str = "c"
-    file_mode: int = 0o666
-    uid: int = 0
-    gid: int = 0
+    host_path: str = ""
+    type: str = ""
+    major: int | None = None
+    minor: int | None = None
+    file_mode: int | None = None
+    permissions: str = ""
+    uid: int | None = None
+    gid: int | None = None
 
 
 class CgroupRule(Record):
@@ -69,13 +79,16 @@ class CgroupRule(Record):
 
 
 class Mount(Record):
-    """A bind mount of a host file into the container (OCI ``mounts[]`` entry).
+    """A mount to add to the container: an OCI ``mounts[]`` entry, and a CDI ``mounts[]``
+    entry (CDI ``SPEC.md``, "Mounts": ``hostPath`` is :attr:`source`, ``containerPath``
+    :attr:`destination`).
 
     Attributes:
-        source: host path (resolved, inside the driver root).
+        source: host path (resolved, inside the driver root), or a file system source
+            (``tmpfs``).
         destination: container path.
         options: mount options, e.g. ``("ro", "nosuid", "nodev", "bind")``.
-        type: filesystem type, ``"bind"``.
+        type: file system type, ``"bind"``; ``""`` in a CDI spec: the runtime's default.
     """
 
     source: str
@@ -96,13 +109,43 @@ class Symlink(Record):
 
 
 class Hook(Record):
-    """An OCI hook entry to add (``hooks.<stage>[]``). ``args[0]`` is argv[0]."""
+    """An OCI hook entry to add (``hooks.<hook_name>[]``; CDI ``SPEC.md``, "OCI Hooks").
 
-    stage: str
+    Attributes:
+        hook_name: the OCI hook stage: ``prestart``, ``createRuntime``,
+            ``createContainer``, ``startContainer``, ``poststart`` or ``poststop``.
+        path: the program; ``args[0]`` is its argv[0].
+        args, env: its arguments and ``KEY=value`` environment.
+        timeout: seconds, or ``None`` for none.
+    """
+
+    hook_name: str
     path: str
     args: tuple[str, ...] = ()
     env: tuple[str, ...] = ()
     timeout: int | None = None
+
+
+class IntelRdt(Record):
+    """Intel RDT settings (CDI ``SPEC.md``, "Intel RDT"; 0.7.0+). ``schemata`` and
+    ``enable_monitoring`` need 1.1.0; ``enable_cmt``/``enable_mbm`` exist only before
+    1.1.0."""
+
+    clos_id: str = ""
+    l3_cache_schema: str = ""
+    mem_bw_schema: str = ""
+    schemata: tuple[str, ...] = ()
+    enable_monitoring: bool = False
+    enable_cmt: bool = False
+    enable_mbm: bool = False
+
+
+class NetDevice(Record):
+    """A host network interface to move into the container (CDI ``SPEC.md``, "Network
+    Devices"; 1.1.0+)."""
+
+    host_interface_name: str
+    name: str
 
 
 class ProcMask(Record):
@@ -125,7 +168,10 @@ class ProcMask(Record):
 
 
 class ContainerEdits(Record):
-    """Everything to change in a container, in CDI's "container edits" terms.
+    """Everything to change in a container, in CDI's "container edits" terms: a plan's
+    edits, and a CDI spec's ``containerEdits`` (CDI ``SPEC.md``, "Container Edits"), whose
+    JSON fields are ``env``, ``device_nodes``, ``hooks``, ``mounts``, ``intel_rdt``,
+    ``additional_gids`` and ``net_devices``; the other fields are the plan's own.
 
     Attributes:
         env: ``KEY=value`` strings to set (spec mode only; a live container's environment
@@ -150,7 +196,9 @@ class ContainerEdits(Record):
         additional_gids: host group ids the container process must have to open the
             device nodes (AMD/Intel: ``render``, ``video``; NVIDIA: the groups of nodes
             that are not world read-writable, :func:`node_groups`), for
-            ``process.user.additionalGids``; never 0.
+            ``process.user.additionalGids``; never 0 in a plan.
+        intel_rdt: Intel RDT settings (CDI specs only), or ``None``.
+        net_devices: network interfaces to move in (CDI specs only).
     """
 
     env: tuple[str, ...] = ()
@@ -164,6 +212,8 @@ class ContainerEdits(Record):
     proc_mask: ProcMask | None = None
     cuda_compat: CudaCompat | None = None
     additional_gids: tuple[int, ...] = ()
+    intel_rdt: IntelRdt | None = None
+    net_devices: tuple[NetDevice, ...] = ()
 
     def is_empty(self) -> bool:
         """True when there is nothing to change."""
@@ -177,6 +227,8 @@ class ContainerEdits(Record):
             or self.hooks
             or self.proc_mask
             or self.additional_gids
+            or self.intel_rdt
+            or self.net_devices
         )
 
 
@@ -246,7 +298,7 @@ class Plan(Record):
                 "symlinks": [{"link": s.link, "target": s.target} for s in e.symlinks],
                 "ldcacheLibraries": list(e.ldcache_libraries),
                 "hooks": [
-                    {"stage": h.stage, "path": h.path, "args": list(h.args), "env": list(h.env)}
+                    {"stage": h.hook_name, "path": h.path, "args": list(h.args), "env": list(h.env)}
                     for h in e.hooks
                 ],
                 "procMask": None

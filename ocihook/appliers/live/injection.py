@@ -364,21 +364,19 @@ def _apply_in_container(
                     os.close(target)
                 undo.append(_partial(_detach, root_fd, node.path))
         for node in () if node_fds is not None else edits.device_nodes:
+            if node.major is None or node.minor is None:
+                raise ApplyError("device node without a device number", value=node.path)
+            mode = 0o666 if node.file_mode is None else node.file_mode
             ps.mknod_in_root(
-                root_fd,
-                node.path,
-                stat.S_IFCHR | node.file_mode,
-                node.major,
-                node.minor,
-                created=created,
+                root_fd, node.path, stat.S_IFCHR | mode, node.major, node.minor, created=created
             )
             if node.uid or node.gid:  # the host node's owner, e.g. the video group
                 parent_fd = ps.makedirs_in_root(root_fd, os.path.dirname(node.path))
                 try:
                     os.chown(
                         os.path.basename(node.path),
-                        node.uid,
-                        node.gid,
+                        node.uid or 0,
+                        node.gid or 0,
                         dir_fd=parent_fd,
                         follow_symlinks=False,
                     )

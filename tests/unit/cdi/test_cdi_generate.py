@@ -118,10 +118,10 @@ def test_common_edits(host: NvidiaHost, spec: Spec) -> None:
         ["/dev/nvidia-modeset"] if host.modeset is not None else []
     )
     libs = host.libraries_for(sorted({"utility", "compute", "video", "graphics", "ngx"}))
-    by_dest = {m.container_path: m for m in common.mounts}
+    by_dest = {m.destination: m for m in common.mounts}
     for lib in libs:
         m = by_dest[lib.path]
-        assert m.host_path == lib.host_path and m.options == ("ro", "nosuid", "nodev", "bind")
+        assert m.source == lib.host_path and m.options == ("ro", "nosuid", "nodev", "bind")
     (hook,) = common.hooks
     assert hook.path == sys.executable and hook.args[:4] == (
         sys.executable,
@@ -153,13 +153,13 @@ def test_realistic_host_files(realistic: dict[str, Any]) -> None:
     if not host.gpus:
         pytest.skip("the realistic host has no GPU entries")
     spec = generate_spec(host)
-    by_dest = {m.container_path: m for m in spec.container_edits.mounts}
+    by_dest = {m.destination: m for m in spec.container_edits.mounts}
     every = ("compat32", "compute", "display", "graphics", "ngx", "utility", "video")
     assert {lib.path for lib in host.libraries_for(every)} <= set(by_dest)
     files = host.files_for(every)
     assert {f.path for f in files} <= set(by_dest)
     smi = by_dest["/usr/bin/nvidia-smi"]
-    assert smi.options == ("ro", "nosuid", "nodev", "bind") and os.path.isfile(smi.host_path)
+    assert smi.options == ("ro", "nosuid", "nodev", "bind") and os.path.isfile(smi.source)
     for f in files:
         if f.kind == "ipc":
             assert by_dest[f.path].options == ("nosuid", "nodev", "noexec", "bind")
@@ -289,8 +289,8 @@ def test_cli_transform_root(sim: Any, tmp_path: Path) -> None:
     )
     assert r.returncode == 0, r.stderr
     spec = load_spec(out.read_bytes(), path=str(out))
-    hosts = [m.host_path for m in spec.container_edits.mounts]
-    assert hosts == [m.container_path for m in spec.container_edits.mounts]
+    hosts = [m.source for m in spec.container_edits.mounts]
+    assert hosts == [m.destination for m in spec.container_edits.mounts]
     assert all(not n.host_path for d in spec.devices for n in d.container_edits.device_nodes)
     hook = spec.container_edits.hooks[0]
     assert hook.args[list(hook.args).index("--mask-proc") + 1] == "/proc/driver/nvidia"
@@ -318,10 +318,10 @@ def test_transform_round_trip(old: str, new: str, path: str) -> None:
     spec = Spec(
         "0.3.0",
         "nvidia.com/gpu",
-        (Device("gpu0", ContainerEdits(mounts=(Mount(host_path, path),))),),
+        (Device("gpu0", ContainerEdits(mounts=(Mount(host_path, path, (), ""),))),),
     )
     there = transform_root(spec, old, new)
-    moved = there.devices[0].container_edits.mounts[0].host_path
+    moved = there.devices[0].container_edits.mounts[0].source
     assert moved == (path if new == "/" else new + path)
     assert transform_root(there, new, old) == spec
 
@@ -329,14 +329,14 @@ def test_transform_round_trip(old: str, new: str, path: str) -> None:
 def test_transform_whole_components() -> None:
     from ocihook.cdi.spec import ContainerEdits, Device, Mount
 
-    m = Mount("/run/nvidia/driverX/lib", "/lib")
+    m = Mount("/run/nvidia/driverX/lib", "/lib", (), "")
     spec = Spec("0.3.0", "nvidia.com/gpu", (Device("gpu0", ContainerEdits(mounts=(m,))),))
     assert transform_root(spec, "/run/nvidia/driver", "/") == spec
     assert (
         transform_root(spec, "/lib", "/usr/lib", relative_to="container")
         .devices[0]
         .container_edits.mounts[0]
-        .container_path
+        .destination
         == "/usr/lib"
     )
 
@@ -520,8 +520,8 @@ def test_transform_from_slash_leaves_non_path_sources() -> None:
     lib = Mount("/usr/lib/libcuda.so.1", "/usr/lib/libcuda.so.1", ("ro", "bind"))
     spec = Spec("0.4.0", "nvidia.com/gpu", (Device("gpu0", ContainerEdits(mounts=(tmpfs, lib))),))
     out = transform_root(spec, "/", "/host").devices[0].container_edits.mounts
-    assert out[1].host_path == "/host/usr/lib/libcuda.so.1"
-    assert out[0].host_path == "tmpfs"
+    assert out[1].source == "/host/usr/lib/libcuda.so.1"
+    assert out[0].source == "tmpfs"
 
 
 def test_gpu_dirs_of_devices_never_raises_on_a_huge_minor(host: NvidiaHost) -> None:

@@ -659,8 +659,8 @@ DEVICE_NODES = st.builds(
 )
 MOUNTS = st.builds(
     Mount,
-    host_path=NONEMPTY,
-    container_path=NONEMPTY,
+    source=NONEMPTY,
+    destination=NONEMPTY,
     options=st.lists(TEXT, **LISTS).map(tuple),
     type=TEXT,
 )
