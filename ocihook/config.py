@@ -205,7 +205,7 @@ MAX_SIZE = 1 << 20
 MODES = ("auto", "legacy", "cdi")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 CUDA_COMPAT_MODES = ("ldconfig", "disabled")
-#: The driver capability names (``ocihook.request.ALL_CAPABILITIES``, sorted).
+#: The driver capability names (``ocihook.request.nvidia.ALL_CAPABILITIES``, sorted).
 CAPABILITIES = CAPABILITY_NAMES
 #: Where ``accept-nvidia-visible-devices-as-volume-mounts`` reads requests from.
 

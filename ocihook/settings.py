@@ -48,7 +48,7 @@ class Options(Record):
     """The operator's settings that shape a plan (from :mod:`ocihook.config`).
 
     Attributes:
-        policy: which request sources are honoured (:class:`ocihook.request.RequestPolicy`).
+        policy: which request sources are honoured (:class:`ocihook.request.policy.RequestPolicy`).
         supported: driver capabilities containers may have (``None``: all).
         check_requirements: check ``NVIDIA_REQUIRE_*`` (off with ``disable-require``).
         cuda_compat: use the image's CUDA forward-compatibility libraries when newer

@@ -1,4 +1,4 @@
-"""Appliers: turn a :class:`~ocihook.plan.Plan` into changes.
+"""Appliers: turn a :class:`~ocihook.plan.edits.Plan` into changes.
 
 * :mod:`ocihook.appliers.spec` edits a bundle's ``config.json`` before the runtime creates
   the container (spec mode);

@@ -418,7 +418,7 @@ class EditResult(Record):
         cdi_devices: the CDI devices injected from the CDI registry (then ``plan`` is
             ``None``), in request order; ``()`` for the legacy path.
         ignored: the requests the unprivileged policy ignored
-            (:func:`ocihook.request.ignored_by_policy`; message:
+            (:func:`ocihook.request.policy.ignored_by_policy`; message:
             :func:`ocihook.request.policy_note`).
         in_rootfs: the soname links and the container's ``ld.so.cache`` were made in the
             root file system by the edit itself (:func:`rootfs_edit_blocker` found nothing

@@ -308,7 +308,7 @@ def _generate_wsl_spec(host: NvidiaHost, kind: str, hook_command: Sequence[str] 
     """The CDI spec of a WSL2 host, as the toolkit's WSL mode writes it
     (``pkg/nvcdi/lib-wsl.go``): one device, ``all``, holding ``/dev/dxg``; common edits
     with ``NVIDIA_VISIBLE_DEVICES=void``, the driver files mounted at their own paths
-    (:func:`ocihook.plan.wsl_edits`), and ocihook's ``create-container`` hook for the
+    (:func:`ocihook.plan.build.wsl_edits`), and ocihook's ``create-container`` hook for the
     soname links, the ``/usr/bin/nvidia-smi`` link and the ``ld.so.cache`` (CUDA forward
     compatibility when the driver version is known; no ``/proc/driver/nvidia`` mask:
     WSL2 has none)."""

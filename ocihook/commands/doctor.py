@@ -1202,7 +1202,7 @@ def _compat_library(rootfs: str | None) -> tuple[str, str] | None:
 
 def _compat_check(ctx: Context, rootfs: str | None) -> Check | None:
     """Whether the image's CUDA forward-compatibility libcuda would be used on this host
-    (:meth:`ocihook.plan.CudaCompat.decide`, the rule the hook applies, with the library's
+    (:meth:`ocihook.plan.compat.CudaCompat.decide`, the rule the hook applies, with the library's
     ``.note.cuda.fwd_compatibility``: the image file is only read), or ``None`` when the
     image has none."""
     found = _compat_library(rootfs)

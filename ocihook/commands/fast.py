@@ -618,8 +618,9 @@ def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
 
 
 def parse_cuda_compat_arg(value: str) -> Any:
-    """The :class:`~ocihook.plan.CudaCompat` of ``--cuda-compat DIR::HOST_DRIVER[::HOST_CUDA]``
-    (``/usr/local/cuda/compat::550.127.05::12.4``); ``DIR::HOST_MAJOR`` (``...::550``), as
+    """The :class:`~ocihook.plan.compat.CudaCompat` of ``--cuda-compat
+    DIR::HOST_DRIVER[::HOST_CUDA]`` (``/usr/local/cuda/compat::550.127.05::12.4``);
+    ``DIR::HOST_MAJOR`` (``...::550``), as
     registered by older versions, is accepted too.
 
     Raises:

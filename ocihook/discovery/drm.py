@@ -7,7 +7,7 @@ from the image). So one record describes a GPU of either vendor — :class:`DrmG
 one describes what a vendor backend found on a host — :class:`DrmHost`. The backends
 (:mod:`ocihook.discovery.amd`, :mod:`ocihook.discovery.intel`) fill them from sysfs and
 procfs under a :class:`~ocihook.core.hostroot.HostRoot`; the plan builder
-(:func:`ocihook.plan.make_drm_plan`) consumes them without knowing the vendor.
+(:func:`ocihook.plan.build.make_drm_plan`) consumes them without knowing the vendor.
 
 This module also holds the small sysfs readers both backends share.
 """

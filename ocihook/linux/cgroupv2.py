@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from typing import Final, Protocol
 
     class _Rule(Protocol):
-        """What is read of a rule: :class:`ocihook.plan.CgroupRule` has these fields."""
+        """What is read of a rule: :class:`ocihook.plan.edits.CgroupRule` has these fields."""
 
         @property
         def allow(self) -> bool: ...
@@ -440,8 +440,9 @@ def allow_rules_program(rules: Iterable[_Rule], base: bytes | None) -> bytes:
     otherwise runs ``base``.
 
     Args:
-        rules: device rules (:class:`ocihook.plan.CgroupRule`: ``allow``, ``type`` ``a``/``b``/
-            ``c``, ``major``/``minor`` or ``None`` for any, ``access`` a subset of ``rwm``), in
+        rules: device rules (:class:`ocihook.plan.edits.CgroupRule`: ``allow``, ``type``
+            ``a``/``b``/``c``, ``major``/``minor`` or ``None`` for any, ``access`` a subset
+            of ``rwm``), in
             OCI order: the *last* rule that matches decides (runtime-spec config-linux.md,
             "Allowed Device list"; runc's filter does the same by emitting them in reverse).
             An allow rule matches a request when the device matches and every requested

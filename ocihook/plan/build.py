@@ -160,9 +160,9 @@ def make_plan(
         layout: where libraries go in the image.
         extra_nodes: further device nodes the request asks for (MIG management, IMEX
             channels, feature-gated sets; see
-            :func:`ocihook.pipeline.request_device_nodes`).
+            :func:`ocihook.pipeline.extras.request_device_nodes`).
         extra_mounts: further mounts the request asks for (GDS's ``/etc/cufile.json`` and
-            ``/run/udev``; see :func:`ocihook.pipeline.request_mounts`).
+            ``/run/udev``; see :func:`ocihook.pipeline.extras.request_mounts`).
         cuda_compat: use the image's CUDA forward-compatibility libraries when newer
             (the operator's ``cuda-compat`` setting: ``ldconfig`` or ``disabled``).
         check_requirements: check ``request.requirements`` against the host and the
@@ -175,7 +175,7 @@ def make_plan(
 
     Raises:
         RequestError: a requested GPU does not exist, or an ``NVIDIA_REQUIRE_*``
-            requirement is not met (:func:`ocihook.requirements.check`); a requested
+            requirement is not met (:func:`ocihook.request.requirements.check`); a requested
             capability the host cannot provide is reported in ``warnings`` instead.
     """
     from ..discovery.nvidia import SUPPORTED_CAPABILITIES

@@ -121,7 +121,7 @@ def drm_request_from_env(
       UUIDs ``GPU-`` + 16 hex digits, any case;
     * Intel: ``card<N>`` and PCI addresses ``DDDD:BB:DD.F``;
     * qualified CDI names (``amd.com/gpu=0``) are left to the CDI path
-      (:func:`ocihook.pipeline.cdi_device_names`) and skipped here.
+      (:func:`ocihook.pipeline.cdinames.cdi_device_names`) and skipped here.
 
     Args:
         vendor: ``"amd"`` or ``"intel"``.

@@ -79,7 +79,7 @@ class Request(Record):
             ``mofed``, ``nvswitch``, ``gdrcopy``.
         privileged: whether the container has ``CAP_SYS_ADMIN`` in its bounding set.
         requirements: the ``NVIDIA_REQUIRE_*`` requirements, ``(variable, Requirement)``
-            (:mod:`ocihook.requirements`), checked when the plan is made.
+            (:mod:`ocihook.request.requirements`), checked when the plan is made.
     """
 
     kind: VisibleKind

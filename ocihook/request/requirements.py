@@ -430,7 +430,7 @@ def requirements_from_env(
     ``internal/config/image/cuda_image.go`` (``GetRequirements``).
 
     Args:
-        env: the container process's variables (:func:`ocihook.request.parse_env`).
+        env: the container process's variables (:func:`ocihook.request.sources.parse_env`).
         source: where ``env`` came from, for error fields.
 
     Returns:

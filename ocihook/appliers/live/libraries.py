@@ -131,7 +131,7 @@ MAX_COMPAT_LIBRARIES = 64
 
 def cuda_compat_entries(root_fd: int, compat: CudaCompat) -> list[ldcache.CacheEntry]:
     """``ld.so.cache`` entries for the image's CUDA forward-compatibility libraries, when
-    :meth:`CudaCompat.decide <ocihook.plan.CudaCompat.decide>` says its newest
+    :meth:`CudaCompat.decide <ocihook.plan.compat.CudaCompat.decide>` says its newest
     ``libcuda.so.<version>`` is to be used (NVIDIA CUDA compatibility guide: forward
     compatibility needs a newer user-mode driver than the kernel one). Empty otherwise.
     Each entry names the soname link when the image has one, else the file.
@@ -228,7 +228,7 @@ def write_ldcache(
         known: container library path -> ``ld.so.cache`` flags, for libraries whose
             soname is the path's file name and whose flags discovery already read from
             the host's ``ld.so.cache`` (:attr:`ContainerEdits.ldcache_flags
-            <ocihook.plan.ContainerEdits.ldcache_flags>`): entered as they are, no file
+            <ocihook.plan.edits.ContainerEdits.ldcache_flags>`): entered as they are, no file
             read.
 
     Returns:

@@ -243,7 +243,7 @@ def mask_proc_driver(
     undo: list[_Undo],
     fd_path: Callable[[int], str] = _fd_path,
 ) -> bool:
-    """Mask the container's ``/proc/driver/nvidia`` (see :class:`ocihook.plan.ProcMask`):
+    """Mask the container's ``/proc/driver/nvidia`` (see :class:`ocihook.plan.edits.ProcMask`):
     a tmpfs mounted on it (resolved inside the rootfs), the ``files`` written there, the
     ``gpu_fds`` clones attached under ``gpus/``, then the tmpfs made read-only. Runs in the
     container's mount namespace. Returns False (nothing done) when the container's procfs
