@@ -28,12 +28,12 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
 
+    from .config.options import Options
     from .core.hostroot import HostRoot
     from .discovery.nvidia import NvidiaHost
     from .discovery.records import HostDeviceNode
     from .oci.bundle import Bundle
     from .request import DrmRequest, Request
-    from .settings import Options
 
 __all__ = [
     "cdi_device_names",

@@ -50,6 +50,7 @@ from __future__ import annotations
 import os
 import stat
 
+from ..config.options import HOOK_ENV, HOOK_TIMEOUT, Options, hook_command
 from ..core.errors import ApplyError, OcihookError, RequestError, SpecError
 from ..core.hostroot import HostRoot
 from ..core.records import Record
@@ -76,7 +77,6 @@ from ..request import (
     policy_note,
     request_from_spec,
 )
-from ..settings import HOOK_ENV, HOOK_TIMEOUT, Options, hook_command
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
 if TYPE_CHECKING:

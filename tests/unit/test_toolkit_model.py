@@ -27,10 +27,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ocihook.config.options import Options
 from ocihook.core.errors import RequestError
 from ocihook.pipeline import cdi_device_names
 from ocihook.request import RequestPolicy, request_from_spec
-from ocihook.settings import Options
 
 ALL7 = frozenset({"compat32", "compute", "display", "graphics", "ngx", "utility", "video"})
 DEFAULT = frozenset({"utility", "compute"})

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from ocihook.config import load_config
+from ocihook.config.load import load_config
 from ocihook.request import (
     RequestPolicy,
     drm_requests_from_spec,
