@@ -91,4 +91,5 @@ def __getattr__(name: str) -> object:
 
 
 def __dir__() -> list[str]:
+    """The module's names and the public names loaded on first use."""
     return sorted(set(globals()) | set(__all__))
