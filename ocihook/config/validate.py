@@ -3,10 +3,11 @@
 Every key is top-level and optional; :data:`KEYS` lists them in the order of the
 reference (``docs/configuration.md``, generated from ``specs/config.schema.json``, which
 is the source of truth for keys, types, defaults and values). Each check here mirrors one
-property of that schema, so that loading a file never imports :mod:`jsonschema` (~100 ms
-of imports on every container start) and each refusal names the key, the value and what
-to write instead; the tests hold the checks and the schema to the same verdict on
-thousands of generated documents.
+property of that schema rather than reading it: loading a file then imports neither
+:mod:`jsonschema` (~100 ms on every container start) nor :mod:`json` and :mod:`re` (the
+schema's patterns), and each refusal names the key, the value and what to write instead.
+The tests hold the checks and the schema to the same verdict on thousands of generated
+documents; ``ocihook config check`` applies both.
 
 A *path* is absolute and has no NUL character. Strings are checked exactly (no spaces in
 comma lists, except around ``swarm-resource`` names as the toolkit trims them). A section
