@@ -40,7 +40,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="print the figures as JSON too")
     ns = ap.parse_args()
 
-    from ocihook.settings import hook_command
+    from ocihook.config.options import hook_command
     from ocihook.sim import host as simhost
     from ocihook.sim.demo import _default_config
 

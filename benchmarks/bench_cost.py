@@ -14,7 +14,7 @@ drift on a shared machine hits every case alike:
   ``config.json`` restored before each run;
 * ``prestart hook u+c``: ``runc create`` of a bundle whose ``hooks.prestart`` is the
   environment's ``ocihook hook prestart`` as ``ocihook install`` registers it
-  (``ocihook.settings.hook_command``: the interpreter with ``-I -c``; 8 GPUs,
+  (``ocihook.config.options.hook_command``: the interpreter with ``-I -c``; 8 GPUs,
   utility,compute);
 * ``CDI spec hooks``: ``runc create`` of a bundle carrying what the environment's own CDI
   spec (``ocihook cdi generate``) gives for ``nvidia.com/gpu=all`` — its hooks run as an
@@ -67,7 +67,7 @@ TARGETS = {
 }
 MEMORY_TARGET_MIB = 16.0
 GNU_TIME = "/usr/bin/time"
-#: ocihook's start-path cache directory (``ocihook.discovery.cache.DEFAULT_DIR``).
+#: ocihook's start-path cache directory (``ocihook.linux.cachestore.DEFAULT_DIR``).
 CACHE_DIR = "/run/ocihook"
 RUNC = shutil.which("runc") or "/usr/sbin/runc"
 UC = ["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=utility,compute"]
@@ -111,10 +111,14 @@ class Env:
         )
 
 
-#: Prints the installation's registered hook argv prefix (``ocihook.settings.hook_command``).
+#: Prints the installation's registered hook argv prefix (``hook_command`` of
+#: ``ocihook.config.options``, or of ``ocihook.settings`` in an installation that predates it).
 _HOOK_COMMAND = (
     "import json\n"
-    "from ocihook.settings import hook_command\n"
+    "try:\n"
+    "    from ocihook.config.options import hook_command\n"
+    "except ImportError:\n"
+    "    from ocihook.settings import hook_command\n"
     "print(json.dumps(list(hook_command())))\n"
 )
 

@@ -32,7 +32,7 @@ def main() -> int:
     if os.geteuid() != 0 or shutil.which("runc") is None:
         print("needs root and runc")
         return 1
-    from ocihook.settings import hook_command
+    from ocihook.config.options import hook_command
     from ocihook.sim.demo import make_busybox_bundle
 
     cache = os.environ.get("OCIHOOK_CACHE") or os.path.expanduser("~/.cache/ocihook")

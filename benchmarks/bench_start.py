@@ -44,7 +44,7 @@ MEMORY_TARGET_MIB = 50.0
 
 
 def _hook_command() -> list[str]:
-    from ocihook.settings import hook_command
+    from ocihook.config.options import hook_command
 
     return list(hook_command())
 

@@ -31,7 +31,9 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs millis
 if TYPE_CHECKING:
     from .appliers.live import inject
     from .appliers.spec import EditResult, apply_plan, edit_bundle
-    from .config import Config, load_config
+    from .config.load import load_config
+    from .config.options import Options, hook_command
+    from .config.validate import Config
     from .core.errors import (
         EXIT_CODES,
         ApplyError,
@@ -57,16 +59,15 @@ if TYPE_CHECKING:
     from .plan.select import select_gpus
     from .request.drm import DrmRequest, drm_request_from_env
     from .request.nvidia import Request, request_from_env, request_from_spec
-    from .settings import Options, hook_command
 
 #: Public name -> module that defines it.
 _EXPORTS = {
     "inject": "appliers.live",
     "EditResult": "appliers.spec",
-    "Options": "settings",
+    "Options": "config.options",
     "apply_plan": "appliers.spec",
     "edit_bundle": "appliers.spec",
-    "hook_command": "settings",
+    "hook_command": "config.options",
     "Bundle": "oci.bundle",
     "State": "oci.bundle",
     "load_bundle": "oci.bundle",
@@ -80,8 +81,8 @@ _EXPORTS = {
     "HostDeviceNode": "discovery.nvidia",
     "NvidiaHost": "discovery.nvidia",
     "discover": "discovery.nvidia",
-    "Config": "config",
-    "load_config": "config",
+    "Config": "config.validate",
+    "load_config": "config.load",
     "EXIT_CODES": "core.errors",
     "ApplyError": "core.errors",
     "CdiError": "core.errors",

@@ -50,6 +50,7 @@ from __future__ import annotations
 import os
 import stat
 
+from ..config.options import HOOK_ENV, HOOK_TIMEOUT, Options, hook_command
 from ..core.errors import ApplyError, OcihookError, RequestError, SpecError
 from ..core.hostroot import HostRoot
 from ..core.records import Record
@@ -62,7 +63,6 @@ from ..plan.edits import ContainerEdits, Hook, Mount, Plan, ProcMask
 from ..request.drm import drm_requests_from_spec
 from ..request.nvidia import Request, request_from_spec
 from ..request.policy import ignored_by_policy, policy_note
-from ..settings import HOOK_ENV, HOOK_TIMEOUT, Options, hook_command
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
 if TYPE_CHECKING:

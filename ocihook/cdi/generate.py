@@ -96,7 +96,7 @@ def _node(n: HostDeviceNode) -> DeviceNode:
 
 
 def _hook(command: Sequence[str], args: Sequence[str]) -> Hook:
-    from ..settings import HOOK_ENV, HOOK_TIMEOUT
+    from ..config.options import HOOK_ENV, HOOK_TIMEOUT
 
     return Hook("createContainer", command[0], (*command, *args), HOOK_ENV, HOOK_TIMEOUT)
 
@@ -229,7 +229,7 @@ def generate_spec(
         name_strategies: naming strategies from :data:`NAME_STRATEGIES`, each giving every
             device one name; a name two strategies give alike is listed once.
         hook_command: argv prefix that runs ocihook
-            (default: :func:`ocihook.settings.hook_command`, this installation).
+            (default: :func:`ocihook.config.options.hook_command`, this installation).
 
     Returns:
         A valid :class:`~ocihook.cdi.spec.Spec` (devices in index order, MIG devices after
@@ -243,7 +243,7 @@ def generate_spec(
     On a WSL2 host (``host.wsl`` and no enumerated GPU) the spec has the one device
     ``all`` (see :func:`_generate_wsl_spec`).
     """
-    from ..settings import hook_command as default_command
+    from ..config.options import hook_command as default_command
     from .names import CdiError
 
     validate_vendor(vendor)
@@ -312,8 +312,8 @@ def _generate_wsl_spec(host: NvidiaHost, kind: str, hook_command: Sequence[str] 
     soname links, the ``/usr/bin/nvidia-smi`` link and the ``ld.so.cache`` (CUDA forward
     compatibility when the driver version is known; no ``/proc/driver/nvidia`` mask:
     WSL2 has none)."""
+    from ..config.options import hook_command as default_command
     from ..plan.build import wsl_edits
-    from ..settings import hook_command as default_command
 
     wsl = host.wsl
     assert wsl is not None
@@ -372,8 +372,8 @@ def generate_drm_spec(
     Raises:
         DiscoveryError: the host has no GPU of the vendor.
     """
+    from ..config.options import hook_command as default_command
     from ..request.drm import DRM_VARIABLES
-    from ..settings import hook_command as default_command
 
     if not host.gpus:
         raise DiscoveryError(

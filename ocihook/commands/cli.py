@@ -54,7 +54,7 @@ def _root(
     """The host to read: the configuration's roots with the command line's on top."""
     import os
 
-    from ..config import load_config
+    from ..config.load import load_config
     from ..core import log
 
     cfg = load_config(config_path)
@@ -517,7 +517,8 @@ def plan(
     bundle: str,
 ) -> None:
     """Print the plan (container edits) for a bundle as JSON, without changing anything."""
-    from ..config import load_config
+    from ..config.load import load_config
+    from ..config.options import options_from_config
     from ..discovery.drm import discover_vendor
     from ..discovery.nvidia import discover
     from ..oci.bundle import load_bundle
@@ -526,7 +527,6 @@ def plan(
     from ..request.drm import drm_requests_from_spec
     from ..request.nvidia import request_from_spec
     from ..request.policy import ignored_by_policy, policy_note
-    from ..settings import options_from_config
 
     b = load_bundle(bundle)
     options = options_from_config(load_config(config_path))
@@ -681,7 +681,7 @@ def config() -> None:
 )
 def show(config_path: str | None) -> None:
     """Print the effective configuration as TOML (every key, defaults filled in)."""
-    from ..config import load_config
+    from ..config.load import load_config
 
     cfg = load_config(config_path)
     click.echo(f"# effective configuration; file: {cfg.source or '(none: built-in defaults)'}")
@@ -710,13 +710,13 @@ def config_check(config_path: str | None) -> None:
     (jsonschema; one line per violation, naming the key) and with the loader every command
     uses. Prints "PATH: OK"; exits 10 on the first error the loader finds, or when the
     schema finds any."""
-    from ..config import (
+    from ..config.load import (
         DEFAULT_PATH,
-        config_from_dict,
         parse_config_bytes,
         read_config_bytes,
         resolve_config_path,
     )
+    from ..config.validate import config_from_dict
     from ..core.errors import ConfigError
     from ..schemas import violations
 
@@ -756,7 +756,7 @@ def migrate(toolkit_file: str | None, output: str | None, force: bool) -> None:
     Keys with an ocihook equivalent are carried over; every key that is dropped or whose
     value changes is named once on standard error. The result is checked as ocihook reads
     it before anything is written."""
-    from ..config import TOOLKIT_PATH, load_toolkit_config, render_config
+    from ..config.migrate import TOOLKIT_PATH, load_toolkit_config, render_config
 
     shown = os.path.abspath(toolkit_file or TOOLKIT_PATH)
     migration = load_toolkit_config(shown)
@@ -1127,9 +1127,9 @@ def doctor(
     specs), request (--bundle / --image-env and its requirements), visibility (a runc
     container ocihook edits, checked from inside) and gpu (a CUDA allocation, copy and
     kernel inside it; SKIP without a real GPU). Exits 14 when a check FAILs."""
-    from ..config import load_config
+    from ..config.load import load_config
+    from ..config.options import options_from_config
     from ..core.errors import DoctorFailed
-    from ..settings import options_from_config
     from .doctor import deployment_record, run_doctor
 
     if bundle is not None and image_env is not None:

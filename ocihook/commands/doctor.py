@@ -2044,7 +2044,7 @@ def run_doctor(
         gpu_backend: GPU enumeration (``auto``: NVML when it works).
         containers: run the visibility and GPU layers (False: SKIP them).
         runc, busybox: programs for the container layers (default: from ``PATH``).
-        options: the operator's settings (:class:`ocihook.settings.Options`).
+        options: the operator's settings (:class:`ocihook.config.options.Options`).
         workdir: where to build the container (default: a temporary directory, removed).
 
     Raises:

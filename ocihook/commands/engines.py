@@ -718,7 +718,7 @@ def hooks_d_document(python: str | None = None, stage: str = "prestart") -> dict
     Raises:
         ValueError: ``stage`` is not one of :data:`HOOKS_D_STAGES`.
     """
-    from ..settings import HOOK_ENV, HOOK_PROGRAM, HOOK_TIMEOUT
+    from ..config.options import HOOK_ENV, HOOK_PROGRAM, HOOK_TIMEOUT
 
     if stage not in HOOKS_D_STAGES:
         raise ValueError(f"no hooks.d file for stage {stage!r}")

@@ -300,7 +300,7 @@ def load_settings(ns: Any, *, trust_environment: bool) -> Any:
     Raises:
         ConfigError: the file is unreadable or wrong.
     """
-    from ..config import load_config
+    from ..config.load import load_config
     from ..core import log
 
     cfg = load_config(ns.config, environ=None if trust_environment else {})
@@ -364,7 +364,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _cmd_edit(ns: Any) -> int:
     from ..appliers.spec import edit_bundle
-    from ..settings import options_from_config
+    from ..config.options import options_from_config
 
     cfg = load_settings(ns, trust_environment=True)
     result = edit_bundle(
@@ -543,10 +543,10 @@ def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
         print(f"ocihook: error[usage]: {usage}", file=sys.stderr)
         return 2
     if ns.stage in INJECT_STAGES:
+        from ..config.options import options_from_config
         from ..core import log
         from ..request.drm import drm_requests_from_spec
         from ..request.nvidia import request_from_spec
-        from ..settings import options_from_config
 
         cfg = load_settings(ns, trust_environment=False)
         log.configure(cfg.log_file or None, cfg.log_level, container=state.id)

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import Any
 
-    from ..config import Config
+    from ..config.validate import Config
 
 __all__ = [
     "COMMANDS",
@@ -342,7 +342,7 @@ def _is_ocihook_inject_hook(entry: object) -> bool:
     args = entry.get("args")
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
         return False
-    from ..settings import HOOK_PROGRAM
+    from ..config.options import HOOK_PROGRAM
 
     path = entry.get("path")
     ours = HOOK_PROGRAM in args or any(
@@ -358,7 +358,7 @@ def legacy_hook(config_file: str | None) -> dict[str, Any]:
     """The prestart hook entry ``legacy`` mode adds: ``packaging/config.json-hooks-snippet
     .json.in``'s command line with this interpreter, plus ``--config FILE`` when the
     wrapper read a file other than the default (hooks never read ``$OCIHOOK_CONFIG``)."""
-    from ..settings import HOOK_ENV, HOOK_TIMEOUT, hook_command
+    from ..config.options import HOOK_ENV, HOOK_TIMEOUT, hook_command
 
     args = [*hook_command(), "hook", "prestart"]
     if config_file is not None:
@@ -370,7 +370,7 @@ def poststop_hook() -> dict[str, Any]:
     """The poststop hook entry ``legacy`` mode adds with :func:`legacy_hook`: ``ocihook
     hook poststop`` removes from a reused rootfs what the prestart hook made there
     (:mod:`ocihook.appliers.live.leftovers`)."""
-    from ..settings import HOOK_ENV, HOOK_TIMEOUT, hook_command
+    from ..config.options import HOOK_ENV, HOOK_TIMEOUT, hook_command
 
     args = [*hook_command(), "hook", "poststop"]
     return {"path": args[0], "args": args, "env": list(HOOK_ENV), "timeout": HOOK_TIMEOUT}
@@ -387,12 +387,12 @@ def _add_legacy_hook(bundle_dir: str, cfg: Config) -> bool:
         RequestError: a malformed request.
         ApplyError: ``config.json`` could not be replaced.
     """
-    from ..config import DEFAULT_PATH as DEFAULT_CONFIG
+    from ..config.load import DEFAULT_PATH as DEFAULT_CONFIG
+    from ..config.options import options_from_config
     from ..core.errors import SpecError
     from ..oci.bundle import load_bundle, write_json_atomic
     from ..request.drm import drm_requests_from_spec
     from ..request.nvidia import request_from_spec
-    from ..settings import options_from_config
 
     b = load_bundle(bundle_dir)
     options = options_from_config(cfg)
@@ -438,11 +438,14 @@ def _asks_for_nothing(config_json: str, settings: _Settings) -> bool:
         return False
     if b"\\u" in raw or any(m in raw for m in REQUEST_MARKERS):
         return False
-    from ..config import REQUEST_DETECTION_KEYS, Config
+    from ..config.scan import DEFAULT_REQUEST_MARKERS, REQUEST_DETECTION_KEYS
 
     # the defaults' markers too: spec mode reads cdi.k8s.io/ annotations
-    cfg = settings.get() if settings.may_set(REQUEST_DETECTION_KEYS) else Config()
-    return not any(m in raw for m in cfg.extra_request_markers())
+    if settings.may_set(REQUEST_DETECTION_KEYS):
+        markers = settings.get().extra_request_markers()
+    else:
+        markers = DEFAULT_REQUEST_MARKERS
+    return not any(m in raw for m in markers)
 
 
 class _Settings:
@@ -453,13 +456,13 @@ class _Settings:
         self._cfg: Config | None = None
 
     def may_set(self, keys: Sequence[str]) -> bool:
-        from ..config import config_may_set
+        from ..config.load import config_may_set
 
         return self._cfg is not None or config_may_set(keys, environ=self.environ)
 
     def get(self) -> Config:
         if self._cfg is None:
-            from ..config import load_config
+            from ..config.load import load_config
             from ..core import log
 
             self._cfg = load_config(environ=self.environ)
@@ -527,7 +530,7 @@ def _prepare(bundle_dir: str, cfg: Config, mask_by_caller: bool = False) -> tupl
     if cfg.mode == "legacy":
         return ("hook added" if _add_legacy_hook(bundle_dir, cfg) else "unchanged"), None
     from ..appliers.spec import edit_bundle
-    from ..settings import options_from_config
+    from ..config.options import options_from_config
 
     # compact: only runc reads this config.json (the C encoder, no json import)
     result = edit_bundle(

@@ -40,7 +40,7 @@ def void_hook_exit(argv: Sequence[str]) -> tuple[int | None, bytes]:
 
     The operator's configuration file is read as bytes, once, and parsed only when it
     may widen the markers (:func:`_config_markers`) or when its bytes cannot tell whether
-    debug logging is on (:func:`ocihook.config.scan_debug_log_file`). With debug logging
+    debug logging is on (:func:`ocihook.config.scan.scan_debug_log_file`). With debug logging
     on, the fast exit leaves one line in the log saying why the container got no GPU;
     with it off, nothing is opened for logging.
     """
@@ -57,7 +57,7 @@ def void_hook_exit(argv: Sequence[str]) -> tuple[int | None, bytes]:
         return None, stdin
     if b"\\u" in raw or any(marker in raw for marker in REQUEST_MARKERS):
         return None, stdin
-    from ..config import read_config_bytes
+    from ..config.load import read_config_bytes
 
     path = config_arg(argv)
     try:
@@ -75,9 +75,10 @@ def _config_markers(path: str | None, data: bytes | None, raw: bytes) -> bool:
     """Whether the operator's configuration (``data``, the bytes of the file at ``path``)
     makes more requests possible (swarm resource names, annotation prefixes, device
     mounts) and ``raw`` holds one of them. The file is parsed only when it can set those
-    keys at all (:func:`ocihook.config.bytes_may_set`); a broken file is reported by the
+    keys at all (:func:`ocihook.config.scan.bytes_may_set`); a broken file is reported by the
     full command."""
-    from ..config import REQUEST_DETECTION_KEYS, bytes_may_set, load_config
+    from ..config.load import load_config
+    from ..config.scan import REQUEST_DETECTION_KEYS, bytes_may_set
 
     if not bytes_may_set(REQUEST_DETECTION_KEYS, data):
         return False
@@ -92,11 +93,11 @@ def _log_fast_exit(path: str | None, data: bytes, stdin: bytes, bundle: str, sta
     """Log why a container took the no-GPU fast exit, when the configuration (``data``,
     the bytes of the file at ``path``) logs at debug level; otherwise do nothing (no file
     is opened). The configuration is parsed only when its bytes cannot tell."""
-    from ..config import scan_debug_log_file
+    from ..config.scan import scan_debug_log_file
 
     log_file = scan_debug_log_file(data)
     if log_file is None:
-        from ..config import load_config
+        from ..config.load import load_config
 
         try:
             cfg = load_config(path, environ={})

@@ -8,7 +8,7 @@ the ``log-file`` setting (:mod:`ocihook.config`). Lines look like::
 
 Containers that ask for no GPU leave ``ocihook hook`` through a fast exit that parses
 neither JSON nor TOML; it logs its one line (``nothing requested ... reason=...``) only when
-:func:`ocihook.config.scan_debug_log_file` finds debug logging on from the configuration
+:func:`ocihook.config.scan.scan_debug_log_file` finds debug logging on from the configuration
 file's bytes, and opens nothing for logging otherwise.
 
 Records below the configured level (``debug`` < ``info`` < ``warning`` < ``error``) cost a

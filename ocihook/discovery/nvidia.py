@@ -371,25 +371,27 @@ def discover_cached(
     cache_dir: str | None = None,
     warm: bool = False,
 ) -> NvidiaHost:
-    """:func:`discover` (procfs backend, this machine, GLVND) through the discovery cache
-    (:mod:`ocihook.discovery.cache`) in ``cache_dir`` (default
-    :data:`~ocihook.discovery.cache.DEFAULT_DIR`): a result found for the host's current
+    """:func:`discover` (procfs backend, this machine, GLVND) through the root-owned store
+    :mod:`ocihook.linux.cachestore` in ``cache_dir`` (default
+    :data:`~ocihook.linux.cachestore.DEFAULT_DIR`), keyed by
+    :func:`ocihook.discovery.cache.host_key`: a result found for the host's current
     driver identity is used as is, otherwise the host is discovered and the result stored
     — when the directory exists, or is created when ``warm`` (``ocihook cdi generate
     --warm-cache``). ``warm`` always discovers and replaces the entry: the boot unit and
     the refresh rules run it after the host changed in ways no key may see.
     The same errors as :func:`discover`; the cache itself never makes it fail."""
+    from ..linux import cachestore
     from . import cache
 
     root = root or HostRoot()
-    directory = cache_dir or cache.DEFAULT_DIR
+    directory = cache_dir or cachestore.DEFAULT_DIR
     caps = None if capabilities is None else sorted(set(capabilities))
     params = {"capabilities": caps, "machine": os.uname().machine, "ipc": _ipc_identity(root)}
     try:
         key = cache.host_key(root, params)
     except OSError:
         return discover(root, capabilities=caps)
-    found = None if warm else cache.lookup(key, _CACHED_TYPES, directory)
+    found = None if warm else cachestore.lookup(key, _CACHED_TYPES, directory, prefix=cache.PREFIX)
     if isinstance(found, NvidiaHost) and found.root == root:
         return found
     host = discover(root, capabilities=caps)
@@ -400,7 +402,7 @@ def discover_cached(
         paths += [root.driver(f.path) for f in host.files]
         dirs = [*cache.source_dirs(paths), root.dev("/dev")]
         dirs += [root.driver(d) for d in root.library_dirs]
-        cache.store(key, host, dirs, directory, create=warm)
+        cachestore.store(key, host, dirs, directory, create=warm, prefix=cache.PREFIX)
     return host
 
 

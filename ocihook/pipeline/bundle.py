@@ -22,11 +22,11 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every conta
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from ..config.options import Options
     from ..core.hostroot import HostRoot
     from ..oci.bundle import Bundle
     from ..request.drm import DrmRequest
     from ..request.nvidia import Request
-    from ..settings import Options
 
 __all__ = ["layout_for_rootfs", "log_plan", "occupied_links", "plan_for_bundle"]
 

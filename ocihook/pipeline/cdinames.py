@@ -14,9 +14,9 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every conta
 if TYPE_CHECKING:
     from typing import Any
 
+    from ..config.options import Options
     from ..request.drm import DrmRequest
     from ..request.nvidia import Request
-    from ..settings import Options
 
 __all__ = [
     "cdi_device_names",

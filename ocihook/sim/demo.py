@@ -189,8 +189,8 @@ def run_demo(
         out: where to print.
     """
     from ..appliers.spec import edit_bundle
+    from ..config.options import hook_command
     from ..core.hostroot import HostRoot
-    from ..settings import hook_command
     from . import host as simhost
 
     tmp = workdir or tempfile.mkdtemp(prefix="ocihook-demo-")

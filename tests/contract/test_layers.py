@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("oci", ("ocihook.oci",)),
     ("discovery", ("ocihook.discovery",)),
     ("request", ("ocihook.request",)),
-    ("config", ("ocihook.config", "ocihook.settings")),
+    ("config", ("ocihook.config", "ocihook.config.options")),
     ("plan", ("ocihook.plan",)),
     ("cdi", ("ocihook.cdi",)),
     ("pipeline", ("ocihook.pipeline",)),
@@ -171,7 +171,7 @@ def test_the_checker_sees_function_local_and_type_checking_imports(tmp_path: Pat
         "if TYPE_CHECKING:\n    from .plan import Plan\n"
         "def f():\n    from .commands import cli\n    import ocihook.sim.host\n"
     )
-    assert _imports("ocihook.settings", src) == {
+    assert _imports("ocihook.runtime", src) == {
         "ocihook.plan",
         "ocihook.commands.cli",
         "ocihook.sim.host",

@@ -224,7 +224,7 @@ def test_reapplied_device_rules(
         register_hook(bundle, sim.root)
     else:
         from ocihook.commands.runtime import prepare_bundle
-        from ocihook.config import load_config
+        from ocihook.config.load import load_config
 
         toml = tmp_path / "config.toml"
         toml.write_text(f'mode = "legacy"\ndriver-root = "{sim.root}"\ndev-root = "{sim.root}"\n')

@@ -20,8 +20,8 @@ from support import REPO, need_root_and
 
 from ocihook.appliers.live.leftovers import RECORD_NAME
 from ocihook.appliers.spec import edit_bundle
+from ocihook.config.options import Options
 from ocihook.core.hostroot import HostRoot
-from ocihook.settings import Options
 from ocihook.sim import host as simhost
 from ocihook.sim.demo import run_container
 

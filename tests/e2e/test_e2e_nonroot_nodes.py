@@ -26,9 +26,9 @@ from support import need_root_and
 
 from ocihook.appliers.spec import edit_bundle
 from ocihook.cdi.generate import generate_spec, spec_bytes
+from ocihook.config.options import Options
 from ocihook.core.hostroot import HostRoot
 from ocihook.discovery.nvidia import discover
-from ocihook.settings import Options
 from ocihook.sim.demo import run_container
 
 pytestmark = pytest.mark.e2e

@@ -275,7 +275,8 @@ def target_cdi_yaml(data: bytes) -> None:
 
 
 def target_config_toml(data: bytes) -> None:
-    from ocihook.config import config_from_dict, parse_config_bytes
+    from ocihook.config.load import parse_config_bytes
+    from ocihook.config.validate import config_from_dict
 
     try:
         doc = parse_config_bytes(data, path="/etc/ocihook/config.toml")

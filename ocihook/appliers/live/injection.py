@@ -60,8 +60,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # collections.abc imports collections: milliseconds at start
     from collections.abc import Sequence
 
+    from ...config.options import Options
     from ...request.drm import DrmRequest
-    from ...settings import Options
     from .undo import _Undo
 
 __all__ = ["inject"]
@@ -105,11 +105,11 @@ def inject(
         RequestError, DiscoveryError: as in planning.
         ApplyError: a step failed; everything done was undone first.
     """
+    from ...config.options import Options
     from ...core.errors import StateError
     from ...linux import pathsafe
     from ...linux import syscalls as _linux
     from ...pipeline.bundle import plan_for_bundle
-    from ...settings import Options
 
     if not os.path.isdir(bundle.rootfs):
         raise ApplyError(

@@ -16,10 +16,10 @@ from support import CDI_GPU_SPEC as GPU_SPEC
 from support import GOOD_CDI_YAML as GOOD_YAML
 
 from ocihook.appliers.spec import edit_bundle
+from ocihook.config.options import Options
 from ocihook.core.errors import ApplyError, CdiError
 from ocihook.pipeline.cdinames import cdi_device_names
 from ocihook.request.nvidia import request_from_spec
-from ocihook.settings import Options
 
 
 def _bundle(tmp_path: Path, env: list[str], annotations: dict[str, str] | None = None) -> Path:

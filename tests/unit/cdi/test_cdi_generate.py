@@ -617,11 +617,11 @@ def test_generate_discovers_afresh_after_a_warm_cache(
     MPS daemon started after the boot unit is in the next spec (and ``--warm-cache``
     replaces the start path's entries)."""
     from ocihook._main import main
-    from ocihook.discovery import cache
     from ocihook.discovery.nvidia import discover_cached
+    from ocihook.linux import cachestore
     from ocihook.sim import host as simhost
 
-    monkeypatch.setattr(cache, "DEFAULT_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(cachestore, "DEFAULT_DIR", str(tmp_path / "cache"))
     sim = simhost.build(str(tmp_path / "root"), make_dev_nodes=False)
     root = HostRoot(driver_root=sim.root, dev_root=sim.root)
     discover_cached(root, warm=True)  # the entry a cache-reading generate would use

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ocihook.config import DEFAULT_PATH
+from ocihook.config.load import DEFAULT_PATH
 
 
 def check(

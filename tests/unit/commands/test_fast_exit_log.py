@@ -21,7 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import need_root_and, packaged_hook
 
-from ocihook.config import config_from_dict, scan_debug_log_file
+from ocihook.config.scan import scan_debug_log_file
+from ocihook.config.validate import config_from_dict
 
 # --- the byte scan ------------------------------------------------------------------------
 

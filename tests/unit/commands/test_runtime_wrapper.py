@@ -34,9 +34,9 @@ from ocihook.commands.runtime import (
     legacy_hook,
     parse_args,
 )
+from ocihook.config.options import HOOK_PROGRAM
 from ocihook.core.errors import EXIT_CODES, RuntimeNotFound
 from ocihook.core.hostroot import HostRoot
-from ocihook.settings import HOOK_PROGRAM
 from ocihook.sim import host as simhost
 from ocihook.sim import vendors as simvendors
 

@@ -1,5 +1,6 @@
-"""The discovery cache (ocihook.discovery.cache): exact round trips, no stale entry ever
-used, corrupt/foreign/unreadable entries mean rediscovery, bounded size."""
+"""The discovery cache (``ocihook.discovery.cache`` keys in ``ocihook.linux.cachestore``):
+discovery records round-trip exactly, no stale entry is ever used, corrupt, foreign or
+unreadable entries mean rediscovery."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from ocihook.core.hostroot import HostRoot
 from ocihook.discovery import cache
 from ocihook.discovery.nvidia import _CACHED_TYPES, NvidiaHost, discover, discover_cached
 from ocihook.discovery.records import Gpu, HostDeviceNode, MigDevice
+from ocihook.linux import cachestore
 from ocihook.sim import host as simhost
 
 text = st.text(max_size=12)
@@ -77,7 +79,7 @@ values = st.recursive(
 @given(values)
 @settings(max_examples=200)
 def test_encode_decode_round_trips_exactly(value: object) -> None:
-    back = cache.decode(json.loads(json.dumps(cache.encode(value))), _CACHED_TYPES)
+    back = cachestore.decode(json.loads(json.dumps(cachestore.encode(value))), _CACHED_TYPES)
     assert back == value
     assert type(back) is type(value)
     if isinstance(value, float):
@@ -167,7 +169,7 @@ def test_a_stale_entry_is_never_used(
     key_after = cache.host_key(root, {"capabilities": caps})
     assert (key_after == key_before) is dirs_changed, what
     # the old entry is there (its key) but never returned for the changed host
-    assert cache.lookup(key_after, _CACHED_TYPES, cache_dir) is None, what
+    assert cachestore.lookup(key_after, _CACHED_TYPES, cache_dir, prefix=cache.PREFIX) is None, what
     try:
         fresh = discover(root, capabilities=caps)
     except Exception as e:  # the change may break the host; the cache must not hide it
@@ -183,12 +185,10 @@ def test_other_parameters_are_other_keys(sim: simhost.SimulatedHost, tmp_path: P
     a = cache.host_key(root, {"capabilities": ["compute"]})
     assert a != cache.host_key(root, {"capabilities": ["utility"]})
     assert a != cache.host_key(other, {"capabilities": ["compute"]})
-    cache.store(a, "value", [], str(tmp_path), create=True)
-    assert cache.lookup(a, _CACHED_TYPES, str(tmp_path)) == "value"
-    assert (
-        cache.lookup(cache.host_key(other, {"capabilities": ["compute"]}), {}, str(tmp_path))
-        is None
-    )
+    cachestore.store(a, "value", [], str(tmp_path), create=True, prefix=cache.PREFIX)
+    assert cachestore.lookup(a, _CACHED_TYPES, str(tmp_path), prefix=cache.PREFIX) == "value"
+    b = cache.host_key(other, {"capabilities": ["compute"]})
+    assert cachestore.lookup(b, {}, str(tmp_path), prefix=cache.PREFIX) is None
 
 
 @pytest.mark.parametrize(
@@ -218,35 +218,6 @@ def test_corrupt_entries_mean_rediscovery(
         entry.unlink()
         entry.mkdir()
     assert discover_cached(root, cache_dir=str(tmp_path)) == fresh
-
-
-def test_entries_writable_by_others_are_not_used(
-    sim: simhost.SimulatedHost, tmp_path: Path
-) -> None:
-    root = _root(sim)
-    key = cache.host_key(root, {"x": 1})
-    assert cache.store(key, ("a",), [], str(tmp_path), create=True)
-    (entry,) = tmp_path.iterdir()
-    entry.chmod(0o666)
-    assert cache.lookup(key, _CACHED_TYPES, str(tmp_path)) is None
-    entry.chmod(0o600)
-    tmp_path.chmod(0o777)
-    try:
-        assert cache.lookup(key, _CACHED_TYPES, str(tmp_path)) is None
-        assert not cache.store(key, ("b",), [], str(tmp_path))
-    finally:
-        tmp_path.chmod(0o755)
-    assert cache.lookup(key, _CACHED_TYPES, str(tmp_path)) == ("a",)
-
-
-def test_the_directory_is_bounded(tmp_path: Path) -> None:
-    for i in range(cache.MAX_ENTRIES + 5):
-        assert cache.store({"i": i}, i, [], str(tmp_path), create=True)
-        written = tmp_path / f"discovery-{cache._digest({'i': i})}.json"
-        os.utime(written, ns=(i + 1, i + 1))  # older entries: older mtimes
-    names = [p.name for p in tmp_path.iterdir()]
-    assert len(names) == cache.MAX_ENTRIES
-    assert cache.lookup({"i": cache.MAX_ENTRIES + 4}, {}, str(tmp_path)) == cache.MAX_ENTRIES + 4
 
 
 def test_an_unwritable_directory_is_not_an_error(

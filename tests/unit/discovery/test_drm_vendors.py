@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from support import REPO
 
 from ocihook.appliers.spec import apply_plan, edit_bundle
+from ocihook.config.options import Options
 from ocihook.core.errors import EXIT_CODES, CdiError, DiscoveryError, OcihookError, RequestError
 from ocihook.core.hostroot import HostRoot
 from ocihook.discovery import amd, intel
@@ -24,7 +25,6 @@ from ocihook.discovery.records import DrmGpu, HostDeviceNode
 from ocihook.plan.build import make_drm_plan, merge_plans
 from ocihook.plan.select import select_drm_gpus
 from ocihook.request.drm import DrmRequest, drm_request_from_env, drm_requests_from_spec
-from ocihook.settings import Options
 from ocihook.sim import vendors as simvendors
 
 with open(os.path.join(REPO, "specs/plan.schema.json")) as _f:

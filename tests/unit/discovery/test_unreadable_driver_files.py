@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from ocihook.discovery.cache import DEFAULT_DIR as CACHE_DIR
 from ocihook.linux import elfscan
+from ocihook.linux.cachestore import DEFAULT_DIR as CACHE_DIR
 from ocihook.sim import host as simhost
 
 LIBCUDA = "usr/lib/x86_64-linux-gnu/nvidia/current/libcuda.so.550.127.05"

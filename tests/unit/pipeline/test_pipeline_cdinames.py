@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from ocihook.config.options import Options
 from ocihook.core.errors import CdiError, RequestError
 from ocihook.pipeline.cdinames import (
     cdi_device_names,
@@ -16,7 +17,6 @@ from ocihook.pipeline.cdinames import (
 )
 from ocihook.request.nvidia import request_from_spec
 from ocihook.request.policy import RequestPolicy
-from ocihook.settings import Options
 
 
 def _config(env: list[str], annotations: dict[str, str] | None = None, **kw: Any) -> dict[str, Any]:

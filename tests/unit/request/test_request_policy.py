@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from ocihook.config import load_config
+from ocihook.config.load import load_config
 from ocihook.request.drm import drm_requests_from_spec
 from ocihook.request.nvidia import request_from_spec
 from ocihook.request.policy import RequestPolicy, ignored_by_policy, policy_note

@@ -27,11 +27,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ocihook.config.options import Options
 from ocihook.core.errors import RequestError
 from ocihook.pipeline.cdinames import cdi_device_names
 from ocihook.request.nvidia import request_from_spec
 from ocihook.request.policy import RequestPolicy
-from ocihook.settings import Options
 
 ALL7 = frozenset({"compat32", "compute", "display", "graphics", "ngx", "utility", "video"})
 DEFAULT = frozenset({"utility", "compute"})

@@ -1,17 +1,17 @@
 """The operator's settings as the pipeline uses them: :class:`Options` (from a loaded
-:mod:`ocihook.config`) and how ocihook registers its own hooks (:func:`hook_command`, the
-hooks' environment and timeout)."""
+:class:`~ocihook.config.validate.Config`) and how ocihook registers its own hooks
+(:func:`hook_command`, the hooks' environment and timeout)."""
 
 from __future__ import annotations
 
 import sys
 
-from .core.records import Record
-from .request.policy import RequestPolicy
+from ..core.records import Record
+from ..request.policy import RequestPolicy
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
 if TYPE_CHECKING:
-    from .config import Config
+    from .validate import Config
 
 __all__ = [
     "HOOK_ENV",
@@ -45,7 +45,7 @@ HOOK_TIMEOUT = 30
 
 
 class Options(Record):
-    """The operator's settings that shape a plan (from :mod:`ocihook.config`).
+    """The operator's settings that shape a plan (from a :class:`~ocihook.config.validate.Config`).
 
     Attributes:
         policy: which request sources are honoured (:class:`ocihook.request.policy.RequestPolicy`).

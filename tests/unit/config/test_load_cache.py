@@ -1,5 +1,6 @@
-"""The parsed configuration cached by content (ocihook.config._parse through
-ocihook.discovery.cache): the same document as tomllib gives, never a stale one."""
+"""The parsed configuration cached by content (``ocihook.config.load.parse_config_bytes``
+through ``ocihook.linux.cachestore``): the same document as tomllib gives, never a stale
+one."""
 
 from __future__ import annotations
 
@@ -8,15 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from ocihook import config
-from ocihook.discovery import cache
+from ocihook.config.load import load_config, parse_config_bytes
+from ocihook.core.errors import ConfigError
+from ocihook.linux import cachestore
 
 
 @pytest.fixture
 def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     d = tmp_path / "cache"
     d.mkdir()
-    monkeypatch.setattr(cache, "DEFAULT_DIR", str(d))
+    monkeypatch.setattr(cachestore, "DEFAULT_DIR", str(d))
     return d
 
 
@@ -26,33 +28,33 @@ TEXT = 'driver-root = "/"\nlibrary-path = ["/opt/lib"]\nlog-level = "info"\n'
 def test_cached_parse_is_tomllibs(cache_dir: Path, tmp_path: Path) -> None:
     f = tmp_path / "config.toml"
     f.write_text(TEXT)
-    first = config.load_config(str(f))
+    first = load_config(str(f))
     (_entry,) = cache_dir.glob("config-*.json")
-    assert config._parse(TEXT.encode(), str(f)) == tomllib.loads(TEXT)
-    assert config.load_config(str(f)) == first
+    assert parse_config_bytes(TEXT.encode(), path=str(f)) == tomllib.loads(TEXT)
+    assert load_config(str(f)) == first
     # other bytes: another entry, parsed again, never the old document
     f.write_text(TEXT.replace('"/"', '"/srv"'))
-    assert config.load_config(str(f)).driver_root == "/srv"
+    assert load_config(str(f)).driver_root == "/srv"
     assert len(list(cache_dir.glob("config-*.json"))) == 2
 
 
 def test_a_tampered_entry_is_not_used(cache_dir: Path, tmp_path: Path) -> None:
-    config._parse(TEXT.encode(), "x")
+    parse_config_bytes(TEXT.encode(), path="x")
     (entry,) = cache_dir.glob("config-*.json")
     entry.write_text(entry.read_text().replace("/opt/lib", "/evil"))
     # still the key's text: the value was changed by someone who may write there
     entry.chmod(0o666)
-    assert config._parse(TEXT.encode(), "x") == tomllib.loads(TEXT)
+    assert parse_config_bytes(TEXT.encode(), path="x") == tomllib.loads(TEXT)
 
 
 def test_errors_are_not_cached(cache_dir: Path) -> None:
     for _ in range(2):
-        with pytest.raises(config.ConfigError, match="invalid TOML"):
-            config._parse(b"a = [", "x")
+        with pytest.raises(ConfigError, match="invalid TOML"):
+            parse_config_bytes(b"a = [", path="x")
     assert not list(cache_dir.glob("config-*.json"))
 
 
 def test_no_directory_no_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cache, "DEFAULT_DIR", str(tmp_path / "none"))
-    assert config._parse(TEXT.encode(), "x") == tomllib.loads(TEXT)
+    monkeypatch.setattr(cachestore, "DEFAULT_DIR", str(tmp_path / "none"))
+    assert parse_config_bytes(TEXT.encode(), path="x") == tomllib.loads(TEXT)
     assert not (tmp_path / "none").exists()

@@ -1,5 +1,6 @@
-"""``ocihook config migrate``: the NVIDIA Container Toolkit's ``config.toml`` converted to
-ocihook's flat file, every dropped or changed key named once."""
+"""``ocihook.config.migrate`` and ``ocihook config migrate``: the NVIDIA Container
+Toolkit's ``config.toml`` converted to ocihook's flat file, every dropped or changed key
+named once."""
 
 from __future__ import annotations
 
@@ -13,13 +14,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ocihook.config import (
-    Config,
-    config_from_dict,
-    load_config,
-    migrate_toolkit_config,
-    render_config,
-)
+from ocihook.config import migrate
+from ocihook.config.load import load_config
+from ocihook.config.migrate import migrate_toolkit_config, render_config
+from ocihook.config.validate import KEYS, TOOLKIT_KEYS, Config, config_from_dict
 from ocihook.core.errors import ConfigError
 
 #: The file the toolkit's packages install (1.17), options as a migrating host sets them.
@@ -210,3 +208,11 @@ def test_command_writes_the_file_and_names_each_dropped_key_once(tmp_path: Path)
     bad.write_text('[nvidia-container-runtime]\nmode = "csv"\n')
     r = _cli(str(bad))
     assert r.returncode == 10 and "nvidia-container-runtime.mode" in r.stderr and r.stdout == ""
+
+
+def test_every_toolkit_mapping_names_a_key() -> None:
+    for ours in TOOLKIT_KEYS.values():
+        assert ours is None or ours in KEYS
+    for toolkit, ours in TOOLKIT_KEYS.items():
+        if ours is not None:
+            assert toolkit in (migrate.__doc__ or "")

@@ -91,5 +91,7 @@ def test_long_messages_are_cut() -> None:
 
 
 def test_importing_loads_no_jsonschema() -> None:
-    loaded = modules_after("import ocihook.schemas, ocihook.cdi.spec, ocihook.config")
+    loaded = modules_after(
+        "import ocihook.schemas, ocihook.cdi.spec, ocihook.config.load, ocihook.config.validate"
+    )
     assert "jsonschema" not in loaded

@@ -1,0 +1,264 @@
+"""Which configuration file is read, its bytes, and the configuration it holds.
+
+Which file (:func:`resolve_config_path`):
+
+1. the path given to ``--config PATH`` (the ``path`` argument), else
+2. the path in the environment variable ``OCIHOOK_CONFIG`` (unset or empty: ignored), else
+3. ``/etc/ocihook/config.toml`` (:data:`DEFAULT_PATH`).
+
+A missing *default* file means every key has its default; a missing file named by
+``--config`` or ``OCIHOOK_CONFIG`` is an error, as is any file that exists but cannot be
+read. A command-line flag, where there is one, overrides the key.
+
+Hooks: a hook registered without an explicit ``env`` inherits an environment the image
+may set (in ``createContainer``), so ``ocihook hook ...`` should name its file with
+``--config`` in the registration's ``args`` and call ``load_config(path,
+environ={})``, never trusting ``OCIHOOK_CONFIG`` there.
+
+Cost (this module is on every container start): importing it costs almost nothing, and
+:func:`load_config` with no file costs one failed ``open``. A file that exists is parsed
+with :mod:`tomllib` (5-10 ms of imports) unless the root-owned store
+(:mod:`ocihook.linux.cachestore`, entries ``config-*.json``) holds the document parsed
+from the same bytes; :func:`config_may_set` lets the start path skip parsing when the
+file cannot change what it needs.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..core.errors import ConfigError
+from .scan import bytes_may_set
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+    from typing import Any
+
+    from .validate import Config
+
+__all__ = [
+    "CACHE_PREFIX",
+    "DEFAULT_PATH",
+    "ENV_VAR",
+    "MAX_SIZE",
+    "config_may_set",
+    "load_config",
+    "load_schema",
+    "parse_config_bytes",
+    "read_config_bytes",
+    "read_config_file",
+    "resolve_config_path",
+]
+
+#: The file read when neither ``--config`` nor ``OCIHOOK_CONFIG`` names one.
+DEFAULT_PATH = "/etc/ocihook/config.toml"
+#: The environment variable naming the file.
+ENV_VAR = "OCIHOOK_CONFIG"
+#: Larger files are refused, in bytes (a configuration is a few hundred bytes).
+MAX_SIZE = 1 << 20
+#: The file-name prefix of parsed documents in :mod:`ocihook.linux.cachestore`.
+CACHE_PREFIX = "config"
+
+
+def resolve_config_path(
+    path: str | None = None, *, environ: Mapping[str, str] | None = None
+) -> tuple[str, str | None]:
+    """Which file to read: ``(file, origin)``.
+
+    ``origin`` is ``"--config"`` for ``path``, ``"OCIHOOK_CONFIG"`` for the environment
+    variable (unset or empty: skipped), ``None`` for :data:`DEFAULT_PATH` — the only file
+    that may be missing.
+    """
+    if path is not None:
+        return path, "--config"
+    env = os.environ if environ is None else environ
+    named = env.get(ENV_VAR)
+    if named:
+        return named, ENV_VAR
+    return DEFAULT_PATH, None
+
+
+def read_config_file(path: str, origin: str | None) -> bytes | None:
+    """The bytes of the configuration file at ``path``; ``None`` when it is missing and
+    ``origin`` is ``None`` (the default file). ``origin`` names who named the file in
+    the error (``"--config"``, :data:`ENV_VAR`, ``"the command line"``).
+
+    Opened non-blocking and checked to be a regular file, so a FIFO cannot hang a hook.
+
+    Raises:
+        ConfigError: a named file is missing; any file is unreadable, not a regular file,
+            or larger than :data:`MAX_SIZE`.
+    """
+    import stat
+
+    shown = os.path.abspath(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
+    except FileNotFoundError:
+        if origin is None:
+            return None
+        raise ConfigError(
+            f"configuration file named by {origin} not found",
+            path=shown,
+            hint=f"without --config and {ENV_VAR}, ocihook reads {DEFAULT_PATH} when it "
+            "exists, else uses the defaults",
+        ) from None
+    except OSError as e:
+        raise ConfigError(f"cannot open configuration file: {e.strerror}", path=shown) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ConfigError("configuration file is not a regular file", path=shown)
+        with open(fd, "rb", closefd=False) as f:
+            data = f.read(MAX_SIZE + 1)
+    except OSError as e:
+        raise ConfigError(f"cannot read configuration file: {e.strerror}", path=shown) from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_SIZE:
+        raise ConfigError(f"configuration file larger than {MAX_SIZE} bytes", path=shown)
+    return data
+
+
+def _parse_toml(data: bytes, shown: str) -> dict[str, Any]:
+    """Parse TOML bytes with :mod:`tomllib` (see :func:`parse_config_bytes`)."""
+    import tomllib
+
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            f"not UTF-8 text at byte offset {e.start}", path=shown, hint="TOML files are UTF-8"
+        ) from None
+    except tomllib.TOMLDecodeError as e:
+        text = str(e)
+        line = None
+        _, at, rest = text.rpartition("(at line ")
+        if at and rest.partition(",")[0].isdigit():
+            line = int(rest.partition(",")[0])
+        raise ConfigError(
+            f"invalid TOML: {text}",
+            path=shown,
+            line=line,
+            hint="`ocihook config default` prints every key with its syntax",
+        ) from None
+    except RecursionError:
+        raise ConfigError("invalid TOML: nested too deeply", path=shown) from None
+    except ValueError as e:
+        # tomllib lets int()'s ValueError through for a decimal integer of more than
+        # sys.get_int_max_str_digits() (4300) digits
+        import sys
+
+        raise ConfigError(
+            f"invalid TOML: an integer of more than {sys.get_int_max_str_digits()} digits"
+            if "digits" in str(e)
+            else f"invalid TOML: {' '.join(str(e).split())[:120]}",
+            path=shown,
+            hint="no key takes a number that long",
+        ) from None
+
+
+def parse_config_bytes(data: bytes, *, path: str) -> dict[str, Any]:
+    """The TOML document of a configuration file's bytes, parsed but not checked
+    (:func:`ocihook.config.validate.config_from_dict` checks it; ``ocihook config check``
+    also checks it against the JSON Schema); ``path`` names the file in errors.
+
+    The document parsed from the same bytes before is taken from the root-owned store
+    (:mod:`ocihook.linux.cachestore` in its default directory, entries ``config-*.json``,
+    keyed by the whole text: never stale) when there is one; a document parsed here is
+    stored when that directory exists: importing :mod:`tomllib` costs more than the
+    interpreter's start.
+
+    Raises:
+        ConfigError: not UTF-8, not TOML (``line`` set when known), nested too deeply, or
+            holding a decimal integer too long to convert.
+    """
+    from ..linux import cachestore
+
+    key = {"format": 1, "toml": data.decode("utf-8", "surrogateescape")}
+    found = cachestore.lookup(key, {}, cachestore.DEFAULT_DIR, prefix=CACHE_PREFIX)
+    if isinstance(found, dict):
+        return found
+    doc = _parse_toml(data, path)
+    if os.path.isdir(cachestore.DEFAULT_DIR):
+        cachestore.store(key, doc, (), cachestore.DEFAULT_DIR, prefix=CACHE_PREFIX)
+    return doc
+
+
+def load_config(path: str | None = None, *, environ: Mapping[str, str] | None = None) -> Config:
+    """Read the configuration file and return its :class:`Config`.
+
+    Args:
+        path: the file named by ``--config``; ``None`` to use ``OCIHOOK_CONFIG`` from
+            ``environ``, else :data:`DEFAULT_PATH`.
+        environ: the environment to read ``OCIHOOK_CONFIG`` from (default
+            :data:`os.environ`); hooks pass ``{}`` (see the module docstring).
+
+    Returns:
+        The configuration (:class:`ocihook.config.validate.Config`); ``Config()``
+        (``source`` ``None``) when the default file does not exist. :mod:`tomllib` is
+        imported only when a file exists and the store has not parsed its bytes before.
+
+    Raises:
+        ConfigError: a named file is missing; a file is unreadable, not a regular file,
+            over :data:`MAX_SIZE`, not UTF-8 or not TOML (``line`` set when known); or it
+            has an unknown key or a bad value (``field`` is the dotted key, ``value`` the
+            value, ``hint`` the valid keys or values).
+    """
+    # validate (and the record classes it loads) only once a file exists
+    from .validate import Config, config_from_dict
+
+    file, origin = resolve_config_path(path, environ=environ)
+    data = read_config_file(file, origin)
+    if data is None:
+        return Config()
+    shown = os.path.abspath(file)
+    return config_from_dict(parse_config_bytes(data, path=shown), source=shown)
+
+
+def read_config_bytes(
+    path: str | None = None, *, environ: Mapping[str, str] | None = None
+) -> bytes | None:
+    """The raw bytes of the file :func:`load_config` would read (see
+    :func:`resolve_config_path`), unparsed; ``None`` when the default file is missing.
+
+    Raises:
+        ConfigError: a named file is missing; any file is unreadable, not a regular file,
+            or larger than :data:`MAX_SIZE`.
+    """
+    file, origin = resolve_config_path(path, environ=environ)
+    return read_config_file(file, origin)
+
+
+def config_may_set(
+    keys: Iterable[str],
+    path: str | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+) -> bool:
+    """Whether the configuration file might set any of ``keys``, decided without parsing
+    (:func:`ocihook.config.scan.bytes_may_set` on :func:`read_config_bytes`).
+
+    For the start path: a no-GPU fast exit needs the configuration only when it sets one
+    of :data:`ocihook.config.scan.REQUEST_DETECTION_KEYS`, and parsing costs 5-10 ms.
+    ``False`` means certainly not: the default file is missing, or the file's bytes
+    contain none of the key names and no backslash (a quoted key can spell a name only
+    with escapes). ``True`` means the caller must call :func:`load_config` — also when a
+    named file is missing or unreadable, so that the error is reported there. Such a
+    fast exit does not report a malformed file; the next container that asks for GPUs
+    does.
+    """
+    try:
+        data = read_config_bytes(path, environ=environ)
+    except ConfigError:
+        return True
+    return bytes_may_set(keys, data)
+
+
+def load_schema() -> dict[str, Any]:
+    """The JSON Schema of the file (package data ``ocihook/schemas/config.schema.json``,
+    identical to ``specs/config.schema.json``), for tools and tests; the loader itself
+    does not use it."""
+    from ..schemas import load_schema as load_packaged_schema
+
+    return load_packaged_schema("config")

@@ -1,0 +1,267 @@
+"""A root-owned store of computed values under ``/run/ocihook``, keyed by what they depend on.
+
+Some answers cost more to compute than a container's start may spend: discovering the
+NVIDIA driver's files (:mod:`ocihook.discovery.cache` builds its key) and parsing the
+operator's TOML file (:mod:`ocihook.config.load`). :func:`lookup` and :func:`store` keep
+such values (any :class:`~ocihook.core.records.Record` tree of str, int, float, bool,
+``None``, tuples, lists, frozensets and mappings; :func:`encode`) in
+``<directory>/<prefix>-<digest>.json``:
+
+* the **key** is a JSON value the caller builds from everything the value depends on;
+  the file name is a checksum of it (:func:`digest`), and the entry holds the key itself,
+  compared in full on every lookup (a checksum collision is a miss);
+* an entry also lists the **directories** its value was read from with their identity
+  (inode, mtime_ns; :func:`dir_identities`): a file added, removed or renamed in one of
+  them makes the entry stale;
+* an entry is used only when the directory and the file are owned by this process's user
+  (root on a host) and writable by no one else (:func:`owned_and_private`); anything
+  unreadable, corrupt, foreign or stale means "compute again" (a debug log line says why),
+  never an error;
+* writes are atomic (a temporary file in the directory, ``fsync``-free: a lost entry is
+  computed again, ``os.replace``), mode 0600, and the directory keeps at most
+  :data:`MAX_ENTRIES` entries of each prefix (the oldest are removed).
+
+The default directory is :data:`DEFAULT_DIR` (``/run/ocihook``: a tmpfs, emptied at boot);
+``ocihook cdi generate --warm-cache`` (run by the boot unit) creates it and warms it.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..core.records import Record
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+    from typing import Any
+
+#: Where the store lives by default (a tmpfs on systemd hosts).
+DEFAULT_DIR = "/run/ocihook"
+#: Most entries of one prefix kept in the directory.
+MAX_ENTRIES = 16
+#: Largest entry read back, in bytes.
+MAX_ENTRY_BYTES = 4 << 20
+
+
+# -- encoding (exact round trip) ------------------------------------------------------------
+
+
+def encode(value: object) -> object:
+    """A JSON-able form of ``value`` that :func:`decode` turns back into an equal value of
+    the same types: records as ``{"r": class name, "f": [fields...]}``, tuples as
+    ``{"t": [...]}``, frozensets as ``{"s": [...]}``, mappings as ``{"m": [[k, v]...]}``,
+    lists as ``{"l": [...]}``. Raises ``TypeError`` for anything else."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise TypeError("non-finite float")
+        return {"x": value.hex()}
+    if isinstance(value, Record):
+        return {
+            "r": type(value).__name__,
+            "f": [encode(getattr(value, n)) for n in value.__fields__],
+        }
+    if isinstance(value, tuple):
+        return {"t": [encode(v) for v in value]}
+    if isinstance(value, list):
+        return {"l": [encode(v) for v in value]}
+    if isinstance(value, frozenset):
+        return {"s": [encode(v) for v in sorted(value, key=repr)]}
+    if isinstance(value, dict):
+        return {"m": [[encode(k), encode(v)] for k, v in value.items()]}
+    raise TypeError(f"cannot cache a {type(value).__name__}")
+
+
+def decode(data: object, types: Mapping[str, type[Record]]) -> Any:
+    """The value :func:`encode` made ``data`` from; records of the classes in ``types``
+    (by name). Raises ``ValueError`` for anything malformed."""
+    if data is None or isinstance(data, (bool, str, int)):
+        return data
+    if isinstance(data, dict) and len(data) in (1, 2):
+        if "r" in data:
+            cls = types.get(data["r"]) if isinstance(data["r"], str) else None
+            fields = data.get("f")
+            if cls is None or not isinstance(fields, list) or len(fields) != len(cls.__fields__):
+                raise ValueError(f"unknown record {data.get('r')!r}")
+            return cls(*(decode(f, types) for f in fields))
+        ((tag, items),) = data.items()
+        if tag == "x" and isinstance(items, str):
+            return float.fromhex(items)
+        if isinstance(items, list):
+            if tag == "t":
+                return tuple(decode(v, types) for v in items)
+            if tag == "l":
+                return [decode(v, types) for v in items]
+            if tag == "s":
+                return frozenset(decode(v, types) for v in items)
+            if tag == "m":
+                out = {}
+                for pair in items:
+                    if not isinstance(pair, list) or len(pair) != 2:
+                        raise ValueError("malformed mapping")
+                    out[decode(pair[0], types)] = decode(pair[1], types)
+                return out
+    raise ValueError(f"malformed cache value {str(data)[:60]!r}")
+
+
+# -- the store --------------------------------------------------------------------------------
+
+
+def digest(key: Mapping[str, object]) -> str:
+    """The file-name part of ``key``'s entry: 16 hex digits (CRC-32 and Adler-32 of the
+    key's JSON text, keys in the caller's order). Only a name: :func:`lookup` compares the
+    entry's key in full."""
+    import zlib
+
+    from ..core import jsonfast as json
+
+    data = json.dumps(key).encode()  # keys in a fixed order (host_key)
+    return f"{zlib.crc32(data):08x}{zlib.adler32(data):08x}"
+
+
+def dir_identities(dirs: Iterable[str]) -> list[list[object]]:
+    """``[path, inode, mtime_ns]`` of each of ``dirs`` (sorted, without duplicates),
+    ``[path, None, None]`` for one that cannot be ``stat``-ed: what an entry records to
+    tell, at lookup, that a file was added, removed or renamed in one of them."""
+    out: list[list[object]] = []
+    for d in sorted(set(dirs)):
+        try:
+            st = os.stat(d)
+        except OSError:
+            out.append([d, None, None])
+            continue
+        out.append([d, st.st_ino, st.st_mtime_ns])
+    return out
+
+
+def owned_and_private(st: os.stat_result) -> bool:
+    """Whether a file or directory of status ``st`` is owned by this process's effective
+    user and writable by neither its group nor others (mode bits ``0o022`` clear)."""
+    return st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
+def _debug(message: str, **fields: object) -> None:
+    from ..core import log
+
+    log.debug(message, **fields)
+
+
+def lookup(
+    key: Mapping[str, object],
+    types: Mapping[str, type[Record]],
+    directory: str = DEFAULT_DIR,
+    *,
+    prefix: str,
+) -> Any:
+    """The value stored for ``key`` (a JSON value: see the module docstring) under
+    ``prefix`` in ``directory``, decoded with the record classes ``types`` (by class
+    name), or ``None`` when there is none usable (missing, unreadable, corrupt, foreign,
+    stale: a debug log line says which). Never raises for the cache's state."""
+    from ..core import jsonfast as json
+
+    path = os.path.join(directory, f"{prefix}-{digest(key)}.json")
+    try:
+        dir_st = os.stat(directory)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not (owned_and_private(dir_st) and owned_and_private(st)):
+            _debug(
+                f"{prefix} cache not used: not owned by this user or writable by others", path=path
+            )
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            raw = f.read(MAX_ENTRY_BYTES + 1).decode("utf-8", "replace")
+    except OSError as e:
+        _debug(f"{prefix} cache unreadable; computing again", path=path, error=e.strerror)
+        return None
+    finally:
+        os.close(fd)
+    try:
+        if len(raw) > MAX_ENTRY_BYTES:
+            raise ValueError("too large")
+        entry = json.loads(raw)
+        if not isinstance(entry, dict) or entry.get("key") != json.loads(json.dumps(key)):
+            _debug(f"{prefix} cache entry is for another key; computing again", path=path)
+            return None
+        dirs = entry.get("dirs")
+        if not isinstance(dirs, list) or dir_identities(d[0] for d in dirs) != dirs:
+            _debug(f"{prefix} cache entry is stale (a source directory changed)", path=path)
+            return None
+        return decode(entry.get("value"), types)
+    except (ValueError, TypeError, KeyError, IndexError, RecursionError) as e:
+        _debug(f"{prefix} cache entry is corrupt; computing again", path=path, error=str(e))
+        return None
+
+
+def store(
+    key: Mapping[str, object],
+    value: object,
+    dirs: Iterable[str],
+    directory: str = DEFAULT_DIR,
+    *,
+    create: bool = False,
+    prefix: str,
+) -> bool:
+    """Store ``value`` (see :func:`encode`) for ``key`` under ``prefix`` in ``directory``,
+    stale once any of ``dirs`` (host paths of the directories the value was read from)
+    changes. The directory is created (mode 0755) only when ``create``. Returns whether it
+    was written; never raises for the cache's state (a debug line says why it was not
+    written). Entries over :data:`MAX_ENTRY_BYTES` are not written."""
+    from ..core import jsonfast as json
+
+    try:
+        text = json.dumps({"key": key, "dirs": dir_identities(dirs), "value": encode(value)})
+    except (TypeError, ValueError) as e:
+        _debug(f"{prefix} value not cached", error=str(e))
+        return False
+    if len(text) > MAX_ENTRY_BYTES:
+        return False
+    path = os.path.join(directory, f"{prefix}-{digest(key)}.json")
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        if create:
+            os.makedirs(directory, mode=0o755, exist_ok=True)
+        if not owned_and_private(os.stat(directory)):
+            return False
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        _prune(directory, prefix, keep=path)
+    except OSError as e:
+        _debug(f"{prefix} cache not written", path=path, error=e.strerror)
+        _unlink(tmp)
+        return False
+    return True
+
+
+def _prune(directory: str, prefix: str, keep: str) -> None:
+    """Remove the oldest entries named ``<prefix>-*.json`` beyond :data:`MAX_ENTRIES`."""
+    entries: list[tuple[int, str]] = []
+    for name in os.listdir(directory):
+        if name.startswith(prefix + "-") and name.endswith(".json"):
+            p = os.path.join(directory, name)
+            try:
+                entries.append((os.lstat(p).st_mtime_ns, p))
+            except OSError:
+                continue
+    entries.sort()
+    for _mtime, p in entries[: max(0, len(entries) - MAX_ENTRIES)]:
+        if p != keep:
+            _unlink(p)
+
+
+def _unlink(path: str) -> None:
+    try:  # noqa: SIM105 (contextlib is not imported on a container's start path)
+        os.unlink(path)
+    except OSError:
+        pass

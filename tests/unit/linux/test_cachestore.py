@@ -1,0 +1,123 @@
+"""``ocihook.linux.cachestore``: the root-owned store that discovery and the configuration
+share: exact round trips, entries used only when private to this user, corrupt entries
+ignored, prefixes kept apart, the directory bounded."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ocihook.core.records import Record
+from ocihook.linux import cachestore
+
+
+class Point(Record):
+    """A record for the round trips."""
+
+    x: int
+    label: str | None = None
+
+
+TYPES: dict[str, type[Record]] = {"Point": Point}
+
+values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8)
+    | st.builds(Point, x=st.integers(), label=st.none() | st.text(max_size=4)),
+    lambda inner: (
+        st.lists(inner, max_size=3).map(tuple)
+        | st.lists(inner, max_size=3)
+        | st.frozensets(st.integers() | st.text(max_size=4), max_size=3)
+        | st.dictionaries(st.integers() | st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=10,
+)
+
+
+@given(values)
+def test_encode_decode_round_trips_exactly(value: object) -> None:
+    back = cachestore.decode(json.loads(json.dumps(cachestore.encode(value))), TYPES)
+    assert back == value
+    assert type(back) is type(value)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), object(), {1, 2}])
+def test_values_it_cannot_keep_are_refused(value: object) -> None:
+    with pytest.raises(TypeError):
+        cachestore.encode(value)
+
+
+@pytest.mark.parametrize(
+    "data", [{"r": "Evil", "f": []}, {"r": "Point", "f": [1]}, {"q": []}, {"m": [[1]]}, [1]]
+)
+def test_malformed_values_are_refused(data: object) -> None:
+    with pytest.raises(ValueError):
+        cachestore.decode(data, TYPES)
+
+
+def test_a_value_is_stored_and_found(tmp_path: Path) -> None:
+    key = {"format": 1, "what": "x"}
+    assert cachestore.store(key, Point(3, "a"), [], str(tmp_path), prefix="t")
+    (entry,) = tmp_path.iterdir()
+    assert entry.name == f"t-{cachestore.digest(key)}.json"
+    assert entry.stat().st_mode & 0o777 == 0o600
+    assert cachestore.lookup(key, TYPES, str(tmp_path), prefix="t") == Point(3, "a")
+    # another prefix or another key: not found
+    assert cachestore.lookup(key, TYPES, str(tmp_path), prefix="u") is None
+    assert cachestore.lookup({"format": 1}, TYPES, str(tmp_path), prefix="t") is None
+
+
+def test_a_changed_source_directory_makes_it_stale(tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    source.mkdir()
+    store = tmp_path / "store"
+    assert cachestore.store({"k": 1}, "v", [str(source)], str(store), create=True, prefix="t")
+    assert cachestore.lookup({"k": 1}, {}, str(store), prefix="t") == "v"
+    (source / "new").write_bytes(b"")
+    assert cachestore.lookup({"k": 1}, {}, str(store), prefix="t") is None
+
+
+def test_no_directory_nothing_written(tmp_path: Path) -> None:
+    missing = tmp_path / "none"
+    assert not cachestore.store({"k": 1}, "v", [], str(missing), prefix="t")
+    assert not missing.exists()
+    assert cachestore.lookup({"k": 1}, {}, str(missing), prefix="t") is None
+
+
+def test_entries_writable_by_others_are_not_used(tmp_path: Path) -> None:
+    key = {"x": 1}
+    assert cachestore.store(key, ("a",), [], str(tmp_path), create=True, prefix="t")
+    (entry,) = tmp_path.iterdir()
+    entry.chmod(0o666)
+    assert cachestore.lookup(key, {}, str(tmp_path), prefix="t") is None
+    entry.chmod(0o600)
+    tmp_path.chmod(0o777)
+    try:
+        assert cachestore.lookup(key, {}, str(tmp_path), prefix="t") is None
+        assert not cachestore.store(key, ("b",), [], str(tmp_path), prefix="t")
+    finally:
+        tmp_path.chmod(0o755)
+    assert cachestore.lookup(key, {}, str(tmp_path), prefix="t") == ("a",)
+    assert cachestore.owned_and_private(os.stat(entry))
+
+
+def test_the_directory_is_bounded_per_prefix(tmp_path: Path) -> None:
+    assert cachestore.store({"other": 1}, 1, [], str(tmp_path), create=True, prefix="u")
+    os.utime(tmp_path / f"u-{cachestore.digest({'other': 1})}.json", ns=(0, 0))  # the oldest
+    for i in range(cachestore.MAX_ENTRIES + 5):
+        assert cachestore.store({"i": i}, i, [], str(tmp_path), create=True, prefix="t")
+        written = tmp_path / f"t-{cachestore.digest({'i': i})}.json"
+        os.utime(written, ns=(i + 1, i + 1))  # older entries: older mtimes
+    names = [p.name for p in tmp_path.iterdir()]
+    assert len([n for n in names if n.startswith("t-")]) == cachestore.MAX_ENTRIES
+    last = cachestore.MAX_ENTRIES + 4
+    assert cachestore.lookup({"i": last}, {}, str(tmp_path), prefix="t") == last
+    assert cachestore.lookup({"other": 1}, {}, str(tmp_path), prefix="u") == 1
