@@ -187,7 +187,9 @@ def resolve_imports(parent: str, imports: Sequence[str], *, root: str = "/") -> 
     a linked file, the link's directory, not its target's), then expanded by
     :func:`filepath_glob` when it holds ``*`` (no match: nothing), else taken as it is,
     existing or not. An absolute import is read under ``root`` (a config root such as
-    ``ocihook doctor --config-root``; ``"/"``: as containerd).
+    ``ocihook doctor --config-root``; ``"/"``: as containerd). This is containerd 2.x's
+    rule (containerd PR 9746); releases before it globbed a relative pattern against
+    their working directory (``/`` under systemd) instead.
 
     Raises:
         EngineConfigError: an import holds a NUL byte or is a malformed pattern (``field``
