@@ -14,20 +14,21 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..core.errors import OcihookError
-from ..engines import READERS, Registration
+from ..engines import CDI_SPEC_DIRS, READERS, Registration
 from ..engines.common import read_text_if_regular
 from .context import Context
 from .report import Check
 
-__all__ = ["CDI_DIRS", "REFRESH_FIX", "REFRESH_UNIT", "check_cdi", "check_runtime"]
+__all__ = ["REFRESH_FIX", "REFRESH_UNIT", "check_cdi", "check_runtime"]
 
+#: The systemd unit that regenerates the CDI spec (``packaging/systemd``).
 REFRESH_UNIT = "ocihook-cdi-refresh.service"
+#: The fix a stale or invalid CDI spec's check gives.
 REFRESH_FIX = (
     f"regenerate it: systemctl start {REFRESH_UNIT} (and enable ocihook-cdi-refresh.path to "
     "refresh on driver changes), or ocihook cdi generate --output <the spec file>"
 )
-CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
-
+#: The daemon whose presence on ``PATH`` says an engine is installed.
 _ENGINE_BINARIES = {
     "docker": "dockerd",
     "containerd": "containerd",
@@ -222,7 +223,7 @@ def _host_paths(doc: Any) -> list[str]:
     return out
 
 
-def check_cdi(ctx: Context, spec_dirs: Sequence[str] = CDI_DIRS) -> list[Check]:
+def check_cdi(ctx: Context, spec_dirs: Sequence[str] = CDI_SPEC_DIRS) -> list[Check]:
     """The NVIDIA CDI specs (``kind`` ``nvidia.com/*``) in ``spec_dirs`` (under the config
     root): each validated against the packaged schema (``ocihook/schemas/cdi.schema.json``
     = ``specs/cdi.schema.json``) and by :func:`ocihook.cdi.spec.load_spec`, and compared
