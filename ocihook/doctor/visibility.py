@@ -79,6 +79,11 @@ def _container_tools(runc: str | None, busybox: str | None) -> tuple[str | None,
 def run_runc(
     runc: str, bundle: str, state: str, timeout: int = 120
 ) -> subprocess.CompletedProcess[str]:
+    """``runc --root state run`` of ``bundle`` as a fresh container
+    (``ocihook-doctor-<10 hex digits>``), output captured as text. After ``timeout``
+    seconds the container is deleted and the result has exit status 124 and a message
+    on stderr; it never raises for the container's own failure.
+    """
     import uuid
 
     cid = f"ocihook-doctor-{uuid.uuid4().hex[:10]}"
@@ -107,8 +112,9 @@ def prepare_bundle(
     options: Any = None,
     args: Sequence[str] = ("true",),
 ) -> tuple[str, Any]:
-    """A busybox bundle in ``workdir`` asking for :func:`_container_env`'s GPUs, edited by
-    ocihook (spec mode) for ``ctx.root``; returns ``(bundle, plan)``.
+    """A busybox bundle in ``workdir`` asking for the GPUs of the request checked (GPU 0
+    when it names none), edited by ocihook (spec mode) for ``ctx.root``; returns
+    ``(bundle, plan)``.
 
     Raises:
         OcihookError: the edit failed.
@@ -125,6 +131,13 @@ def prepare_bundle(
 def set_process(
     bundle: str, args: Sequence[str], env: Sequence[str] = (), mounts: Sequence[dict[str, Any]] = ()
 ) -> None:
+    """Rewrite ``bundle``'s ``config.json`` to run ``args``, with ``env`` (``KEY=value``)
+    added to the process's environment and ``mounts`` (OCI mount objects) after its
+    mounts.
+
+    Raises:
+        OSError: the file cannot be read or written.
+    """
     path = os.path.join(bundle, "config.json")
     with open(path) as f:
         doc = json.load(f)
