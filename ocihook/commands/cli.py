@@ -1009,7 +1009,7 @@ def configure(
     hooks.d files (prestart, and poststop beside it). Comments and formatting of TOML
     files are kept; an up-to-date file is left byte-identical; a malformed one is refused
     (exit 13) and left untouched."""
-    from .engines import configure_all, describe, write_change
+    from ..engines import configure_all, describe, write_change
 
     try:
         changes = configure_all(
@@ -1130,7 +1130,7 @@ def doctor(
     from ..config.load import load_config
     from ..config.options import options_from_config
     from ..core.errors import DoctorFailed
-    from .doctor import deployment_record, run_doctor
+    from ..doctor import deployment_record, run_doctor
 
     if bundle is not None and image_env is not None:
         raise click.UsageError("give --bundle or --image-env, not both")
@@ -1169,7 +1169,7 @@ def doctor(
 
 
 def _print_report(report: Any) -> None:
-    from .doctor import LAYERS
+    from ..doctor import LAYERS
 
     for layer in LAYERS:
         click.echo(f"{layer:<11} {report.layer_status(layer)}")

@@ -32,6 +32,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("appliers", ("ocihook.appliers",)),
     ("sim", ("ocihook.sim",)),
     ("k8s", ("ocihook.k8s",)),
+    ("engines", ("ocihook.engines",)),
+    ("doctor", ("ocihook.doctor",)),
     ("commands", ("ocihook.commands",)),
     ("entry", ("ocihook._main", "ocihook.runtime", "ocihook.__main__", "ocihook")),
 )

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from support import REPO
 
-from ocihook.commands.engines import (
+from ocihook.engines import (
     configure_containerd,
     configure_crio,
     configure_docker,

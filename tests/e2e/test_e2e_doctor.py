@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from support import need_root_and
 
-from ocihook.commands import doctor
+from ocihook import doctor
 from ocihook.core.hostroot import HostRoot
 from ocihook.sim import host as simhost
 

@@ -346,19 +346,19 @@ def _engine(configure: Callable[..., Any], name: str, data: bytes) -> None:
 
 
 def target_engine_docker(data: bytes) -> None:
-    from ocihook.commands.engines import configure_docker
+    from ocihook.engines import configure_docker
 
     _engine(configure_docker, "daemon.json", data)
 
 
 def target_engine_containerd(data: bytes) -> None:
-    from ocihook.commands.engines import configure_containerd
+    from ocihook.engines import configure_containerd
 
     _engine(configure_containerd, "config.toml", data)
 
 
 def target_engine_crio(data: bytes) -> None:
-    from ocihook.commands.engines import configure_crio
+    from ocihook.engines import configure_crio
 
     _engine(configure_crio, "99-ocihook.conf", data)
 

@@ -22,7 +22,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import REPO, busybox_rootfs, need_root_and
 
-from ocihook.commands.engines import (
+from ocihook.core.errors import EXIT_CODES, EngineConfigError
+from ocihook.engines import (
     CDI_SPEC_DIRS,
     Change,
     configure,
@@ -33,7 +34,6 @@ from ocihook.commands.engines import (
     poststop_path,
     write_change,
 )
-from ocihook.core.errors import EXIT_CODES, EngineConfigError
 
 WRAPPER = "/opt/ocihook/bin/ocihook-runtime"
 CRI = "io.containerd.grpc.v1.cri"
@@ -578,7 +578,7 @@ def test_tomlkit_only_for_toml(tmp_path: Path) -> None:
     from support import modules_after
 
     code = (
-        "from ocihook.commands.engines import configure\n"
+        "from ocihook.engines import configure\n"
         f"configure('docker', path={str(tmp_path / 'd.json')!r}, runtime_path='/x')\n"
     )
     assert "tomlkit" not in modules_after(code)
