@@ -84,14 +84,18 @@ def _state(bundle: str) -> str:
 
 
 class Scenario:
-    """How to run one entry point: ``setup(tmp, sim) -> (code, stdin)``, and ``rc``, the
-    exit code it ends with (``None``: not checked)."""
+    """How to run one entry point: ``setup(tmp, sim) -> (code, stdin)``; ``rc``, the exit
+    code it ends with (``None``: not checked); ``done(tmp)``, whether it did its work."""
 
     def __init__(
-        self, setup: Callable[[Path, simhost.SimulatedHost], tuple[str, str]], rc: int | None = 0
+        self,
+        setup: Callable[[Path, simhost.SimulatedHost], tuple[str, str]],
+        rc: int | None = 0,
+        done: Callable[[Path], bool] | None = None,
     ) -> None:
         self.setup = setup
         self.rc = rc
+        self.done = done
 
 
 def _bundle(tmp: Path, env: list[str]) -> str:
@@ -138,9 +142,18 @@ def _edit_gpu(tmp: Path, sim: simhost.SimulatedHost) -> tuple[str, str]:
     return _main([*argv, "--dev-root", sim.root]), ""
 
 
+def _linked(tmp: Path) -> bool:
+    """The GPU container's rootfs was edited (the driver's libcuda linked in it)."""
+    return os.path.islink(tmp / "bundle/rootfs/usr/lib64/libcuda.so.1")
+
+
 def _cdi_generate(tmp: Path, sim: simhost.SimulatedHost) -> tuple[str, str]:
     argv = ["cdi", "generate", "--driver-root", sim.root, "--dev-root", sim.root]
     return _main([*argv, "--output", str(tmp / "nvidia.json")]), ""
+
+
+def _generated(tmp: Path) -> bool:
+    return bool(json.loads((tmp / "nvidia.json").read_text())["kind"] == "nvidia.com/gpu")
 
 
 def _runtime(environ: dict[str, str], bundle: str) -> str:
@@ -170,10 +183,10 @@ SCENARIOS = {
     "hook-create-container": Scenario(_hook_create_container),
     "hook-poststop": Scenario(_hook_poststop),
     "edit-void": Scenario(_edit_void),
-    "edit-gpu": Scenario(_edit_gpu),
-    "cdi-generate": Scenario(_cdi_generate),
+    "edit-gpu": Scenario(_edit_gpu, done=_linked),
+    "cdi-generate": Scenario(_cdi_generate, done=_generated),
     "runtime-void": Scenario(_runtime_void),
-    "runtime-gpu": Scenario(_runtime_gpu),
+    "runtime-gpu": Scenario(_runtime_gpu, done=_linked),
 }
 
 
@@ -221,6 +234,7 @@ def test_entry_point_keeps_to_its_budget(
         code += f"assert RC == {scenario.rc}, RC\n"
     loaded = loaded_modules(code, tmp_path / "modules", stdin)
     assert over_budget(entry, loaded) == []
+    assert scenario.done is None or scenario.done(tmp_path)
 
 
 def test_every_entry_point_is_run() -> None:

@@ -13,7 +13,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support import REPO
-from support import modules_after as _modules_after
 
 from ocihook import config as cfgmod
 from ocihook.config import (
@@ -529,29 +528,6 @@ def test_extra_request_markers() -> None:
     for escaped in (spec, spec.replace("/", "\\/")):
         assert b"nvidia.cdi.k8s.io" in escaped.encode()
         assert b"nvidia-container-devices" in escaped.encode()
-
-
-def test_import_is_cheap() -> None:
-    baseline = _modules_after("pass")
-    loaded = _modules_after("import ocihook.config") - baseline
-    heavy = {"jsonschema", "typing", "dataclasses", "tomllib", "re", "json", "difflib", "click"}
-    assert not (heavy & loaded), heavy & loaded
-
-
-def test_no_file_loads_no_parser(tmp_path: Any) -> None:
-    baseline = _modules_after("pass")
-    missing = str(tmp_path / "absent" / "config.toml")
-    loaded = _modules_after(
-        f"import ocihook.config as c\nc.DEFAULT_PATH = {missing!r}\nassert c.load_config(environ={{}}) == c.Config()"
-    )
-    assert not ({"jsonschema", "tomllib", "typing", "dataclasses"} & (loaded - baseline))
-
-
-def test_a_file_loads_no_jsonschema(tmp_path: Any) -> None:
-    path = write(tmp_path, FULL)
-    loaded = _modules_after(f"import ocihook.config as c\nc.load_config({path!r})")
-    assert "tomllib" in loaded
-    assert "jsonschema" not in loaded
 
 
 # --- the schema, the example file and the docs ---------------------------------------

@@ -478,13 +478,6 @@ def test_cli_refuses_bundle_and_image_env(tmp_path: Path) -> None:
     assert r.returncode == 2 and "give --bundle or --image-env, not both" in r.stderr
 
 
-def test_doctor_stays_off_the_start_path() -> None:
-    from support import modules_after
-
-    loaded = modules_after("import sys; from ocihook._main import main")
-    assert "ocihook.commands.doctor" not in loaded and "elftools" not in loaded
-
-
 def fake_libcuda(dest: Path) -> Path:
     """tests/doubles/fake_libcuda.c built as ``dest`` (soname libcuda.so.1); skips without cc."""
     import shutil
