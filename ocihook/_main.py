@@ -166,8 +166,8 @@ def tolerant_stderr() -> Callable[[], None]:
     cannot write (a full disk under the log ENOSPC, EIO, a closed pipe EPIPE). A file
     the command replaced stays replaced, and the exit status says what happened — 0
     after a successful write, the documented code after an error — with no traceback
-    (issue 18: ``ocihook edit`` and ``runtime configure`` ended in a traceback and exit 1
-    when their closing message could not be written). Not done for a replaced
+    (``ocihook edit``'s and ``runtime configure``'s closing message, written after the
+    file, cannot turn a done change into exit 1). Not done for a replaced
     ``sys.stderr`` (tests' capture, embedding), which is left as it is.
 
     Returns:

@@ -208,7 +208,7 @@ def test_grpc_and_protobuf_only_in_k8s() -> None:
         m for m, targets in GRAPH.items() if not m.startswith("ocihook.k8s")
         if any(t.startswith("ocihook.k8s") for t in targets)
     )  # fmt: skip
-    assert set(importers) <= {"ocihook.commands.cli"}, importers
+    assert set(importers) <= {"ocihook.commands.cli_k8s"}, importers
     assert any(
         m.startswith("ocihook.k8s") and "grpc" in _third_party(p) for m, p in MODULES.items()
     )
