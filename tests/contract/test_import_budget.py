@@ -19,10 +19,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from support import REPO
+from support import CDI_GPU_SPEC, REPO
 
 from ocihook.core.startpath import ENTRY_POINTS, HEAVY, START_PATH_MODULES, EntryPoint
 from ocihook.sim import host as simhost
+from ocihook.sim import vendors
 from ocihook.sim.demo import make_busybox_bundle
 
 GPU_ENV = ["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=all"]
@@ -175,6 +176,46 @@ def _runtime_gpu(tmp: Path, sim: simhost.SimulatedHost) -> tuple[str, str]:
     return _runtime(environ, _bundle(tmp, GPU_ENV)), ""
 
 
+def _runtime_cdi(tmp: Path, sim: simhost.SimulatedHost) -> tuple[str, str]:
+    specs = tmp / "cdi"
+    specs.mkdir()
+    (specs / "nvidia.json").write_text(json.dumps(CDI_GPU_SPEC))
+    conf = tmp / "ocihook.toml"
+    conf.write_text(f'cdi-spec-dirs = ["{specs}"]\n')
+    bundle = _bundle(tmp, ["PATH=/bin"])
+    config = json.loads(Path(bundle, "config.json").read_text())
+    config["annotations"] = {"cdi.k8s.io/ocihook": "nvidia.com/gpu=0"}
+    Path(bundle, "config.json").write_text(json.dumps(config))
+    environ = {"PATH": "/usr/sbin:/usr/bin", "OCIHOOK_CONFIG": str(conf)}
+    return _runtime(environ, bundle), ""
+
+
+def _cdi_injected(tmp: Path) -> bool:
+    """The CDI device's nodes are in the container's config.json."""
+    config = json.loads((tmp / "bundle/config.json").read_text())
+    return "/dev/nvidia0" in [d["path"] for d in config["linux"]["devices"]]
+
+
+def _vendor_edit(vendor: str) -> Callable[[Path, simhost.SimulatedHost], tuple[str, str]]:
+    """``ocihook edit`` of a bundle asking for every GPU of ``vendor`` (amd, intel) on
+    that vendor's simulated host."""
+
+    def setup(tmp: Path, sim: simhost.SimulatedHost) -> tuple[str, str]:
+        dest = str(tmp / "host")
+        host = vendors.build_amd(dest) if vendor == "amd" else vendors.build_intel(dest)
+        bundle = _bundle(tmp, [f"{vendor.upper()}_VISIBLE_DEVICES=all"])
+        argv = ["edit", "-b", bundle, "--driver-root", host.root, "--dev-root", host.root]
+        return _main(argv), ""
+
+    return setup
+
+
+def _edited(tmp: Path) -> bool:
+    """The bundle's config.json gives the container device nodes."""
+    config = json.loads((tmp / "bundle/config.json").read_text())
+    return bool(config["linux"]["devices"])
+
+
 #: Entry point name (:data:`ENTRY_POINTS`) -> how the test runs it.
 SCENARIOS = {
     "hook-void": Scenario(_hook_void),
@@ -184,9 +225,12 @@ SCENARIOS = {
     "hook-poststop": Scenario(_hook_poststop),
     "edit-void": Scenario(_edit_void),
     "edit-gpu": Scenario(_edit_gpu, done=_linked),
+    "edit-amd": Scenario(_vendor_edit("amd"), done=_edited),
+    "edit-intel": Scenario(_vendor_edit("intel"), done=_edited),
     "cdi-generate": Scenario(_cdi_generate, done=_generated),
     "runtime-void": Scenario(_runtime_void),
     "runtime-gpu": Scenario(_runtime_gpu, done=_linked),
+    "runtime-cdi": Scenario(_runtime_cdi, done=_cdi_injected),
 }
 
 
@@ -252,7 +296,7 @@ def test_forbidden_modules_are_heavy() -> None:
 
 
 def test_only_the_wrapper_reading_toml_may_load_heavy_modules() -> None:
-    assert {e.name for e in ENTRY_POINTS if e.heavy} == {"runtime-gpu"}
+    assert {e.name for e in ENTRY_POINTS if e.heavy} == {"runtime-gpu", "runtime-cdi"}
     for entry in ENTRY_POINTS:
         assert set(entry.heavy) <= set(HEAVY), entry.name
         assert not {m for m in entry.stdlib if m in HEAVY} - set(entry.heavy), entry.name
