@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 
 import click
@@ -18,8 +19,6 @@ def cdi() -> None:
 
 def _read_regular_file(path: str) -> bytes:
     """Read a regular file; a FIFO, device or directory raises OSError without blocking."""
-    import stat
-
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):

@@ -18,6 +18,7 @@ code comes from :data:`ocihook.core.errors.EXIT_CODES`.
 
 from __future__ import annotations
 
+import os
 import sys
 
 from ..core.errors import OcihookError, exit_code_for
@@ -329,8 +330,6 @@ def load_settings(ns: Any, *, trust_environment: bool) -> Any:
 def host_root_from(ns: Any, cfg: Any = None) -> HostRoot:
     """The :class:`HostRoot` of the configuration with the root options given on the
     command line on top."""
-    import os
-
     from ..core.hostroot import HostRoot
 
     base = cfg.host_root() if cfg is not None else HostRoot()
@@ -537,8 +536,6 @@ def _warm_discovery_cache(root: HostRoot) -> None:
     containers ask for most (the default ``utility,compute``, and ``all``), so that the
     next GPU container's start skips discovery. Only as root (the cache is root's); a
     failure is a debug log line, never an error."""
-    import os
-
     if os.geteuid() != 0:
         return
     from ..core.vocab import DRIVER_CAPABILITIES

@@ -129,7 +129,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "ocihook.core.jsonfast ocihook.core.lazy ocihook.core.log ocihook.core.records "
             "ocihook.core.vocab ocihook.linux ocihook.linux.atomicfile ocihook.linux.ldcache "
             "ocihook.linux.pathsafe ocihook.linux.syscalls ocihook.oci ocihook.oci.bundle "
-            "ocihook.pipeline ocihook.plan ocihook.request ocihook.settings"
+            "ocihook.pipeline ocihook.plan ocihook.request ocihook.requirements ocihook.settings"
         ),
         stdlib=_names(
             "__future__ _collections_abc _contextvars _json _stat _struct contextvars errno fcntl "
@@ -216,7 +216,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "ocihook.discovery.records ocihook.linux ocihook.linux.atomicfile "
             "ocihook.linux.ldcache ocihook.linux.pathsafe ocihook.linux.syscalls ocihook.oci "
             "ocihook.oci.bundle ocihook.oci.edit ocihook.pipeline ocihook.plan ocihook.request "
-            "ocihook.settings"
+            "ocihook.requirements ocihook.settings"
         ),
         stdlib=_names(
             "__future__ _collections_abc _contextvars _ctypes _json _stat _struct binascii "
@@ -331,7 +331,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "ocihook.discovery.records ocihook.linux ocihook.linux.atomicfile "
             "ocihook.linux.ldcache ocihook.linux.pathsafe ocihook.linux.syscalls ocihook.oci "
             "ocihook.oci.bundle ocihook.oci.edit ocihook.pipeline ocihook.plan ocihook.request "
-            "ocihook.runtime ocihook.settings"
+            "ocihook.requirements ocihook.runtime ocihook.settings"
         ),
         stdlib=_names(
             "__future__ _collections_abc _contextvars _ctypes _json _stat _struct binascii "

@@ -10,6 +10,7 @@ loaded by the bare interpreter are not the entry point's.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -26,7 +27,12 @@ from ocihook.sim import host as simhost
 from ocihook.sim import vendors
 from ocihook.sim.demo import make_busybox_bundle
 
-GPU_ENV = ["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=all"]
+#: A CUDA image's request: every GPU, every capability, and the CUDA version it needs.
+GPU_ENV = [
+    "NVIDIA_VISIBLE_DEVICES=all",
+    "NVIDIA_DRIVER_CAPABILITIES=all",
+    "NVIDIA_REQUIRE_CUDA=cuda>=11.0 brand=tesla,driver>=470,driver<471",
+]
 
 #: Appended to each entry point's code: the loaded modules written to ``OUT``.
 _REPORT = "\nwith open(OUT, 'w') as f:\n    f.write('\\n'.join(sys.modules))\n"
@@ -326,3 +332,26 @@ def test_start_path_modules_are_the_table_s() -> None:
     assert "ocihook.commands.fast" in START_PATH_MODULES
     assert not {m for m in START_PATH_MODULES if _is(m, "ocihook.commands.cli")}
     assert not {m for m in START_PATH_MODULES if _is(m, "ocihook.k8s")}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def test_type_checking_false_only_on_the_start_path() -> None:
+    """``TYPE_CHECKING = False`` (annotations' imports without importing :mod:`typing`)
+    is a start-path habit: every other module imports ``TYPE_CHECKING`` from typing, or
+    its annotations' modules plainly."""
+    found = []
+    for path in sorted((Path(REPO) / "ocihook").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "TYPE_CHECKING" for t in node.targets
+            ):
+                found.append(_module_name(path))
+    assert found, "the check found no module at all"
+    assert sorted(set(found) - START_PATH_MODULES) == []
