@@ -26,6 +26,7 @@ import click
 from ..core.errors import OcihookError, exit_code_for
 from . import cli_cdi, cli_config, cli_doctor, cli_engines, cli_host, cli_k8s
 from .cli_options import PASS_THROUGH
+from .fast import run_fast
 
 
 class _PipeClosed(Exception):
@@ -54,8 +55,6 @@ def cli() -> None:
 @click.pass_context
 def edit(ctx: click.Context) -> None:
     """Spec mode: edit a bundle's config.json before runc create/run (see edit --help)."""
-    from .fast import run_fast
-
     ctx.exit(run_fast(["edit", *ctx.args]))
 
 
@@ -63,8 +62,6 @@ def edit(ctx: click.Context) -> None:
 @click.pass_context
 def hook(ctx: click.Context) -> None:
     """Hook mode: run as an OCI hook, state JSON on stdin (see hook --help)."""
-    from .fast import run_fast
-
     ctx.exit(run_fast(["hook", *ctx.args]))
 
 
