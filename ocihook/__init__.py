@@ -25,6 +25,8 @@ every container start.
 
 from __future__ import annotations
 
+from .core.lazy import lazy_exports
+
 __version__ = "0.1.0"
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
@@ -173,15 +175,5 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    """Load a public name from its module on first use (PEP 562)."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'ocihook' has no attribute {name!r}")
-    value = getattr(__import__(f"ocihook.{module}", fromlist=[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, __all__, globals())
+del lazy_exports

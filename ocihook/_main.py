@@ -17,6 +17,7 @@ image's environment).
 
 from __future__ import annotations
 
+import os
 import sys
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
@@ -45,8 +46,6 @@ POISON_VARIABLES = frozenset(
 
 def _poisoned_environment() -> list[str]:
     """Names of code-loading variables set (non-empty) in this process's environment."""
-    import os
-
     return sorted(k for k in POISON_VARIABLES if os.environ.get(k))
 
 
@@ -133,8 +132,6 @@ class _Stderr:
             self._emit(len(self._pending))
 
     def _emit(self, end: int) -> None:
-        import os
-
         view = memoryview(self._pending)[:end]
         try:
             while view:
@@ -151,8 +148,6 @@ class _Stderr:
 
     def isatty(self) -> bool:
         """Whether that descriptor is a terminal."""
-        import os
-
         return os.isatty(self.fd)
 
     def writable(self) -> bool:
@@ -166,8 +161,8 @@ def tolerant_stderr() -> Callable[[], None]:
     cannot write (a full disk under the log ENOSPC, EIO, a closed pipe EPIPE). A file
     the command replaced stays replaced, and the exit status says what happened — 0
     after a successful write, the documented code after an error — with no traceback
-    (issue 18: ``ocihook edit`` and ``runtime configure`` ended in a traceback and exit 1
-    when their closing message could not be written). Not done for a replaced
+    (``ocihook edit``'s and ``runtime configure``'s closing message, written after the
+    file, cannot turn a done change into exit 1). Not done for a replaced
     ``sys.stderr`` (tests' capture, embedding), which is left as it is.
 
     Returns:
@@ -233,8 +228,6 @@ def nvidia_hook_main(argv: Sequence[str] | None = None) -> int:
 
 def _nvidia_hook(args: list[str]) -> int:
     """:func:`nvidia_hook_main` with stderr made tolerant."""
-    import os
-
     stage = args[0] if args else ""
     if stage in ("poststart", "poststop"):
         return 0
@@ -305,8 +298,6 @@ def _dispatch(args: list[str]) -> int:
     except BrokenPipeError:
         # The reader went away (``ocihook list | head``): the work is done, only the
         # printing stopped. Quiet, and no second error when Python flushes at exit.
-        import os
-
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)

@@ -23,7 +23,7 @@ What goes into the document (OCI runtime-spec ``config.md`` / ``config-linux.md`
   (``render``, ``video``) and of NVIDIA nodes that are not world read-writable, each once;
 * the soname links and the container's ``/etc/ld.so.cache`` — made by :func:`edit_bundle`
   itself in the root file system, through in-root descriptor operations, before the runtime
-  runs (issue 17: no second process), with each library's soname and ABI read from its host
+  runs (no second process), with each library's soname and ABI read from its host
   file; where that could differ from doing it in the container (a user namespace, a mount
   over a path written: :func:`rootfs_edit_blocker`) or fails, left to the hook below, and
   the debug log says why;
@@ -38,7 +38,7 @@ targets in the container's root file system itself, through the in-root descript
 operations of :mod:`ocihook.linux.pathsafe` (links in the image resolved inside the root,
 a link *at* a target refused): the runtime then finds them and makes nothing. runc 1.1.5
 makes missing targets with a check-then-create sequence that an image flipping a directory
-into a symbolic link can race (issue 18, item 5); a target that exists leaves it nothing to
+into a symbolic link can race; a target that exists leaves it nothing to
 race. Targets under ``/dev``, ``/proc`` and ``/sys`` are left to the runtime, which mounts
 fresh file systems there first. The same goes for CDI devices: the targets of the bind
 mounts their specs' ``containerEdits`` add are made too. If anything fails, what was made
@@ -458,7 +458,7 @@ def rootfs_edit_blocker(
 ) -> tuple[str | None, dict[str, str]]:
     """Whether spec mode can make ``edits``' soname links and ``ld.so.cache`` entries in
     the root file system ``rootfs`` itself, before the runtime creates the container
-    (issue 17: one process per GPU container), instead of leaving them to the
+    (one process per GPU container), instead of leaving them to the
     createContainer hook.
 
     Refused when the result inside the container could differ from the hook's:

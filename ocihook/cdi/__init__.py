@@ -7,6 +7,8 @@ used, and importing one submodule (``ocihook.cdi.names``) loads only what it nee
 
 from __future__ import annotations
 
+from ..core.lazy import lazy_exports
+
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
 if TYPE_CHECKING:
     from .generate import generate_drm_spec, generate_spec, spec_bytes, transform_root, write_spec
@@ -118,15 +120,5 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    """Load a public name from its submodule on first use (PEP 562)."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'ocihook.cdi' has no attribute {name!r}")
-    value = getattr(__import__(f"ocihook.cdi.{module}", fromlist=[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, __all__, globals())
+del lazy_exports

@@ -38,6 +38,7 @@ CDI libraries (podman 4.x, containerd 1.6/1.7) reject newer versions.
 from __future__ import annotations
 
 import os
+import sys
 
 from ..core.errors import DiscoveryError
 from ..core.records import Record
@@ -450,13 +451,10 @@ def write_spec(data: bytes, output: str | None) -> None:
     Raises:
         CdiError: ``output`` cannot be written (nothing is changed).
     """
-    import sys
-
     if output is None:
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
         return
-    import os
 
     from ..oci.bundle import write_bytes_atomic
     from .names import CdiError

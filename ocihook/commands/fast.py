@@ -1,11 +1,16 @@
-"""Entry point of the ``ocihook`` command.
+"""The fast commands of ``ocihook``: the ones that run on every container start —
+``ocihook edit`` (spec mode) and ``ocihook hook ...`` (hook mode) — and ``ocihook cdi
+generate`` (run at boot and whenever the driver changes). They never import click,
+jsonschema or pyelftools: importing click alone costs more than starting the interpreter.
 
-The commands that run on every container start — ``ocihook edit`` (spec mode) and
-``ocihook hook ...`` (hook mode) — and ``ocihook cdi generate`` (run at boot and whenever
-the driver changes) are parsed here with :mod:`argparse` so that they never import click,
-jsonschema or pyelftools; importing click alone costs more than starting the interpreter.
-Every other command is a click command in :mod:`ocihook.commands.cli`, which lists these fast
-commands in its help as well.
+:data:`COMMANDS` is the one definition of their command words, help and options
+(:class:`Option`). :func:`parse_fast` parses a well-formed command line from it with str
+methods alone; anything else (``--help``, an unknown option, a missing value) goes to an
+:mod:`argparse` parser built from the same table (:func:`run_fast`), which prints the help
+or the usage error. The click commands that read the host take the same options
+(:data:`HOST_ROOT_OPTIONS`, :data:`GPU_BACKEND_OPTION`; :mod:`ocihook.commands.cli_options`).
+Every other command is a click command (:mod:`ocihook.commands.cli`), which lists these
+fast commands in its help as well.
 
 Errors are printed as one line, ``ocihook: error[<reference>]: <message>``, and the exit
 code comes from :data:`ocihook.core.errors.EXIT_CODES`.
@@ -13,6 +18,7 @@ code comes from :data:`ocihook.core.errors.EXIT_CODES`.
 
 from __future__ import annotations
 
+import os
 import sys
 
 from ..core.errors import OcihookError, exit_code_for
@@ -69,7 +75,10 @@ class Option:
         self.metavar = metavar
 
 
-ROOT_OPTIONS = (
+#: The options that say which host to read: the configuration file and the roots on top
+#: of it (:func:`host_root_from`). The click commands that read the host
+#: (:mod:`ocihook.commands.cli_options`) take these same options.
+HOST_ROOT_OPTIONS = (
     Option(
         "--config",
         metavar="PATH",
@@ -85,11 +94,26 @@ ROOT_OPTIONS = (
         metavar="DIR",
         help="directory in the driver root to search for libraries ld.so.cache lacks",
     ),
+)
+
+#: The options of every fast command that reads the host: :data:`HOST_ROOT_OPTIONS` and
+#: ``--verbose``.
+ROOT_OPTIONS = (
+    *HOST_ROOT_OPTIONS,
     Option("-v", "--verbose", action="store_true", help="print warnings"),
 )
 
+#: How NVIDIA GPUs are enumerated (:func:`ocihook.discovery.nvidia.discover`'s
+#: ``gpu_backend``); ``cdi generate`` and the click commands that read the host take it.
+GPU_BACKEND_OPTION = Option(
+    "--gpu-backend",
+    default="auto",
+    choices=("auto", "procfs", "nvml"),
+    help="GPU enumeration: NVML (nvidia-ml-py) when it works, else procfs (auto)",
+)
+
 #: The fast commands: (command words, help, options). The one source of both the argparse
-#: parser (help and usage errors) and the fast parser (:func:`_parse_fast`).
+#: parser (help and usage errors) and the fast parser (:func:`parse_fast`).
 COMMANDS: tuple[tuple[tuple[str, ...], str, tuple[Option, ...]], ...] = (
     (
         ("edit",),
@@ -208,12 +232,7 @@ COMMANDS: tuple[tuple[tuple[str, ...], str, tuple[Option, ...]], ...] = (
                 action="store_true",
                 help="also fill the discovery cache in /run/ocihook (as root; the boot unit)",
             ),
-            Option(
-                "--gpu-backend",
-                default="auto",
-                choices=("auto", "procfs", "nvml"),
-                help="GPU enumeration: NVML (nvidia-ml-py) when it works, else procfs (auto)",
-            ),
+            GPU_BACKEND_OPTION,
             *ROOT_OPTIONS,
         ),
     ),
@@ -247,7 +266,7 @@ class Namespace:
         raise AttributeError(name)
 
 
-def _parse_fast(argv: Sequence[str]) -> Namespace | None:
+def parse_fast(argv: Sequence[str]) -> Namespace | None:
     """Parse a well-formed fast command line without argparse (whose import costs ~5 ms).
 
     Returns ``None`` for anything unusual — help, an unknown command or option, a
@@ -311,8 +330,6 @@ def load_settings(ns: Any, *, trust_environment: bool) -> Any:
 def host_root_from(ns: Any, cfg: Any = None) -> HostRoot:
     """The :class:`HostRoot` of the configuration with the root options given on the
     command line on top."""
-    import os
-
     from ..core.hostroot import HostRoot
 
     base = cfg.host_root() if cfg is not None else HostRoot()
@@ -519,8 +536,6 @@ def _warm_discovery_cache(root: HostRoot) -> None:
     containers ask for most (the default ``utility,compute``, and ``all``), so that the
     next GPU container's start skips discovery. Only as root (the cache is root's); a
     failure is a debug log line, never an error."""
-    import os
-
     if os.geteuid() != 0:
         return
     from ..core.vocab import DRIVER_CAPABILITIES
@@ -711,7 +726,7 @@ def run_fast(argv: Sequence[str], stdin: bytes | None = None) -> int:
     if usage is not None:
         print(f"ocihook: error[usage]: {usage}", file=sys.stderr)
         return 2
-    ns: Any = _parse_fast(argv) or _parser().parse_args(list(argv))
+    ns: Any = parse_fast(argv) or _parser().parse_args(list(argv))
     try:
         if ns.command == "edit":
             return _cmd_edit(ns)

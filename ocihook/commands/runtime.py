@@ -557,7 +557,7 @@ def _create_and_mask(
     """Run the runtime's ``create`` as a child (not ``execve``: the wrapper has work left),
     then mount ``result.caller_mask`` in the created container, whose init pid the
     runtime wrote to ``--pid-file``: the createContainer hook's last step without a second
-    interpreter (issue 17). Signals the wrapper gets meanwhile are passed on. If the mask
+    interpreter. Signals the wrapper gets meanwhile are passed on. If the mask
     fails, the container is deleted (``<runtime> <global options> delete --force ID``)
     and the error reported (exit 7). Returns the exit status to leave with."""
     if TYPE_CHECKING:

@@ -45,6 +45,8 @@ operator's file is otherwise written by hand from ``ocihook config default``.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from typing import Any
 
 from ..core.errors import ConfigError
 from ..core.records import Record
@@ -59,11 +61,6 @@ from .validate import (
     leaves,
     want_string,
 )
-
-TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
-if TYPE_CHECKING:
-    from collections.abc import Mapping
-    from typing import Any
 
 __all__ = [
     "TOOLKIT_PATH",

@@ -16,6 +16,7 @@ Paths returned are host paths (absolute, with the root prefix applied).
 from __future__ import annotations
 
 import os
+import stat
 
 from .errors import DiscoveryError
 from .records import Record
@@ -107,8 +108,6 @@ def read_text(path: str, *, what: str, missing_hint: str | None = None) -> str:
         DiscoveryError: the file is missing, unreadable or not a regular file (a FIFO
             would block), naming the path; undecodable bytes are replaced, never raised.
     """
-    import stat
-
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
         with open(fd, "rb") as f:

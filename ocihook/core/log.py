@@ -24,6 +24,7 @@ container start.
 from __future__ import annotations
 
 import os
+import stat
 
 __all__ = ["LEVELS", "configure", "debug", "error", "info", "warning"]
 
@@ -68,7 +69,6 @@ def _emit(level: str, message: str, fields: dict[str, object]) -> None:
     parts.append(message)
     parts += [f"{k}={_quote(v)}" for k, v in fields.items()]
     line = (" ".join(parts) + "\n").encode("utf-8", "replace")
-    import stat
 
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
     flags |= os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY  # root: no link, FIFO or tty

@@ -33,7 +33,7 @@ VENDORS = ("amd", "intel")
 
 def discover_vendor(vendor: str, root: HostRoot | None = None) -> DrmHost:
     """Run ``vendor``'s backend (:func:`ocihook.discovery.amd.discover` or
-    :func:`ocihook.discovery.intel.discover`), importing it only now.
+    :func:`ocihook.discovery.intel.discover`), imported only when it runs.
 
     Raises:
         ValueError: ``vendor`` is not one of :data:`VENDORS`.

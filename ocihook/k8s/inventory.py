@@ -38,14 +38,14 @@ import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 
+from ..cdi.generate import DRM_KINDS, generate_drm_spec, generate_spec
+from ..cdi.spec import Spec
 from ..core.errors import ConfigError, DiscoveryError
-from ..core.hostroot import HostRoot
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from ..cdi.spec import Spec
-    from ..discovery.nvidia import NvidiaHost
-    from ..discovery.records import DrmGpu, Gpu, HostDeviceNode, MigDevice
+from ..core.hostroot import HostRoot, read_attr
+from ..discovery.drm import discover_vendor, present_vendors
+from ..discovery.nvidia import BACKENDS, NvidiaHost, discover
+from ..discovery.nvml import NvmlError
+from ..discovery.records import DrmGpu, Gpu, HostDeviceNode, MigDevice
 
 __all__ = [
     "HEALTHY",
@@ -173,7 +173,6 @@ class Inventory:
 
 
 def _numa(root: HostRoot, bdf: str) -> int | None:
-    from ..core.hostroot import read_attr
 
     text = read_attr(root.sys(f"bus/pci/devices/{bdf}/numa_node"))
     if text is None:
@@ -274,8 +273,6 @@ def _nvidia(
 ) -> tuple[dict[str, list[K8sDevice]], Spec, NvidiaHost]:
     """The NVIDIA devices by resource, the CDI spec and the discovered host (``single``
     falls back to ``none`` without MIG devices)."""
-    from ..cdi.generate import generate_spec
-    from ..discovery.nvidia import discover
 
     host = discover(root, gpu_backend=gpu_backend)
     warnings.extend(host.warnings)
@@ -355,8 +352,6 @@ def _drm_id(g: DrmGpu) -> str:
 def _drm(
     root: HostRoot, vendor: str, warnings: list[str], command: Sequence[str] | None
 ) -> tuple[dict[str, list[K8sDevice]], Spec, str | None]:
-    from ..cdi.generate import DRM_KINDS, generate_drm_spec
-    from ..discovery.drm import discover_vendor
 
     host = discover_vendor(vendor, root)
     warnings.extend(host.warnings)
@@ -418,8 +413,6 @@ def build_inventory(
             fails with ``gpu_backend`` ``nvml``
             (:class:`~ocihook.discovery.nvml.NvmlError`), or no device at all.
     """
-    from ..discovery.drm import present_vendors
-    from ..discovery.nvml import NvmlError
 
     if mig_strategy not in MIG_STRATEGIES:
         raise ConfigError(
@@ -431,7 +424,6 @@ def build_inventory(
         raise ConfigError(
             "time-slicing replicas must be at least 1", field="--replicas", value=replicas
         )
-    from ..discovery.nvidia import BACKENDS
 
     if gpu_backend not in BACKENDS:
         raise ConfigError(

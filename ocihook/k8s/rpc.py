@@ -18,6 +18,7 @@ The services (package names as kubelet declares them on the wire):
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -156,7 +157,6 @@ def unix_server(path: str, *, workers: int = 8) -> grpc.Server:
         OSError: the socket cannot be bound; ``ENAMETOOLONG`` when its absolute path is
             longer than the 107 bytes of ``sockaddr_un.sun_path`` (unix(7)).
     """
-    import errno
     from concurrent import futures
 
     address = os.path.abspath(path)

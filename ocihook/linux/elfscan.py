@@ -23,6 +23,8 @@ libraries.
 
 from __future__ import annotations
 
+import os
+import stat
 import struct
 
 __all__ = [
@@ -55,9 +57,6 @@ class _File:
     propagates."""
 
     def __init__(self, path: str | int, strict: bool = False) -> None:
-        import os
-        import stat
-
         self._os = os
         self._own = isinstance(path, str)
         self._strict = strict

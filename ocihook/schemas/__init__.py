@@ -27,13 +27,10 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Iterable
+from typing import Any
 
 from ..core.records import Record
-
-TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
-if TYPE_CHECKING:
-    from collections.abc import Iterable
-    from typing import Any
 
 __all__ = ["SCHEMA_NAMES", "Violation", "json_path", "load_schema", "schema_path", "violations"]
 

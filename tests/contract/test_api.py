@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from support import modules_after as _modules_after
-
 import ocihook
 
 EXPECTED = {
@@ -79,39 +77,6 @@ def test_unknown_name() -> None:
         assert "no_such_thing" in str(e)
     else:  # pragma: no cover
         raise AssertionError("expected AttributeError")
-
-
-HEAVY = {
-    "click",
-    "jsonschema",
-    "yaml",
-    "elftools",
-    "dataclasses",
-    "typing",
-    "argparse",
-    "json",
-    "re",
-    "tempfile",
-    "ctypes",
-}
-
-
-def test_import_is_cheap() -> None:
-    # what the interpreter itself loads (an editable install's finder imports re) is not ours
-    baseline = _modules_after("pass")
-    loaded = _modules_after("import ocihook, ocihook._main") - baseline
-    assert not (HEAVY & loaded), HEAVY & loaded
-
-
-def test_spec_mode_path_avoids_heavy_modules() -> None:
-    loaded = _modules_after(
-        "import ocihook.appliers.spec, ocihook.discovery.nvidia, ocihook.plan.build, "
-        "ocihook.request.nvidia"
-    ) - _modules_after("pass")
-    assert not (
-        {"click", "jsonschema", "yaml", "elftools", "dataclasses", "typing", "argparse", "tempfile"}
-        & loaded
-    )
 
 
 CDI_EXPECTED = {

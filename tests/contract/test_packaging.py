@@ -112,9 +112,9 @@ def test_service_runs_cdi_generate() -> None:
     options = dict(zip(argv[4::2], argv[5::2], strict=True))
     assert options == {"--output": "/var/run/cdi/nvidia.yaml"}
     assert set(options) <= CDI_GENERATE_FLAGS
-    from ocihook.commands.fast import _parse_fast
+    from ocihook.commands.fast import parse_fast
 
-    ns = _parse_fast(argv[1:])  # the command's own (fast) parser takes the line
+    ns = parse_fast(argv[1:])  # the command's own (fast) parser takes the line
     assert ns is not None and (ns.command, ns.stage) == ("cdi", "generate")
     assert ns.output == "/var/run/cdi/nvidia.yaml" and ns.warm_cache
 

@@ -13,6 +13,8 @@ concern:
 
 from __future__ import annotations
 
+from ...core.lazy import lazy_exports
+
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
 if TYPE_CHECKING:
     from .cgroups import device_cgroup_dir
@@ -51,15 +53,5 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    """Load a public name from its submodule on first use (PEP 562)."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(__import__(f"{__name__}.{module}", fromlist=[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, __all__, globals())
+del lazy_exports

@@ -332,7 +332,7 @@ def mask_created_container(
     """Mask ``/proc/driver/nvidia`` in a container the runtime has *created* (``runc
     create`` returned; its init ``pid`` waits to be started, after ``pivot_root``): what
     the createContainer hook would do, done by the caller of ``create`` instead, so that
-    no second process starts (issue 17). ``nodes`` are the container's device nodes as
+    no second process starts. ``nodes`` are the container's device nodes as
     ``(path, minor)`` pairs (their MIG capability minors select the capability files).
 
     The host files are read and the GPU directories cloned in the host's namespaces; then

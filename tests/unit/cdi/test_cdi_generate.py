@@ -382,19 +382,6 @@ def test_gpu_dirs_of_devices(sim: Any, host: NvidiaHost) -> None:
     assert gpu_dirs_of_devices(str(Path(proc) / "missing"), config) == ()
 
 
-def test_generate_skips_click_and_yaml_for_json(sim: Any, tmp_path: Path) -> None:
-    """``cdi generate`` runs at boot and on every driver change: it is a fast command (no
-    click, jsonschema or pyelftools), and JSON output does not import PyYAML."""
-    from support import modules_after
-
-    out = tmp_path / "nvidia.json"
-    argv = ["cdi", "generate", "--driver-root", sim.root, "--dev-root", sim.root]
-    argv += ["--output", str(out)]
-    loaded = modules_after(f"from ocihook._main import main; main({argv!r})")
-    assert json.loads(out.read_text())["kind"] == "nvidia.com/gpu"
-    assert not {"click", "jsonschema", "yaml", "elftools"} & loaded
-
-
 def test_capability_files_by_device_minor(tmp_path: Path) -> None:
     """The MIG capability files whose DeviceFileMinor is one of the container's
     nvidia-caps nodes; links are not followed, junk is skipped."""

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import CDI_GPU_SPEC, WRAPPER, modules_after, need_root_and, packaged_hook
+from support import CDI_GPU_SPEC, WRAPPER, need_root_and, packaged_hook
 from support import config_bytes as _config
 from support import make_executable as _executable
 
@@ -578,33 +578,6 @@ def test_help(stage: Stage) -> None:
     assert stage.called() is not None
 
 
-def _modules_at_exec(bundle: str, environ: dict[str, str]) -> set[str]:
-    """The modules a fresh interpreter has loaded when ``ocihook-runtime create -b BUNDLE
-    x`` (with ``environ``) execs the runtime: ``os.execve`` replaced by a print (flushed:
-    ``os._exit`` does not flush)."""
-    code = (
-        "import os, sys\n"
-        "def fake(path, argv, env):\n"
-        "    print(' '.join(sys.modules), flush=True); os._exit(0)\n"
-        "os.execve = fake\n"
-        "from ocihook.runtime import main\n"
-        f"main(['create', '-b', {bundle!r}, 'x'], environ={environ!r})\n"
-    )
-    return modules_after(code)
-
-
-def test_start_path_imports_nothing_heavy(
-    tmp_path: Path, bundle_factory: Callable[..., str]
-) -> None:
-    """What the wrapper has imported when it execs the runtime, for a container that
-    asks for nothing (execve replaced by a print)."""
-    bundle = bundle_factory(["true"], [])
-    loaded = _modules_at_exec(bundle, {"PATH": "/usr/sbin:/usr/bin"})
-    assert "ocihook.commands.runtime" in loaded  # the wrapper ran (not a vacuous set)
-    heavy = {"click", "jsonschema", "yaml", "elftools", "tomlkit", "tomllib", "json", "typing"}
-    assert not heavy & loaded, heavy & loaded
-
-
 # --- regression: --help=false is not help (Go flag booleans) --------------------------------
 
 
@@ -777,28 +750,3 @@ def test_create_mask_failure_deletes_the_container(
     calls = [json.loads(ln) for ln in stage.record.read_text().splitlines()]
     assert calls == [args, ["--root", "/r", "delete", "--force", "cid"]]
     assert "createContainer" not in json.loads(_config(bundle)).get("hooks", {})
-
-
-def test_gpu_create_path_imports_nothing_heavy(
-    sim: simhost.SimulatedHost, tmp_path: Path, bundle_factory: Callable[..., str]
-) -> None:
-    """What the wrapper has imported when it execs the runtime for a GPU container (spec
-    mode: the plan, the edit, the links and the ld.so.cache made in the rootfs): not
-    :mod:`json`, :mod:`re`, :mod:`base64` (it imports re), :mod:`typing` nor
-    :mod:`collections` (issue 17 item 3). :mod:`tomllib` is allowed here only because
-    the test's config file is read without the cache directory of a deployed host."""
-    bundle = bundle_factory(
-        ["true"], ["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=all"]
-    )
-    conf = tmp_path / "ocihook.toml"
-    conf.write_text(f'driver-root = "{sim.root}"\ndev-root = "{sim.root}"\n')
-    environ = {"PATH": "/usr/sbin:/usr/bin", "OCIHOOK_CONFIG": str(conf)}
-    # an editable install's import finder loads re, typing... at start: not the wrapper's
-    loaded = _modules_at_exec(bundle, environ) - modules_after("import ocihook")
-    assert "ocihook.appliers.live.hooks" in loaded  # the rootfs was edited
-    heavy = {"click", "jsonschema", "yaml", "elftools", "tomlkit", "json", "re", "base64"}
-    heavy |= {"collections", "enum"}
-    if "tomllib" not in loaded:  # tomllib itself imports typing
-        heavy.add("typing")
-    assert not heavy & loaded, heavy & loaded
-    assert os.path.islink(os.path.join(bundle, "rootfs/usr/lib64/libcuda.so.1"))

@@ -419,15 +419,6 @@ def test_cli_refuses_bundle_and_image_env(tmp_path: Path) -> None:
     assert r.returncode == 2 and "give --bundle or --image-env, not both" in r.stderr
 
 
-def test_doctor_stays_off_the_start_path() -> None:
-    from support import modules_after
-
-    loaded = modules_after("import sys; from ocihook._main import main")
-    assert not {m for m in loaded if m == "ocihook.doctor" or m.startswith("ocihook.doctor.")}
-    assert not {m for m in loaded if m == "ocihook.engines" or m.startswith("ocihook.engines.")}
-    assert "elftools" not in loaded
-
-
 def test_forward_compatibility_is_reported_and_does_not_hide_a_failure(tmp_path: Path) -> None:
     root = _sim(tmp_path)
     bundle = tmp_path / "bundle"
