@@ -1,5 +1,5 @@
 """Shared fixtures: the simulated host, the realistic host, busybox bundles, the wrapper's
-stage, the container engines. The plain helpers are in ``support.py``.
+stage, the container engines. The plain helpers are in the ``support`` package.
 
 Markers come from the folder: everything under ``tests/e2e/`` is ``e2e``, everything
 under ``tests/realistic/`` is ``realistic`` and everything under ``tests/fuzz/`` is
