@@ -88,13 +88,11 @@ def run_cli(
         interpreter's standard streams would (UTF-8; ``backslashreplace`` on stderr).
     """
     out, err = io.BytesIO(), io.BytesIO()
+    stdout = io.TextIOWrapper(out, encoding="utf-8", errors="strict", write_through=True)
+    stderr = io.TextIOWrapper(err, encoding="utf-8", errors="backslashreplace", write_through=True)
     streams = (sys.stdin, sys.stdout, sys.stderr, sys.argv)
     sys.stdin = io.TextIOWrapper(io.BytesIO(_as_bytes(stdin)), encoding="utf-8")
-    sys.stdout = io.TextIOWrapper(out, encoding="utf-8", errors="strict", write_through=True)
-    sys.stderr = io.TextIOWrapper(
-        err, encoding="utf-8", errors="backslashreplace", write_through=True
-    )
-    sys.argv = ["ocihook", *args]
+    sys.stdout, sys.stderr, sys.argv = stdout, stderr, ["ocihook", *args]
     code: int
     try:
         with _environment(env, cwd):
@@ -110,12 +108,13 @@ def run_cli(
                 code = 1
             finally:
                 log.configure(None)
-                sys.stdout.flush()
-                sys.stderr.flush()
+        stdout.flush()
+        stderr.flush()
+        written = (out.getvalue(), err.getvalue())
     finally:
         sys.stdin, sys.stdout, sys.stderr, sys.argv = streams
     return subprocess.CompletedProcess(
-        [*OCIHOOK, *args], code, _decoded(out.getvalue(), text), _decoded(err.getvalue(), text)
+        [*OCIHOOK, *args], code, _decoded(written[0], text), _decoded(written[1], text)
     )
 
 

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from support import run_cli
+
 GOOD = {
     "cdiVersion": "0.5.0",
     "kind": "vendor.com/gpu",
@@ -21,16 +23,6 @@ BAD_FIELD = {
 }
 
 
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ocihook", "cdi", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        check=False,
-    )
-
-
 def _write(path: Path, data: object) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(data if isinstance(data, str) else json.dumps(data))
@@ -41,7 +33,9 @@ def test_validate_reports_every_file_and_exits_11(tmp_path: Path) -> None:
     _write(tmp_path / "good.json", GOOD)
     _write(tmp_path / "net.yaml", YAML_GOOD)
     _write(tmp_path / "bad.json", BAD_FIELD)
-    r = _cli("validate", "good.json", "bad.json", "net.yaml", "missing.json", cwd=tmp_path)
+    r = run_cli(
+        "cdi", "validate", "good.json", "bad.json", "net.yaml", "missing.json", cwd=tmp_path
+    )
     assert r.returncode == 11, r.stderr
     assert r.stdout.splitlines() == [
         "good.json: ok: kind vendor.com/gpu, 1 devices, cdiVersion 0.5.0 (minimum 0.5.0)",
@@ -60,7 +54,7 @@ def test_validate_reports_every_file_and_exits_11(tmp_path: Path) -> None:
 
 def test_validate_all_good_exits_0(tmp_path: Path) -> None:
     _write(tmp_path / "good.json", GOOD)
-    r = _cli("validate", "good.json", cwd=tmp_path)
+    r = run_cli("cdi", "validate", "good.json", cwd=tmp_path)
     assert (r.returncode, r.stderr) == (0, "")
 
 
@@ -69,7 +63,7 @@ def test_validate_below_minimum_version_is_invalid(tmp_path: Path) -> None:
     spec = dict(GOOD, cdiVersion="0.3.0")
     spec["containerEdits"] = {"intelRdt": {"closID": "c"}}
     _write(tmp_path / "old.json", spec)
-    r = _cli("validate", "old.json", cwd=tmp_path)
+    r = run_cli("cdi", "validate", "old.json", cwd=tmp_path)
     assert r.returncode == 11
     assert "old.json: invalid:" in r.stderr
     assert "0.7.0" in r.stderr
@@ -88,7 +82,7 @@ def test_list_priorities_errors_and_conflicts(tmp_path: Path) -> None:
     }
     _write(high / "d1.json", dup)
     _write(high / "d2.json", dup)
-    r = _cli("list", "--spec-dir", str(low), "--spec-dir", str(high), cwd=tmp_path)
+    r = run_cli("cdi", "list", "--spec-dir", str(low), "--spec-dir", str(high), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["other.org/net=eth", "vendor.com/gpu=0"]
     assert f"skipped {high / 'bad.json'}:" in r.stderr
@@ -96,7 +90,9 @@ def test_list_priorities_errors_and_conflicts(tmp_path: Path) -> None:
         f"skipped other.org/net=dup: defined in {high / 'd1.json'}, {high / 'd2.json'}" in r.stderr
     )
 
-    j = _cli("list", "--json", "--spec-dir", str(low), "--spec-dir", str(high), cwd=tmp_path)
+    j = run_cli(
+        "cdi", "list", "--json", "--spec-dir", str(low), "--spec-dir", str(high), cwd=tmp_path
+    )
     out = json.loads(j.stdout)
     assert out["devices"] == ["other.org/net=eth", "vendor.com/gpu=0"]
     assert out["vendors"] == ["other.org", "vendor.com"]
@@ -107,7 +103,7 @@ def test_list_priorities_errors_and_conflicts(tmp_path: Path) -> None:
 
 def test_list_missing_dirs_is_empty(tmp_path: Path) -> None:
     """Nothing to list, and it says why (no spec directory): exit 0, nothing on stdout."""
-    r = _cli("list", "--spec-dir", str(tmp_path / "none"), cwd=tmp_path)
+    r = run_cli("cdi", "list", "--spec-dir", str(tmp_path / "none"), cwd=tmp_path)
     assert (r.returncode, r.stdout) == (0, "")
     assert r.stderr == (
         f"ocihook: no CDI spec directory: {tmp_path / 'none'} does not exist; hint: ocihook "
@@ -154,7 +150,7 @@ def test_validate_duplicate_fields(tmp_path: Path) -> None:
     text = json.dumps(GOOD)[:-1] + ', "kind": "x/y"}'
     _write(tmp_path / "dup.json", text)
     _write(tmp_path / "dup.yaml", YAML_GOOD + "kind: x/y\n")
-    r = _cli("validate", "dup.json", "dup.yaml", cwd=tmp_path)
+    r = run_cli("cdi", "validate", "dup.json", "dup.yaml", cwd=tmp_path)
     assert r.returncode == 11
     err = r.stderr.splitlines()
     assert err[0] == "dup.json: invalid: duplicate field (file dup.json, value 'kind')"

@@ -14,6 +14,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+from support import run_cli
 
 from ocihook.commands import doctor
 from ocihook.commands.engines import configure_containerd, configure_docker, hooks_d_document
@@ -402,12 +403,6 @@ def _schema() -> dict[str, Any]:
     return doc
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ocihook", "doctor", *args], capture_output=True, text=True
-    )
-
-
 def test_record_validates_and_cli_exit_codes(tmp_path: Path) -> None:
     root = _sim(tmp_path)
     etc = _configured(tmp_path, root)
@@ -433,7 +428,9 @@ def test_record_validates_and_cli_exit_codes(tmp_path: Path) -> None:
     )
     record = tmp_path / "record.json"
     hostargs = ["--driver-root", str(root), "--dev-root", str(root), "--config-root", str(etc)]
-    r = _cli(*hostargs, "--bundle", str(bundle), "--record", str(record), "--no-container")
+    r = run_cli(
+        "doctor", *hostargs, "--bundle", str(bundle), "--record", str(record), "--no-container"
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.splitlines()[0] == "host        PASS"
     assert r.stdout.splitlines()[-1] == "result: PASS (0 failed, 0 warnings)"
@@ -465,7 +462,7 @@ def test_record_validates_and_cli_exit_codes(tmp_path: Path) -> None:
     }
 
     os.unlink(root / "proc/driver/nvidia/version")
-    r = _cli(*hostargs, "--json", "--no-container")
+    r = run_cli("doctor", *hostargs, "--json", "--no-container")
     assert r.returncode == 14, r.stderr
     jsonschema.validate(json.loads(r.stdout), _schema())
     assert r.stderr.strip() == (
@@ -474,7 +471,7 @@ def test_record_validates_and_cli_exit_codes(tmp_path: Path) -> None:
 
 
 def test_cli_refuses_bundle_and_image_env(tmp_path: Path) -> None:
-    r = _cli("--bundle", str(tmp_path), "--image-env", str(tmp_path / "x"))
+    r = run_cli("doctor", "--bundle", str(tmp_path), "--image-env", str(tmp_path / "x"))
     assert r.returncode == 2 and "give --bundle or --image-env, not both" in r.stderr
 
 
