@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import run_cli
 
 from ocihook.appliers.spec import apply_plan, edit_bundle
 from ocihook.core.errors import DiscoveryError, RequestError, SpecError, StateError, exit_code_for
@@ -214,12 +215,6 @@ def test_void_request_leaves_file_identical(sim: simhost.SimulatedHost, tmp_path
     assert Path(os.path.join(bundle, "config.json")).read_bytes() == before
 
 
-def _run_cli(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        [sys.executable, "-m", "ocihook", *args], input=stdin, capture_output=True, timeout=60
-    )
-
-
 def _assert_one_line_error(
     proc: subprocess.CompletedProcess[bytes], code: int, *needles: str
 ) -> None:
@@ -260,17 +255,23 @@ def test_bad_input_edit(
     cfg = os.path.join(bundle, "config.json")
     before = Path(cfg).read_bytes()
     listing = sorted(os.listdir(bundle))
-    proc = _run_cli("edit", "-b", bundle, "--driver-root", sim.root, "--dev-root", sim.root)
+    proc = run_cli(
+        "edit", "-b", bundle, "--driver-root", sim.root, "--dev-root", sim.root, text=False
+    )
     _assert_one_line_error(proc, code, cfg, *needles)
     assert Path(cfg).read_bytes() == before
     assert sorted(os.listdir(bundle)) == listing  # no temporary file left
 
 
 def test_missing_and_malformed_config(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
-    proc = _run_cli("edit", "-b", str(tmp_path), "--driver-root", sim.root, "--dev-root", sim.root)
+    proc = run_cli(
+        "edit", "-b", str(tmp_path), "--driver-root", sim.root, "--dev-root", sim.root, text=False
+    )
     _assert_one_line_error(proc, 3, "config.json not found", str(tmp_path / "config.json"))
     (tmp_path / "config.json").write_bytes(b'{"root": {"path": "rootfs"},\n "process": ')
-    proc = _run_cli("edit", "-b", str(tmp_path), "--driver-root", sim.root, "--dev-root", sim.root)
+    proc = run_cli(
+        "edit", "-b", str(tmp_path), "--driver-root", sim.root, "--dev-root", sim.root, text=False
+    )
     _assert_one_line_error(proc, 3, "malformed JSON at line 2", str(tmp_path / "config.json"))
     assert (tmp_path / "config.json").read_bytes() == b'{"root": {"path": "rootfs"},\n "process": '
 
@@ -280,7 +281,9 @@ def test_driver_root_without_driver(tmp_path: Any) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
     before = Path(os.path.join(bundle, "config.json")).read_bytes()
-    proc = _run_cli("edit", "-b", bundle, "--driver-root", str(empty), "--dev-root", str(empty))
+    proc = run_cli(
+        "edit", "-b", bundle, "--driver-root", str(empty), "--dev-root", str(empty), text=False
+    )
     _assert_one_line_error(
         proc, 6, "NVIDIA driver version file not found", str(empty / "proc/driver/nvidia/version")
     )
@@ -321,7 +324,7 @@ def test_readonly_bundle_dir_is_an_apply_error(sim: simhost.SimulatedHost, tmp_p
     else:
         os.chmod(bundle, 0o555)
         try:
-            proc = _run_cli(*args)
+            proc = run_cli(*args, text=False)
         finally:
             os.chmod(bundle, 0o755)
     _assert_one_line_error(proc, 7, "cannot replace config.json", cfg)
@@ -344,7 +347,7 @@ def test_readonly_bundle_dir_is_an_apply_error(sim: simhost.SimulatedHost, tmp_p
     ],
 )
 def test_bad_state(stdin: bytes, code: int, needles: list[str]) -> None:
-    proc = _run_cli("hook", "prestart", stdin=stdin)
+    proc = run_cli("hook", "prestart", stdin=stdin, text=False)
     _assert_one_line_error(proc, code, *needles)
 
 
@@ -353,7 +356,7 @@ def test_hook_fast_exit_for_no_gpu(tmp_path: Any) -> None:
     state = json.dumps(
         {"ociVersion": "1.0.2", "id": "c1", "status": "creating", "pid": 12345, "bundle": bundle}
     ).encode()
-    proc = _run_cli("hook", "prestart", "--driver-root", "/nonexistent", stdin=state)
+    proc = run_cli("hook", "prestart", "--driver-root", "/nonexistent", stdin=state, text=False)
     assert proc.returncode == 0 and proc.stderr == b""
 
 
@@ -390,13 +393,13 @@ def test_diff_compares_documents_not_formatting(sim: simhost.SimulatedHost, tmp_
     (b / "config.json").write_text(json.dumps(doc, separators=(",", ":")))
     before = (b / "config.json").read_bytes()
     roots = ["--driver-root", sim.root, "--dev-root", sim.root]
-    proc = _run_cli("edit", "-b", str(b), "--dry-run", "--diff", *roots)
+    proc = run_cli("edit", "-b", str(b), "--dry-run", "--diff", *roots, text=False)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout.decode()
     removed = [ln for ln in out.splitlines() if ln.startswith("-") and not ln.startswith("---")]
     assert removed == ['-\t\t\t"NVIDIA_VISIBLE_DEVICES=1"']  # replaced by void, nothing else
     assert '+\t\t\t\t"path": "/dev/nvidia1",' in out
-    proc = _run_cli("edit", "-b", str(b), "--dry-run", *roots)
+    proc = run_cli("edit", "-b", str(b), "--dry-run", *roots, text=False)
     assert proc.returncode == 0
     assert "would add 1 GPU, 4 device nodes, 11 mounts, 10 links" in proc.stdout.decode()
     assert "(to be made in the rootfs, with its ld.so.cache)" in proc.stdout.decode()
@@ -406,23 +409,17 @@ def test_diff_compares_documents_not_formatting(sim: simhost.SimulatedHost, tmp_
 
 def test_missing_driver_root_is_named(tmp_path: Any) -> None:
     bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
-    proc = _run_cli("edit", "-b", bundle, "--driver-root", str(tmp_path / "nope"))
+    proc = run_cli("edit", "-b", bundle, "--driver-root", str(tmp_path / "nope"), text=False)
     _assert_one_line_error(proc, 6, "driver root does not exist", str(tmp_path / "nope"))
 
 
 def test_hook_with_missing_bundle_config_hints_at_stdin(tmp_path: Any) -> None:
     state = json.dumps({"id": "x", "pid": 5, "bundle": str(tmp_path)}).encode()
-    proc = _run_cli("hook", "prestart", stdin=state)
+    proc = run_cli("hook", "prestart", stdin=state, text=False)
     _assert_one_line_error(proc, 3, "config.json not found", "state JSON on stdin")
 
 
 # --- regressions (adversarial review): config.json written and read safely -----------------
-
-
-def _cli(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        [sys.executable, "-m", "ocihook", *args], input=stdin, capture_output=True, timeout=60
-    )
 
 
 def test_write_json_atomic_never_chmods_through_a_swapped_link(
@@ -471,7 +468,9 @@ def test_lone_surrogate_in_config_is_written_as_an_escape(
         '{"root": {"path": "rootfs"}, "annotations": {"x": "\\ud800"}, '
         '"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]}}'
     )
-    proc = _cli("edit", "-b", str(b), "--driver-root", sim.root, "--dev-root", sim.root)
+    proc = run_cli(
+        "edit", "-b", str(b), "--driver-root", sim.root, "--dev-root", sim.root, text=False
+    )
     assert proc.returncode == 0, proc.stderr
     doc = json.loads((b / "config.json").read_bytes())
     assert doc["annotations"]["x"] == "\ud800"
@@ -480,7 +479,7 @@ def test_lone_surrogate_in_config_is_written_as_an_escape(
 @pytest.mark.parametrize("bad", [b"\xff\xfe{\x00}\x00", b"\xef\xbb\xbf{}", b'{"a": NaN}'])
 def test_non_json_config_is_refused(tmp_path: Any, bad: bytes) -> None:
     (tmp_path / "config.json").write_bytes(bad)
-    proc = _cli("edit", "-b", str(tmp_path))
+    proc = run_cli("edit", "-b", str(tmp_path), text=False)
     assert proc.returncode == 3, proc.stderr
     assert b"Traceback" not in proc.stderr
     assert (tmp_path / "config.json").read_bytes() == bad
@@ -533,7 +532,9 @@ def test_edit_replaces_config_json_atomically(sim: Any, tmp_path: Any) -> None:
     before = (b / "config.json").read_bytes()
     os.link(b / "config.json", tmp_path / "held")
     inode = os.stat(b / "config.json").st_ino
-    proc = _run_cli("edit", "-b", str(b), "--driver-root", sim.root, "--dev-root", sim.root)
+    proc = run_cli(
+        "edit", "-b", str(b), "--driver-root", sim.root, "--dev-root", sim.root, text=False
+    )
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "held").read_bytes() == before
     assert os.stat(b / "config.json").st_ino != inode
@@ -554,10 +555,10 @@ def test_edit_makes_the_mount_targets_in_the_rootfs(
     an empty regular file per library and for the IPC socket; a dry run makes none."""
     bundle = Path(_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"]))
     roots = ["--driver-root", sim.root, "--dev-root", sim.root]
-    proc = _run_cli("edit", "-b", str(bundle), "--dry-run", *roots)
+    proc = run_cli("edit", "-b", str(bundle), "--dry-run", *roots, text=False)
     assert proc.returncode == 0, proc.stderr
     assert _tree(bundle / "rootfs") == []
-    proc = _run_cli("edit", "-b", str(bundle), *roots)
+    proc = run_cli("edit", "-b", str(bundle), *roots, text=False)
     assert proc.returncode == 0, proc.stderr
     mounts = json.loads((bundle / "config.json").read_text())["mounts"]
     ours = [m["destination"] for m in mounts if m["source"].startswith(sim.root)]
@@ -582,7 +583,7 @@ def test_edit_makes_targets_through_image_links_inside_the_rootfs(
     os.symlink(f"/../../../../..{host_dir}", rootfs / "usr" / "lib64")
     os.symlink(str(host_dir), rootfs / "var")  # /var/run/nvidia-persistenced/socket
     roots = ["--driver-root", sim.root, "--dev-root", sim.root]
-    proc = _run_cli("edit", "-b", str(bundle), *roots)
+    proc = run_cli("edit", "-b", str(bundle), *roots, text=False)
     assert proc.returncode == 0, proc.stderr
     assert os.listdir(host_dir) == []
     inside = rootfs / str(host_dir).lstrip("/")
@@ -603,7 +604,9 @@ def test_a_link_at_a_mount_target_is_refused_and_nothing_is_left(
     os.symlink(str(victim), rootfs / f"usr/lib64/libnvidia-cfg.so.{sim.driver_version}")
     before_tree = _tree(rootfs)
     before = (bundle / "config.json").read_bytes()
-    proc = _run_cli("edit", "-b", str(bundle), "--driver-root", sim.root, "--dev-root", sim.root)
+    proc = run_cli(
+        "edit", "-b", str(bundle), "--driver-root", sim.root, "--dev-root", sim.root, text=False
+    )
     _assert_one_line_error(proc, 7, "symbolic link", f"libnvidia-cfg.so.{sim.driver_version}")
     assert (bundle / "config.json").read_bytes() == before
     assert victim.read_bytes() == b"host file\n"

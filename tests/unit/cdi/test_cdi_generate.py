@@ -15,7 +15,7 @@ import pytest
 import yaml
 from hypothesis import given
 from hypothesis import strategies as st
-from support import REPO, need_root_and
+from support import REPO, need_root_and, run_cli
 
 from ocihook.appliers.live import gpu_dirs_of_devices
 from ocihook.cdi.generate import generate_spec, spec_bytes, transform_root
@@ -57,15 +57,6 @@ def _device(spec: Spec, name: str) -> Any:
 
 def _paths(edits: Any) -> list[str]:
     return [n.path for n in edits.device_nodes]
-
-
-def _cli(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        [sys.executable, "-m", "ocihook", "cdi", *args],
-        capture_output=True,
-        input=stdin,
-        check=False,
-    )
 
 
 def test_devices_named_by_index_uuid_mig_and_all(host: NvidiaHost, spec: Spec) -> None:
@@ -244,7 +235,7 @@ def test_injection_of_generated_spec(host: NvidiaHost, spec: Spec, tmp_path: Pat
 def test_cli_generate_output_atomic(sim: Any, tmp_path: Path) -> None:
     out = tmp_path / "nvidia.yaml"
     root = ["--driver-root", sim.root, "--dev-root", sim.root]
-    r = _cli("generate", *root, "--output", str(out))
+    r = run_cli("cdi", "generate", *root, "--output", str(out), text=False)
     assert r.returncode == 0, r.stderr
     assert out.read_bytes().startswith(b"---\ncdiVersion: 0.5.0\nkind: nvidia.com/gpu\n")
     assert oct(out.stat().st_mode & 0o777) == "0o644"
@@ -252,30 +243,45 @@ def test_cli_generate_output_atomic(sim: Any, tmp_path: Path) -> None:
     assert spec == generate_spec(discover(HostRoot.single(sim.root)))
     # JSON to stdout; the yaml file stays as it was
     before = out.read_bytes()
-    r = _cli("generate", *root, "--format", "json", "--device-name-strategy", "uuid")
+    r = run_cli(
+        "cdi", "generate", *root, "--format", "json", "--device-name-strategy", "uuid", text=False
+    )
     assert r.returncode == 0
     data = json.loads(r.stdout)
     assert data["cdiVersion"] == "0.5.0" and data["devices"][0]["name"].startswith("GPU-")
     assert out.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["nvidia.yaml"]  # no temporary left
     # an unwritable destination (below a file): exit 11, nothing written
-    r = _cli("generate", *root, "--output", str(out / "x.json"))
+    r = run_cli("cdi", "generate", *root, "--output", str(out / "x.json"), text=False)
     assert r.returncode == 11 and b"cannot write the CDI spec" in r.stderr
     assert out.read_bytes() == before
     # a host without a driver: exit 6
-    r = _cli("generate", "--driver-root", str(tmp_path), "--dev-root", str(tmp_path))
+    r = run_cli(
+        "cdi", "generate", "--driver-root", str(tmp_path), "--dev-root", str(tmp_path), text=False
+    )
     assert r.returncode == 6, r.stderr
     # the file validates with the validate command
-    r = _cli("validate", str(out))
+    r = run_cli("cdi", "validate", str(out), text=False)
     assert r.returncode == 0 and b"minimum 0.5.0" in r.stdout
 
 
 def test_cli_transform_root(sim: Any, tmp_path: Path) -> None:
     src = tmp_path / "in.json"
-    r = _cli("generate", "--driver-root", sim.root, "--dev-root", sim.root, "--output", str(src))
+    r = run_cli(
+        "cdi",
+        "generate",
+        "--driver-root",
+        sim.root,
+        "--dev-root",
+        sim.root,
+        "--output",
+        str(src),
+        text=False,
+    )
     assert r.returncode == 0
     out = tmp_path / "out.json"
-    r = _cli(
+    r = run_cli(
+        "cdi",
         "transform",
         "root",
         "--from",
@@ -286,6 +292,7 @@ def test_cli_transform_root(sim: Any, tmp_path: Path) -> None:
         str(src),
         "--output",
         str(out),
+        text=False,
     )
     assert r.returncode == 0, r.stderr
     spec = load_spec(out.read_bytes(), path=str(out))
@@ -296,7 +303,9 @@ def test_cli_transform_root(sim: Any, tmp_path: Path) -> None:
     assert hook.args[list(hook.args).index("--mask-proc") + 1] == "/proc/driver/nvidia"
     assert spec.version == "0.5.0"  # kept: index names still need it
     # from stdin, relative paths refused with exit 11
-    r = _cli("transform", "root", "--from", "x", "--to", "/", stdin=src.read_bytes())
+    r = run_cli(
+        "cdi", "transform", "root", "--from", "x", "--to", "/", stdin=src.read_bytes(), text=False
+    )
     assert r.returncode == 11 and b"--from" in r.stderr
 
 
