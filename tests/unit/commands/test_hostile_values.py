@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import run_cli
 
 from ocihook.discovery import procfs
 from ocihook.request import classify_device
@@ -23,14 +24,7 @@ UUID = "GPU-11111111-2222-3333-4444-555555555555"
 
 
 def _run(*args: str, stdin: str | None = None, env: dict[str, str] | None = None) -> Any:
-    r = subprocess.run(
-        [sys.executable, "-m", "ocihook", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, **(env or {})},
-    )
+    r = run_cli(*args, stdin=stdin, env={**os.environ, **(env or {})})
     assert "Traceback" not in r.stderr, r.stderr
     return r
 

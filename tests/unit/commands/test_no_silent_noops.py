@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support import run_cli
 
 from ocihook.commands.fast import HOOK_STAGES, INJECT_STAGES, hook_stage_error
 from ocihook.sim import host as simhost
@@ -20,13 +20,7 @@ from ocihook.sim.demo import find_busybox, make_busybox_bundle
 
 
 def _ocihook(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ocihook", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    return run_cli(*args, stdin=stdin)
 
 
 # -- hook stages ---------------------------------------------------------------------------
