@@ -7,13 +7,13 @@ import errno
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support import CDI_GPU_SPEC as GPU_SPEC
 from support import GOOD_CDI_YAML as GOOD_YAML
+from support import run_cli
 
 from ocihook.appliers.spec import edit_bundle
 from ocihook.core.errors import ApplyError, CdiError
@@ -46,12 +46,7 @@ def _edit_cli(bundle: Path, spec_dir: Path) -> subprocess.CompletedProcess[str]:
     """``ocihook edit -b bundle`` with a configuration file naming ``spec_dir``."""
     cfg = bundle.parent / "config.toml"
     cfg.write_text(f'cdi-spec-dirs = ["{spec_dir}"]\n')
-    return subprocess.run(
-        [sys.executable, "-m", "ocihook", "edit", "--config", str(cfg), "-b", str(bundle)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    return run_cli("edit", "--config", str(cfg), "-b", str(bundle))
 
 
 def _nodes(doc: dict[str, Any]) -> list[tuple[str, int]]:
@@ -253,12 +248,7 @@ def test_cdi_edit_of_deeply_nested_config_is_no_traceback(tmp_path: Path) -> Non
     (bundle / "config.json").write_text(text)
     cfg = tmp_path / "config.toml"
     cfg.write_text(f'cdi-spec-dirs = ["{spec_dir}"]\n')
-    r = subprocess.run(
-        [sys.executable, "-m", "ocihook", "edit", "--config", str(cfg), "-b", str(bundle)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    r = run_cli("edit", "--config", str(cfg), "-b", str(bundle))
     assert "Traceback" not in r.stderr, r.stderr[-600:]
     # 600 levels are within what the JSON reader and writer take: edited, exit 0
     assert r.returncode == 0, r.stderr

@@ -450,12 +450,7 @@ def test_capability_files_by_device_minor(tmp_path: Path) -> None:
 
 def _generate(sim: Any, *args: str) -> subprocess.CompletedProcess[str]:
     root = ["--driver-root", sim.root, "--dev-root", sim.root]
-    return subprocess.run(
-        [sys.executable, "-m", "ocihook", "cdi", "generate", *root, *args],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    return run_cli("cdi", "generate", *root, *args)
 
 
 def _errors(stderr: str) -> list[str]:
@@ -492,13 +487,7 @@ def test_generate_empty_output_names_the_flag(sim: Any, tmp_path: Path) -> None:
     work = tmp_path / "cwd"
     work.mkdir()
     root = ["--driver-root", sim.root, "--dev-root", sim.root]
-    r = subprocess.run(
-        [sys.executable, "-m", "ocihook", "cdi", "generate", *root, "--output="],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=work,
-    )
+    r = run_cli("cdi", "generate", *root, "--output=", cwd=work)
     assert r.returncode == 11  # CdiError: the value of --output is not a file name
     errors = _errors(r.stderr)
     assert len(errors) == 1 and "--output" in errors[0], r.stderr
@@ -509,13 +498,7 @@ def test_generate_option_missing_its_value_is_usage_error(sim: Any, tmp_path: Pa
     (exit 2), but the table-driven fast parser takes the next option as the value and
     writes the spec to a file named ``--verbose`` in the working directory, exit 0."""
     root = ["--driver-root", sim.root, "--dev-root", sim.root]
-    r = subprocess.run(
-        [sys.executable, "-m", "ocihook", "cdi", "generate", *root, "--output", "--verbose"],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=tmp_path,
-    )
+    r = run_cli("cdi", "generate", *root, "--output", "--verbose", cwd=tmp_path)
     assert r.returncode == 2, r.stderr
     assert "--output" in r.stderr
     assert os.listdir(tmp_path) == []

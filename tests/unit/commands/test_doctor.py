@@ -51,11 +51,7 @@ def _generate_cdi(root: Path, etc: Path) -> Path:
     out = etc / "etc/cdi/nvidia.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     hostargs = ["--driver-root", str(root), "--dev-root", str(root)]
-    subprocess.run(
-        [sys.executable, "-m", "ocihook", "cdi", "generate", *hostargs, "--output", str(out)],
-        check=True,
-        capture_output=True,
-    )
+    assert run_cli("cdi", "generate", *hostargs, "--output", str(out)).returncode == 0
     return out
 
 
