@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import run_cli
 
 from ocihook.config import load_config
 from ocihook.request import (
@@ -66,13 +67,7 @@ def _config(tmp: Path, text: str) -> str:
 
 
 def _ocihook(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ocihook", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    return run_cli(*args, stdin=stdin)
 
 
 def _edit(bundle: Path, cfg: str, root: str) -> subprocess.CompletedProcess[str]:
