@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-from support import run_cli
+from support import run_cli, run_cli_process
 
 GOOD = {
     "cdiVersion": "0.5.0",
@@ -119,22 +117,15 @@ def test_validate_special_files_do_not_block(tmp_path: Path) -> None:
     _write(tmp_path / "good.json", GOOD)
     os.mkfifo(tmp_path / "fifo.json")
     (tmp_path / "dir.json").mkdir()
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ocihook",
-            "cdi",
-            "validate",
-            "good.json",
-            "fifo.json",
-            "dir.json",
-            "/dev/zero",
-        ],
-        capture_output=True,
-        text=True,
+    # a process with a timeout: reading the FIFO or /dev/zero would block
+    r = run_cli_process(
+        "cdi",
+        "validate",
+        "good.json",
+        "fifo.json",
+        "dir.json",
+        "/dev/zero",
         cwd=tmp_path,
-        check=False,
         timeout=30,
     )
     assert r.returncode == 11

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import run_cli
+from support import run_cli, run_cli_process
 
 from ocihook.discovery import procfs
 from ocihook.request import classify_device
@@ -151,23 +151,12 @@ def test_non_utf8_bundle_name_on_strict_stdout(tmp_path: Path, sim: Any) -> None
     doc = {"root": {"path": "rootfs"}, "process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]}}
     with open(raw + b"/config.json", "w") as f:
         json.dump(doc, f)
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ocihook",
-            "edit",
-            "--dry-run",
-            "-b",
-            raw,
-            "--driver-root",
-            sim.root,
-            "--dev-root",
-            sim.root,
-        ],
-        capture_output=True,
-        check=False,
+    # a process: the interpreter's own stdout, strict by PYTHONIOENCODING
+    r = run_cli_process(
+        *("edit", "--dry-run", "-b", os.fsdecode(raw), "--driver-root", sim.root),
+        *("--dev-root", sim.root),
         env={**os.environ, "PYTHONIOENCODING": "utf-8:strict"},
+        text=False,
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith(b"ocihook: dry run, " + raw + b"/config.json unchanged")
