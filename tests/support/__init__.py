@@ -24,8 +24,10 @@ generators here (:func:`guard_host`, :func:`start_podman`, :func:`start_containe
 
 from support.bundles import (
     FAKE_DRIVER_PROC,
+    busybox_bundle,
     config_bytes,
     fake_proc_hook,
+    make_bundle,
     make_executable,
     packaged_hook,
     register_hook,
@@ -117,6 +119,7 @@ __all__ = [
     "Hang",
     "Podman",
     "RootlessUser",
+    "busybox_bundle",
     "busybox_oci_archive",
     "busybox_rootfs",
     "check_gpu0",
@@ -136,6 +139,7 @@ __all__ = [
     "fuzz_settings",
     "guard_host",
     "load_pynvml_double",
+    "make_bundle",
     "make_executable",
     "modules_after",
     "mounts_under",

@@ -1,5 +1,5 @@
-"""OCI bundles and the hooks registered in them: :func:`make_bundle` (a bundle with a
-plain ``config.json``), :func:`packaged_hook` / :func:`register_hook` (the documented
+"""OCI bundles and the hooks registered in them: :func:`make_bundle` (a bundle with an
+empty rootfs and the ``config.json`` given), :func:`busybox_bundle` (one that runs), :func:`packaged_hook` / :func:`register_hook` (the documented
 registration), :func:`stage_hook` / :func:`register_stage_hook`, :func:`fake_proc_hook`
 (a hook standing in for the kernel driver's procfs), :func:`with_mknod_cap`,
 :func:`config_bytes`, :func:`make_executable`."""
@@ -12,7 +12,66 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from ocihook.sim.demo import default_config, find_busybox, make_busybox_bundle
 from support.paths import REPO
+
+
+def make_bundle(
+    parent: str | Path,
+    env: list[str] | None = None,
+    *,
+    name: str = "bundle",
+    doc: dict[str, Any] | None = None,
+    minimal: bool = False,
+    indent: str | None = "\t",
+    mode: int | None = None,
+    **fields: Any,
+) -> Path:
+    """A bundle ``parent/name`` with an empty ``rootfs/`` (parents made; an existing one is
+    reused) and a ``config.json``.
+
+    Args:
+        parent: the directory the bundle is made in.
+        env: the process environment after the default ``PATH``
+            (:func:`ocihook.sim.demo.default_config`, process ``sh``); ignored with ``doc``.
+        name: the bundle directory's name.
+        doc: the whole ``config.json`` document instead of the default one.
+        minimal: start from only ``ociVersion``, ``root.path`` and ``process.env`` instead
+            of the default document.
+        indent: the JSON indentation (``None``: one line); a newline ends the file when set.
+        fields: top-level keys replaced in the default document (``annotations``,
+            ``mounts``, ...).
+        mode: the bundle directory's mode, set after it is made.
+
+    Returns:
+        The bundle directory.
+    """
+    bundle = Path(parent, name)
+    (bundle / "rootfs").mkdir(parents=True, exist_ok=True)
+    if doc is None:
+        if minimal:
+            doc = {"ociVersion": "1.0.2", "root": {"path": "rootfs"}, "process": {"env": env or []}}
+        else:
+            doc = default_config(["sh"], env or [])
+        doc.update(fields)
+    if mode is not None:
+        bundle.chmod(mode)
+    text = json.dumps(doc) if indent is None else json.dumps(doc, indent=indent) + "\n"
+    (bundle / "config.json").write_text(text)
+    return bundle
+
+
+def busybox_bundle(
+    path: str | Path, args: list[str], env: list[str], *, debian: bool = False
+) -> str:
+    """A bundle at ``path`` that runs ``args`` in a busybox rootfs
+    (:func:`ocihook.sim.demo.make_busybox_bundle`; ``debian``: Debian's library
+    directories); skips the test when no static busybox is installed. Returns the path."""
+    if find_busybox() is None:
+        pytest.skip("needs busybox (apt-get install busybox-static)")
+    return make_busybox_bundle(str(path), args, env, debian=debian)
 
 
 def packaged_hook(stage: str, root: str) -> dict[str, Any]:

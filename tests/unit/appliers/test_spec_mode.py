@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import run_cli
+from support import make_bundle, run_cli
 
 from ocihook.appliers.spec import apply_plan, edit_bundle
 from ocihook.core.errors import DiscoveryError, RequestError, SpecError, StateError, exit_code_for
@@ -20,18 +20,6 @@ from ocihook.core.hostroot import HostRoot
 from ocihook.oci import bundle as bundle_mod
 from ocihook.oci.bundle import load_bundle, parse_state
 from ocihook.sim import host as simhost
-
-
-def _bundle(tmp_path: Any, env: list[str], extra: dict[str, Any] | None = None) -> str:
-    from ocihook.sim.demo import default_config
-
-    b = tmp_path / "bundle"
-    (b / "rootfs").mkdir(parents=True)
-    doc = default_config(["sh"], env)
-    doc.update(extra or {})
-    (b / "config.json").write_text(json.dumps(doc, indent="\t") + "\n")
-    return str(b)
-
 
 COMMAND = ("/py", "-I", "-m", "ocihook")
 
@@ -46,8 +34,10 @@ def test_edit_two_gpus(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
     """The edit gives the nodes, rules and mounts in config.json and makes the soname links
     and the container's ld.so.cache in the rootfs itself (issue 17); the createContainer
     hook is left with the /proc/driver/nvidia mask only."""
-    bundle = _bundle(
-        tmp_path, ["NVIDIA_VISIBLE_DEVICES=0,3", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"]
+    bundle = str(
+        make_bundle(
+            tmp_path, ["NVIDIA_VISIBLE_DEVICES=0,3", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"]
+        )
     )
     result = edit_bundle(bundle, HostRoot.single(sim.root), command=COMMAND)
     assert result.written and result.in_rootfs
@@ -91,7 +81,9 @@ def test_edit_two_gpus(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
 def test_links_below_dev_stay_with_the_hook(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
     """All capabilities: the DRM by-path links below /dev stay with the hook (the runtime
     mounts /dev after the edit) beside the mask; no --lib or --cuda-compat."""
-    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=all"])
+    bundle = str(
+        make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=all"])
+    )
     result = edit_bundle(bundle, HostRoot.single(sim.root), command=COMMAND)
     assert result.in_rootfs
     hooks = json.loads(Path(bundle, "config.json").read_text())["hooks"]["createContainer"]
@@ -132,7 +124,7 @@ def test_links_stay_with_the_hook_when_the_rootfs_edit_could_differ(
     logged: list[tuple[str, dict[str, object]]] = []
     monkeypatch.setattr(log, "debug", lambda message, **f: logged.append((message, f)))
     env = ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"]
-    bundle = _bundle(tmp_path, env)
+    bundle = str(make_bundle(tmp_path, env))
     path = Path(bundle, "config.json")
     doc = json.loads(path.read_text())
     if extra:
@@ -162,7 +154,9 @@ def test_a_failed_rootfs_edit_falls_back_to_the_hook(
     """A rootfs edit that fails half-way (a directory where the cache goes) undoes what it
     made and leaves the links to the hook, which reports the problem in the container's
     own terms; the edit itself succeeds."""
-    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=utility"])
+    bundle = str(
+        make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=utility"])
+    )
     rootfs = Path(bundle) / "rootfs"
     (rootfs / "etc/ld.so.cache").mkdir(parents=True)  # a directory where the cache goes
     result = edit_bundle(bundle, HostRoot.single(sim.root), command=COMMAND)
@@ -181,7 +175,7 @@ def test_a_host_without_proc_driver_nvidia_needs_no_hook(tmp_path: Any) -> None:
     from ocihook.sim import wsl as simwsl
 
     w = simwsl.build(str(tmp_path / "wsl"))
-    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=all"])
+    bundle = str(make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=all"]))
     result = edit_bundle(bundle, HostRoot.single(w.root), command=COMMAND)
     assert result.written and result.in_rootfs and result.plan is not None
     doc = json.loads(Path(bundle, "config.json").read_text())
@@ -195,7 +189,7 @@ def test_a_host_without_proc_driver_nvidia_needs_no_hook(tmp_path: Any) -> None:
 def test_apply_plan_replaces_by_path_and_destination(
     sim: simhost.SimulatedHost, tmp_path: Any
 ) -> None:
-    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
+    bundle = str(make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"]))
     first = edit_bundle(bundle, HostRoot.single(sim.root), dry_run=True)
     assert first.plan is not None and not first.written
     once = apply_plan(load_bundle(bundle).config, first.plan)
@@ -208,7 +202,7 @@ def test_apply_plan_replaces_by_path_and_destination(
 
 
 def test_void_request_leaves_file_identical(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
-    bundle = _bundle(tmp_path, [])
+    bundle = str(make_bundle(tmp_path, []))
     before = Path(os.path.join(bundle, "config.json")).read_bytes()
     result = edit_bundle(bundle, HostRoot.single(sim.root))
     assert not result.written
@@ -251,7 +245,7 @@ def test_bad_input_edit(
     code: int,
     needles: list[str],
 ) -> None:
-    bundle = _bundle(tmp_path, env, extra)
+    bundle = str(make_bundle(tmp_path, env, **(extra or {})))
     cfg = os.path.join(bundle, "config.json")
     before = Path(cfg).read_bytes()
     listing = sorted(os.listdir(bundle))
@@ -277,7 +271,7 @@ def test_missing_and_malformed_config(sim: simhost.SimulatedHost, tmp_path: Any)
 
 
 def test_driver_root_without_driver(tmp_path: Any) -> None:
-    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
+    bundle = str(make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"]))
     empty = tmp_path / "empty"
     empty.mkdir()
     before = Path(os.path.join(bundle, "config.json")).read_bytes()
@@ -295,7 +289,9 @@ def test_readonly_bundle_dir_is_an_apply_error(sim: simhost.SimulatedHost, tmp_p
     mount targets made in the (writable, elsewhere) root file system removed again."""
     rootfs = tmp_path / "rootfs-elsewhere"
     rootfs.mkdir()
-    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"], {"root": {"path": str(rootfs)}})
+    bundle = str(
+        make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"], **{"root": {"path": str(rootfs)}})
+    )
     cfg = os.path.join(bundle, "config.json")
     before = Path(cfg).read_bytes()
     args = ["edit", "-b", bundle, "--driver-root", sim.root, "--dev-root", sim.root]
@@ -352,7 +348,7 @@ def test_bad_state(stdin: bytes, code: int, needles: list[str]) -> None:
 
 
 def test_hook_fast_exit_for_no_gpu(tmp_path: Any) -> None:
-    bundle = _bundle(tmp_path, ["FOO=bar"])
+    bundle = str(make_bundle(tmp_path, ["FOO=bar"]))
     state = json.dumps(
         {"ociVersion": "1.0.2", "id": "c1", "status": "creating", "pid": 12345, "bundle": bundle}
     ).encode()
@@ -373,7 +369,7 @@ def test_state_and_bundle_parsers(tmp_path: Any) -> None:
     )
     with pytest.raises(StateError):
         parse_state(b'{"id":"a","pid":true,"bundle":"/b"}')
-    bundle = _bundle(tmp_path, [])
+    bundle = str(make_bundle(tmp_path, []))
     b = load_bundle(bundle)
     assert b.rootfs == os.path.join(bundle, "rootfs")
     assert exit_code_for(SpecError("x")) == 3
@@ -408,7 +404,7 @@ def test_diff_compares_documents_not_formatting(sim: simhost.SimulatedHost, tmp_
 
 
 def test_missing_driver_root_is_named(tmp_path: Any) -> None:
-    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
+    bundle = str(make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"]))
     proc = run_cli("edit", "-b", bundle, "--driver-root", str(tmp_path / "nope"), text=False)
     _assert_one_line_error(proc, 6, "driver root does not exist", str(tmp_path / "nope"))
 
@@ -490,7 +486,7 @@ def test_rootless_bundle_gets_bind_mounted_nodes(sim: simhost.SimulatedHost, tmp
     nodes under the dev root, not linux.devices entries; the cgroup rules stay (a runtime
     with a delegated cgroup still applies them)."""
     extra = {"linux": {"namespaces": [{"type": "mount"}, {"type": "user"}]}}
-    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"], extra)
+    bundle = str(make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"], **(extra or {})))
     assert edit_bundle(bundle, HostRoot.single(sim.root), command=("/py",)).written
     doc = json.loads(Path(bundle, "config.json").read_text())
     assert "devices" not in doc["linux"]
@@ -553,7 +549,7 @@ def test_edit_makes_the_mount_targets_in_the_rootfs(
 ) -> None:
     """Spec mode makes every bind-mount target itself (the runtime then makes nothing):
     an empty regular file per library and for the IPC socket; a dry run makes none."""
-    bundle = Path(_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"]))
+    bundle = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
     roots = ["--driver-root", sim.root, "--dev-root", sim.root]
     proc = run_cli("edit", "-b", str(bundle), "--dry-run", *roots, text=False)
     assert proc.returncode == 0, proc.stderr
@@ -577,7 +573,7 @@ def test_edit_makes_targets_through_image_links_inside_the_rootfs(
     root, never on the host."""
     host_dir = tmp_path / "host-lib"
     host_dir.mkdir()
-    bundle = Path(_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"]))
+    bundle = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
     rootfs = bundle / "rootfs"
     (rootfs / "usr").mkdir()
     os.symlink(f"/../../../../..{host_dir}", rootfs / "usr" / "lib64")
@@ -598,7 +594,7 @@ def test_a_link_at_a_mount_target_is_refused_and_nothing_is_left(
     config.json unchanged, the host file untouched and the targets made before it removed."""
     victim = tmp_path / "victim"
     victim.write_bytes(b"host file\n")
-    bundle = Path(_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"]))
+    bundle = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
     rootfs = bundle / "rootfs"
     (rootfs / "usr/lib64").mkdir(parents=True)
     os.symlink(str(victim), rootfs / f"usr/lib64/libnvidia-cfg.so.{sim.driver_version}")

@@ -8,20 +8,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from support import REPO, run_cli, run_cli_process
+from support import REPO, make_bundle, run_cli, run_cli_process
 
 from ocihook.sim import host as simhost
-
-
-def _bundle(tmp_path: Any, env: list[str], mounts: list[dict[str, Any]] | None = None) -> str:
-    from ocihook.sim.demo import default_config
-
-    b = tmp_path / "bundle"
-    (b / "rootfs").mkdir(parents=True)
-    doc = default_config(["sh"], env)
-    doc["mounts"] += mounts or []
-    (b / "config.json").write_text(json.dumps(doc))
-    return str(b)
+from ocihook.sim.demo import default_config
 
 
 def _conf(tmp_path: Any, text: str) -> str:
@@ -31,7 +21,7 @@ def _conf(tmp_path: Any, text: str) -> str:
 
 
 def test_roots_from_the_config_file(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
-    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
+    bundle = str(make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"], indent=None))
     conf = _conf(tmp_path, f'driver-root = "{sim.root}"\ndev-root = "{sim.root}"\n')
     proc = run_cli("edit", "-b", bundle, "--dry-run", "--config", conf)
     assert proc.returncode == 0, proc.stderr
@@ -59,7 +49,10 @@ def test_policy_keys(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
         "type": "bind",
         "options": ["bind"],
     }
-    bundle = _bundle(tmp_path, ["NVIDIA_DRIVER_CAPABILITIES=all"], [mount])
+    mounts = [*default_config(["sh"], [])["mounts"], mount]
+    bundle = str(
+        make_bundle(tmp_path, ["NVIDIA_DRIVER_CAPABILITIES=all"], indent=None, mounts=mounts)
+    )
     off = run_cli("edit", "-b", bundle, "--dry-run", "--config", _conf(tmp_path, roots))
     assert "nothing requested" in off.stderr
     on = run_cli(
@@ -75,7 +68,11 @@ def test_policy_keys(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
 
 def test_disable_require_and_capabilities(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
     roots = f'driver-root = "{sim.root}"\ndev-root = "{sim.root}"\n'
-    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_DRIVER=driver>=999"])
+    bundle = str(
+        make_bundle(
+            tmp_path, ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_DRIVER=driver>=999"], indent=None
+        )
+    )
     strict = run_cli("edit", "-b", bundle, "--dry-run", "--config", _conf(tmp_path, roots))
     assert strict.returncode == 5 and "driver>=999" in strict.stderr
     relaxed = run_cli(
@@ -103,7 +100,7 @@ def test_cuda_compat_disabled(sim: simhost.SimulatedHost, tmp_path: Any) -> None
     roots = f'driver-root = "{sim.root}"\ndev-root = "{sim.root}"\n'
     seen = {}
     for name, extra in (("default", ""), ("off", 'cuda-compat = "disabled"\n')):
-        bundle = _bundle(tmp_path / name, ["NVIDIA_VISIBLE_DEVICES=0"])
+        bundle = str(make_bundle(tmp_path / name, ["NVIDIA_VISIBLE_DEVICES=0"], indent=None))
         compat = os.path.join(bundle, "rootfs/usr/local/cuda/compat")
         os.makedirs(compat)
         with open(os.path.join(compat, "libcuda.so.999.1"), "wb") as f:
@@ -126,7 +123,7 @@ def test_log_file_records_the_decisions(sim: simhost.SimulatedHost, tmp_path: An
         f'driver-root = "{sim.root}"\ndev-root = "{sim.root}"\n'
         f'log-file = "{log}"\nlog-level = "debug"\n',
     )
-    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=3"])
+    bundle = str(make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=3"], indent=None))
     assert run_cli("edit", "-b", bundle, "--config", conf).returncode == 0
     text = log.read_text()
     minor = sim.gpus[3].minor
@@ -161,7 +158,7 @@ def test_log_file_never_follows_a_link_or_blocks(sim: simhost.SimulatedHost, tmp
     link.symlink_to(victim)
     fifo = tmp_path / "log-fifo"
     os.mkfifo(fifo)
-    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
+    bundle = str(make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"], indent=None))
     for target in (link, fifo):
         conf = _conf(
             tmp_path,
