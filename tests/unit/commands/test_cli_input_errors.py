@@ -1,6 +1,6 @@
-"""Hostile values give one error line and a documented exit code, never a traceback
-(issue 18, item 2): numbers too long for :func:`int` (4300 digits), NUL bytes and lone
-surrogates where paths are expected, names that are not UTF-8 printed on stdout."""
+"""Malformed input values give one error line and a documented exit code, never a
+traceback: numbers too long for :func:`int` (4300 digits), NUL bytes and lone surrogates
+where paths are expected, names that are not UTF-8 printed on stdout."""
 
 from __future__ import annotations
 

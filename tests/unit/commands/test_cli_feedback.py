@@ -1,6 +1,6 @@
-"""No silent no-ops (issue 13, item 3): ``ocihook hook`` with an unknown, misspelled or
-idle stage; ``ocihook edit``'s summary line and ``-q``; ``cdi generate --output`` into a
-missing directory; ``cdi list`` without a spec directory."""
+"""Each command says what it did, or why it did nothing: ``ocihook hook`` with an unknown,
+misspelled or idle stage; ``ocihook edit``'s summary line and ``-q``; ``cdi generate
+--output`` into a missing directory; ``cdi list`` without a spec directory."""
 
 from __future__ import annotations
 
