@@ -148,7 +148,7 @@ class FakeKubelet:
             self._server = None
 
 
-#: containerd versions the CRI tests run, by Debian suite (issue 16): trixie's 1.7 and
+#: containerd versions the CRI tests run, by Debian suite: trixie's 1.7 and
 #: sid's 2.x (bookworm's 1.6.20 ignores CDI devices in a CRI request).
 CONTAINERD_SUITES = {"trixie": "1.7", "sid": "2."}
 

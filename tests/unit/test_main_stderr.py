@@ -1,4 +1,4 @@
-"""A message that cannot be written to stderr fails no command (issue 18): every entry
+"""A message that cannot be written to stderr fails no command: every entry
 point (``ocihook``, ``python -m ocihook``, ``ocihook-runtime``,
 ``nvidia-container-runtime-hook``) runs with :func:`ocihook._main.tolerant_stderr`, so a
 full disk under the log (ENOSPC: ``/dev/full``), EIO or a closed pipe drops the message;

@@ -1,4 +1,4 @@
-"""Plans on the simulated host for what hand-made mutants got past (issue 18, item 7):
+"""Plans on the simulated host for what hand-made mutants of the code got past:
 32-bit libraries (``compat32`` selects them, they go to the 32-bit directory), the IPC
 socket's ``noexec``, CUDA compat only with ``compute``, and identifiers that must never
 reach ``int()`` (a non-hex PCI domain, a non-numeric MIG index)."""

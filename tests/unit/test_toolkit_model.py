@@ -273,7 +273,7 @@ def test_cdi_mode_devices_agree_with_the_toolkit(
 
 
 # --------------------------------------------------------------------------------------
-# The rules of issue 13, one example each
+# The toolkit's request rules, one example each
 # --------------------------------------------------------------------------------------
 
 

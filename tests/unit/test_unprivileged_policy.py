@@ -1,4 +1,4 @@
-"""The unprivileged policy covers every request channel of every vendor (issue 18, item 1).
+"""The unprivileged policy covers every request channel of every vendor.
 
 With ``accept-nvidia-visible-devices-envvar-when-unprivileged = false`` a container without
 ``CAP_SYS_ADMIN`` in its bounding set gets nothing from ``AMD_VISIBLE_DEVICES``,

@@ -1,4 +1,4 @@
-"""``ocihook edit`` on a bundle it edited before (issue 13, item 3): the record in the
+"""``ocihook edit`` on a bundle it edited before: the record in the
 ``ocihook.edits`` annotation (ocihook.appliers.editrecord) is taken out before the plan,
 so GPUs never add up; the record can only ever take access away."""
 
@@ -89,7 +89,7 @@ def test_re_edit_for_another_request_replans(tmp_path: Any, host: simhost.Simula
     # the same again: nothing to change
     third = edit_bundle(bundle, root, command=COMMAND)
     assert not third.written and third.after == second.after
-    # nothing requested now: what ocihook added is gone, the document is the original
+    # with nothing requested: what ocihook added is gone, the document is the original
     _set_env(doc, "NVIDIA_VISIBLE_DEVICES", "")
     _write(bundle, doc)
     fourth = edit_bundle(bundle, root, command=COMMAND)

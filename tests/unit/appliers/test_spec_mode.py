@@ -32,7 +32,7 @@ def _cache(rootfs: Path) -> dict[str, str]:
 
 def test_edit_two_gpus(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
     """The edit gives the nodes, rules and mounts in config.json and makes the soname links
-    and the container's ld.so.cache in the rootfs itself (issue 17); the createContainer
+    and the container's ld.so.cache in the rootfs itself; the createContainer
     hook is left with the /proc/driver/nvidia mask only."""
     bundle = str(
         make_bundle(

@@ -213,7 +213,7 @@ def test_malformed_env_name_reported_as_written(tmp_path: Path, spec_dir: Path) 
     assert info.value.field == "process.env[NVIDIA_VISIBLE_DEVICES]"
 
 
-# --- regressions (adversarial review of the CDI generator and loader) ---------------------
+# --- malformed and hostile input to the CDI generator and loader ----------------------------------
 
 
 def test_cdi_edit_of_deeply_nested_config_is_no_traceback(tmp_path: Path) -> None:
@@ -246,7 +246,7 @@ def test_cdi_edit_of_deeply_nested_config_is_no_traceback(tmp_path: Path) -> Non
     assert "A=1" in out["process"]["env"]
 
 
-# --- mount targets (issue 18, item 5): made in the rootfs as for the legacy path ------------
+# --- mount targets: made in the rootfs as for the legacy path ----------------------------
 
 
 def _targets_spec(tmp_path: Path) -> Path:

@@ -353,8 +353,8 @@ def test_transform_whole_components() -> None:
 def test_a_path_the_hook_cannot_be_given_is_refused(host: NvidiaHost, spec: Spec) -> None:
     """``::`` separates the fields of the hook's ``--lib PATH::FLAGS`` and ``--link
     TARGET::LINK``: a library path with it, or a ``transform root`` to such a directory,
-    is an error when the spec is made, not at every container start (found by a
-    breaker: the hook refused the spec's arguments)."""
+    is an error when the spec is made, not at every container start (where the hook
+    would refuse the spec's arguments)."""
     lib = host.libraries[0]
     odd = lib.replace(path="/opt/nv::535/" + lib.path.rsplit("/", 1)[1])
     with pytest.raises(CdiError, match="cannot contain '::'") as info:
@@ -463,8 +463,8 @@ def _errors(stderr: str) -> list[str]:
 )
 def test_generate_bad_choice_is_usage_error(sim: Any, flag: str, value: str) -> None:
     """A value outside an option's choices is bad command-line usage: exit 2 (README "Exit
-    codes"), as the click command gave before cdi generate became a fast command; the
-    fast command now exits 11 ("a CDI spec file ... is malformed")."""
+    codes"), not 11 ("a CDI spec file ... is malformed"): the fast parser checks choices
+    as click does."""
     r = _generate(sim, flag, value)
     assert r.returncode == 2, r.stderr
     assert flag in r.stderr

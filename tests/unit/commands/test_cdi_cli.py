@@ -110,8 +110,8 @@ def test_list_missing_dirs_is_empty(tmp_path: Path) -> None:
 
 
 def test_validate_special_files_do_not_block(tmp_path: Path) -> None:
-    """Found by review: a FIFO hung validate, /dev/zero read forever, a directory was a
-    usage error (exit 2) that skipped the other files."""
+    """A FIFO, /dev/zero and a directory are each reported as not a regular file, without
+    reading them, and the other files are still validated (exit 11, not a usage error)."""
     import os
 
     _write(tmp_path / "good.json", GOOD)

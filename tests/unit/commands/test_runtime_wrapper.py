@@ -711,8 +711,7 @@ def test_failed_exec_leaves_config_json_as_it_was(
     """README: "On an error config.json is left as it was, the real runtime is not run".
     A ``runc`` whose interpreter is missing (``#!/nonexistent/sh``) passes
     :func:`find_runtime` (an executable file) but ``execve`` fails with ENOENT after the
-    bundle was edited: exit 12 and config.json keeps the GPU edits. Expected: the
-    original bytes put back when the exec fails."""
+    bundle was edited: exit 12, and the original bytes of config.json are put back."""
     Path(stage.runc).write_text("#!/nonexistent/sh\nexit 0\n")
     bundle = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0"])
     config = Path(bundle, "config.json")
@@ -785,7 +784,7 @@ def test_gpu_create_path_imports_nothing_heavy(
     """What the wrapper has imported when it execs the runtime for a GPU container (spec
     mode: the plan, the edit, the links and the ld.so.cache made in the rootfs): not
     :mod:`json`, :mod:`re`, :mod:`base64` (it imports re), :mod:`typing` nor
-    :mod:`collections` (issue 17 item 3). :mod:`tomllib` is allowed here only because
+    :mod:`collections`. :mod:`tomllib` is allowed here only because
     the test's config file is read without the cache directory of a deployed host."""
     bundle = bundle_factory(
         ["true"], ["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=all"]

@@ -1,5 +1,5 @@
 """Driver trees without ld.so.cache (GKE/COS, driver containers) and the driver root at
-/usr/local/nvidia (issue 14, items 4 and 5), built by :mod:`ocihook.sim.drivertree`."""
+/usr/local/nvidia, built by :mod:`ocihook.sim.drivertree`."""
 
 from __future__ import annotations
 

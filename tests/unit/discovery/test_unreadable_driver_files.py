@@ -1,6 +1,6 @@
 """A driver library that exists but cannot be read is an error naming it, never a silent
-drop (issue 18, item 3): ``edit`` and ``ocihook-runtime`` used to exit 0 and the container
-started without libcuda. Faults come from ``strace -e inject`` (EIO, EMFILE on ``openat``,
+drop: ``edit`` and ``ocihook-runtime`` fail rather than start the container without
+libcuda. Faults come from ``strace -e inject`` (EIO, EMFILE on ``openat``,
 EIO on ``pread64``) and from a mode-000 file read by uid 65534."""
 
 from __future__ import annotations

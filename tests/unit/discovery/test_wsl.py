@@ -1,4 +1,4 @@
-"""WSL2 hosts through the whole discovery (issue 14, item 3): ``discover`` on a tree from
+"""WSL2 hosts through the whole discovery: ``discover`` on a tree from
 :mod:`ocihook.sim.wsl` (no /proc/driver/nvidia), the driver version from the driver
 store's INF, the plan, and the ``info``/``list``/``cdi generate`` commands."""
 

@@ -1,4 +1,4 @@
-"""Crash-safe writes of config.json and every other replaced file (issue 18, item 4).
+"""Crash-safe writes of config.json and every other replaced file.
 
 A writer killed between creating its temporary file and the rename leaves nothing: the
 temporary is an anonymous ``O_TMPFILE`` file, and while it has a name (just before the
