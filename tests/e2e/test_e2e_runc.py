@@ -338,7 +338,7 @@ def test_refusals_stop_the_start(
     assert not os.path.exists(os.path.join(bundle, "rootfs/usr/lib64"))
 
 
-# --- regressions (adversarial review): hostile images and states, against real runc -----------
+# --- hostile images and states, against real runc -------------------------------------------------
 
 
 def _copy(sim: simhost.SimulatedHost, tmp_path: Any) -> str:

@@ -415,7 +415,7 @@ def test_hook_with_missing_bundle_config_hints_at_stdin(tmp_path: Any) -> None:
     _assert_one_line_error(proc, 3, "config.json not found", "state JSON on stdin")
 
 
-# --- regressions (adversarial review): config.json written and read safely -----------------
+# --- config.json written and read safely ----------------------------------------------------------
 
 
 def test_write_json_atomic_never_chmods_through_a_swapped_link(

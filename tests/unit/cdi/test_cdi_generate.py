@@ -445,7 +445,7 @@ def test_capability_files_by_device_minor(tmp_path: Path) -> None:
     assert caps_minors(pairs) == {12, 13}
 
 
-# --- regressions (adversarial review of the CDI generator and loader) ---------------------
+# --- malformed and hostile input to the CDI generator and loader ----------------------------------
 
 
 def _generate(sim: Any, *args: str) -> subprocess.CompletedProcess[str]:
@@ -552,7 +552,7 @@ def test_gpu_dirs_of_devices_matches_the_node_number_not_its_name(host: NvidiaHo
     assert gpu_dirs_of_devices(proc, config) == (os.path.basename(g3.proc_dir),)
 
 
-# --- regression: the masked /proc/driver/nvidia holds every capability file read -----------
+# --- malformed and hostile input to the CDI generator and loader ----------------------------------
 
 
 MASK_SCRIPT = """

@@ -610,7 +610,7 @@ def test_tomlkit_only_for_toml(tmp_path: Path) -> None:
     assert "tomlkit" not in modules_after("import ocihook.commands.cli")
 
 
-# --- regressions: containerd imports and the read-back check ---------------------------------
+# --- malformed and hostile engine configuration files ---------------------------------------------
 
 
 def test_containerd_empty_imports_no_note(tmp_path: Path) -> None:
@@ -713,7 +713,7 @@ def test_containerd_runc_table_with_a_datetime_no_traceback(tmp_path: Path) -> N
     assert ours["options"] == {"BinaryName": WRAPPER}
 
 
-# --- regressions (adversarial review of runtime configure) ----------------------------------
+# --- malformed and hostile engine configuration files ---------------------------------------------
 
 
 RUNTIME_PATH = "/usr/local/bin/ocihook-runtime"

@@ -605,7 +605,7 @@ def test_start_path_imports_nothing_heavy(
     assert not heavy & loaded, heavy & loaded
 
 
-# --- regression: --help=false is not help (Go flag booleans) --------------------------------
+# --- the wrapper's failures and hostile input -----------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -661,7 +661,7 @@ def test_runc_creates_with_help_false(
     assert _config(bundle) == want
 
 
-# --- regressions (adversarial review of the wrapper) ----------------------------------------
+# --- the wrapper's failures and hostile input -----------------------------------------------------
 
 
 @pytest.fixture(scope="module")

@@ -336,7 +336,7 @@ def test_ldcache_of_simhost_agrees_with_ldconfig(sim: simhost.SimulatedHost) -> 
     assert sum(e.flags == 0x0003 for e in entries) == 2  # the 32-bit libcuda, libnvidia-ml
 
 
-# --- regressions (adversarial review): hostile host trees -----------------------------------
+# --- hostile host trees ---------------------------------------------------------------------------
 
 
 def test_nvidia_major_must_be_195(sim: simhost.SimulatedHost, tmp_path: Any) -> None:

@@ -684,7 +684,7 @@ def test_cdi_devices_and_host_gpus_together(amd_sim: simvendors.SimDrmHost, tmp_
         )
 
 
-# --- regressions (adversarial review of the AMD and Intel paths) -----------------------------
+# --- malformed and hostile input on the AMD and Intel paths ---------------------------------------
 
 
 @pytest.mark.parametrize(

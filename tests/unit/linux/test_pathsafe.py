@@ -1123,7 +1123,7 @@ def test_random_trees_writes_stay_inside(
         assert t.outside() == before
 
 
-# --- regression (adversarial review) --------------------------------------------------------
+# --- a directory swapped between check and use ----------------------------------------------------
 
 
 def test_directory_swapped_for_a_link_between_check_and_use(tmp_path: Any) -> None:
