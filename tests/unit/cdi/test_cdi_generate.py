@@ -552,7 +552,7 @@ def test_gpu_dirs_of_devices_matches_the_node_number_not_its_name(host: NvidiaHo
     assert gpu_dirs_of_devices(proc, config) == (os.path.basename(g3.proc_dir),)
 
 
-# --- malformed and hostile input to the CDI generator and loader ----------------------------------
+# --- the masked /proc/driver/nvidia holds every capability file read ------------------------------
 
 
 MASK_SCRIPT = """

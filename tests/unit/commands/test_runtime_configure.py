@@ -610,7 +610,7 @@ def test_tomlkit_only_for_toml(tmp_path: Path) -> None:
     assert "tomlkit" not in modules_after("import ocihook.commands.cli")
 
 
-# --- malformed and hostile engine configuration files ---------------------------------------------
+# --- containerd imports and the read-back check ---------------------------------------------------
 
 
 def test_containerd_empty_imports_no_note(tmp_path: Path) -> None:

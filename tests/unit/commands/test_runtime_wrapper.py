@@ -605,7 +605,7 @@ def test_start_path_imports_nothing_heavy(
     assert not heavy & loaded, heavy & loaded
 
 
-# --- the wrapper's failures and hostile input -----------------------------------------------------
+# --- --help=false is not help (Go flag booleans) --------------------------------------------------
 
 
 @pytest.mark.parametrize(
