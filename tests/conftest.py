@@ -1,5 +1,5 @@
 """Shared fixtures: the simulated host, the realistic host, busybox bundles, the wrapper's
-stage, the container engines. The plain helpers are in ``support.py``.
+stage, the container engines. The plain helpers are in the ``support`` package.
 
 Markers come from the folder: everything under ``tests/e2e/`` is ``e2e``, everything
 under ``tests/realistic/`` is ``realistic`` and everything under ``tests/fuzz/`` is
@@ -91,16 +91,13 @@ def realistic() -> dict[str, Any]:
 
 @pytest.fixture
 def bundle_factory(tmp_path: Any) -> Callable[..., str]:
-    """Make busybox bundles: factory(args, env, debian=False) -> bundle path."""
-    from ocihook.sim.demo import find_busybox, make_busybox_bundle
-
+    """Make busybox bundles: factory(args, env, debian=False) -> bundle path
+    (:func:`support.busybox_bundle` in the test's temporary directory)."""
     counter = iter(range(1000))
 
     def make(args: list[str], env: list[str], *, debian: bool = False) -> str:
-        if find_busybox() is None:
-            pytest.skip("needs busybox (apt-get install busybox-static)")
         path = os.path.join(str(tmp_path), f"bundle{next(counter)}")
-        return make_busybox_bundle(path, args, env, debian=debian)
+        return support.busybox_bundle(path, args, env, debian=debian)
 
     return make
 

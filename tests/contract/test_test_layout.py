@@ -1,8 +1,8 @@
 """The test suite's own layout: test modules sit in tests/unit/<package>/, tests/realistic/,
-tests/e2e/, tests/fuzz/ or tests/contract/, and share code only through tests/support.py
-(plain helpers) and tests/conftest.py (fixtures, which pytest passes in): no test module
-imports another test module or conftest, and no module sits directly in tests/ but
-conftest.py and support.py."""
+tests/e2e/, tests/fuzz/ or tests/contract/, and share code only through the tests/support/
+package (plain helpers, by topic) and tests/conftest.py (fixtures, which pytest passes in):
+no test module imports another test module or conftest, no module sits directly in tests/
+but conftest.py, and tests/support/ holds helpers only."""
 
 from __future__ import annotations
 
@@ -21,9 +21,12 @@ FOLDERS = {
     "contract": "the public API, the README, the packaging, this layout",
     "fuzz": "the bounded fuzz and fault-injection campaign, its corpus (marked fuzz)",
     "doubles": "stand-ins for third-party modules (loaded by path)",
+    "support": "the shared helpers, one module per topic (imported as ``support``)",
 }
-#: The only Python files directly in tests/.
-TOP_LEVEL = {"conftest.py", "support.py"}
+#: The only Python file directly in tests/.
+TOP_LEVEL = {"conftest.py"}
+#: The one package under tests/ (test folders have no ``__init__.py``).
+SUPPORT = Path(TESTS, "support")
 
 
 def _python_files() -> list[Path]:
@@ -50,7 +53,8 @@ def imported_modules(source: str) -> list[tuple[int, str]]:
 
 
 def forbidden_imports(source: str, test_modules: set[str]) -> list[tuple[int, str]]:
-    """The imports in ``source`` of a test module, of conftest, or relative ones."""
+    """The imports in ``source`` of a test module, of conftest, or relative ones (the
+    support package's modules import one another as ``support.<topic>``)."""
     return [
         (line, name)
         for line, name in imported_modules(source)
@@ -64,12 +68,17 @@ def test_no_test_module_imports_another() -> None:
     for path in _python_files():
         for line, name in forbidden_imports(path.read_text(), test_modules):
             bad.append(f"{os.path.relpath(path, TESTS)}:{line} imports {name}")
-    assert not bad, "move shared code to tests/support.py (fixtures: conftest.py):\n" + "\n".join(
-        bad
-    )
+    assert not bad, "move shared code to tests/support/ (fixtures: conftest.py):\n" + "\n".join(bad)
 
 
-def test_nothing_but_conftest_and_support_directly_in_tests() -> None:
+def test_support_holds_no_tests() -> None:
+    """tests/support/ is a package of helpers: no test modules, no sub-folders."""
+    names = sorted(p.name for p in SUPPORT.iterdir() if p.name != "__pycache__")
+    assert "__init__.py" in names
+    assert not [n for n in names if n.startswith("test_") or not n.endswith(".py")], names
+
+
+def test_nothing_but_conftest_directly_in_tests() -> None:
     top = sorted(p.name for p in Path(TESTS).glob("*.py"))
     assert set(top) == TOP_LEVEL, f"put test modules in one of {sorted(FOLDERS)}: {top}"
 
@@ -78,6 +87,7 @@ def test_test_folders_are_the_known_ones() -> None:
     folders = {p.name for p in Path(TESTS).iterdir() if p.is_dir() and p.name != "__pycache__"}
     assert folders <= set(FOLDERS), sorted(folders - set(FOLDERS))
     assert not list(Path(TESTS, "doubles").glob("test_*.py"))
+    assert not list(SUPPORT.glob("test_*.py"))
 
 
 def test_unit_folders_mirror_the_package() -> None:
@@ -105,7 +115,7 @@ def test_basenames_are_unique() -> None:
                 clashes.append((seen[path.name], rel))
             seen[path.name] = rel
     assert not clashes
-    assert not list(Path(TESTS).rglob("__init__.py"))
+    assert [p for p in Path(TESTS).rglob("__init__.py")] == [SUPPORT / "__init__.py"]
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""End to end with real runc on hard hosts (issue 14, items 3 and 4): a WSL2 host
+"""End to end with real runc on hard hosts: a WSL2 host
 (/dev/dxg, the driver store) and GKE/COS and driver-container trees without ld.so.cache,
 in spec mode (``edit_bundle``), hook mode (``ocihook hook prestart``) and, for WSL2, CDI
 (``ocihook cdi generate`` then ``ocihook edit`` with the spec directory).

@@ -1,4 +1,4 @@
-"""Spec mode makes the bind-mount targets itself (issue 18, item 5), for the legacy path
+"""Spec mode makes the bind-mount targets itself, for the legacy path
 and for CDI devices, with real runc and a hostile image whose library directory and
 ``/var`` are links pointing out of the root: the container gets the host's libraries where
 the links lead inside its root, runc makes no target (they exist), and nothing appears on
@@ -122,7 +122,7 @@ def test_hook_mode_poststop_removes_what_it_made(
     prestart["args"] += ["--driver-root", sim.root, "--dev-root", sim.root]
     doc["hooks"] = {"prestart": [prestart]}
     cfg.write_text(json.dumps(doc))
-    # without the poststop hook: the leftovers of issue 18 item 5, and their record
+    # without the poststop hook: the mount targets and links stay, and their record
     proc = run_container(bundle, state_root=str(tmp_path / "r1"), timeout=30)
     assert proc.returncode == 0, proc.stderr
     left = {p: k for p, k in _tree(rootfs).items() if p not in before}
@@ -131,7 +131,7 @@ def test_hook_mode_poststop_removes_what_it_made(
     assert "/usr/lib64/libcuda.so.1" in record["paths"]
     assert not any(p.startswith("/dev/") for p in record["paths"])
     # ocihook hook poststop, as the runtime runs it (state on stdin): exactly that goes
-    # (an image file changed since is kept: the link made for libcuda.so now points elsewhere)
+    # (an image file changed since is kept: the link made for libcuda.so points elsewhere)
     os.unlink(rootfs / "usr/lib64/libcuda.so")
     os.symlink("changed-by-the-image", rootfs / "usr/lib64/libcuda.so")
     state = json.dumps({"ociVersion": "1.0.2", "id": "x", "status": "stopped", "bundle": bundle})

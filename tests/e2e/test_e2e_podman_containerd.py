@@ -175,7 +175,7 @@ def test_podman_hooks_d_poststop_cleans_a_reused_rootfs(
     outlives the container: the prestart hook makes its mount targets and soname links
     in it, and podman runs the poststop hook (``ocihook hook poststop``) once the
     container is gone, which removes exactly those. With the prestart file alone they
-    stay (issue 18). (podman makes ``/etc/hosts``, ``/run/.containerenv``... itself: a
+    stay. (podman makes ``/etc/hosts``, ``/run/.containerenv``... itself: a
     first container asking for nothing makes them before the tree is taken.)"""
     version = sim.driver_version
     env = {"NVIDIA_VISIBLE_DEVICES": "0", "OTHER": str(sim.gpus[1].minor)}

@@ -17,7 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import RUNC_SCRIPT, check_runc_view, edit_cli, need_root_and, tagged, with_mknod_cap
+from support import (
+    RUNC_SCRIPT,
+    check_runc_view,
+    edit_cli,
+    need_root_and,
+    run_cli_process,
+    tagged,
+    with_mknod_cap,
+)
 from support import register_hook as _register_hook
 
 from ocihook.appliers.spec import edit_bundle
@@ -330,13 +338,7 @@ def test_refusals_stop_the_start(
     assert not os.path.exists(os.path.join(bundle, "rootfs/usr/lib64"))
 
 
-# --- regressions (adversarial review): hostile images and states, against real runc -----------
-
-
-def _cli(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        [sys.executable, "-m", "ocihook", *args], input=stdin, capture_output=True, timeout=60
-    )
+# --- hostile images and states, against real runc -------------------------------------------------
 
 
 def _copy(sim: simhost.SimulatedHost, tmp_path: Any) -> str:
@@ -349,7 +351,9 @@ def _prepare(mode: str, bundle: str, root: str) -> None:
     if mode == "hook":
         _register_hook(bundle, root)
     else:
-        proc = _cli("edit", "-b", bundle, "--driver-root", root, "--dev-root", root)
+        proc = run_cli_process(
+            "edit", "-b", bundle, "--driver-root", root, "--dev-root", root, text=False
+        )
         assert proc.returncode == 0, proc.stderr
 
 
@@ -359,7 +363,16 @@ def test_foreign_state_pid_is_refused(
     need_root_and("runc")
     bundle = bundle_factory(["sh", "-c", "exit 0"], ["NVIDIA_VISIBLE_DEVICES=0"])
     state = json.dumps({"id": "x", "pid": os.getpid(), "bundle": bundle}).encode()
-    proc = _cli("hook", "prestart", "--driver-root", sim.root, "--dev-root", sim.root, stdin=state)
+    proc = run_cli_process(
+        "hook",
+        "prestart",
+        "--driver-root",
+        sim.root,
+        "--dev-root",
+        sim.root,
+        stdin=state,
+        text=False,
+    )
     assert proc.returncode == 4 and b"not in a container's mount namespace" in proc.stderr
     assert bundle not in Path("/proc/self/mountinfo").read_text()
     assert not Path(bundle, "rootfs/dev/nvidia0").exists()

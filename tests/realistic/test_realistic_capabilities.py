@@ -333,7 +333,7 @@ def stale_root(
     for triplet in ("x86_64-linux-gnu", "i386-linux-gnu"):
         cur = f"{copy}/usr/lib/{triplet}/nvidia/current"
         shutil.copyfile(f"{cur}/libcuda.so.{VERSION}", f"{cur}/libcuda.so.{STALE}")
-        # ld.so.cache's "libcuda.so" entry now leads to the stale file.
+        # ld.so.cache's "libcuda.so" entry leads to the stale file from here on.
         os.unlink(f"{cur}/libcuda.so")
         os.symlink(f"libcuda.so.{STALE}", f"{cur}/libcuda.so")
         # Leftovers with no link at all, in the fallback and default library directories.

@@ -1,4 +1,4 @@
-"""A GKE/COS-like driver tree made of NVIDIA's real 535.261.03 files (issue 14, item 4):
+"""A GKE/COS-like driver tree made of NVIDIA's real 535.261.03 files:
 ``/home/kubernetes/bin/nvidia`` with ``lib64/`` and ``bin/``, no ``ld.so.cache``, no soname
 links. Discovery must find the same 64-bit libraries as on the Debian layout, their
 sonames read from the real files' ``DT_SONAME``."""

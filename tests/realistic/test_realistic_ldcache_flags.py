@@ -1,5 +1,5 @@
-"""The ``ld.so.cache`` entries a plan carries (``ContainerEdits.ldcache_flags``, issue 17
-item 3: sonames passed from the plan instead of rescanning ELF files) against what reading
+"""The ``ld.so.cache`` entries a plan carries (``ContainerEdits.ldcache_flags``: the
+sonames the plan passes on, so no ELF file is read again) against what reading
 each host driver file's ELF header gives, on the realistic 535.261.03 host: the same
 soname, path and flags for every library of every capability, so a
 container's cache written from the plan is byte for byte the one written by reading.

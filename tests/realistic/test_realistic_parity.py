@@ -1,5 +1,5 @@
 """What a container gets on the realistic 535.261.03 host, against what the NVIDIA
-Container Toolkit gives (issue 13, item 4):
+Container Toolkit gives:
 
 * device nodes that are not world read-writable (``NVreg_DeviceFileMode=0660``,
   ``NVreg_DeviceFileGID=44``, as ``/proc/driver/nvidia/params`` reports them) put their

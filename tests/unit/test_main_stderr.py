@@ -1,4 +1,4 @@
-"""A message that cannot be written to stderr fails no command (issue 18): every entry
+"""A message that cannot be written to stderr fails no command: every entry
 point (``ocihook``, ``python -m ocihook``, ``ocihook-runtime``,
 ``nvidia-container-runtime-hook``) runs with :func:`ocihook._main.tolerant_stderr`, so a
 full disk under the log (ENOSPC: ``/dev/full``), EIO or a closed pipe drops the message;
@@ -16,21 +16,12 @@ from pathlib import Path
 
 import click
 import pytest
-from support import WRAPPER
+from support import WRAPPER, make_bundle
 
 from ocihook._main import _Stderr, tolerant_stderr
 from ocihook.sim import host as simhost
-from ocihook.sim.demo import default_config
 
 OCIHOOK = [sys.executable, "-m", "ocihook"]
-
-
-def _bundle(tmp_path: Path) -> Path:
-    b = tmp_path / "bundle"
-    (b / "rootfs").mkdir(parents=True)
-    doc = default_config(["sh"], ["NVIDIA_VISIBLE_DEVICES=0"])
-    (b / "config.json").write_text(json.dumps(doc, indent="\t") + "\n")
-    return b
 
 
 def _run(
@@ -56,7 +47,7 @@ def test_edit_with_a_full_stderr_writes_and_exits_0(
 ) -> None:
     """The closing line (``...; written``) cannot be written: config.json is the new
     one, exit 0 (before: a traceback and exit 1)."""
-    bundle = _bundle(tmp_path)
+    bundle = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
     roots = ["--driver-root", sim.root, "--dev-root", sim.root]
     proc = _run([*OCIHOOK, "edit", "-b", str(bundle), *roots], tmp_path)
     assert proc.returncode == 0
@@ -113,7 +104,7 @@ def test_docker_hook_with_a_full_stderr_keeps_its_exit_code(tmp_path: Path) -> N
 
 def test_closed_stderr_pipe_is_no_error(sim: simhost.SimulatedHost, tmp_path: Path) -> None:
     """stderr a pipe whose reader is gone (EPIPE): the edit is written, exit 0."""
-    bundle = _bundle(tmp_path)
+    bundle = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
     roots = ["--driver-root", sim.root, "--dev-root", sim.root]
     cfg = tmp_path / "empty.toml"
     cfg.write_bytes(b"")

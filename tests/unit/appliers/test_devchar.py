@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import REPO, need_root_and
+from support import REPO, need_root_and, run_cli
 
 from ocihook.appliers.devchar import create_dev_char_symlinks, nvidia_char_nodes
 from ocihook.core.errors import ApplyError
@@ -90,13 +90,11 @@ def test_missing_dev_dir_is_one_line(tmp_path: Any) -> None:
 
 
 def test_command_line(host: simhost.SimulatedHost) -> None:
-    cmd = [sys.executable, "-m", "ocihook", "system", "create-dev-char-symlinks"]
-    proc = subprocess.run(
-        [*cmd, "--dev-root", host.root, "--create-all"], capture_output=True, text=True
-    )
+    cmd = ["system", "create-dev-char-symlinks"]
+    proc = run_cli(*cmd, "--dev-root", host.root, "--create-all")
     assert proc.returncode == 0, proc.stderr
     assert f"created {host.root}/dev/char/195:0 -> ../nvidia0" in proc.stdout.splitlines()
-    again = subprocess.run([*cmd, "--dev-root", host.root], capture_output=True, text=True)
+    again = run_cli(*cmd, "--dev-root", host.root)
     assert again.returncode == 0 and again.stdout.startswith("nothing to do")
 
 

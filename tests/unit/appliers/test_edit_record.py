@@ -1,4 +1,4 @@
-"""``ocihook edit`` on a bundle it edited before (issue 13, item 3): the record in the
+"""``ocihook edit`` on a bundle it edited before: the record in the
 ``ocihook.edits`` annotation (ocihook.appliers.editrecord) is taken out before the plan,
 so GPUs never add up; the record can only ever take access away."""
 
@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import busybox_bundle
 
 from ocihook.appliers.editrecord import (
     ANNOTATION,
@@ -24,7 +25,6 @@ from ocihook.appliers.spec import edit_bundle
 from ocihook.core.errors import SpecError
 from ocihook.core.hostroot import HostRoot
 from ocihook.sim import host as simhost
-from ocihook.sim.demo import find_busybox, make_busybox_bundle
 
 COMMAND = ("/py", "-I", "-m", "ocihook")
 
@@ -32,12 +32,6 @@ COMMAND = ("/py", "-I", "-m", "ocihook")
 @pytest.fixture(scope="module")
 def host(tmp_path_factory: pytest.TempPathFactory) -> simhost.SimulatedHost:
     return simhost.build(str(tmp_path_factory.mktemp("sim")), make_dev_nodes=False)
-
-
-def _bundle(tmp_path: Any, env: list[str], name: str = "b") -> str:
-    if find_busybox() is None:
-        pytest.skip("needs busybox (apt-get install busybox-static)")
-    return make_busybox_bundle(str(tmp_path / name), ["sh"], env)
 
 
 def _doc(bundle: str) -> dict[str, Any]:
@@ -65,7 +59,7 @@ def _gpu_nodes(doc: dict[str, Any]) -> list[str]:
 
 
 def test_re_edit_for_another_request_replans(tmp_path: Any, host: simhost.SimulatedHost) -> None:
-    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0,3"])
+    bundle = busybox_bundle(tmp_path / "b", ["sh"], ["NVIDIA_VISIBLE_DEVICES=0,3"])
     root = HostRoot.single(host.root)
     original = _doc(bundle)
     first = edit_bundle(bundle, root, command=COMMAND)
@@ -95,7 +89,7 @@ def test_re_edit_for_another_request_replans(tmp_path: Any, host: simhost.Simula
     # the same again: nothing to change
     third = edit_bundle(bundle, root, command=COMMAND)
     assert not third.written and third.after == second.after
-    # nothing requested now: what ocihook added is gone, the document is the original
+    # with nothing requested: what ocihook added is gone, the document is the original
     _set_env(doc, "NVIDIA_VISIBLE_DEVICES", "")
     _write(bundle, doc)
     fourth = edit_bundle(bundle, root, command=COMMAND)
@@ -111,7 +105,7 @@ def test_re_edit_for_another_request_replans(tmp_path: Any, host: simhost.Simula
 def test_unchanged_request_keeps_env_order(tmp_path: Any, host: simhost.SimulatedHost) -> None:
     """The replaced variable goes back where it stood: a same-request re-edit is
     byte-identical, not a reordered rewrite."""
-    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=1", "B=2"])
+    bundle = busybox_bundle(tmp_path / "b", ["sh"], ["NVIDIA_VISIBLE_DEVICES=1", "B=2"])
     root = HostRoot.single(host.root)
     first = edit_bundle(bundle, root, command=COMMAND)
     again = edit_bundle(bundle, root, command=COMMAND)
@@ -122,7 +116,7 @@ def test_unchanged_request_keeps_env_order(tmp_path: Any, host: simhost.Simulate
 
 def test_record_survives_a_text_edit(tmp_path: Any, host: simhost.SimulatedHost) -> None:
     """The record is base64: ``sed s/=void/=2/`` changes the request, not the record."""
-    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
+    bundle = busybox_bundle(tmp_path / "b", ["sh"], ["NVIDIA_VISIBLE_DEVICES=0"])
     root = HostRoot.single(host.root)
     edit_bundle(bundle, root, command=COMMAND)
     path = os.path.join(bundle, "config.json")
@@ -138,7 +132,7 @@ def test_record_survives_a_text_edit(tmp_path: Any, host: simhost.SimulatedHost)
 def test_legacy_edit_without_record_is_refused(tmp_path: Any, host: simhost.SimulatedHost) -> None:
     """A document holding ocihook's createContainer hook but no record (an ocihook that
     kept none; here: a container with a user namespace, whose links stay with the hook)."""
-    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
+    bundle = busybox_bundle(tmp_path / "b", ["sh"], ["NVIDIA_VISIBLE_DEVICES=0"])
     root = HostRoot.single(host.root)
     doc = _doc(bundle)
     doc["linux"].setdefault("namespaces", []).append({"type": "user"})
@@ -158,7 +152,7 @@ def test_legacy_edit_without_record_is_refused(tmp_path: Any, host: simhost.Simu
 
 
 def test_malformed_record_is_refused(tmp_path: Any, host: simhost.SimulatedHost) -> None:
-    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
+    bundle = busybox_bundle(tmp_path / "b", ["sh"], ["NVIDIA_VISIBLE_DEVICES=0"])
     doc = _doc(bundle)
     doc["annotations"] = {ANNOTATION: "not base64 JSON!"}
     _write(bundle, doc)
@@ -262,7 +256,7 @@ def test_undo_of_record_is_the_document_before(
 def test_a_removed_variable_is_not_put_back(tmp_path: Any, host: simhost.SimulatedHost) -> None:
     """Deleting ocihook's ``NVIDIA_VISIBLE_DEVICES=void`` entry unsets the request: the
     next edit takes ocihook's additions out and does not restore the old ``0,3``."""
-    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0,3"])
+    bundle = busybox_bundle(tmp_path / "b", ["sh"], ["NVIDIA_VISIBLE_DEVICES=0,3"])
     root = HostRoot.single(host.root)
     assert edit_bundle(bundle, root, command=COMMAND).written
     doc = _doc(bundle)

@@ -1,4 +1,4 @@
-"""``--lib PATH::FLAGS`` (issue 17 item 3): the createContainer hook of ocihook's CDI specs
+"""``--lib PATH::FLAGS``: the createContainer hook of ocihook's CDI specs
 and of spec mode's fallback carries each library's ``ld.so.cache`` flags from discovery,
 so it reads no ELF header; the value parses back exactly, a malformed one is refused
 naming it, ``cdi transform root`` keeps the flags, and the hook's cache is the one it

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import make_bundle, run_cli
 
 from ocihook.appliers.spec import apply_plan, edit_bundle
 from ocihook.core.errors import DiscoveryError, RequestError, SpecError, StateError, exit_code_for
@@ -19,18 +20,6 @@ from ocihook.core.hostroot import HostRoot
 from ocihook.oci import bundle as bundle_mod
 from ocihook.oci.bundle import load_bundle, parse_state
 from ocihook.sim import host as simhost
-
-
-def _bundle(tmp_path: Any, env: list[str], extra: dict[str, Any] | None = None) -> str:
-    from ocihook.sim.demo import default_config
-
-    b = tmp_path / "bundle"
-    (b / "rootfs").mkdir(parents=True)
-    doc = default_config(["sh"], env)
-    doc.update(extra or {})
-    (b / "config.json").write_text(json.dumps(doc, indent="\t") + "\n")
-    return str(b)
-
 
 COMMAND = ("/py", "-I", "-m", "ocihook")
 
@@ -43,10 +32,12 @@ def _cache(rootfs: Path) -> dict[str, str]:
 
 def test_edit_two_gpus(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
     """The edit gives the nodes, rules and mounts in config.json and makes the soname links
-    and the container's ld.so.cache in the rootfs itself (issue 17); the createContainer
+    and the container's ld.so.cache in the rootfs itself; the createContainer
     hook is left with the /proc/driver/nvidia mask only."""
-    bundle = _bundle(
-        tmp_path, ["NVIDIA_VISIBLE_DEVICES=0,3", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"]
+    bundle = str(
+        make_bundle(
+            tmp_path, ["NVIDIA_VISIBLE_DEVICES=0,3", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"]
+        )
     )
     result = edit_bundle(bundle, HostRoot.single(sim.root), command=COMMAND)
     assert result.written and result.in_rootfs
@@ -90,7 +81,9 @@ def test_edit_two_gpus(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
 def test_links_below_dev_stay_with_the_hook(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
     """All capabilities: the DRM by-path links below /dev stay with the hook (the runtime
     mounts /dev after the edit) beside the mask; no --lib or --cuda-compat."""
-    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=all"])
+    bundle = str(
+        make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=all"])
+    )
     result = edit_bundle(bundle, HostRoot.single(sim.root), command=COMMAND)
     assert result.in_rootfs
     hooks = json.loads(Path(bundle, "config.json").read_text())["hooks"]["createContainer"]
@@ -131,7 +124,7 @@ def test_links_stay_with_the_hook_when_the_rootfs_edit_could_differ(
     logged: list[tuple[str, dict[str, object]]] = []
     monkeypatch.setattr(log, "debug", lambda message, **f: logged.append((message, f)))
     env = ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"]
-    bundle = _bundle(tmp_path, env)
+    bundle = str(make_bundle(tmp_path, env))
     path = Path(bundle, "config.json")
     doc = json.loads(path.read_text())
     if extra:
@@ -161,7 +154,9 @@ def test_a_failed_rootfs_edit_falls_back_to_the_hook(
     """A rootfs edit that fails half-way (a directory where the cache goes) undoes what it
     made and leaves the links to the hook, which reports the problem in the container's
     own terms; the edit itself succeeds."""
-    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=utility"])
+    bundle = str(
+        make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=utility"])
+    )
     rootfs = Path(bundle) / "rootfs"
     (rootfs / "etc/ld.so.cache").mkdir(parents=True)  # a directory where the cache goes
     result = edit_bundle(bundle, HostRoot.single(sim.root), command=COMMAND)
@@ -180,7 +175,7 @@ def test_a_host_without_proc_driver_nvidia_needs_no_hook(tmp_path: Any) -> None:
     from ocihook.sim import wsl as simwsl
 
     w = simwsl.build(str(tmp_path / "wsl"))
-    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=all"])
+    bundle = str(make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=all"]))
     result = edit_bundle(bundle, HostRoot.single(w.root), command=COMMAND)
     assert result.written and result.in_rootfs and result.plan is not None
     doc = json.loads(Path(bundle, "config.json").read_text())
@@ -194,7 +189,7 @@ def test_a_host_without_proc_driver_nvidia_needs_no_hook(tmp_path: Any) -> None:
 def test_apply_plan_replaces_by_path_and_destination(
     sim: simhost.SimulatedHost, tmp_path: Any
 ) -> None:
-    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
+    bundle = str(make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"]))
     first = edit_bundle(bundle, HostRoot.single(sim.root), dry_run=True)
     assert first.plan is not None and not first.written
     once = apply_plan(load_bundle(bundle).config, first.plan)
@@ -207,17 +202,11 @@ def test_apply_plan_replaces_by_path_and_destination(
 
 
 def test_void_request_leaves_file_identical(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
-    bundle = _bundle(tmp_path, [])
+    bundle = str(make_bundle(tmp_path, []))
     before = Path(os.path.join(bundle, "config.json")).read_bytes()
     result = edit_bundle(bundle, HostRoot.single(sim.root))
     assert not result.written
     assert Path(os.path.join(bundle, "config.json")).read_bytes() == before
-
-
-def _run_cli(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        [sys.executable, "-m", "ocihook", *args], input=stdin, capture_output=True, timeout=60
-    )
 
 
 def _assert_one_line_error(
@@ -256,31 +245,39 @@ def test_bad_input_edit(
     code: int,
     needles: list[str],
 ) -> None:
-    bundle = _bundle(tmp_path, env, extra)
+    bundle = str(make_bundle(tmp_path, env, **(extra or {})))
     cfg = os.path.join(bundle, "config.json")
     before = Path(cfg).read_bytes()
     listing = sorted(os.listdir(bundle))
-    proc = _run_cli("edit", "-b", bundle, "--driver-root", sim.root, "--dev-root", sim.root)
+    proc = run_cli(
+        "edit", "-b", bundle, "--driver-root", sim.root, "--dev-root", sim.root, text=False
+    )
     _assert_one_line_error(proc, code, cfg, *needles)
     assert Path(cfg).read_bytes() == before
     assert sorted(os.listdir(bundle)) == listing  # no temporary file left
 
 
 def test_missing_and_malformed_config(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
-    proc = _run_cli("edit", "-b", str(tmp_path), "--driver-root", sim.root, "--dev-root", sim.root)
+    proc = run_cli(
+        "edit", "-b", str(tmp_path), "--driver-root", sim.root, "--dev-root", sim.root, text=False
+    )
     _assert_one_line_error(proc, 3, "config.json not found", str(tmp_path / "config.json"))
     (tmp_path / "config.json").write_bytes(b'{"root": {"path": "rootfs"},\n "process": ')
-    proc = _run_cli("edit", "-b", str(tmp_path), "--driver-root", sim.root, "--dev-root", sim.root)
+    proc = run_cli(
+        "edit", "-b", str(tmp_path), "--driver-root", sim.root, "--dev-root", sim.root, text=False
+    )
     _assert_one_line_error(proc, 3, "malformed JSON at line 2", str(tmp_path / "config.json"))
     assert (tmp_path / "config.json").read_bytes() == b'{"root": {"path": "rootfs"},\n "process": '
 
 
 def test_driver_root_without_driver(tmp_path: Any) -> None:
-    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
+    bundle = str(make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"]))
     empty = tmp_path / "empty"
     empty.mkdir()
     before = Path(os.path.join(bundle, "config.json")).read_bytes()
-    proc = _run_cli("edit", "-b", bundle, "--driver-root", str(empty), "--dev-root", str(empty))
+    proc = run_cli(
+        "edit", "-b", bundle, "--driver-root", str(empty), "--dev-root", str(empty), text=False
+    )
     _assert_one_line_error(
         proc, 6, "NVIDIA driver version file not found", str(empty / "proc/driver/nvidia/version")
     )
@@ -292,7 +289,9 @@ def test_readonly_bundle_dir_is_an_apply_error(sim: simhost.SimulatedHost, tmp_p
     mount targets made in the (writable, elsewhere) root file system removed again."""
     rootfs = tmp_path / "rootfs-elsewhere"
     rootfs.mkdir()
-    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"], {"root": {"path": str(rootfs)}})
+    bundle = str(
+        make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"], **{"root": {"path": str(rootfs)}})
+    )
     cfg = os.path.join(bundle, "config.json")
     before = Path(cfg).read_bytes()
     args = ["edit", "-b", bundle, "--driver-root", sim.root, "--dev-root", sim.root]
@@ -321,7 +320,7 @@ def test_readonly_bundle_dir_is_an_apply_error(sim: simhost.SimulatedHost, tmp_p
     else:
         os.chmod(bundle, 0o555)
         try:
-            proc = _run_cli(*args)
+            proc = run_cli(*args, text=False)
         finally:
             os.chmod(bundle, 0o755)
     _assert_one_line_error(proc, 7, "cannot replace config.json", cfg)
@@ -344,16 +343,16 @@ def test_readonly_bundle_dir_is_an_apply_error(sim: simhost.SimulatedHost, tmp_p
     ],
 )
 def test_bad_state(stdin: bytes, code: int, needles: list[str]) -> None:
-    proc = _run_cli("hook", "prestart", stdin=stdin)
+    proc = run_cli("hook", "prestart", stdin=stdin, text=False)
     _assert_one_line_error(proc, code, *needles)
 
 
 def test_hook_fast_exit_for_no_gpu(tmp_path: Any) -> None:
-    bundle = _bundle(tmp_path, ["FOO=bar"])
+    bundle = str(make_bundle(tmp_path, ["FOO=bar"]))
     state = json.dumps(
         {"ociVersion": "1.0.2", "id": "c1", "status": "creating", "pid": 12345, "bundle": bundle}
     ).encode()
-    proc = _run_cli("hook", "prestart", "--driver-root", "/nonexistent", stdin=state)
+    proc = run_cli("hook", "prestart", "--driver-root", "/nonexistent", stdin=state, text=False)
     assert proc.returncode == 0 and proc.stderr == b""
 
 
@@ -370,7 +369,7 @@ def test_state_and_bundle_parsers(tmp_path: Any) -> None:
     )
     with pytest.raises(StateError):
         parse_state(b'{"id":"a","pid":true,"bundle":"/b"}')
-    bundle = _bundle(tmp_path, [])
+    bundle = str(make_bundle(tmp_path, []))
     b = load_bundle(bundle)
     assert b.rootfs == os.path.join(bundle, "rootfs")
     assert exit_code_for(SpecError("x")) == 3
@@ -390,13 +389,13 @@ def test_diff_compares_documents_not_formatting(sim: simhost.SimulatedHost, tmp_
     (b / "config.json").write_text(json.dumps(doc, separators=(",", ":")))
     before = (b / "config.json").read_bytes()
     roots = ["--driver-root", sim.root, "--dev-root", sim.root]
-    proc = _run_cli("edit", "-b", str(b), "--dry-run", "--diff", *roots)
+    proc = run_cli("edit", "-b", str(b), "--dry-run", "--diff", *roots, text=False)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout.decode()
     removed = [ln for ln in out.splitlines() if ln.startswith("-") and not ln.startswith("---")]
     assert removed == ['-\t\t\t"NVIDIA_VISIBLE_DEVICES=1"']  # replaced by void, nothing else
     assert '+\t\t\t\t"path": "/dev/nvidia1",' in out
-    proc = _run_cli("edit", "-b", str(b), "--dry-run", *roots)
+    proc = run_cli("edit", "-b", str(b), "--dry-run", *roots, text=False)
     assert proc.returncode == 0
     assert "would add 1 GPU, 4 device nodes, 11 mounts, 10 links" in proc.stdout.decode()
     assert "(to be made in the rootfs, with its ld.so.cache)" in proc.stdout.decode()
@@ -405,24 +404,18 @@ def test_diff_compares_documents_not_formatting(sim: simhost.SimulatedHost, tmp_
 
 
 def test_missing_driver_root_is_named(tmp_path: Any) -> None:
-    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
-    proc = _run_cli("edit", "-b", bundle, "--driver-root", str(tmp_path / "nope"))
+    bundle = str(make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"]))
+    proc = run_cli("edit", "-b", bundle, "--driver-root", str(tmp_path / "nope"), text=False)
     _assert_one_line_error(proc, 6, "driver root does not exist", str(tmp_path / "nope"))
 
 
 def test_hook_with_missing_bundle_config_hints_at_stdin(tmp_path: Any) -> None:
     state = json.dumps({"id": "x", "pid": 5, "bundle": str(tmp_path)}).encode()
-    proc = _run_cli("hook", "prestart", stdin=state)
+    proc = run_cli("hook", "prestart", stdin=state, text=False)
     _assert_one_line_error(proc, 3, "config.json not found", "state JSON on stdin")
 
 
-# --- regressions (adversarial review): config.json written and read safely -----------------
-
-
-def _cli(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        [sys.executable, "-m", "ocihook", *args], input=stdin, capture_output=True, timeout=60
-    )
+# --- config.json written and read safely ----------------------------------------------------------
 
 
 def test_write_json_atomic_never_chmods_through_a_swapped_link(
@@ -471,7 +464,9 @@ def test_lone_surrogate_in_config_is_written_as_an_escape(
         '{"root": {"path": "rootfs"}, "annotations": {"x": "\\ud800"}, '
         '"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]}}'
     )
-    proc = _cli("edit", "-b", str(b), "--driver-root", sim.root, "--dev-root", sim.root)
+    proc = run_cli(
+        "edit", "-b", str(b), "--driver-root", sim.root, "--dev-root", sim.root, text=False
+    )
     assert proc.returncode == 0, proc.stderr
     doc = json.loads((b / "config.json").read_bytes())
     assert doc["annotations"]["x"] == "\ud800"
@@ -480,7 +475,7 @@ def test_lone_surrogate_in_config_is_written_as_an_escape(
 @pytest.mark.parametrize("bad", [b"\xff\xfe{\x00}\x00", b"\xef\xbb\xbf{}", b'{"a": NaN}'])
 def test_non_json_config_is_refused(tmp_path: Any, bad: bytes) -> None:
     (tmp_path / "config.json").write_bytes(bad)
-    proc = _cli("edit", "-b", str(tmp_path))
+    proc = run_cli("edit", "-b", str(tmp_path), text=False)
     assert proc.returncode == 3, proc.stderr
     assert b"Traceback" not in proc.stderr
     assert (tmp_path / "config.json").read_bytes() == bad
@@ -491,7 +486,7 @@ def test_rootless_bundle_gets_bind_mounted_nodes(sim: simhost.SimulatedHost, tmp
     nodes under the dev root, not linux.devices entries; the cgroup rules stay (a runtime
     with a delegated cgroup still applies them)."""
     extra = {"linux": {"namespaces": [{"type": "mount"}, {"type": "user"}]}}
-    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"], extra)
+    bundle = str(make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"], **(extra or {})))
     assert edit_bundle(bundle, HostRoot.single(sim.root), command=("/py",)).written
     doc = json.loads(Path(bundle, "config.json").read_text())
     assert "devices" not in doc["linux"]
@@ -533,7 +528,9 @@ def test_edit_replaces_config_json_atomically(sim: Any, tmp_path: Any) -> None:
     before = (b / "config.json").read_bytes()
     os.link(b / "config.json", tmp_path / "held")
     inode = os.stat(b / "config.json").st_ino
-    proc = _run_cli("edit", "-b", str(b), "--driver-root", sim.root, "--dev-root", sim.root)
+    proc = run_cli(
+        "edit", "-b", str(b), "--driver-root", sim.root, "--dev-root", sim.root, text=False
+    )
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "held").read_bytes() == before
     assert os.stat(b / "config.json").st_ino != inode
@@ -552,12 +549,12 @@ def test_edit_makes_the_mount_targets_in_the_rootfs(
 ) -> None:
     """Spec mode makes every bind-mount target itself (the runtime then makes nothing):
     an empty regular file per library and for the IPC socket; a dry run makes none."""
-    bundle = Path(_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"]))
+    bundle = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
     roots = ["--driver-root", sim.root, "--dev-root", sim.root]
-    proc = _run_cli("edit", "-b", str(bundle), "--dry-run", *roots)
+    proc = run_cli("edit", "-b", str(bundle), "--dry-run", *roots, text=False)
     assert proc.returncode == 0, proc.stderr
     assert _tree(bundle / "rootfs") == []
-    proc = _run_cli("edit", "-b", str(bundle), *roots)
+    proc = run_cli("edit", "-b", str(bundle), *roots, text=False)
     assert proc.returncode == 0, proc.stderr
     mounts = json.loads((bundle / "config.json").read_text())["mounts"]
     ours = [m["destination"] for m in mounts if m["source"].startswith(sim.root)]
@@ -576,13 +573,13 @@ def test_edit_makes_targets_through_image_links_inside_the_rootfs(
     root, never on the host."""
     host_dir = tmp_path / "host-lib"
     host_dir.mkdir()
-    bundle = Path(_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"]))
+    bundle = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
     rootfs = bundle / "rootfs"
     (rootfs / "usr").mkdir()
     os.symlink(f"/../../../../..{host_dir}", rootfs / "usr" / "lib64")
     os.symlink(str(host_dir), rootfs / "var")  # /var/run/nvidia-persistenced/socket
     roots = ["--driver-root", sim.root, "--dev-root", sim.root]
-    proc = _run_cli("edit", "-b", str(bundle), *roots)
+    proc = run_cli("edit", "-b", str(bundle), *roots, text=False)
     assert proc.returncode == 0, proc.stderr
     assert os.listdir(host_dir) == []
     inside = rootfs / str(host_dir).lstrip("/")
@@ -597,13 +594,15 @@ def test_a_link_at_a_mount_target_is_refused_and_nothing_is_left(
     config.json unchanged, the host file untouched and the targets made before it removed."""
     victim = tmp_path / "victim"
     victim.write_bytes(b"host file\n")
-    bundle = Path(_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"]))
+    bundle = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
     rootfs = bundle / "rootfs"
     (rootfs / "usr/lib64").mkdir(parents=True)
     os.symlink(str(victim), rootfs / f"usr/lib64/libnvidia-cfg.so.{sim.driver_version}")
     before_tree = _tree(rootfs)
     before = (bundle / "config.json").read_bytes()
-    proc = _run_cli("edit", "-b", str(bundle), "--driver-root", sim.root, "--dev-root", sim.root)
+    proc = run_cli(
+        "edit", "-b", str(bundle), "--driver-root", sim.root, "--dev-root", sim.root, text=False
+    )
     _assert_one_line_error(proc, 7, "symbolic link", f"libnvidia-cfg.so.{sim.driver_version}")
     assert (bundle / "config.json").read_bytes() == before
     assert victim.read_bytes() == b"host file\n"

@@ -7,31 +7,19 @@ import errno
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support import CDI_GPU_SPEC as GPU_SPEC
 from support import GOOD_CDI_YAML as GOOD_YAML
+from support import make_bundle, run_cli
 
 from ocihook.appliers.spec import edit_bundle
 from ocihook.config.options import Options
 from ocihook.core.errors import ApplyError, CdiError
 from ocihook.pipeline.cdinames import cdi_device_names
 from ocihook.request.nvidia import request_from_spec
-
-
-def _bundle(tmp_path: Path, env: list[str], annotations: dict[str, str] | None = None) -> Path:
-    from ocihook.sim.demo import default_config
-
-    b = tmp_path / "bundle"
-    (b / "rootfs").mkdir(parents=True)
-    doc: dict[str, Any] = default_config(["sh"], env)
-    if annotations is not None:
-        doc["annotations"] = annotations
-    (b / "config.json").write_text(json.dumps(doc, indent="\t") + "\n")
-    return b
 
 
 @pytest.fixture
@@ -46,12 +34,7 @@ def _edit_cli(bundle: Path, spec_dir: Path) -> subprocess.CompletedProcess[str]:
     """``ocihook edit -b bundle`` with a configuration file naming ``spec_dir``."""
     cfg = bundle.parent / "config.toml"
     cfg.write_text(f'cdi-spec-dirs = ["{spec_dir}"]\n')
-    return subprocess.run(
-        [sys.executable, "-m", "ocihook", "edit", "--config", str(cfg), "-b", str(bundle)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    return run_cli("edit", "--config", str(cfg), "-b", str(bundle))
 
 
 def _nodes(doc: dict[str, Any]) -> list[tuple[str, int]]:
@@ -59,7 +42,7 @@ def _nodes(doc: dict[str, Any]) -> list[tuple[str, int]]:
 
 
 def test_env_cdi_name_injects_from_registry(tmp_path: Path, spec_dir: Path) -> None:
-    b = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1"])
+    b = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1"])
     before = (b / "config.json").read_bytes()
     result = edit_bundle(str(b), options=Options(cdi_spec_dirs=(str(spec_dir),)))
     assert result.written and result.plan is None
@@ -79,10 +62,10 @@ def test_env_cdi_name_injects_from_registry(tmp_path: Path, spec_dir: Path) -> N
 
 
 def test_annotations_and_mixed_env(tmp_path: Path, spec_dir: Path) -> None:
-    b = _bundle(
+    b = make_bundle(
         tmp_path,
         ["NVIDIA_VISIBLE_DEVICES=1,nvidia.com/gpu=0"],
-        {"cdi.k8s.io/extra": "nvidia.com/gpu=1", "other": "x"},
+        annotations={"cdi.k8s.io/extra": "nvidia.com/gpu=1", "other": "x"},
     )
     result = edit_bundle(str(b), options=Options(cdi_spec_dirs=(str(spec_dir),)))
     # the annotation replaces NVIDIA_VISIBLE_DEVICES, as in the NVIDIA toolkit
@@ -92,7 +75,7 @@ def test_annotations_and_mixed_env(tmp_path: Path, spec_dir: Path) -> None:
 
 
 def test_annotation_only_request(tmp_path: Path, spec_dir: Path) -> None:
-    b = _bundle(tmp_path, [], {"cdi.k8s.io/gpu": "nvidia.com/gpu=0"})
+    b = make_bundle(tmp_path, [], annotations={"cdi.k8s.io/gpu": "nvidia.com/gpu=0"})
     result = edit_bundle(str(b), options=Options(cdi_spec_dirs=(str(spec_dir),)))
     assert result.cdi_devices == ("nvidia.com/gpu=0",)
     assert _nodes(json.loads(result.after)) == [("/dev/nvidiactl", 255), ("/dev/nvidia0", 0)]
@@ -100,7 +83,9 @@ def test_annotation_only_request(tmp_path: Path, spec_dir: Path) -> None:
 
 def test_unresolvable_leaves_bundle_untouched(tmp_path: Path, spec_dir: Path) -> None:
     (spec_dir / "broken.yaml").write_text("cdiVersion: [\n")
-    b = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0,nvidia.com/gpu=5,acme.io/x=y"])
+    b = make_bundle(
+        tmp_path, ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0,nvidia.com/gpu=5,acme.io/x=y"]
+    )
     before = (b / "config.json").read_bytes()
     with pytest.raises(CdiError) as info:
         edit_bundle(str(b), options=Options(cdi_spec_dirs=(str(spec_dir),)))
@@ -137,14 +122,14 @@ def test_modes(tmp_path: Path) -> None:
 
 
 def test_bad_annotation_names_field(tmp_path: Path, spec_dir: Path) -> None:
-    b = _bundle(tmp_path, [], {"cdi.k8s.io/gpu": "nvidia.com/gpu"})
+    b = make_bundle(tmp_path, [], annotations={"cdi.k8s.io/gpu": "nvidia.com/gpu"})
     with pytest.raises(CdiError) as info:
         edit_bundle(str(b), options=Options(cdi_spec_dirs=(str(spec_dir),)))
     assert (info.value.field, info.value.path) == ("cdi.k8s.io/gpu", str(b / "config.json"))
 
 
 def test_cli_edit_with_config_file(tmp_path: Path, spec_dir: Path) -> None:
-    b = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"])
+    b = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"])
     r = _edit_cli(b, spec_dir)
     assert r.returncode == 0, r.stderr
     assert "CDI devices nvidia.com/gpu=0; written" in r.stderr
@@ -159,7 +144,7 @@ def test_cli_edit_with_config_file(tmp_path: Path, spec_dir: Path) -> None:
 
 
 def test_cli_unresolvable_exit_11(tmp_path: Path, spec_dir: Path) -> None:
-    b = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=7"])
+    b = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=7"])
     r = _edit_cli(b, spec_dir)
     assert r.returncode == 11
     assert "unresolvable CDI devices nvidia.com/gpu=7" in r.stderr
@@ -221,14 +206,14 @@ def test_null_process_or_env_counts_as_absent(
 
 
 def test_malformed_env_name_reported_as_written(tmp_path: Path, spec_dir: Path) -> None:
-    b = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0,nvidia.com/=1"])
+    b = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0,nvidia.com/=1"])
     with pytest.raises(CdiError) as info:
         edit_bundle(str(b), options=Options(cdi_spec_dirs=(str(spec_dir),)))
     assert info.value.value == "nvidia.com/=1"
     assert info.value.field == "process.env[NVIDIA_VISIBLE_DEVICES]"
 
 
-# --- regressions (adversarial review of the CDI generator and loader) ---------------------
+# --- malformed and hostile input to the CDI generator and loader ----------------------------------
 
 
 def test_cdi_edit_of_deeply_nested_config_is_no_traceback(tmp_path: Path) -> None:
@@ -253,12 +238,7 @@ def test_cdi_edit_of_deeply_nested_config_is_no_traceback(tmp_path: Path) -> Non
     (bundle / "config.json").write_text(text)
     cfg = tmp_path / "config.toml"
     cfg.write_text(f'cdi-spec-dirs = ["{spec_dir}"]\n')
-    r = subprocess.run(
-        [sys.executable, "-m", "ocihook", "edit", "--config", str(cfg), "-b", str(bundle)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    r = run_cli("edit", "--config", str(cfg), "-b", str(bundle))
     assert "Traceback" not in r.stderr, r.stderr[-600:]
     # 600 levels are within what the JSON reader and writer take: edited, exit 0
     assert r.returncode == 0, r.stderr
@@ -266,7 +246,7 @@ def test_cdi_edit_of_deeply_nested_config_is_no_traceback(tmp_path: Path) -> Non
     assert "A=1" in out["process"]["env"]
 
 
-# --- mount targets (issue 18, item 5): made in the rootfs as for the legacy path ------------
+# --- mount targets: made in the rootfs as for the legacy path ----------------------------
 
 
 def _targets_spec(tmp_path: Path) -> Path:
@@ -307,7 +287,7 @@ def test_cdi_edit_makes_the_bind_mount_targets(tmp_path: Path) -> None:
     those under /dev (the runtime mounts a new file system there) nor of other mounts;
     a dry run makes none."""
     spec_dir = _targets_spec(tmp_path)
-    b = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"])
+    b = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"])
     options = Options(cdi_spec_dirs=(str(spec_dir),))
     assert not edit_bundle(str(b), dry_run=True, options=options).written
     assert _tree(b / "rootfs") == {}
@@ -330,7 +310,7 @@ def test_cdi_link_at_a_target_is_refused_and_nothing_is_left(tmp_path: Path) -> 
     spec_dir = _targets_spec(tmp_path)
     victim = tmp_path / "victim"
     victim.write_bytes(b"host file\n")
-    b = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"])
+    b = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"])
     (b / "rootfs/usr/lib/x").mkdir(parents=True)
     os.symlink(str(victim), b / "rootfs/usr/lib/x/libfoo.so.1")
     before, tree = (b / "config.json").read_bytes(), _tree(b / "rootfs")
@@ -352,7 +332,7 @@ def test_cdi_write_failure_removes_the_targets(
     from ocihook.appliers import spec
 
     spec_dir = _targets_spec(tmp_path)
-    b = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"])
+    b = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"])
     before = (b / "config.json").read_bytes()
     seen: list[dict[str, str]] = []
 

@@ -145,7 +145,7 @@ def test_empty_registry() -> None:
     assert reg.list_devices() == [] and reg.vendors() == [] and reg.classes() == []
 
 
-# --- regressions (adversarial review of the CDI generator and loader) ---------------------
+# --- malformed and hostile input to the CDI generator and loader ----------------------------------
 
 
 def test_registry_survives_a_spec_with_a_huge_integer(tmp_path: Path) -> None:

@@ -820,7 +820,7 @@ def test_loader_hostile_inputs(blob: bytes) -> None:
         load_spec(blob, path=PATH)
 
 
-# --- regressions (adversarial review of the CDI generator and loader) ---------------------
+# --- malformed and hostile input to the CDI generator and loader ----------------------------------
 
 
 def test_load_spec_huge_yaml_integer_is_a_cdi_error() -> None:

@@ -8,13 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+from support import run_cli
+
 from ocihook.sim import host as simhost
 
 
 def ocihook(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ocihook", *args], capture_output=True, text=True, cwd=cwd
-    )
+    return run_cli(*args, cwd=cwd)
 
 
 def test_generated_specs_pass_both_checks(tmp_path: Path, sim: simhost.SimulatedHost) -> None:

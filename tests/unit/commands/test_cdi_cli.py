@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
+
+from support import run_cli, run_cli_process
 
 GOOD = {
     "cdiVersion": "0.5.0",
@@ -21,16 +21,6 @@ BAD_FIELD = {
 }
 
 
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ocihook", "cdi", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        check=False,
-    )
-
-
 def _write(path: Path, data: object) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(data if isinstance(data, str) else json.dumps(data))
@@ -41,7 +31,9 @@ def test_validate_reports_every_file_and_exits_11(tmp_path: Path) -> None:
     _write(tmp_path / "good.json", GOOD)
     _write(tmp_path / "net.yaml", YAML_GOOD)
     _write(tmp_path / "bad.json", BAD_FIELD)
-    r = _cli("validate", "good.json", "bad.json", "net.yaml", "missing.json", cwd=tmp_path)
+    r = run_cli(
+        "cdi", "validate", "good.json", "bad.json", "net.yaml", "missing.json", cwd=tmp_path
+    )
     assert r.returncode == 11, r.stderr
     assert r.stdout.splitlines() == [
         "good.json: ok: kind vendor.com/gpu, 1 devices, cdiVersion 0.5.0 (minimum 0.5.0)",
@@ -60,7 +52,7 @@ def test_validate_reports_every_file_and_exits_11(tmp_path: Path) -> None:
 
 def test_validate_all_good_exits_0(tmp_path: Path) -> None:
     _write(tmp_path / "good.json", GOOD)
-    r = _cli("validate", "good.json", cwd=tmp_path)
+    r = run_cli("cdi", "validate", "good.json", cwd=tmp_path)
     assert (r.returncode, r.stderr) == (0, "")
 
 
@@ -69,7 +61,7 @@ def test_validate_below_minimum_version_is_invalid(tmp_path: Path) -> None:
     spec = dict(GOOD, cdiVersion="0.3.0")
     spec["containerEdits"] = {"intelRdt": {"closID": "c"}}
     _write(tmp_path / "old.json", spec)
-    r = _cli("validate", "old.json", cwd=tmp_path)
+    r = run_cli("cdi", "validate", "old.json", cwd=tmp_path)
     assert r.returncode == 11
     assert "old.json: invalid:" in r.stderr
     assert "0.7.0" in r.stderr
@@ -88,7 +80,7 @@ def test_list_priorities_errors_and_conflicts(tmp_path: Path) -> None:
     }
     _write(high / "d1.json", dup)
     _write(high / "d2.json", dup)
-    r = _cli("list", "--spec-dir", str(low), "--spec-dir", str(high), cwd=tmp_path)
+    r = run_cli("cdi", "list", "--spec-dir", str(low), "--spec-dir", str(high), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["other.org/net=eth", "vendor.com/gpu=0"]
     assert f"skipped {high / 'bad.json'}:" in r.stderr
@@ -96,7 +88,9 @@ def test_list_priorities_errors_and_conflicts(tmp_path: Path) -> None:
         f"skipped other.org/net=dup: defined in {high / 'd1.json'}, {high / 'd2.json'}" in r.stderr
     )
 
-    j = _cli("list", "--json", "--spec-dir", str(low), "--spec-dir", str(high), cwd=tmp_path)
+    j = run_cli(
+        "cdi", "list", "--json", "--spec-dir", str(low), "--spec-dir", str(high), cwd=tmp_path
+    )
     out = json.loads(j.stdout)
     assert out["devices"] == ["other.org/net=eth", "vendor.com/gpu=0"]
     assert out["vendors"] == ["other.org", "vendor.com"]
@@ -107,7 +101,7 @@ def test_list_priorities_errors_and_conflicts(tmp_path: Path) -> None:
 
 def test_list_missing_dirs_is_empty(tmp_path: Path) -> None:
     """Nothing to list, and it says why (no spec directory): exit 0, nothing on stdout."""
-    r = _cli("list", "--spec-dir", str(tmp_path / "none"), cwd=tmp_path)
+    r = run_cli("cdi", "list", "--spec-dir", str(tmp_path / "none"), cwd=tmp_path)
     assert (r.returncode, r.stdout) == (0, "")
     assert r.stderr == (
         f"ocihook: no CDI spec directory: {tmp_path / 'none'} does not exist; hint: ocihook "
@@ -116,29 +110,22 @@ def test_list_missing_dirs_is_empty(tmp_path: Path) -> None:
 
 
 def test_validate_special_files_do_not_block(tmp_path: Path) -> None:
-    """Found by review: a FIFO hung validate, /dev/zero read forever, a directory was a
-    usage error (exit 2) that skipped the other files."""
+    """A FIFO, /dev/zero and a directory are each reported as not a regular file, without
+    reading them, and the other files are still validated (exit 11, not a usage error)."""
     import os
 
     _write(tmp_path / "good.json", GOOD)
     os.mkfifo(tmp_path / "fifo.json")
     (tmp_path / "dir.json").mkdir()
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ocihook",
-            "cdi",
-            "validate",
-            "good.json",
-            "fifo.json",
-            "dir.json",
-            "/dev/zero",
-        ],
-        capture_output=True,
-        text=True,
+    # a process with a timeout: reading the FIFO or /dev/zero would block
+    r = run_cli_process(
+        "cdi",
+        "validate",
+        "good.json",
+        "fifo.json",
+        "dir.json",
+        "/dev/zero",
         cwd=tmp_path,
-        check=False,
         timeout=30,
     )
     assert r.returncode == 11
@@ -154,7 +141,7 @@ def test_validate_duplicate_fields(tmp_path: Path) -> None:
     text = json.dumps(GOOD)[:-1] + ', "kind": "x/y"}'
     _write(tmp_path / "dup.json", text)
     _write(tmp_path / "dup.yaml", YAML_GOOD + "kind: x/y\n")
-    r = _cli("validate", "dup.json", "dup.yaml", cwd=tmp_path)
+    r = run_cli("cdi", "validate", "dup.json", "dup.yaml", cwd=tmp_path)
     assert r.returncode == 11
     err = r.stderr.splitlines()
     assert err[0] == "dup.json: invalid: duplicate field (file dup.json, value 'kind')"

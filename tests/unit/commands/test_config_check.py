@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import run_cli
 
 from ocihook.config.load import DEFAULT_PATH
 
@@ -18,13 +19,7 @@ def check(
     *args: str, cwd: Path, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if k != "OCIHOOK_CONFIG"}
-    return subprocess.run(
-        [sys.executable, "-m", "ocihook", "config", "check", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env={**environ, **(env or {})},
-    )
+    return run_cli("config", "check", *args, cwd=cwd, env={**environ, **(env or {})})
 
 
 def test_a_good_file(tmp_path: Path) -> None:
@@ -37,12 +32,7 @@ def test_a_good_file(tmp_path: Path) -> None:
 def test_the_default_file_is_ok(tmp_path: Path) -> None:
     """What ``ocihook config default`` prints (every key commented out) checks OK, and so
     does the same file with every example value uncommented."""
-    default = subprocess.run(
-        [sys.executable, "-m", "ocihook", "config", "default"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    default = run_cli("config", "default").stdout
     path = tmp_path / "config.toml"
     path.write_text(default)
     out = check("--config", str(path), cwd=tmp_path)

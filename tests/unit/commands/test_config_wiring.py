@@ -5,38 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-from support import REPO
+from support import REPO, make_bundle, run_cli, run_cli_process
 
 from ocihook.sim import host as simhost
-
-
-def _cli(
-    *args: str, stdin: bytes = b"", env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ocihook", *args],
-        input=stdin.decode(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, **(env or {})},
-    )
-
-
-def _bundle(tmp_path: Any, env: list[str], mounts: list[dict[str, Any]] | None = None) -> str:
-    from ocihook.sim.demo import default_config
-
-    b = tmp_path / "bundle"
-    (b / "rootfs").mkdir(parents=True)
-    doc = default_config(["sh"], env)
-    doc["mounts"] += mounts or []
-    (b / "config.json").write_text(json.dumps(doc))
-    return str(b)
+from ocihook.sim.demo import default_config
 
 
 def _conf(tmp_path: Any, text: str) -> str:
@@ -46,21 +21,21 @@ def _conf(tmp_path: Any, text: str) -> str:
 
 
 def test_roots_from_the_config_file(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
-    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
+    bundle = str(make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"], indent=None))
     conf = _conf(tmp_path, f'driver-root = "{sim.root}"\ndev-root = "{sim.root}"\n')
-    proc = _cli("edit", "-b", bundle, "--dry-run", "--config", conf)
+    proc = run_cli("edit", "-b", bundle, "--dry-run", "--config", conf)
     assert proc.returncode == 0, proc.stderr
     assert "would add 1 GPU" in proc.stdout
     # OCIHOOK_CONFIG works for edit ...
-    proc = _cli("edit", "-b", bundle, "--dry-run", env={"OCIHOOK_CONFIG": conf})
+    proc = run_cli("edit", "-b", bundle, "--dry-run", env={**os.environ, "OCIHOOK_CONFIG": conf})
     assert proc.returncode == 0, proc.stderr
     # ... but a hook never reads it (an image could set it for a createContainer hook)
     state = json.dumps({"id": "c", "pid": os.getpid(), "bundle": bundle}).encode()
-    proc = _cli("hook", "prestart", stdin=state, env={"OCIHOOK_CONFIG": conf})
+    proc = run_cli("hook", "prestart", stdin=state, env={**os.environ, "OCIHOOK_CONFIG": conf})
     assert proc.returncode != 0
     assert "OCIHOOK_CONFIG" not in proc.stderr and sim.root not in proc.stderr
     # flags win over the file
-    proc = _cli(
+    proc = run_cli(
         "edit", "-b", bundle, "--dry-run", "--config", conf, "--driver-root", "/nonexistent"
     )
     assert proc.returncode == 6 and "/nonexistent" in proc.stderr
@@ -74,10 +49,13 @@ def test_policy_keys(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
         "type": "bind",
         "options": ["bind"],
     }
-    bundle = _bundle(tmp_path, ["NVIDIA_DRIVER_CAPABILITIES=all"], [mount])
-    off = _cli("edit", "-b", bundle, "--dry-run", "--config", _conf(tmp_path, roots))
+    mounts = [*default_config(["sh"], [])["mounts"], mount]
+    bundle = str(
+        make_bundle(tmp_path, ["NVIDIA_DRIVER_CAPABILITIES=all"], indent=None, mounts=mounts)
+    )
+    off = run_cli("edit", "-b", bundle, "--dry-run", "--config", _conf(tmp_path, roots))
     assert "nothing requested" in off.stderr
-    on = _cli(
+    on = run_cli(
         "edit",
         "-b",
         bundle,
@@ -90,10 +68,14 @@ def test_policy_keys(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
 
 def test_disable_require_and_capabilities(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
     roots = f'driver-root = "{sim.root}"\ndev-root = "{sim.root}"\n'
-    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_DRIVER=driver>=999"])
-    strict = _cli("edit", "-b", bundle, "--dry-run", "--config", _conf(tmp_path, roots))
+    bundle = str(
+        make_bundle(
+            tmp_path, ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_DRIVER=driver>=999"], indent=None
+        )
+    )
+    strict = run_cli("edit", "-b", bundle, "--dry-run", "--config", _conf(tmp_path, roots))
     assert strict.returncode == 5 and "driver>=999" in strict.stderr
-    relaxed = _cli(
+    relaxed = run_cli(
         "edit",
         "-b",
         bundle,
@@ -118,13 +100,13 @@ def test_cuda_compat_disabled(sim: simhost.SimulatedHost, tmp_path: Any) -> None
     roots = f'driver-root = "{sim.root}"\ndev-root = "{sim.root}"\n'
     seen = {}
     for name, extra in (("default", ""), ("off", 'cuda-compat = "disabled"\n')):
-        bundle = _bundle(tmp_path / name, ["NVIDIA_VISIBLE_DEVICES=0"])
+        bundle = str(make_bundle(tmp_path / name, ["NVIDIA_VISIBLE_DEVICES=0"], indent=None))
         compat = os.path.join(bundle, "rootfs/usr/local/cuda/compat")
         os.makedirs(compat)
         with open(os.path.join(compat, "libcuda.so.999.1"), "wb") as f:
             f.write(make_shared_object("libcuda.so.1"))
         os.symlink("libcuda.so.999.1", os.path.join(compat, "libcuda.so.1"))
-        r = _cli("edit", "-b", bundle, "--config", _conf(tmp_path / name, roots + extra))
+        r = run_cli("edit", "-b", bundle, "--config", _conf(tmp_path / name, roots + extra))
         assert r.returncode == 0, r.stderr
         with open(os.path.join(bundle, "rootfs/etc/ld.so.cache"), "rb") as f:
             entries = ldcache.parse(f.read())
@@ -141,8 +123,8 @@ def test_log_file_records_the_decisions(sim: simhost.SimulatedHost, tmp_path: An
         f'driver-root = "{sim.root}"\ndev-root = "{sim.root}"\n'
         f'log-file = "{log}"\nlog-level = "debug"\n',
     )
-    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=3"])
-    assert _cli("edit", "-b", bundle, "--config", conf).returncode == 0
+    bundle = str(make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=3"], indent=None))
+    assert run_cli("edit", "-b", bundle, "--config", conf).returncode == 0
     text = log.read_text()
     minor = sim.gpus[3].minor
     assert "request mode=spec kind=list devices=3" in text
@@ -152,20 +134,20 @@ def test_log_file_records_the_decisions(sim: simhost.SimulatedHost, tmp_path: An
 
 
 def test_config_show_and_default(tmp_path: Any) -> None:
-    shown = _cli("config", "show", "--config", _conf(tmp_path, "no-cgroups = true\n"))
+    shown = run_cli("config", "show", "--config", _conf(tmp_path, "no-cgroups = true\n"))
     assert shown.returncode == 0
     assert "no-cgroups = true" in shown.stdout and 'mode = "auto"' in shown.stdout
-    default = _cli("config", "default")
+    default = run_cli("config", "default")
     assert default.returncode == 0
     assert default.stdout == Path(REPO, "packaging/config.toml.example").read_text()
     # the default file is a valid configuration with every key at its default
-    again = _cli("config", "show", "--config", _conf(tmp_path, default.stdout))
+    again = run_cli("config", "show", "--config", _conf(tmp_path, default.stdout))
     assert again.returncode == 0
     assert (
         again.stdout.split("\n", 1)[1]
-        == _cli("config", "show", "--config", _conf(tmp_path, "")).stdout.split("\n", 1)[1]
+        == run_cli("config", "show", "--config", _conf(tmp_path, "")).stdout.split("\n", 1)[1]
     )
-    bad = _cli("config", "show", "--config", _conf(tmp_path, "colour = 1\n"))
+    bad = run_cli("config", "show", "--config", _conf(tmp_path, "colour = 1\n"))
     assert bad.returncode == 10 and "field colour" in bad.stderr
 
 
@@ -176,13 +158,14 @@ def test_log_file_never_follows_a_link_or_blocks(sim: simhost.SimulatedHost, tmp
     link.symlink_to(victim)
     fifo = tmp_path / "log-fifo"
     os.mkfifo(fifo)
-    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
+    bundle = str(make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"], indent=None))
     for target in (link, fifo):
         conf = _conf(
             tmp_path,
             f'driver-root = "{sim.root}"\ndev-root = "{sim.root}"\n'
             f'log-file = "{target}"\nlog-level = "debug"\n',
         )
-        proc = _cli("edit", "-b", bundle, "--dry-run", "--config", conf)  # would hang on a FIFO
+        # a process with a timeout: reading a FIFO would block
+        proc = run_cli_process("edit", "-b", bundle, "--dry-run", "--config", conf)
         assert proc.returncode == 0, proc.stderr
     assert victim.read_text() == "secret\n"

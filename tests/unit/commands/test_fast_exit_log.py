@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import need_root_and, packaged_hook
+from support import make_bundle, need_root_and, packaged_hook
 
 from ocihook.config.scan import scan_debug_log_file
 from ocihook.config.validate import config_from_dict
@@ -108,15 +108,6 @@ print(json.dumps({"rc": rc, "opened": files, "tomllib": "tomllib" in sys.modules
 """
 
 
-def _bundle(tmp_path: Any, env: list[str]) -> str:
-    from ocihook.sim.demo import default_config
-
-    b = tmp_path / "bundle"
-    (b / "rootfs").mkdir(parents=True)
-    (b / "config.json").write_text(json.dumps(default_config(["sh"], env)))
-    return str(b)
-
-
 def _hook(bundle: str, conf: str, stage: str = "prestart") -> dict[str, Any]:
     state = {"ociVersion": "1.0.2", "id": "box-7", "status": "creating", "pid": 1, "bundle": bundle}
     proc = subprocess.run(
@@ -139,7 +130,7 @@ def _conf(tmp_path: Any, text: str) -> str:
 
 def test_fast_exit_logs_why_at_debug(tmp_path: Any) -> None:
     log = tmp_path / "ocihook.core.log"
-    bundle = _bundle(tmp_path, ["HOME=/root"])
+    bundle = str(make_bundle(tmp_path, ["HOME=/root"], indent=None))
     conf = _conf(tmp_path, f'log-file = "{log}"\nlog-level = "debug"\n')
     out = _hook(bundle, conf, "createRuntime")
     assert out["rc"] == 0
@@ -154,7 +145,7 @@ def test_fast_exit_logs_why_at_debug(tmp_path: Any) -> None:
 def test_fast_exit_parses_an_unusual_file(tmp_path: Any) -> None:
     """A file the byte scan cannot read (a quoted key) is parsed, and still logs."""
     log = tmp_path / "ocihook.core.log"
-    bundle = _bundle(tmp_path, ["HOME=/root"])
+    bundle = str(make_bundle(tmp_path, ["HOME=/root"], indent=None))
     conf = _conf(tmp_path, f'"log-file" = "{log}"\nlog-level = "debug"\n')
     out = _hook(bundle, conf)
     assert out["rc"] == 0 and out["tomllib"]
@@ -172,7 +163,7 @@ def test_fast_exit_parses_an_unusual_file(tmp_path: Any) -> None:
 )
 def test_fast_exit_with_logging_off_opens_nothing_more(tmp_path: Any, text: str) -> None:
     log = tmp_path / "ocihook.core.log"
-    bundle = _bundle(tmp_path, ["HOME=/root"])
+    bundle = str(make_bundle(tmp_path, ["HOME=/root"], indent=None))
     conf = _conf(tmp_path, text.format(log=log))
     out = _hook(bundle, conf)
     assert out == {"rc": 0, "opened": [f"{bundle}/config.json", conf], "tomllib": False}
@@ -191,7 +182,7 @@ def test_full_path_void_logs_why(tmp_path: Any, env: list[str], reason: str) -> 
     """Containers that mention a request variable take the full path; a void request is
     logged with its reason there."""
     log = tmp_path / "ocihook.core.log"
-    bundle = _bundle(tmp_path, env)
+    bundle = str(make_bundle(tmp_path, env, indent=None))
     conf = _conf(tmp_path, f'log-file = "{log}"\nlog-level = "debug"\n')
     out = _hook(bundle, conf)
     assert out["rc"] == 0
@@ -202,7 +193,7 @@ def test_full_path_void_logs_why(tmp_path: Any, env: list[str], reason: str) -> 
 
 def test_unprivileged_policy_reason(tmp_path: Any) -> None:
     log = tmp_path / "ocihook.core.log"
-    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=all"])
+    bundle = str(make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=all"], indent=None))
     with open(os.path.join(bundle, "config.json")) as f:
         doc = json.load(f)
     for kind in ("bounding", "effective", "permitted"):

@@ -8,13 +8,9 @@ import subprocess
 import sys
 from typing import Any
 
+from support import run_cli
+
 from ocihook.sim import host as simhost
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ocihook", *args], capture_output=True, text=True, timeout=60
-    )
 
 
 def _roots(root: str) -> list[str]:
@@ -22,7 +18,7 @@ def _roots(root: str) -> list[str]:
 
 
 def test_info_json_simulated(sim: simhost.SimulatedHost) -> None:
-    proc = _cli("info", "--json", "--gpu-backend", "procfs", *_roots(sim.root))
+    proc = run_cli("info", "--json", "--gpu-backend", "procfs", *_roots(sim.root))
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["driverVersion"] == sim.driver_version
@@ -39,7 +35,7 @@ def test_info_json_simulated(sim: simhost.SimulatedHost) -> None:
 
 
 def test_info_text_realistic(realistic: dict[str, Any]) -> None:
-    proc = _cli("info", *_roots(realistic["root"]))
+    proc = run_cli("info", *_roots(realistic["root"]))
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0] == "NVRM version:   535.261.03"
@@ -54,7 +50,7 @@ def test_info_text_realistic(realistic: dict[str, Any]) -> None:
 def test_list_realistic_kinds_and_devices(realistic: dict[str, Any]) -> None:
     root = realistic["root"]
     gpus = sorted(realistic["gpus"], key=lambda g: g["index"])
-    proc = _cli("list", "--json", "-d", gpus[2]["uuid"].lower(), "-d", "5", *_roots(root))
+    proc = run_cli("list", "--json", "-d", gpus[2]["uuid"].lower(), "-d", "5", *_roots(root))
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert set(data) == {"devices", "binaries", "libraries", "ipcs", "firmwares"}
@@ -67,21 +63,21 @@ def test_list_realistic_kinds_and_devices(realistic: dict[str, Any]) -> None:
     assert os.path.join(root, "usr/lib/nvidia/current/nvidia-smi") in data["binaries"]
     assert all(".535.261.03" in p and "i386" not in p for p in data["libraries"])
     assert len(data["firmwares"]) == 2
-    only = json.loads(_cli("list", "--json", "-l", "--compat32", *_roots(root)).stdout)
+    only = json.loads(run_cli("list", "--json", "-l", "--compat32", *_roots(root)).stdout)
     assert set(only) == {"devices", "libraries"}
     assert any("/i386-linux-gnu/" in p for p in only["libraries"])
     assert len(only["libraries"]) == len(data["libraries"]) + 20  # the 20 i386 libraries
 
 
 def test_list_plain_matches_json(sim: simhost.SimulatedHost) -> None:
-    plain = _cli("list", *_roots(sim.root)).stdout.splitlines()
-    data = json.loads(_cli("list", "--json", *_roots(sim.root)).stdout)
+    plain = run_cli("list", *_roots(sim.root)).stdout.splitlines()
+    data = json.loads(run_cli("list", "--json", *_roots(sim.root)).stdout)
     assert plain == [p for paths in data.values() for p in paths]
     assert all(p.startswith(sim.root + "/") for p in plain)
 
 
 def test_list_unknown_device(sim: simhost.SimulatedHost) -> None:
-    proc = _cli("list", "-d", "9", *_roots(sim.root))
+    proc = run_cli("list", "-d", "9", *_roots(sim.root))
     assert proc.returncode == 5
     assert "no such GPU" in proc.stderr and "'9'" in proc.stderr
 

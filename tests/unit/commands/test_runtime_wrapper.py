@@ -578,7 +578,7 @@ def test_help(stage: Stage) -> None:
     assert stage.called() is not None
 
 
-# --- regression: --help=false is not help (Go flag booleans) --------------------------------
+# --- --help=false is not help (Go flag booleans) --------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -634,7 +634,7 @@ def test_runc_creates_with_help_false(
     assert _config(bundle) == want
 
 
-# --- regressions (adversarial review of the wrapper) ----------------------------------------
+# --- the wrapper's failures and hostile input -----------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -684,8 +684,7 @@ def test_failed_exec_leaves_config_json_as_it_was(
     """README: "On an error config.json is left as it was, the real runtime is not run".
     A ``runc`` whose interpreter is missing (``#!/nonexistent/sh``) passes
     :func:`find_runtime` (an executable file) but ``execve`` fails with ENOENT after the
-    bundle was edited: exit 12 and config.json keeps the GPU edits. Expected: the
-    original bytes put back when the exec fails."""
+    bundle was edited: exit 12, and the original bytes of config.json are put back."""
     Path(stage.runc).write_text("#!/nonexistent/sh\nexit 0\n")
     bundle = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0"])
     config = Path(bundle, "config.json")

@@ -5,14 +5,13 @@ named once."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support import run_cli
 
 from ocihook.config import migrate
 from ocihook.config.load import load_config
@@ -181,32 +180,23 @@ def test_rendered_strings_parse_back(text: str) -> None:
     assert parsed == doc
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ocihook", "config", "migrate", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
 def test_command_writes_the_file_and_names_each_dropped_key_once(tmp_path: Path) -> None:
     src = tmp_path / "toolkit.toml"
     src.write_text(TOOLKIT_FILE)
     out = tmp_path / "ocihook.toml"
-    r = _cli(str(src), "--output", str(out))
+    r = run_cli("config", "migrate", str(src), "--output", str(out))
     assert r.returncode == 0, r.stderr
     assert r.stdout == ""
     assert r.stderr.count("ocihook: note: ") == 9
     assert r.stderr.count("nvidia-container-cli.load-kmods") == 1
     assert os.stat(out).st_mode & 0o777 == 0o644
     assert load_config(str(out)).mode == "cdi"
-    again = _cli(str(src), "--output", str(out))
+    again = run_cli("config", "migrate", str(src), "--output", str(out))
     assert again.returncode == 1 and "exists; pass --force" in again.stderr
-    assert _cli(str(src), "--output", str(out), "--force").returncode == 0
+    assert run_cli("config", "migrate", str(src), "--output", str(out), "--force").returncode == 0
     bad = tmp_path / "csv.toml"
     bad.write_text('[nvidia-container-runtime]\nmode = "csv"\n')
-    r = _cli(str(bad))
+    r = run_cli("config", "migrate", str(bad))
     assert r.returncode == 10 and "nvidia-container-runtime.mode" in r.stderr and r.stdout == ""
 
 

@@ -6,13 +6,13 @@ import contextlib
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support import run_cli
 
 from ocihook.core.errors import DiscoveryError, LdCacheError
 from ocihook.core.hostroot import HostRoot
@@ -336,13 +336,7 @@ def test_ldcache_of_simhost_agrees_with_ldconfig(sim: simhost.SimulatedHost) -> 
     assert sum(e.flags == 0x0003 for e in entries) == 2  # the 32-bit libcuda, libnvidia-ml
 
 
-# --- regressions (adversarial review): hostile host trees -----------------------------------
-
-
-def _cli(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        [sys.executable, "-m", "ocihook", *args], input=stdin, capture_output=True, timeout=60
-    )
+# --- hostile host trees ---------------------------------------------------------------------------
 
 
 def test_nvidia_major_must_be_195(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
@@ -375,7 +369,7 @@ def test_fifos_in_the_host_trees_do_not_hang(
         path = Path(root, "etc/ld.so.cache")
     path.unlink()
     os.mkfifo(path)
-    proc = _cli("info", "--driver-root", root, "--dev-root", root)
+    proc = run_cli("info", "--driver-root", root, "--dev-root", root, text=False)
     assert proc.returncode == 6
     assert b"not a regular file" in proc.stderr
 

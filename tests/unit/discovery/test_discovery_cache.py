@@ -259,8 +259,8 @@ def test_an_ipc_socket_behind_an_absolute_link_in_the_root_makes_the_entry_stale
 ) -> None:
     """A driver root whose ``var/run`` is ``/run`` (a driver container's layout): the key
     looks where discovery looks, inside the root, not at the host's ``/run`` the link
-    names (found by a breaker: a persistenced socket appearing in the root kept the
-    stale entry)."""
+    names: a persistenced socket appearing in the root makes a new key, so the cached
+    entry without it is not used."""
     sim = simhost.build(str(tmp_path / "root"), make_dev_nodes=False)
     root, cache_dir = _root(sim), str(tmp_path / "cache")
     var_run = Path(sim.root, "var/run")

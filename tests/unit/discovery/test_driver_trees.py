@@ -1,5 +1,5 @@
 """Driver trees without ld.so.cache (GKE/COS, driver containers) and the driver root at
-/usr/local/nvidia (issue 14, items 4 and 5), built by :mod:`ocihook.sim.drivertree`."""
+/usr/local/nvidia, built by :mod:`ocihook.sim.drivertree`."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import run_cli
 
 from ocihook.core.errors import DiscoveryError
 from ocihook.core.hostroot import HostRoot
@@ -24,12 +25,6 @@ SONAMES = {
     "libnvidia-nvvm.so.4",
     f"libnvidia-gpucomp.so.{V}",
 }
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ocihook", *args], capture_output=True, text=True, check=False
-    )
 
 
 @pytest.mark.parametrize(
@@ -66,7 +61,7 @@ def test_cos_cli_list_and_library_path(tmp_path: Path) -> None:
     """`ocihook list` on a COS node works, also with --library-path (exit 6 before)."""
     t = drivertree.build(str(tmp_path / "h"), "cos", make_dev_nodes=False)
     for extra in ((), ("--library-path", "/lib64")):
-        r = _cli("list", "-l", "--driver-root", t.driver_root, "--dev-root", t.root, *extra)
+        r = run_cli("list", "-l", "--driver-root", t.driver_root, "--dev-root", t.root, *extra)
         assert r.returncode == 0, r.stderr
         assert os.path.join(t.driver_root, f"lib64/libcuda.so.{V}") in r.stdout.splitlines()
 
@@ -75,7 +70,7 @@ def test_cos_wrong_driver_root_is_one_line(tmp_path: Path) -> None:
     """The COS node with the default driver root (its / has no driver and no cache): one
     line naming the problem and the settings to change, exit 6."""
     t = drivertree.build(str(tmp_path / "h"), "cos", make_dev_nodes=False)
-    r = _cli("list", "--driver-root", t.root, "--dev-root", t.root)
+    r = run_cli("list", "--driver-root", t.root, "--dev-root", t.root)
     assert r.returncode == 6, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1, r.stderr
@@ -168,7 +163,7 @@ def test_usr_local_nvidia_not_mounted_is_one_line(tmp_path: Path) -> None:
     naming the setting, exit 6."""
     t = drivertree.build(str(tmp_path / "h"), "usr-local-nvidia", make_dev_nodes=False)
     missing = os.path.join(t.root, "nonexistent/usr/local/nvidia")
-    r = _cli("list", "--driver-root", missing, "--dev-root", t.root)
+    r = run_cli("list", "--driver-root", missing, "--dev-root", t.root)
     assert r.returncode == 6, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "driver root does not exist" in lines[0], r.stderr

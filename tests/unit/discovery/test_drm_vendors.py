@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +12,7 @@ import jsonschema
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from support import REPO
+from support import REPO, run_cli
 
 from ocihook.appliers.spec import apply_plan, edit_bundle
 from ocihook.config.options import Options
@@ -39,12 +37,6 @@ def amd_sim(tmp_path_factory: pytest.TempPathFactory) -> simvendors.SimDrmHost:
 @pytest.fixture(scope="module")
 def intel_sim(tmp_path_factory: pytest.TempPathFactory) -> simvendors.SimDrmHost:
     return simvendors.build_intel(str(tmp_path_factory.mktemp("intel")), sriov=True)
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ocihook", *args], capture_output=True, text=True, timeout=60
-    )
 
 
 def _roots(root: str) -> list[str]:
@@ -100,7 +92,7 @@ def test_amd_without_kfd_is_a_clear_error(tmp_path: Any) -> None:
     text = str(e.value)
     assert "loaded but provides no KFD" in text and "CONFIG_HSA_AMD" in text
     assert "0000:03:00.0" in text
-    proc = _cli("info", *_roots(built.root))
+    proc = run_cli("info", *_roots(built.root))
     assert proc.returncode == 6 and "no KFD" in proc.stderr
 
 
@@ -360,7 +352,7 @@ def test_bad_request_leaves_config_untouched(amd_sim: simvendors.SimDrmHost, tmp
     path = os.path.join(bundle, "config.json")
     with open(path, "rb") as f:
         before = f.read()
-    proc = _cli("edit", "-b", bundle, *_roots(amd_sim.root))
+    proc = run_cli("edit", "-b", bundle, *_roots(amd_sim.root))
     assert proc.returncode == 5
     assert "no AMD GPU with index 5" in proc.stderr and "4 (card5, renderD132" in proc.stderr
     with open(path, "rb") as f:
@@ -420,7 +412,7 @@ def test_qualified_names_go_to_the_cdi_registry(
 
 
 def test_info_json_amd(amd_sim: simvendors.SimDrmHost) -> None:
-    proc = _cli("info", "--json", *_roots(amd_sim.root))
+    proc = run_cli("info", "--json", *_roots(amd_sim.root))
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert set(data) == {"amd"}
@@ -436,7 +428,7 @@ def test_info_json_amd(amd_sim: simvendors.SimDrmHost) -> None:
 
 def test_info_text_mixed(tmp_path: Any) -> None:
     host = simvendors.build_mixed(str(tmp_path / "mixed"))
-    proc = _cli("info", *_roots(host.root))
+    proc = run_cli("info", *_roots(host.root))
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("NVRM version:")
@@ -450,7 +442,7 @@ def test_info_text_mixed(tmp_path: Any) -> None:
 
 def test_list_all_vendors(tmp_path: Any) -> None:
     host = simvendors.build_mixed(str(tmp_path / "mixed"))
-    data = json.loads(_cli("list", "--json", *_roots(host.root)).stdout)
+    data = json.loads(run_cli("list", "--json", *_roots(host.root)).stdout)
     assert set(data) == {"devices", "binaries", "libraries", "ipcs", "firmwares"}
     devices = data["devices"]
     assert os.path.join(host.root, "dev/nvidiactl") in devices
@@ -464,7 +456,7 @@ def test_list_all_vendors(tmp_path: Any) -> None:
             for n in (f"card{g.card}", f"renderD{g.render}")
         ]
     only = json.loads(
-        _cli("list", "--json", "--vendor", "amd", "-d", "1", *_roots(host.root)).stdout
+        run_cli("list", "--json", "--vendor", "amd", "-d", "1", *_roots(host.root)).stdout
     )
     assert set(only) == {"devices"}
     if host.dev_nodes:
@@ -476,7 +468,7 @@ def test_list_all_vendors(tmp_path: Any) -> None:
 
 
 def test_list_unknown_intel_device(intel_sim: simvendors.SimDrmHost) -> None:
-    proc = _cli("list", "-d", "0000:4d:00.0", *_roots(intel_sim.root))
+    proc = run_cli("list", "-d", "0000:4d:00.0", *_roots(intel_sim.root))
     assert proc.returncode == 5
     assert "no Intel GPU matches" in proc.stderr and "3 (card4, renderD132" in proc.stderr
 
@@ -552,14 +544,16 @@ def test_generate_intel_spec(intel_sim: simvendors.SimDrmHost) -> None:
 
 def test_generate_cli_vendor(amd_sim: simvendors.SimDrmHost, tmp_path: Any) -> None:
     out = tmp_path / "amd.json"
-    proc = _cli("cdi", "generate", "--vendor", "amd", *_roots(amd_sim.root), "--output", str(out))
+    proc = run_cli(
+        "cdi", "generate", "--vendor", "amd", *_roots(amd_sim.root), "--output", str(out)
+    )
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())
     assert data["kind"] == "amd.com/gpu" and data["cdiVersion"] == "0.5.0"
-    assert _cli("cdi", "validate", str(out)).returncode == 0
-    bad = _cli("cdi", "generate", "--vendor", "amd", "--class", "xcp", *_roots(amd_sim.root))
+    assert run_cli("cdi", "validate", str(out)).returncode == 0
+    bad = run_cli("cdi", "generate", "--vendor", "amd", "--class", "xcp", *_roots(amd_sim.root))
     assert bad.returncode == 11 and "class gpu" in bad.stderr
-    none = _cli("cdi", "generate", "--vendor", "intel", *_roots(amd_sim.root))
+    none = run_cli("cdi", "generate", "--vendor", "intel", *_roots(amd_sim.root))
     assert none.returncode == 6 and "no Intel GPU driver" in none.stderr
 
 
@@ -568,12 +562,12 @@ def test_plan_command_and_simhost_vendor(tmp_path: Any) -> None:
 
     if find_busybox() is None:
         pytest.skip("needs busybox")
-    made = _cli("simhost", "--vendor", "mixed", "--no-dev-nodes", str(tmp_path / "host"))
+    made = run_cli("simhost", "--vendor", "mixed", "--no-dev-nodes", str(tmp_path / "host"))
     assert made.returncode == 0, made.stderr
     root = made.stdout.strip()
     env = ["AMD_VISIBLE_DEVICES=1", "NVIDIA_VISIBLE_DEVICES=0"]
     bundle = make_busybox_bundle(str(tmp_path / "b"), ["true"], env)
-    proc = _cli("plan", "-b", bundle, *_roots(root))
+    proc = run_cli("plan", "-b", bundle, *_roots(root))
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     jsonschema.validate(data, PLAN_SCHEMA)
@@ -686,7 +680,7 @@ def test_cdi_devices_and_host_gpus_together(amd_sim: simvendors.SimDrmHost, tmp_
         )
 
 
-# --- regressions (adversarial review of the AMD and Intel paths) -----------------------------
+# --- malformed and hostile input on the AMD and Intel paths ---------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -718,7 +712,7 @@ def test_amd_huge_index_edit_exit_code(amd_sim: simvendors.SimDrmHost, tmp_path:
     (bundle / "config.json").write_text(json.dumps(doc))
     before = (bundle / "config.json").read_bytes()
     roots = ["--driver-root", amd_sim.root, "--dev-root", amd_sim.root]
-    proc = _cli("edit", "-b", str(bundle), *roots)
+    proc = run_cli("edit", "-b", str(bundle), *roots)
     assert proc.returncode == EXIT_CODES[RequestError], proc.stderr[-500:]
     assert "Traceback" not in proc.stderr
     assert (bundle / "config.json").read_bytes() == before

@@ -8,6 +8,7 @@ import subprocess
 from typing import Any
 
 import pytest
+from support import run_cli
 
 from ocihook.core.errors import DiscoveryError
 from ocihook.core.hostroot import HostRoot
@@ -99,21 +100,11 @@ def test_user_library_path(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
     assert [(lib.soname, lib.path) for lib in h.libraries] == [
         ("libcuda.so.1", f"/opt/nvidia/lib/libcuda.so.{V}")
     ]
-    out = subprocess.run(
-        [
-            *_cli(),
-            "list",
-            "--driver-root",
-            root,
-            "--dev-root",
-            root,
-            "--library-path",
-            "/opt/nvidia/lib",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    proc = run_cli(
+        "list", "--driver-root", root, "--dev-root", root, "--library-path", "/opt/nvidia/lib"
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
     assert os.path.join(root, f"opt/nvidia/lib/libcuda.so.{V}") in out
 
 
@@ -144,9 +135,3 @@ def test_stale_driver_beside_current(sim: simhost.SimulatedHost, tmp_path: Any) 
     h = discover(HostRoot.single(root))
     assert [lib.name for lib in h.libraries] == [f"libcuda.so.{V}"]
     assert any("libcuda.so.470.57.02" in w and "skipped" in w for w in h.warnings)
-
-
-def _cli() -> list[str]:
-    import sys
-
-    return [sys.executable, "-m", "ocihook"]

@@ -1,6 +1,6 @@
 """A driver library that exists but cannot be read is an error naming it, never a silent
-drop (issue 18, item 3): ``edit`` and ``ocihook-runtime`` used to exit 0 and the container
-started without libcuda. Faults come from ``strace -e inject`` (EIO, EMFILE on ``openat``,
+drop: ``edit`` and ``ocihook-runtime`` fail rather than start the container without
+libcuda. Faults come from ``strace -e inject`` (EIO, EMFILE on ``openat``,
 EIO on ``pread64``) and from a mode-000 file read by uid 65534."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import make_bundle
 
 from ocihook.linux import elfscan
 from ocihook.linux.cachestore import DEFAULT_DIR as CACHE_DIR
@@ -62,15 +63,6 @@ def world() -> Iterator[Path]:
         shutil.rmtree(base)
 
 
-def _bundle(world: Path, name: str) -> Path:
-    bundle = world / name
-    (bundle / "rootfs").mkdir(parents=True)
-    doc = {"root": {"path": "rootfs"}, "process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]}}
-    (bundle / "config.json").write_text(json.dumps(doc))
-    bundle.chmod(0o755)
-    return bundle
-
-
 def _edit(bundle: Path, world: Path, *prefix: str, dry_run: bool = False) -> Any:
     host = str(world / "host")
     args = ["edit", "-b", str(bundle), "--driver-root", host, "--dev-root", host]
@@ -114,7 +106,14 @@ def test_edit_refuses_unreadable_libcuda(
     syscall: str, error: str, reason: str, world: Path
 ) -> None:
     _need_strace()
-    bundle = _bundle(world, f"b-{syscall}-{error}")
+    bundle = make_bundle(
+        world,
+        ["NVIDIA_VISIBLE_DEVICES=0"],
+        name=f"b-{syscall}-{error}",
+        minimal=True,
+        indent=None,
+        mode=0o755,
+    )
     before = (bundle / "config.json").read_bytes()
     lib = world / "host" / LIBCUDA
     r = _edit(bundle, world, *_strace(lib, syscall, error))
@@ -125,7 +124,9 @@ def test_edit_refuses_unreadable_libcuda(
 
 def test_edit_without_fault_mounts_libcuda(world: Path) -> None:
     """Control for the tests above: the same bundle and host give libcuda."""
-    bundle = _bundle(world, "b-control")
+    bundle = make_bundle(
+        world, ["NVIDIA_VISIBLE_DEVICES=0"], name="b-control", minimal=True, indent=None, mode=0o755
+    )
     r = _edit(bundle, world)
     assert r.returncode == 0, r.stderr
     mounts = json.loads((bundle / "config.json").read_text())["mounts"]
@@ -137,7 +138,9 @@ def test_edit_refuses_mode_000_library_for_non_root(world: Path) -> None:
         pytest.skip("needs root and setpriv to run edit as uid 65534")
     lib = world / "host" / LIBCUDA
     mode = stat.S_IMODE(lib.stat().st_mode)
-    bundle = _bundle(world, "b-nobody")
+    bundle = make_bundle(
+        world, ["NVIDIA_VISIBLE_DEVICES=0"], name="b-nobody", minimal=True, indent=None, mode=0o755
+    )
     lib.chmod(0)
     try:
         r = _edit(
@@ -158,7 +161,9 @@ def test_edit_refuses_mode_000_library_for_non_root(world: Path) -> None:
 def test_runtime_wrapper_refuses_unreadable_libcuda(world: Path) -> None:
     """ocihook-runtime stops with the error (exit 6) and never runs the real runtime."""
     _need_strace()
-    bundle = _bundle(world, "b-wrapper")
+    bundle = make_bundle(
+        world, ["NVIDIA_VISIBLE_DEVICES=0"], name="b-wrapper", minimal=True, indent=None, mode=0o755
+    )
     calls = world / "runtime-called"
     fake = world / "fake-runc"
     fake.write_text(f"#!/bin/sh\necho called > {calls}\n")
@@ -224,7 +229,14 @@ def test_unreadable_firmware_and_directories(
     the cache lacks would be missing)."""
     _need_strace()
     path = world / "host" / target
-    bundle = _bundle(world, "b-dir-" + target.replace("/", "-"))
+    bundle = make_bundle(
+        world,
+        ["NVIDIA_VISIBLE_DEVICES=0"],
+        name="b-dir-" + target.replace("/", "-"),
+        minimal=True,
+        indent=None,
+        mode=0o755,
+    )
     r = _edit(bundle, world, *_strace(path, syscall, "EIO"), dry_run=True)
     assert r.returncode == 6, r.stderr
     assert r.stderr.startswith("ocihook: error[host-discovery]: " + what), r.stderr

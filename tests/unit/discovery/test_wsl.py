@@ -1,4 +1,4 @@
-"""WSL2 hosts through the whole discovery (issue 14, item 3): ``discover`` on a tree from
+"""WSL2 hosts through the whole discovery: ``discover`` on a tree from
 :mod:`ocihook.sim.wsl` (no /proc/driver/nvidia), the driver version from the driver
 store's INF, the plan, and the ``info``/``list``/``cdi generate`` commands."""
 
@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support import run_cli
 
 from ocihook.core.errors import DiscoveryError, RequestError
 from ocihook.core.hostroot import HostRoot
@@ -30,12 +30,6 @@ def wsl_host(tmp_path: Path) -> simwsl.SimulatedWslHost:
     if os.geteuid() != 0:
         pytest.skip("making /dev/dxg needs root (mknod)")
     return simwsl.build(str(tmp_path / "wsl"))
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ocihook", *args], capture_output=True, text=True, check=False
-    )
 
 
 def test_windows_versions() -> None:
@@ -140,7 +134,7 @@ def test_wsl_dxg_without_driver_files(wsl_host: simwsl.SimulatedWslHost) -> None
     text = str(ei.value)
     assert "WSL2 host (/dev/dxg) without the NVIDIA driver files" in text
     assert "--driver-root" in text and "\n" not in text
-    r = _cli("info", "--driver-root", wsl_host.root, "--dev-root", wsl_host.root)
+    r = run_cli("info", "--driver-root", wsl_host.root, "--dev-root", wsl_host.root)
     assert r.returncode == 6 and len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
@@ -154,25 +148,25 @@ def test_not_wsl_without_dxg(tmp_path: Path) -> None:
 def test_wsl_cli_info_list_cdi(wsl_host: simwsl.SimulatedWslHost) -> None:
     root = wsl_host.root
     roots = ("--driver-root", root, "--dev-root", root)
-    r = _cli("info", "--json", *roots)
+    r = run_cli("info", "--json", *roots)
     assert r.returncode == 0, r.stderr
     info = json.loads(r.stdout)
     assert (info["driverVersion"], info["gpus"], info["gpuBackend"]) == ("536.67", [], "wsl")
     assert info["wsl"]["dxg"] == f"/dev/dxg (10:{simwsl.DXG_MINOR})"
     assert info["wsl"]["driverStores"] == [wsl_host.store]
-    r = _cli("info", *roots)
+    r = run_cli("info", *roots)
     assert r.returncode == 0 and "NVRM version:   536.67" in r.stdout
     assert "WSL2 device:    /dev/dxg" in r.stdout
-    r = _cli("list", "--json", *roots)
+    r = run_cli("list", "--json", *roots)
     assert r.returncode == 0, r.stderr
     listed = json.loads(r.stdout)
     assert listed["devices"] == [os.path.join(root, "dev/dxg")]
     assert os.path.join(wsl_host.store, "libcuda.so.1.1") in listed["libraries"]
     assert listed["binaries"] == [os.path.join(wsl_host.store, "nvidia-smi")]
-    r = _cli("list", "-d", "0", *roots)
+    r = run_cli("list", "-d", "0", *roots)
     assert r.returncode == 5 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "--device all" in r.stderr
-    r = _cli("cdi", "generate", "--format", "json", *roots)
+    r = run_cli("cdi", "generate", "--format", "json", *roots)
     assert r.returncode == 0, r.stderr
     spec = json.loads(r.stdout)
     assert [d["name"] for d in spec["devices"]] == ["all"]
@@ -186,11 +180,11 @@ def test_wsl_cli_info_list_cdi(wsl_host: simwsl.SimulatedWslHost) -> None:
 
 
 def test_simhost_vendor_wsl(tmp_path: Path) -> None:
-    r = _cli("simhost", str(tmp_path / "w"), "--vendor", "wsl", "--no-dev-nodes")
+    r = run_cli("simhost", str(tmp_path / "w"), "--vendor", "wsl", "--no-dev-nodes")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == str(tmp_path / "w")
     assert (tmp_path / "w" / "usr/lib/wsl/drivers" / simwsl.STORE / "nv_dispi.inf").is_file()
-    r = _cli("simhost", str(tmp_path / "c"), "--vendor", "cos", "--no-dev-nodes")
+    r = run_cli("simhost", str(tmp_path / "c"), "--vendor", "cos", "--no-dev-nodes")
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == [str(tmp_path / "c"), str(tmp_path / "c/home/kubernetes/bin/nvidia")]
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
+from support import run_cli
 
 from ocihook import doctor
 from ocihook.core.hostroot import HostRoot
@@ -50,11 +50,7 @@ def _generate_cdi(root: Path, etc: Path) -> Path:
     out = etc / "etc/cdi/nvidia.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     hostargs = ["--driver-root", str(root), "--dev-root", str(root)]
-    subprocess.run(
-        [sys.executable, "-m", "ocihook", "cdi", "generate", *hostargs, "--output", str(out)],
-        check=True,
-        capture_output=True,
-    )
+    assert run_cli("cdi", "generate", *hostargs, "--output", str(out)).returncode == 0
     return out
 
 
@@ -343,12 +339,6 @@ def _schema() -> dict[str, Any]:
     return doc
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ocihook", "doctor", *args], capture_output=True, text=True
-    )
-
-
 def test_record_validates_and_cli_exit_codes(tmp_path: Path) -> None:
     root = _sim(tmp_path)
     etc = _configured(tmp_path, root)
@@ -374,7 +364,9 @@ def test_record_validates_and_cli_exit_codes(tmp_path: Path) -> None:
     )
     record = tmp_path / "record.json"
     hostargs = ["--driver-root", str(root), "--dev-root", str(root), "--config-root", str(etc)]
-    r = _cli(*hostargs, "--bundle", str(bundle), "--record", str(record), "--no-container")
+    r = run_cli(
+        "doctor", *hostargs, "--bundle", str(bundle), "--record", str(record), "--no-container"
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.splitlines()[0] == "host        PASS"
     assert r.stdout.splitlines()[-1] == "result: PASS (0 failed, 0 warnings)"
@@ -406,7 +398,7 @@ def test_record_validates_and_cli_exit_codes(tmp_path: Path) -> None:
     }
 
     os.unlink(root / "proc/driver/nvidia/version")
-    r = _cli(*hostargs, "--json", "--no-container")
+    r = run_cli("doctor", *hostargs, "--json", "--no-container")
     assert r.returncode == 14, r.stderr
     jsonschema.validate(json.loads(r.stdout), _schema())
     assert r.stderr.strip() == (
@@ -415,7 +407,7 @@ def test_record_validates_and_cli_exit_codes(tmp_path: Path) -> None:
 
 
 def test_cli_refuses_bundle_and_image_env(tmp_path: Path) -> None:
-    r = _cli("--bundle", str(tmp_path), "--image-env", str(tmp_path / "x"))
+    r = run_cli("doctor", "--bundle", str(tmp_path), "--image-env", str(tmp_path / "x"))
     assert r.returncode == 2 and "give --bundle or --image-env, not both" in r.stderr
 
 

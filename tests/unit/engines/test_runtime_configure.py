@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import REPO, busybox_rootfs, need_root_and
+from support import REPO, busybox_rootfs, need_root_and, run_cli
 
 from ocihook.core.errors import EXIT_CODES, EngineConfigError
 from ocihook.engines import (
@@ -39,16 +39,18 @@ WRAPPER = "/opt/ocihook/bin/ocihook-runtime"
 CRI = "io.containerd.grpc.v1.cri"
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ocihook", "runtime", "configure", *args],
-        capture_output=True,
-        text=True,
-    )
-
-
 def run_configure(engine: str, path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
-    return cli("--runtime", engine, "--config", str(path), "--runtime-path", WRAPPER, *flags)
+    return run_cli(
+        "runtime",
+        "configure",
+        "--runtime",
+        engine,
+        "--config",
+        str(path),
+        "--runtime-path",
+        WRAPPER,
+        *flags,
+    )
 
 
 def containerd_default() -> str:
@@ -435,7 +437,7 @@ def test_hooks_d_file_is_the_packaged_one(tmp_path: Path) -> None:
     assert poststop["stages"] == ["poststop"]
     hooks = tmp_path / "hooks.d"
     hooks.mkdir()
-    proc = cli("--runtime", "podman", "--config", str(hooks))
+    proc = run_cli("runtime", "configure", "--runtime", "podman", "--config", str(hooks))
     assert proc.returncode == 0, proc.stderr
     path, after = hooks / "ocihook-prestart.json", hooks / "ocihook-poststop.json"
     assert sorted(os.listdir(hooks)) == ["ocihook-poststop.json", "ocihook-prestart.json"]
@@ -446,22 +448,38 @@ def test_hooks_d_file_is_the_packaged_one(tmp_path: Path) -> None:
         f"ocihook: {after}: created",
     ]
     once = path.read_bytes(), after.read_bytes()
-    proc = cli("--runtime", "podman", "--config", str(path))
+    proc = run_cli("runtime", "configure", "--runtime", "podman", "--config", str(path))
     assert proc.returncode == 0 and (path.read_bytes(), after.read_bytes()) == once
     assert f"{after}: already configured; unchanged" in proc.stderr
-    proc = cli("--runtime", "podman", "--config", str(path), "--set-as-default")
+    proc = run_cli(
+        "runtime", "configure", "--runtime", "podman", "--config", str(path), "--set-as-default"
+    )
     assert proc.returncode == 2 and "--set-as-default" in proc.stderr
     path.write_text("{")
-    assert cli("--runtime", "podman", "--config", str(path)).returncode == 13
+    assert (
+        run_cli("runtime", "configure", "--runtime", "podman", "--config", str(path)).returncode
+        == 13
+    )
     assert path.read_text() == "{" and after.read_bytes() == once[1]
     after.write_text("[")
     path.unlink()
-    assert cli("--runtime", "podman", "--config", str(path)).returncode == 13
+    assert (
+        run_cli("runtime", "configure", "--runtime", "podman", "--config", str(path)).returncode
+        == 13
+    )
     assert not path.exists() and after.read_text() == "["  # nothing written
 
 
 def test_podman_dry_run_shows_both_files(tmp_path: Path) -> None:
-    proc = cli("--runtime", "podman", "--config", str(tmp_path / "gpu.json"), "--dry-run")
+    proc = run_cli(
+        "runtime",
+        "configure",
+        "--runtime",
+        "podman",
+        "--config",
+        str(tmp_path / "gpu.json"),
+        "--dry-run",
+    )
     assert proc.returncode == 0 and os.listdir(tmp_path) == []
     assert f"+++ {tmp_path / 'gpu.json'}\n" in proc.stdout
     assert f"+++ {tmp_path / 'gpu-poststop.json'}\n" in proc.stdout
@@ -469,9 +487,13 @@ def test_podman_dry_run_shows_both_files(tmp_path: Path) -> None:
     # what every podman container then pays is said (hooks.d cannot match the environment)
     assert "runs for every container podman and CRI-O start" in proc.stderr
     assert "CDI devices" in proc.stderr and "cost such containers nothing" in proc.stderr
-    again = cli("--runtime", "podman", "--config", str(tmp_path / "gpu.json"))
+    again = run_cli(
+        "runtime", "configure", "--runtime", "podman", "--config", str(tmp_path / "gpu.json")
+    )
     assert again.returncode == 0 and "runs for every container" in again.stderr
-    same = cli("--runtime", "podman", "--config", str(tmp_path / "gpu.json"))
+    same = run_cli(
+        "runtime", "configure", "--runtime", "podman", "--config", str(tmp_path / "gpu.json")
+    )
     assert same.returncode == 0 and "runs for every container" not in same.stderr  # unchanged
 
 
@@ -510,7 +532,10 @@ def test_podman_reads_the_hooks_d_file(
     engine = request.getfixturevalue("podman")
     hooks = tmp_path / "hooks.d"
     hooks.mkdir()
-    assert cli("--runtime", "podman", "--config", str(hooks)).returncode == 0
+    assert (
+        run_cli("runtime", "configure", "--runtime", "podman", "--config", str(hooks)).returncode
+        == 0
+    )
     proc = engine.run(hooks, busybox_rootfs(bundle_factory))
     assert proc.returncode == 0, proc.stderr
     if os.path.exists("/proc/driver/nvidia/version"):
@@ -585,7 +610,7 @@ def test_tomlkit_only_for_toml(tmp_path: Path) -> None:
     assert "tomlkit" not in modules_after("import ocihook.commands.cli")
 
 
-# --- regressions: containerd imports and the read-back check ---------------------------------
+# --- containerd imports and the read-back check ---------------------------------------------------
 
 
 def test_containerd_empty_imports_no_note(tmp_path: Path) -> None:
@@ -688,14 +713,16 @@ def test_containerd_runc_table_with_a_datetime_no_traceback(tmp_path: Path) -> N
     assert ours["options"] == {"BinaryName": WRAPPER}
 
 
-# --- regressions (adversarial review of runtime configure) ----------------------------------
+# --- malformed and hostile engine configuration files ---------------------------------------------
 
 
 RUNTIME_PATH = "/usr/local/bin/ocihook-runtime"
 
 
 def _configure(engine: str, path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    return cli(
+    return run_cli(
+        "runtime",
+        "configure",
         "--runtime",
         engine,
         "--config",
@@ -752,10 +779,9 @@ def test_containerd_runc_entry_of_the_wrong_type_is_exit_13(tmp_path: Path) -> N
 def test_containerd_inline_tables_are_edited_or_refused_with_13(tmp_path: Path, body: str) -> None:
     """Inline tables on the path ocihook writes (``runtimes = { runc = {...} }``, an
     ``ocihook = {...}`` entry, ``plugins = {...}``) are valid containerd configs
-    (``config dump`` reads them). Found: tomlkit's ``ValueError: Inline tables cannot
-    contain a table`` is caught by the CLI as a usage error (exit 2, "Try 'ocihook runtime
-    configure --help'"), though the command line was right. Expected: the runtime added
-    or exit 13 naming the file, the file untouched."""
+    (``config dump`` reads them): the runtime is added, or exit 13 names the file and
+    leaves it untouched; never a usage error (exit 2) for a right command line (tomlkit's
+    ``ValueError: Inline tables cannot contain a table``)."""
     path = tmp_path / "config.toml"
     text = "version = 2\n" + body
     path.write_text(text)

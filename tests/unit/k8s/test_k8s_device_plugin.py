@@ -18,7 +18,7 @@ pytest.importorskip("grpc", reason="needs grpcio: pip install 'ocihook[k8s]'")
 
 from hypothesis import given
 from hypothesis import strategies as st
-from support import FakeKubelet, load_pynvml_double, sim_nvml
+from support import FakeKubelet, load_pynvml_double, run_cli, sim_nvml
 
 from ocihook.core.hostroot import HostRoot
 from ocihook.discovery import nvml
@@ -553,14 +553,12 @@ def test_nfd_features_nvml(host: simhost.SimulatedHost, nvml_sim: Any) -> None:
 
 
 def test_cli_list(host: simhost.SimulatedHost) -> None:
-    import subprocess
-    import sys
-
-    out = subprocess.run(
-        [sys.executable, "-m", "ocihook", "k8s", "device-plugin", "--driver-root", host.root,
-         "--dev-root", host.root, "--list", "--replicas", "2"],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
+    proc = run_cli(
+        "k8s", "device-plugin", "--driver-root", host.root, "--dev-root", host.root, "--list",
+        "--replicas", "2",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
     data = json.loads(out)
     assert list(data) == [GPU]
     assert [d["id"] for d in data[GPU]][:2] == [

@@ -13,6 +13,8 @@ import pytest
 
 pytest.importorskip("grpc", reason="needs grpcio: pip install 'ocihook[k8s]'")
 
+from support import run_cli
+
 from ocihook.core.hostroot import HostRoot
 from ocihook.k8s import rpc
 from ocihook.k8s.api import dra_pb2 as dra
@@ -154,15 +156,14 @@ def test_resource_slices(plugin: Any) -> None:
 
 
 def test_cli_print_slices(tmp_path: Path) -> None:
-    import subprocess
-    import sys
 
     sim = simhost.build(str(tmp_path / "host"), make_dev_nodes=False)
-    out = subprocess.run(
-        [sys.executable, "-m", "ocihook", "k8s", "dra-plugin", "--driver-root", sim.root,
-         "--dev-root", sim.root, "--print-slices", "json", "--node-name", "node-b"],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
+    proc = run_cli(
+        "k8s", "dra-plugin", "--driver-root", sim.root, "--dev-root", sim.root,
+        "--print-slices", "json", "--node-name", "node-b",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
     s = json.loads(out)
     assert (s["kind"], s["spec"]["nodeName"], s["spec"]["driver"]) == (
         "ResourceSlice",

@@ -1123,7 +1123,7 @@ def test_random_trees_writes_stay_inside(
         assert t.outside() == before
 
 
-# --- regression (adversarial review) --------------------------------------------------------
+# --- a directory swapped between check and use ----------------------------------------------------
 
 
 def test_directory_swapped_for_a_link_between_check_and_use(tmp_path: Any) -> None:
@@ -1338,8 +1338,8 @@ def test_a_remembered_directory_needing_more_links_than_are_left_is_eloop(
 
 def test_remembered_resolutions_of_very_long_walks_agree(tmp_path: Path) -> None:
     """A link of 1,500 ``./`` components is legal; a path as long too: in the scope they
-    resolve as outside it rather than recursing past Python's limit (found by a breaker:
-    RecursionError from ``cdi generate`` on such a driver tree)."""
+    resolve as outside it rather than recursing past Python's limit (a RecursionError
+    from ``cdi generate`` on such a driver tree)."""
     (tmp_path / "usr/lib").mkdir(parents=True)
     (tmp_path / "usr/lib/libcuda.so.1").write_bytes(b"")
     (tmp_path / "lib").symlink_to("./" * 1500 + "usr/lib")

@@ -1,4 +1,4 @@
-"""Crash-safe writes of config.json and every other replaced file (issue 18, item 4).
+"""Crash-safe writes of config.json and every other replaced file.
 
 A writer killed between creating its temporary file and the rename leaves nothing: the
 temporary is an anonymous ``O_TMPFILE`` file, and while it has a name (just before the
@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support import make_bundle
 
 from ocihook.linux import atomicfile, pathsafe
 from ocihook.oci.bundle import write_bytes_atomic
@@ -37,14 +38,6 @@ def _need_strace() -> None:
         pytest.skip("needs strace (apt-get install strace)")
 
 
-def _bundle(tmp: Path) -> Path:
-    bundle = tmp / "bundle"
-    (bundle / "rootfs").mkdir(parents=True)
-    doc = {"root": {"path": "rootfs"}, "process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]}}
-    (bundle / "config.json").write_text(json.dumps(doc))
-    return bundle
-
-
 def _entries(directory: Path) -> list[str]:
     return sorted(os.listdir(directory))
 
@@ -53,7 +46,7 @@ def _nth(tmp: Path, root: str, syscall: str, match: str, *, last: bool = False) 
     """Which call (1-based) of ``syscall`` on the bundle directory (``-P``) is the first
     (or last) whose line holds ``match``, in a run of ``ocihook edit`` on a copy of the
     bundle (so that ``when=N`` hits exactly that call)."""
-    bundle = _bundle(tmp / "probe")
+    bundle = make_bundle(tmp / "probe", ["NVIDIA_VISIBLE_DEVICES=0"], minimal=True, indent=None)
     trace = tmp / "probe.trace"
     r = _edit(bundle, root, ["-P", str(bundle), "-e", f"trace={syscall}"], str(trace))
     assert r.returncode == 0, r.stderr
@@ -88,7 +81,7 @@ def test_fault_before_rename_keeps_old_file(
     """``fsync`` of the new file, ``linkat`` naming it, ``renameat`` itself: exit 7, the
     old config.json byte for byte, no temporary."""
     _need_strace()
-    bundle = _bundle(tmp_path)
+    bundle = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"], minimal=True, indent=None)
     before = (bundle / "config.json").read_bytes()
     inject = ["-e", f"trace={syscall}", "-e", f"inject={syscall}:error=EIO:when={when}"]
     if syscall != "fsync":  # config.json's, not the rootfs's ld.so.cache (made first)
@@ -125,7 +118,7 @@ def test_fault_after_rename_is_a_warning(
     config.json is the new one, exit 0, and the warning says so."""
     _need_strace()
     when = _nth(tmp_path, sim.root, syscall, "", last=True)
-    bundle = _bundle(tmp_path)
+    bundle = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"], minimal=True, indent=None)
     inject = ["-P", str(bundle), "-e", f"trace={syscall}"]
     inject += ["-e", f"inject={syscall}:error=EIO:when={when}"]
     r = _edit(bundle, sim.root, inject)
@@ -141,7 +134,7 @@ def test_no_locks_still_writes(tmp_path: Path, sim: Any) -> None:
     """``flock`` refused (ENOLCK: NFS mounted without locks): the file is written anyway;
     the lock only helps tell a dead writer's temporary from a live one's."""
     _need_strace()
-    bundle = _bundle(tmp_path)
+    bundle = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"], minimal=True, indent=None)
     r = _edit(bundle, sim.root, ["-e", "trace=flock", "-e", "inject=flock:error=ENOLCK"])
     assert r.returncode == 0, r.stderr
     assert json.loads((bundle / "config.json").read_text())["mounts"]
@@ -153,7 +146,7 @@ def test_no_tmpfile_falls_back_to_a_named_temporary(tmp_path: Path, sim: Any) ->
     temporary, which the rename consumes."""
     _need_strace()
     when = _nth(tmp_path, sim.root, "openat", "O_TMPFILE")
-    bundle = _bundle(tmp_path)
+    bundle = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"], minimal=True, indent=None)
     trace = tmp_path / "trace"
     r = subprocess.run(
         [

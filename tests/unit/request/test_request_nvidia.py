@@ -174,7 +174,7 @@ def test_bus_ids_select() -> None:
     assert [g.index for g in select_gpus(r, GPUS)] == [2, 0]
 
 
-# --- regressions (adversarial review) -------------------------------------------------------
+# --- malformed and edge-case requests -------------------------------------------------------------
 
 
 def test_capability_list_order_does_not_matter() -> None:

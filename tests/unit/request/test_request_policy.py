@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import make_bundle, run_cli
 
 from ocihook.config.load import load_config
 from ocihook.request.drm import drm_requests_from_spec
@@ -48,13 +49,6 @@ def _doc(env: list[str], *, privileged: bool, annotations: dict[str, str] | None
     return doc
 
 
-def _bundle(tmp: Path, doc: Any) -> Path:
-    bundle = tmp / "bundle"
-    (bundle / "rootfs").mkdir(parents=True)
-    (bundle / "config.json").write_text(json.dumps(doc, indent="\t"))
-    return bundle
-
-
 def _config(tmp: Path, text: str) -> str:
     path = tmp / "config.toml"
     path.write_text(text)
@@ -62,13 +56,7 @@ def _config(tmp: Path, text: str) -> str:
 
 
 def _ocihook(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ocihook", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    return run_cli(*args, stdin=stdin)
 
 
 def _edit(bundle: Path, cfg: str, root: str) -> subprocess.CompletedProcess[str]:
@@ -120,7 +108,7 @@ def test_spec_mode_ignores_drm_variable_of_unprivileged(
 ) -> None:
     host = amd_nodes if vendor == "amd" else intel_nodes
     variable = f"{vendor.upper()}_VISIBLE_DEVICES"
-    bundle = _bundle(tmp_path, _doc([f"{variable}=all"], privileged=False))
+    bundle = make_bundle(tmp_path, doc=_doc([f"{variable}=all"], privileged=False))
     before = (bundle / "config.json").read_bytes()
     r = _edit(bundle, _config(tmp_path, STRICT), host.root)
     assert r.returncode == 0, r.stderr
@@ -141,7 +129,7 @@ def test_spec_mode_still_serves_privileged_containers(
 ) -> None:
     host = amd_nodes if vendor == "amd" else intel_nodes
     variable = f"{vendor.upper()}_VISIBLE_DEVICES"
-    bundle = _bundle(tmp_path, _doc([f"{variable}=all"], privileged=True))
+    bundle = make_bundle(tmp_path, doc=_doc([f"{variable}=all"], privileged=True))
     r = _edit(bundle, _config(tmp_path, STRICT), host.root)
     assert r.returncode == 0, r.stderr
     gpus = host.amd if vendor == "amd" else host.intel
@@ -156,14 +144,14 @@ def test_default_policy_serves_unprivileged_amd(
     amd_nodes: simvendors.SimDrmHost, tmp_path: Path
 ) -> None:
     """The toolkit's default (true): the variable of an unprivileged container counts."""
-    bundle = _bundle(tmp_path, _doc(["AMD_VISIBLE_DEVICES=all"], privileged=False))
+    bundle = make_bundle(tmp_path, doc=_doc(["AMD_VISIBLE_DEVICES=all"], privileged=False))
     r = _edit(bundle, _config(tmp_path, ""), amd_nodes.root)
     assert r.returncode == 0, r.stderr
     assert "/dev/kfd" in _device_paths(bundle)
 
 
 def test_spec_mode_nvidia_ignored_message(tmp_path: Path, sim: Any) -> None:
-    bundle = _bundle(tmp_path, _doc(["NVIDIA_VISIBLE_DEVICES=all"], privileged=False))
+    bundle = make_bundle(tmp_path, doc=_doc(["NVIDIA_VISIBLE_DEVICES=all"], privileged=False))
     r = _edit(bundle, _config(tmp_path, STRICT), sim.root)
     assert r.returncode == 0, r.stderr
     assert "unset, empty or void" not in r.stderr
@@ -179,7 +167,7 @@ def test_hook_mode_ignores_drm_variable_of_unprivileged(
 ) -> None:
     """The hook leaves before injecting (the state's pid 0 would make injection fail with
     exit 4), logs and prints why."""
-    bundle = _bundle(tmp_path, _doc([f"{variable}=all"], privileged=False))
+    bundle = make_bundle(tmp_path, doc=_doc([f"{variable}=all"], privileged=False))
     log_file = tmp_path / "ocihook.log"
     cfg = _config(tmp_path, STRICT + f'log-file = "{log_file}"\nlog-level = "debug"\n')
     state = json.dumps({"ociVersion": "1.0.2", "id": "c1", "pid": 0, "bundle": str(bundle)})
@@ -206,7 +194,7 @@ def test_hook_mode_privileged_amd_goes_on_to_inject(
 ) -> None:
     """Control: the same state for a privileged container reaches injection (and fails
     there on pid 0), so the test above can fail."""
-    bundle = _bundle(tmp_path, _doc(["AMD_VISIBLE_DEVICES=all"], privileged=True))
+    bundle = make_bundle(tmp_path, doc=_doc(["AMD_VISIBLE_DEVICES=all"], privileged=True))
     cfg = _config(tmp_path, STRICT)
     state = json.dumps({"ociVersion": "1.0.2", "id": "c1", "pid": 0, "bundle": str(bundle)})
     r = _ocihook(
@@ -240,7 +228,7 @@ def _cdi_dir(tmp: Path) -> Path:
 def test_cdi_annotations_of_unprivileged(privileged: bool, tmp_path: Path) -> None:
     spec_dir = _cdi_dir(tmp_path)
     ann = {"cdi.k8s.io/example": "example.com/gpu=0"}
-    bundle = _bundle(tmp_path, _doc([], privileged=privileged, annotations=ann))
+    bundle = make_bundle(tmp_path, doc=_doc([], privileged=privileged, annotations=ann))
     before = (bundle / "config.json").read_bytes()
     cfg = _config(tmp_path, f'cdi-spec-dirs = ["{spec_dir}"]\n' + NO_ANNOTATIONS)
     r = _ocihook("edit", "--config", cfg, "-b", str(bundle))
@@ -263,7 +251,7 @@ def test_cdi_annotations_default_accepted_for_unprivileged(tmp_path: Path) -> No
     with the env policy strict."""
     spec_dir = _cdi_dir(tmp_path)
     ann = {"cdi.k8s.io/example": "example.com/gpu=0"}
-    bundle = _bundle(tmp_path, _doc([], privileged=False, annotations=ann))
+    bundle = make_bundle(tmp_path, doc=_doc([], privileged=False, annotations=ann))
     cfg = _config(tmp_path, f'cdi-spec-dirs = ["{spec_dir}"]\n' + STRICT)
     r = _ocihook("edit", "--config", cfg, "-b", str(bundle))
     assert r.returncode == 0, r.stderr
@@ -281,7 +269,9 @@ def test_drm_cdi_name_in_variable_ignored_for_unprivileged(tmp_path: Path) -> No
         "devices": [{"name": "0", "containerEdits": {"env": ["AMD_CDI=0"]}}],
     }
     (spec_dir / "amd.json").write_text(json.dumps(spec))
-    bundle = _bundle(tmp_path, _doc(["AMD_VISIBLE_DEVICES=amd.com/gpu=0"], privileged=False))
+    bundle = make_bundle(
+        tmp_path, doc=_doc(["AMD_VISIBLE_DEVICES=amd.com/gpu=0"], privileged=False)
+    )
     before = (bundle / "config.json").read_bytes()
     cfg = _config(tmp_path, f'cdi-spec-dirs = ["{spec_dir}"]\n' + STRICT)
     r = _ocihook("edit", "--config", cfg, "-b", str(bundle))
@@ -342,7 +332,7 @@ def test_runtime_wrapper_ignores_drm_variable_of_unprivileged(
 ) -> None:
     """ocihook-runtime (spec edits before the real runtime) leaves config.json as it was,
     says why, and runs the real runtime."""
-    bundle = _bundle(tmp_path, _doc(["AMD_VISIBLE_DEVICES=all"], privileged=False))
+    bundle = make_bundle(tmp_path, doc=_doc(["AMD_VISIBLE_DEVICES=all"], privileged=False))
     before = (bundle / "config.json").read_bytes()
     called = tmp_path / "called"
     fake = tmp_path / "fake-runc"
@@ -371,7 +361,7 @@ def test_runtime_wrapper_ignores_drm_variable_of_unprivileged(
 
 def test_plan_command_follows_the_policy(tmp_path: Path, sim: Any) -> None:
     """``ocihook plan`` shows what the container would get: nothing, and why."""
-    bundle = _bundle(tmp_path, _doc(["NVIDIA_VISIBLE_DEVICES=all"], privileged=False))
+    bundle = make_bundle(tmp_path, doc=_doc(["NVIDIA_VISIBLE_DEVICES=all"], privileged=False))
     cfg = _config(tmp_path, STRICT)
     args = ["plan", "--config", cfg, "-b", str(bundle), "--driver-root", sim.root]
     r = _ocihook(*args, "--dev-root", sim.root)

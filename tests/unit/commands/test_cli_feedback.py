@@ -1,32 +1,25 @@
-"""No silent no-ops (issue 13, item 3): ``ocihook hook`` with an unknown, misspelled or
-idle stage; ``ocihook edit``'s summary line and ``-q``; ``cdi generate --output`` into a
-missing directory; ``cdi list`` without a spec directory."""
+"""Each command says what it did, or why it did nothing: ``ocihook hook`` with an unknown,
+misspelled or idle stage; ``ocihook edit``'s summary line and ``-q``; ``cdi generate
+--output`` into a missing directory; ``cdi list`` without a spec directory."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
-import sys
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support import busybox_bundle, run_cli
 
 from ocihook.commands.fast import HOOK_STAGES, INJECT_STAGES, hook_stage_error
 from ocihook.sim import host as simhost
-from ocihook.sim.demo import find_busybox, make_busybox_bundle
 
 
 def _ocihook(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ocihook", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    return run_cli(*args, stdin=stdin)
 
 
 # -- hook stages ---------------------------------------------------------------------------
@@ -111,12 +104,6 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> simhost.SimulatedHost:
     return simhost.build(str(tmp_path_factory.mktemp("sim")), make_dev_nodes=False)
 
 
-def _bundle(tmp_path: Any, env: list[str]) -> str:
-    if find_busybox() is None:
-        pytest.skip("needs busybox (apt-get install busybox-static)")
-    return make_busybox_bundle(str(tmp_path / "b"), ["sh"], env)
-
-
 def _edit(
     bundle: str, host: simhost.SimulatedHost, *extra: str
 ) -> subprocess.CompletedProcess[str]:
@@ -126,7 +113,7 @@ def _edit(
 
 
 def test_edit_prints_one_summary_line(tmp_path: Any, host: simhost.SimulatedHost) -> None:
-    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0,3"])
+    bundle = busybox_bundle(tmp_path / "b", ["sh"], ["NVIDIA_VISIBLE_DEVICES=0,3"])
     r = _edit(bundle, host)
     assert r.returncode == 0 and r.stdout == ""
     (line,) = r.stderr.splitlines()
@@ -146,13 +133,13 @@ def test_edit_prints_one_summary_line(tmp_path: Any, host: simhost.SimulatedHost
 
 
 def test_edit_quiet(tmp_path: Any, host: simhost.SimulatedHost) -> None:
-    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=1"])
+    bundle = busybox_bundle(tmp_path / "b", ["sh"], ["NVIDIA_VISIBLE_DEVICES=1"])
     r = _edit(bundle, host, "-q")
     assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
     with open(os.path.join(bundle, "config.json")) as f:
         assert "/dev/nvidia1" in f.read()
     assert _edit(bundle, host, "--quiet").stderr == ""
-    nothing = _bundle(tmp_path / "n", ["A=1"])
+    nothing = busybox_bundle(tmp_path / "n" / "b", ["sh"], ["A=1"])
     assert _edit(nothing, host, "-q").stderr == ""
     assert "nothing requested" in _edit(nothing, host).stderr
 

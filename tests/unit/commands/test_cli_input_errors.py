@@ -1,6 +1,6 @@
-"""Hostile values give one error line and a documented exit code, never a traceback
-(issue 18, item 2): numbers too long for :func:`int` (4300 digits), NUL bytes and lone
-surrogates where paths are expected, names that are not UTF-8 printed on stdout."""
+"""Malformed input values give one error line and a documented exit code, never a
+traceback: numbers too long for :func:`int` (4300 digits), NUL bytes and lone surrogates
+where paths are expected, names that are not UTF-8 printed on stdout."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import make_bundle, run_cli, run_cli_process
 
 from ocihook.discovery import procfs
 from ocihook.request.nvidia import classify_device
@@ -23,14 +24,7 @@ UUID = "GPU-11111111-2222-3333-4444-555555555555"
 
 
 def _run(*args: str, stdin: str | None = None, env: dict[str, str] | None = None) -> Any:
-    r = subprocess.run(
-        [sys.executable, "-m", "ocihook", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, **(env or {})},
-    )
+    r = run_cli(*args, stdin=stdin, env={**os.environ, **(env or {})})
     assert "Traceback" not in r.stderr, r.stderr
     return r
 
@@ -44,14 +38,6 @@ def _spec(tmp: Path, name: str, version: str = "0.5.0", **edits: Any) -> Path:
     path = tmp / f"{name}.json"
     path.write_text(json.dumps(spec))
     return path
-
-
-def _bundle(tmp: Path, env: list[str], root_path: str = "rootfs") -> Path:
-    bundle = tmp / "bundle"
-    (bundle / "rootfs").mkdir(parents=True, exist_ok=True)
-    doc = {"ociVersion": "1.0.2", "root": {"path": root_path}, "process": {"env": env}}
-    (bundle / "config.json").write_text(json.dumps(doc))
-    return bundle
 
 
 @pytest.mark.parametrize("version", ["0.5." + LONG, LONG + ".0.0", "v1." + LONG + ".0"])
@@ -68,7 +54,9 @@ def test_cdi_version_thousands_of_digits(version: str, tmp_path: Path) -> None:
     assert r.stdout.split() == ["example.com/gpu=good"]
     assert f"skipped {bad}: unsupported version" in r.stderr
     # every CDI start still works while the file sits in the spec directory
-    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=example.com/gpu=good"])
+    bundle = make_bundle(
+        tmp_path, ["NVIDIA_VISIBLE_DEVICES=example.com/gpu=good"], minimal=True, indent=None
+    )
     cfg = tmp_path / "config.toml"
     cfg.write_text(f'cdi-spec-dirs = ["{spec_dir}"]\n')
     r = _run("edit", "--config", str(cfg), "-b", str(bundle))
@@ -86,7 +74,9 @@ def test_cdi_device_path_that_names_nothing(path: str, shown: str, tmp_path: Pat
     spec_dir = tmp_path / "cdi"
     spec_dir.mkdir()
     _spec(spec_dir, "bad", deviceNodes=[{"path": path}])
-    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=example.com/gpu=bad"])
+    bundle = make_bundle(
+        tmp_path, ["NVIDIA_VISIBLE_DEVICES=example.com/gpu=bad"], minimal=True, indent=None
+    )
     cfg = tmp_path / "config.toml"
     cfg.write_text(f'cdi-spec-dirs = ["{spec_dir}"]\n')
     before = (bundle / "config.json").read_bytes()
@@ -106,7 +96,7 @@ def test_config_integer_too_long(tmp_path: Path) -> None:
         f"{sys.get_int_max_str_digits()} digits (file {cfg}); hint: no key takes a number "
         "that long"
     )
-    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
+    bundle = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"], minimal=True, indent=None)
     assert _run("edit", "--config", str(cfg), "-b", str(bundle)).returncode == 10
 
 
@@ -126,14 +116,18 @@ def test_state_bundle_that_names_nothing(bundle: str, problem: str, stage: str) 
 
 @pytest.mark.parametrize(("root", "problem"), [("r\0", "NUL"), ("r\ud800", "lone surrogate")])
 def test_root_path_that_names_nothing(root: str, problem: str, tmp_path: Path) -> None:
-    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"], root_path=root)
+    bundle = make_bundle(
+        tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"], minimal=True, indent=None, root={"path": root}
+    )
     r = _run("edit", "-b", str(bundle))
     assert r.returncode == 3
     assert "field root.path" in r.stderr and problem in r.stderr
 
 
 def test_diff_of_config_with_lone_surrogate(tmp_path: Path, sim: Any) -> None:
-    bundle = _bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0", "X=\ud800"])
+    bundle = make_bundle(
+        tmp_path, ["NVIDIA_VISIBLE_DEVICES=0", "X=\ud800"], minimal=True, indent=None
+    )
     r = _run(
         "edit",
         "--diff",
@@ -157,23 +151,12 @@ def test_non_utf8_bundle_name_on_strict_stdout(tmp_path: Path, sim: Any) -> None
     doc = {"root": {"path": "rootfs"}, "process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]}}
     with open(raw + b"/config.json", "w") as f:
         json.dump(doc, f)
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ocihook",
-            "edit",
-            "--dry-run",
-            "-b",
-            raw,
-            "--driver-root",
-            sim.root,
-            "--dev-root",
-            sim.root,
-        ],
-        capture_output=True,
-        check=False,
+    # a process: the interpreter's own stdout, strict by PYTHONIOENCODING
+    r = run_cli_process(
+        *("edit", "--dry-run", "-b", os.fsdecode(raw), "--driver-root", sim.root),
+        *("--dev-root", sim.root),
         env={**os.environ, "PYTHONIOENCODING": "utf-8:strict"},
+        text=False,
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith(b"ocihook: dry run, " + raw + b"/config.json unchanged")
@@ -183,7 +166,7 @@ def test_mig_instance_ids_too_long(tmp_path: Path, sim: Any) -> None:
     item = f"MIG-{sim.gpus[0].uuid}/{LONG}/0"
     assert classify_device(item) is None
     assert classify_device(f"MIG-{UUID}/1/2") == "mig-uuid"
-    bundle = _bundle(tmp_path, [f"NVIDIA_VISIBLE_DEVICES={item}"])
+    bundle = make_bundle(tmp_path, [f"NVIDIA_VISIBLE_DEVICES={item}"], minimal=True, indent=None)
     r = _run("edit", "-b", str(bundle), "--driver-root", sim.root, "--dev-root", sim.root)
     assert r.returncode == 5
     assert "unsupported GPU identifier" in r.stderr

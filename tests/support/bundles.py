@@ -1,0 +1,158 @@
+"""OCI bundles and the hooks registered in them: :func:`make_bundle` (a bundle with an
+empty rootfs and the ``config.json`` given), :func:`busybox_bundle` (one that runs), :func:`packaged_hook` / :func:`register_hook` (the documented
+registration), :func:`stage_hook` / :func:`register_stage_hook`, :func:`fake_proc_hook`
+(a hook standing in for the kernel driver's procfs), :func:`with_mknod_cap`,
+:func:`config_bytes`, :func:`make_executable`."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ocihook.sim.demo import default_config, find_busybox, make_busybox_bundle
+from support.paths import REPO
+
+
+def make_bundle(
+    parent: str | Path,
+    env: list[str] | None = None,
+    *,
+    name: str = "bundle",
+    doc: dict[str, Any] | None = None,
+    minimal: bool = False,
+    indent: str | None = "\t",
+    mode: int | None = None,
+    **fields: Any,
+) -> Path:
+    """A bundle ``parent/name`` with an empty ``rootfs/`` (parents made; an existing one is
+    reused) and a ``config.json``.
+
+    Args:
+        parent: the directory the bundle is made in.
+        env: the process environment after the default ``PATH``
+            (:func:`ocihook.sim.demo.default_config`, process ``sh``); ignored with ``doc``.
+        name: the bundle directory's name.
+        doc: the whole ``config.json`` document instead of the default one.
+        minimal: start from only ``ociVersion``, ``root.path`` and ``process.env`` instead
+            of the default document.
+        indent: the JSON indentation (``None``: one line); a newline ends the file when set.
+        fields: top-level keys replaced in the default document (``annotations``,
+            ``mounts``, ...).
+        mode: the bundle directory's mode, set after it is made.
+
+    Returns:
+        The bundle directory.
+    """
+    bundle = Path(parent, name)
+    (bundle / "rootfs").mkdir(parents=True, exist_ok=True)
+    if doc is None:
+        if minimal:
+            doc = {"ociVersion": "1.0.2", "root": {"path": "rootfs"}, "process": {"env": env or []}}
+        else:
+            doc = default_config(["sh"], env or [])
+        doc.update(fields)
+    if mode is not None:
+        bundle.chmod(mode)
+    text = json.dumps(doc) if indent is None else json.dumps(doc, indent=indent) + "\n"
+    (bundle / "config.json").write_text(text)
+    return bundle
+
+
+def busybox_bundle(
+    path: str | Path, args: list[str], env: list[str], *, debian: bool = False
+) -> str:
+    """A bundle at ``path`` that runs ``args`` in a busybox rootfs
+    (:func:`ocihook.sim.demo.make_busybox_bundle`; ``debian``: Debian's library
+    directories); skips the test when no static busybox is installed. Returns the path."""
+    if find_busybox() is None:
+        pytest.skip("needs busybox (apt-get install busybox-static)")
+    return make_busybox_bundle(str(path), args, env, debian=debian)
+
+
+def packaged_hook(stage: str, root: str) -> dict[str, Any]:
+    """ocihook's hook entry as packaging/config.json-hooks-snippet.json.in gives it, with
+    ``@PYTHON@`` replaced by this interpreter, for ``stage``, reading the simulated host
+    at ``root`` (the README's registration, so the tests exercise the documented one)."""
+    with open(os.path.join(REPO, "packaging/config.json-hooks-snippet.json.in")) as f:
+        snippet = json.loads(f.read().replace("@PYTHON@", sys.executable))
+    hook: dict[str, Any] = snippet["hooks"]["prestart"][0]
+    hook["args"] = [*hook["args"][:-1], stage, "--driver-root", root, "--dev-root", root]
+    return hook
+
+
+def register_hook(bundle: str, root: str, stage: str = "prestart") -> None:
+    """Add :func:`packaged_hook` to the bundle's ``config.json`` under ``stage``."""
+    path = os.path.join(bundle, "config.json")
+    with open(path) as f:
+        doc = json.load(f)
+    doc.setdefault("hooks", {}).setdefault(stage, []).append(packaged_hook(stage, root))
+    with open(path, "w") as f:
+        json.dump(doc, f, indent="\t")
+
+
+def make_executable(path: Path, text: str = "#!/bin/sh\nexit 0\n") -> str:
+    """Write ``text`` to ``path`` (parents made), mode 0755; returns the path."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o755)
+    return str(path)
+
+
+def config_bytes(bundle: str) -> bytes:
+    """The bytes of the bundle's ``config.json``."""
+    with open(os.path.join(bundle, "config.json"), "rb") as f:
+        return f.read()
+
+
+def with_mknod_cap(bundle: str) -> None:
+    """Give the bundle's process CAP_MKNOD (bounding, effective, permitted)."""
+    path = os.path.join(bundle, "config.json")
+    with open(path) as f:
+        doc = json.load(f)
+    for key in ("bounding", "effective", "permitted"):
+        doc["process"]["capabilities"][key].append("CAP_MKNOD")
+    with open(path, "w") as f:
+        json.dump(doc, f, indent="\t")
+
+
+def stage_hook(stage: str, root: str, env: list[str] | None = None) -> dict[str, Any]:
+    """:func:`packaged_hook` for ``stage``, with the hook's ``env`` set when given."""
+    hook = packaged_hook(stage, root)
+    if env is not None:
+        hook["env"] = env
+    return hook
+
+
+def register_stage_hook(
+    bundle: str, stage: str, hook: dict[str, Any], readonly: bool = False
+) -> None:
+    """Make ``hook`` the bundle's only hook (at ``stage``); ``root.readonly`` set."""
+    cfg = Path(bundle, "config.json")
+    doc = json.loads(cfg.read_text())
+    doc["hooks"] = {stage: [hook]}
+    doc["root"]["readonly"] = readonly
+    cfg.write_text(json.dumps(doc))
+
+
+FAKE_DRIVER_PROC = """
+import json, subprocess, sys
+state = json.load(sys.stdin)
+d = state["bundle"] + "/rootfs/proc/driver"
+subprocess.run(["nsenter", "-t", str(state["pid"]), "-m", "sh", "-c",
+    f"mount -t tmpfs tmpfs {d} && mkdir -p {d}/nvidia/gpus/stale && "
+    f"echo 'ModifyDeviceFiles: 1' > {d}/nvidia/params"], check=True)
+"""
+
+
+def fake_proc_hook(bundle: str, tmp_path: Any) -> dict[str, Any]:
+    """A prestart hook of the test's, run before ocihook's, that stands in for the kernel
+    driver: it puts a /proc/driver/nvidia (with a GPU directory the container must not
+    see) into the container's procfs, as the real driver would show."""
+    script = tmp_path / "fake_driver_proc.py"
+    script.write_text(FAKE_DRIVER_PROC)
+    return {"path": sys.executable, "args": [sys.executable, "-I", str(script)]}
