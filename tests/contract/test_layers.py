@@ -213,3 +213,69 @@ def test_grpc_and_protobuf_only_in_k8s() -> None:
     assert any(
         m.startswith("ocihook.k8s") and "grpc" in _third_party(p) for m, p in MODULES.items()
     )
+
+
+#: What the top level of ``ocihook/`` may hold besides packages: the entry modules (engine
+#: configurations and installed scripts name ``ocihook._main`` and ``ocihook.runtime``).
+TOP_LEVEL_MODULES = {"__init__.py", "__main__.py", "_main.py", "runtime.py"}
+#: The most lines a module of ``ocihook/`` may have.
+MAX_MODULE_LINES = 1000
+
+
+def test_top_level_holds_only_entry_modules_and_packages() -> None:
+    """Each pipeline stage is a package; the top of ``ocihook/`` is the entry points."""
+    loose = sorted(
+        p.name for p in PACKAGE.iterdir() if p.suffix == ".py" and p.name not in TOP_LEVEL_MODULES
+    )
+    assert loose == []
+    for child in PACKAGE.iterdir():
+        if child.is_dir() and child.name != "__pycache__" and any(child.glob("*.py")):
+            assert (child / "__init__.py").is_file(), f"{child.name}/ is not a package"
+
+
+def test_no_module_is_over_the_line_limit() -> None:
+    """No module of ``ocihook/`` is longer than :data:`MAX_MODULE_LINES` lines."""
+    long = sorted(
+        f"{m}: {n} lines"
+        for m, p in MODULES.items()
+        if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+    )
+    assert long == []
+
+
+def cites_issue(text: str) -> bool:
+    """Whether ``text`` (a comment or a string) names an issue by number ("issue 17")."""
+    words = text.lower().replace("#", " ").split()
+    return any(
+        w.strip("\"'(") == "issue" and i + 1 < len(words)
+        and words[i + 1].strip(",.;:)\"'").isdigit()
+        for i, w in enumerate(words)
+    )  # fmt: skip
+
+
+def test_no_issue_numbers_in_comments() -> None:
+    """Comments and docstrings of ``ocihook/`` describe the code as it is: none cites the
+    issue a change came from."""
+    import io
+    import tokenize
+
+    found = [
+        f"{module}:{tok.start[0]}"
+        for module, path in MODULES.items()
+        for tok in tokenize.generate_tokens(io.StringIO(path.read_text()).readline)
+        if tok.type in (tokenize.COMMENT, tokenize.STRING) and cites_issue(tok.string)
+    ]
+    assert found == []
+
+
+@pytest.mark.parametrize(
+    ("text", "cites"),
+    [
+        ("# see issue 17, item 3", True),
+        ('"""Issue 4."""', True),
+        ("# an issue with 3 GPUs", False),
+        ("# issue: none", False),
+    ],
+)
+def test_the_issue_check_finds_them(text: str, cites: bool) -> None:
+    assert cites_issue(text) is cites
