@@ -11,15 +11,15 @@ TYPE_CHECKING = False  # not typing: this package is on the GPU container start 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    _Undo = Callable[[], object]
+    Undo = Callable[[], object]
 
 
-def _partial(fn: Callable[..., object], *args: object) -> _Undo:
+def partial(fn: Callable[..., object], *args: object) -> Undo:
     """``fn`` bound to ``args`` (functools.partial without importing functools)."""
     return lambda: fn(*args)
 
 
-def _run_undo(undo: list[_Undo]) -> None:
+def run_undo(undo: list[Undo]) -> None:
     for fn in reversed(undo):
         try:  # noqa: SIM105 (contextlib is not imported on this path)
             fn()
@@ -28,7 +28,7 @@ def _run_undo(undo: list[_Undo]) -> None:
     undo.clear()
 
 
-def _detach(root_fd: int, path: str) -> None:
+def detach(root_fd: int, path: str) -> None:
     from ...linux import pathsafe as ps
     from ...linux import syscalls as _linux
 
