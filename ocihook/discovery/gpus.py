@@ -101,7 +101,11 @@ def _replace_gpu(gpu: Gpu, **changes: object) -> Gpu:
 
 
 def procfs_driver_version(root: HostRoot, warnings: list[str]) -> str | None:
-
+    """The NVIDIA kernel driver version (``"550.127.05"``) from
+    ``/proc/driver/nvidia/version`` under ``root`` (the ``NVRM version:`` line the
+    nvidia.ko module prints, :func:`ocihook.discovery.procfs.parse_driver_version`), or
+    ``None`` with a warning appended to ``warnings`` when the file is missing, unreadable
+    or has no version. Raises nothing."""
     path = root.proc("driver/nvidia/version")
     try:
         return parse_driver_version(read_text(path, what="NVIDIA driver version file"), path=path)

@@ -38,7 +38,15 @@ class _CapProblem(Exception):
 
 class MigContext:
     """What MIG discovery needs once per enumeration: the ``nvidia-caps`` major and the
-    ``mig-minors`` table (read on first use), and the warnings given so far."""
+    ``mig-minors`` table (read on first use), and the warnings given so far.
+
+    ``root``: the host root whose ``/proc`` is read; ``majors``: character device majors
+    by driver name, as ``/proc/devices`` lists them (``devices.txt`` of the kernel);
+    ``warnings``: the caller's list, appended to (not copied). The table is
+    ``/proc/driver/nvidia-caps/mig-minors`` (``<capability path> <minor>`` lines,
+    :func:`ocihook.discovery.procfs.parse_mig_minors`); a table that cannot be read is
+    a warning and an empty table, never an exception.
+    """
 
     def __init__(self, root: HostRoot, majors: Mapping[str, int], warnings: list[str]):
         self.root = root

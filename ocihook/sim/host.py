@@ -200,6 +200,13 @@ def _mig_uuid(gpu_uuid: str, gi: int, ci: int) -> str:
 
 
 def write(path: str, data: str | bytes, mode: int = 0o644) -> None:
+    """Write ``data`` (``str`` as UTF-8) to the file ``path`` of a simulated host tree,
+    creating its parent directories and replacing any file there, then give it the
+    permission bits ``mode`` (``chmod(2)``, not masked by the umask).
+
+    Raises:
+        OSError: a parent cannot be created or the file cannot be written.
+    """
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "wb") as f:
         f.write(data.encode() if isinstance(data, str) else data)
@@ -207,6 +214,13 @@ def write(path: str, data: str | bytes, mode: int = 0o644) -> None:
 
 
 def symlink(target: str, link: str) -> None:
+    """Make ``link`` a symbolic link to ``target`` (stored as given: absolute or relative to
+    ``link``'s directory, ``symlink(7)``) in a simulated host tree, creating the parent
+    directories and replacing whatever ``link`` was (a file or a link; not a directory).
+
+    Raises:
+        OSError: a parent cannot be created, or ``link`` is a directory.
+    """
     os.makedirs(os.path.dirname(link), exist_ok=True)
     if os.path.lexists(link):
         os.unlink(link)

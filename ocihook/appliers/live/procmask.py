@@ -130,8 +130,11 @@ def _info_value(data: bytes | None, key: str) -> str:
 
 
 def config_devices(config: dict[str, Any]) -> list[dict[str, Any]]:
-    """The character device entries of ``config``'s ``linux.devices`` (malformed ones
-    left out)."""
+    """The character device entries of ``config``'s ``linux.devices`` (OCI runtime-spec
+    ``config-linux.md``, "Devices"): the list's dict entries whose ``type`` is ``"c"``
+    (an entry without ``type`` counts as one), in the config's order, as the same dicts.
+    A missing or non-list ``linux.devices``, and entries that are not dicts, give
+    nothing; raises nothing."""
     linux = config.get("linux")
     devices = linux.get("devices") if isinstance(linux, dict) else None
     return [

@@ -15,6 +15,10 @@ if TYPE_CHECKING:
 
 
 def proc_path(root: HostRoot, pid: int, name: str) -> str:
+    """The path of ``/proc/<pid>/<name>`` under the host root ``root`` (``proc(5)``;
+    ``root.proc`` adds the host prefix, ``/`` unless ocihook runs against another root),
+    e.g. ``proc_path(root, 42, "ns/mnt")`` -> ``"/proc/42/ns/mnt"``. Reads nothing; raises
+    nothing."""
     return root.proc(f"{pid}/{name}")
 
 
