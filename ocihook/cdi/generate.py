@@ -559,10 +559,10 @@ def transform_root(spec: Spec, old: str, new: str, *, relative_to: str = "host")
         devices=tuple(d.replace(container_edits=edits(d.container_edits)) for d in spec.devices),
         container_edits=edits(spec.container_edits),
     )
-    from .spec import _version_tuple
+    from .spec import cdi_version_tuple
 
     need = minimum_version(out)
-    have = _version_tuple(out.version)
-    if have is None or have < (_version_tuple(need) or (0, 0, 0)):
+    have = cdi_version_tuple(out.version)
+    if have is None or have < (cdi_version_tuple(need) or (0, 0, 0)):
         out = out.replace(version=need)
     return out

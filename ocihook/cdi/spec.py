@@ -483,7 +483,7 @@ def _is_ifname(value: str) -> bool:
     )
 
 
-def _version_tuple(version: str) -> tuple[int, int, int] | None:
+def cdi_version_tuple(version: str) -> tuple[int, int, int] | None:
     """``"0.6.0"`` or ``"v0.6.0"`` -> ``(0, 6, 0)`` (:func:`ocihook.core.vocab.version_tuple`
     with three numbers), else ``None``."""
     text = version[1:] if version.startswith("v") else version
@@ -496,7 +496,7 @@ def _fail(message: str, field: str, value: object = None, hint: str | None = Non
 
 
 def _check_version(version: str) -> tuple[int, int, int]:
-    parsed = _version_tuple(version)
+    parsed = cdi_version_tuple(version)
     if parsed is None:
         raise _fail("invalid version: not MAJOR.MINOR.PATCH", "cdiVersion", version)
     if parsed < (0, 3, 0):
@@ -665,7 +665,7 @@ def _validate(spec: Spec) -> None:
             raise _fail("a device needs non-empty containerEdits", f"{at}.containerEdits")
         _check_edits(device.container_edits, f"{at}.containerEdits", version)
     required = minimum_version(spec)
-    if version < _version_tuple(required):  # type: ignore[operator]
+    if version < cdi_version_tuple(required):  # type: ignore[operator]
         raise _fail(
             f"the spec content needs CDI version {required} or later",
             "cdiVersion",

@@ -19,8 +19,8 @@ import os
 from ..core.errors import DiscoveryError
 from ..core.hostroot import HostRoot, read_text
 from ..core.vocab import is_gpu_uuid
-from .mig import _MigContext
-from .procfs import _decimal, canonical_bus_id, parse_driver_version, parse_gpu_information
+from .mig import MigContext
+from .procfs import canonical_bus_id, decimal, parse_driver_version, parse_gpu_information
 from .records import Gpu, GpuInventory
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
@@ -69,7 +69,7 @@ def read_gpus(root: HostRoot) -> tuple[tuple[Gpu, ...], list[str]]:
     gpus = []
     for index, (_key, bus_id, info, info_path) in enumerate(found):
         minor_text = info.get("Device Minor")
-        if minor_text is None or _decimal(minor_text) is None:
+        if minor_text is None or decimal(minor_text) is None:
             raise DiscoveryError(
                 "missing or malformed device minor",
                 path=info_path,
@@ -100,8 +100,12 @@ def _replace_gpu(gpu: Gpu, **changes: object) -> Gpu:
     return Gpu(**values)
 
 
-def _procfs_driver_version(root: HostRoot, warnings: list[str]) -> str | None:
-
+def procfs_driver_version(root: HostRoot, warnings: list[str]) -> str | None:
+    """The NVIDIA kernel driver version (``"550.127.05"``) from
+    ``/proc/driver/nvidia/version`` under ``root`` (the ``NVRM version:`` line the
+    nvidia.ko module prints, :func:`ocihook.discovery.procfs.parse_driver_version`), or
+    ``None`` with a warning appended to ``warnings`` when the file is missing, unreadable
+    or has no version. Raises nothing."""
     path = root.proc("driver/nvidia/version")
     try:
         return parse_driver_version(read_text(path, what="NVIDIA driver version file"), path=path)
@@ -112,10 +116,10 @@ def _procfs_driver_version(root: HostRoot, warnings: list[str]) -> str | None:
 
 def enumerate_procfs(root: HostRoot, majors: Mapping[str, int]) -> GpuInventory:
     warnings: list[str] = []
-    driver_version = _procfs_driver_version(root, warnings)
+    driver_version = procfs_driver_version(root, warnings)
     gpus, gpu_warnings = read_gpus(root)
     warnings.extend(gpu_warnings)
-    ctx = _MigContext(root, majors, warnings)
+    ctx = MigContext(root, majors, warnings)
     with_mig = tuple(
         _replace_gpu(gpu, mig_devices=mig) if (mig := ctx.procfs_mig_devices(gpu)) else gpu
         for gpu in gpus

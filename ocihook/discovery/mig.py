@@ -9,7 +9,7 @@ import os
 from ..core.errors import DiscoveryError
 from ..core.hostroot import HostRoot, listdir, read_text
 from .devices import device_node
-from .procfs import _numbered, parse_capability_file, parse_mig_minors
+from .procfs import numbered, parse_capability_file, parse_mig_minors
 from .records import Gpu, HostDeviceNode, MigDevice
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
@@ -36,9 +36,17 @@ class _CapProblem(Exception):
     """A capability that cannot be used; the message becomes a warning or an error."""
 
 
-class _MigContext:
+class MigContext:
     """What MIG discovery needs once per enumeration: the ``nvidia-caps`` major and the
-    ``mig-minors`` table (read on first use), and the warnings given so far."""
+    ``mig-minors`` table (read on first use), and the warnings given so far.
+
+    ``root``: the host root whose ``/proc`` is read; ``majors``: character device majors
+    by driver name, as ``/proc/devices`` lists them (``devices.txt`` of the kernel);
+    ``warnings``: the caller's list, appended to (not copied). The table is
+    ``/proc/driver/nvidia-caps/mig-minors`` (``<capability path> <minor>`` lines,
+    :func:`ocihook.discovery.procfs.parse_mig_minors`); a table that cannot be read is
+    a warning and an empty table, never an exception.
+    """
 
     def __init__(self, root: HostRoot, majors: Mapping[str, int], warnings: list[str]):
         self.root = root
@@ -135,11 +143,11 @@ class _MigContext:
         mig_dir = self.root.proc(f"driver/nvidia/capabilities/gpu{gpu.minor}/mig")
         found: list[tuple[int, int]] = []
         for gi_name in listdir(mig_dir, "MIG capabilities"):
-            gi = _numbered("gi", gi_name)
+            gi = numbered("gi", gi_name)
             if gi is None:
                 continue
             for ci_name in listdir(os.path.join(mig_dir, gi_name), "MIG capabilities"):
-                ci = _numbered("ci", ci_name)
+                ci = numbered("ci", ci_name)
                 if ci is not None and os.path.isfile(
                     os.path.join(mig_dir, gi_name, ci_name, "access")
                 ):
@@ -176,7 +184,7 @@ def mig_management_nodes(root: HostRoot, majors: Mapping[str, int]) -> tuple[Hos
     major = majors.get("nvidia-caps")
     if major is None:
         return ()
-    ctx = _MigContext(root, majors, [])
+    ctx = MigContext(root, majors, [])
     nodes = []
     for name in ("config", "monitor"):
         cap_file = root.proc(f"driver/nvidia/capabilities/mig/{name}")

@@ -41,8 +41,8 @@ import os
 
 from ..core.errors import DiscoveryError
 from ..core.vocab import is_gpu_uuid
-from .gpus import _procfs_driver_version
-from .mig import _MigContext
+from .gpus import procfs_driver_version
+from .mig import MigContext
 from .procfs import canonical_bus_id
 from .records import Gpu, GpuInventory
 
@@ -318,7 +318,7 @@ def _bus_id(session: _Session, handle: object, index: int) -> str:
         ) from None
 
 
-def _gpu(session: _Session, index: int, proc_dirs: dict[str, str], mig: _MigContext) -> Gpu:
+def _gpu(session: _Session, index: int, proc_dirs: dict[str, str], mig: MigContext) -> Gpu:
     handle = session.call("nvmlDeviceGetHandleByIndex", index)
     uuid = _text(session.call("nvmlDeviceGetUUID", handle))
     minor = int(session.call("nvmlDeviceGetMinorNumber", handle))
@@ -467,13 +467,13 @@ def _enumerate(session: _Session, root: HostRoot, majors: Mapping[str, int]) -> 
     driver_version = session.optional("nvmlSystemGetDriverVersion", what="driver version")
     driver = _text(driver_version) if driver_version is not None else None
     if not driver:
-        driver = _procfs_driver_version(root, warnings)
+        driver = procfs_driver_version(root, warnings)
     cuda = session.optional("nvmlSystemGetCudaDriverVersion_v2", what="CUDA version")
     if cuda is None:
         cuda = session.optional("nvmlSystemGetCudaDriverVersion", what="CUDA version")
     count = int(session.call("nvmlDeviceGetCount"))
     proc_dirs = _proc_dirs(root)
-    mig = _MigContext(root, majors, warnings)
+    mig = MigContext(root, majors, warnings)
     gpus = tuple(_gpu(session, index, proc_dirs, mig) for index in range(count))
     bus_ids = [g.bus_id for g in gpus]
     if bus_ids != sorted(bus_ids, key=lambda b: canonical_bus_id(b, path="")[1]):

@@ -37,10 +37,6 @@ def numbered(prefix: str, text: str) -> int | None:
     return decimal(text[len(prefix) :]) if text.startswith(prefix) else None
 
 
-_decimal = decimal
-_numbered = numbered
-
-
 def _is_version(token: str) -> bool:
     """``N.N`` or ``N.N.N`` with ASCII digits."""
     parts = token.split(".")
@@ -134,9 +130,9 @@ def _is_mig_cap_name(name: str) -> bool:
     parts = name.split("/")
     if len(parts) not in (3, 4) or parts[-1] != "access":
         return False
-    if _numbered("gpu", parts[0]) is None or _numbered("gi", parts[1]) is None:
+    if numbered("gpu", parts[0]) is None or numbered("gi", parts[1]) is None:
         return False
-    return len(parts) == 3 or _numbered("ci", parts[2]) is not None
+    return len(parts) == 3 or numbered("ci", parts[2]) is not None
 
 
 def parse_mig_minors(text: str, *, path: str | None = None) -> tuple[dict[str, int], list[str]]:
@@ -164,7 +160,7 @@ def parse_mig_minors(text: str, *, path: str | None = None) -> tuple[dict[str, i
         fields = line.split()
         if not fields:
             continue
-        minor = _decimal(fields[1]) if len(fields) == 2 else None
+        minor = decimal(fields[1]) if len(fields) == 2 else None
         if minor is None or minor >= _MINOR_LIMIT or not _is_mig_cap_name(fields[0]):
             malformed.append(line)
         elif fields[0] in minors:
@@ -201,7 +197,7 @@ def parse_capability_file(text: str, *, path: str | None = None) -> tuple[int, i
     """
     info = parse_gpu_information(text)
     raw_minor = info.get("DeviceFileMinor")
-    minor = _decimal(raw_minor) if raw_minor is not None else None
+    minor = decimal(raw_minor) if raw_minor is not None else None
     if minor is None or minor >= _MINOR_LIMIT:
         raise DiscoveryError(
             "missing or malformed capability minor",
@@ -212,7 +208,7 @@ def parse_capability_file(text: str, *, path: str | None = None) -> tuple[int, i
     raw_mode = info.get("DeviceFileMode")
     if raw_mode is None:
         return minor, _DEFAULT_CAP_MODE
-    mode = _decimal(raw_mode)
+    mode = decimal(raw_mode)
     if mode is None or mode > 0o7777:
         raise DiscoveryError(
             "malformed capability file mode", path=path, field="DeviceFileMode", value=raw_mode
@@ -283,7 +279,7 @@ def parse_device_file_params(text: str) -> tuple[int, int, int] | None:
         raw = info.get(key)
         if raw is None:
             continue
-        value = _decimal(raw) if len(raw) <= 10 else None
+        value = decimal(raw) if len(raw) <= 10 else None
         if value is None or value > limit:
             return None
         out[i] = value

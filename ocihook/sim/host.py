@@ -199,14 +199,28 @@ def _mig_uuid(gpu_uuid: str, gi: int, ci: int) -> str:
     return "MIG-" + _uuid(f"{gpu_uuid}/gi{gi}/ci{ci}")[4:]
 
 
-def _write(path: str, data: str | bytes, mode: int = 0o644) -> None:
+def write(path: str, data: str | bytes, mode: int = 0o644) -> None:
+    """Write ``data`` (``str`` as UTF-8) to the file ``path`` of a simulated host tree,
+    creating its parent directories and replacing any file there, then give it the
+    permission bits ``mode`` (``chmod(2)``, not masked by the umask).
+
+    Raises:
+        OSError: a parent cannot be created or the file cannot be written.
+    """
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "wb") as f:
         f.write(data.encode() if isinstance(data, str) else data)
     os.chmod(path, mode)
 
 
-def _symlink(target: str, link: str) -> None:
+def symlink(target: str, link: str) -> None:
+    """Make ``link`` a symbolic link to ``target`` (stored as given: absolute or relative to
+    ``link``'s directory, ``symlink(7)``) in a simulated host tree, creating the parent
+    directories and replacing whatever ``link`` was (a file or a link; not a directory).
+
+    Raises:
+        OSError: a parent cannot be created, or ``link`` is a directory.
+    """
     os.makedirs(os.path.dirname(link), exist_ok=True)
     if os.path.lexists(link):
         os.unlink(link)
@@ -267,14 +281,14 @@ def build(
     os.makedirs(root, exist_ok=True)
     proc = os.path.join(root, "proc")
 
-    _write(
+    write(
         os.path.join(proc, "driver/nvidia/version"),
         f"NVRM version: NVIDIA UNIX Open Kernel Module for {machine}  {driver_version}  "
         "Release Build  (ocihook-simulated@localhost)  Thu Jan  1 00:00:00 UTC 2026\n"
         "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n",
         0o444,
     )
-    _write(
+    write(
         os.path.join(proc, "driver/nvidia/params"),
         "ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 1\nDeviceFileUID: 0\n"
         "DeviceFileGID: 0\nDeviceFileMode: 438\n",
@@ -288,7 +302,7 @@ def build(
         uuid = _uuid(f"ocihook-sim-{driver_version}-{bus_id}")
         sim_gpus.append(SimulatedGpu(index, minor, uuid, bus_id, model))
         # Directory names use the 4-digit domain, as current drivers do.
-        _write(
+        write(
             os.path.join(proc, f"driver/nvidia/gpus/0000:{bus:02x}:00.0/information"),
             f"Model: \t\t {model}\n"
             f"IRQ:   \t\t {120 + index}\n"
@@ -303,7 +317,7 @@ def build(
             "GPU Excluded:\t No\n",
             0o444,
         )
-    _write(
+    write(
         os.path.join(proc, "devices"),
         "Character devices:\n  1 mem\n  4 /dev/vc/0\n  4 tty\n  5 /dev/tty\n  5 /dev/console\n"
         f"  5 /dev/ptmx\n 10 misc\n136 pts\n{NVIDIA_MAJOR} nvidia\n226 drm\n"
@@ -311,7 +325,7 @@ def build(
         "Block devices:\n  7 loop\n  8 sd\n259 blkext\n",
         0o444,
     )
-    _write(os.path.join(root, "sys/module/nvidia/version"), driver_version + "\n", 0o444)
+    write(os.path.join(root, "sys/module/nvidia/version"), driver_version + "\n", 0o444)
 
     # MIG: the driver's static minor table (config 1, monitor 2, then per GPU minor 15 GPU
     # instances of 9 minors: the GI's, then its 8 compute instances'), and GPU 1 split into
@@ -324,10 +338,10 @@ def build(
             table.extend(
                 f"gpu{m}/gi{gi}/ci{ci}/access {_gi_minor(m, gi) + 1 + ci}" for ci in range(8)
             )
-    _write(os.path.join(proc, "driver/nvidia-caps/mig-minors"), "\n".join(table) + "\n", 0o444)
+    write(os.path.join(proc, "driver/nvidia-caps/mig-minors"), "\n".join(table) + "\n", 0o444)
     caps = os.path.join(proc, "driver/nvidia/capabilities")
-    _write(os.path.join(caps, "mig/config"), _cap_file(1, 0o400), 0o444)
-    _write(os.path.join(caps, "mig/monitor"), _cap_file(2, 0o444), 0o444)
+    write(os.path.join(caps, "mig/config"), _cap_file(1, 0o400), 0o444)
+    write(os.path.join(caps, "mig/monitor"), _cap_file(2, 0o444), 0o444)
     mig_gpu = sim_gpus[1] if len(sim_gpus) > 1 else None
     mig_minors: list[int] = []
     if mig_gpu is not None:
@@ -341,15 +355,15 @@ def build(
         for gi in MIG_INSTANCES:
             g_minor, c_minor = _gi_minor(mig_gpu.minor, gi), _gi_minor(mig_gpu.minor, gi) + 1
             base = os.path.join(caps, f"gpu{mig_gpu.minor}/mig/gi{gi}")
-            _write(os.path.join(base, "access"), _cap_file(g_minor, 0o444), 0o444)
-            _write(os.path.join(base, "ci0/access"), _cap_file(c_minor, 0o444), 0o444)
+            write(os.path.join(base, "access"), _cap_file(g_minor, 0o444), 0o444)
+            write(os.path.join(base, "ci0/access"), _cap_file(c_minor, 0o444), 0o444)
             mig_minors += [g_minor, c_minor]
 
     # sysfs: the DRM card and render nodes of each GPU (drivers/gpu/drm/drm_sysfs.c)
     for g in sim_gpus:
         pci = os.path.join(root, f"sys/bus/pci/devices/0000:{g.bus_id[9:]}/drm")
-        _write(os.path.join(pci, f"card{g.index + 1}/dev"), f"226:{g.index + 1}\n", 0o444)
-        _write(os.path.join(pci, f"renderD{128 + g.index}/dev"), f"226:{128 + g.index}\n", 0o444)
+        write(os.path.join(pci, f"card{g.index + 1}/dev"), f"226:{g.index + 1}\n", 0o444)
+        write(os.path.join(pci, f"renderD{128 + g.index}/dev"), f"226:{128 + g.index}\n", 0o444)
     if make_dev_nodes:
         dev = os.path.join(root, "dev")
         _mknod(os.path.join(dev, "nvidia-modeset"), NVIDIA_MAJOR, 254)
@@ -360,7 +374,7 @@ def build(
                 ("card", f"card{g.index + 1}"),
                 ("render", f"renderD{128 + g.index}"),
             ):
-                _symlink(
+                symlink(
                     f"../{name}", os.path.join(dev, f"dri/by-path/pci-0000:{g.bus_id[9:]}-{kind}")
                 )
         _mknod(os.path.join(dev, "nvidiactl"), NVIDIA_MAJOR, 255)
@@ -381,14 +395,14 @@ def build(
         key = soname or name
         sub = "nvidia/current/" if soname in _ALTERNATIVES else ""
         data = make_shared_object(key, elf_class=64, machine=machine)
-        _write(os.path.join(host_libdir, sub + name), data)
+        write(os.path.join(host_libdir, sub + name), data)
         if soname is not None:
-            _symlink(name, os.path.join(host_libdir, sub + soname))
+            symlink(name, os.path.join(host_libdir, sub + soname))
             if sub:
                 # Debian style: libdir/libcuda.so.1 -> /etc/alternatives/libcuda.so.1
                 #               -> /usr/lib/<triplet>/nvidia/current/libcuda.so.1
-                _symlink(f"/etc/alternatives/{soname}", os.path.join(host_libdir, soname))
-                _symlink(
+                symlink(f"/etc/alternatives/{soname}", os.path.join(host_libdir, soname))
+                symlink(
                     f"{libdir}/nvidia/current/{soname}",
                     os.path.join(root, "etc/alternatives", soname),
                 )
@@ -396,7 +410,7 @@ def build(
     # A stale library of an older driver, reachable from the cache under a prefix that
     # discovery matches: it must never be selected.
     stale = "libnvidia-cfg.so.470.57.02"
-    _write(
+    write(
         os.path.join(host_libdir, "old", stale),
         make_shared_object("libnvidia-cfg.so.1", elf_class=64, machine=machine),
     )
@@ -406,19 +420,19 @@ def build(
     for soname, stem in LIBRARIES32:
         name = f"{stem}.{driver_version}"
         data = make_shared_object(soname, elf_class=32, machine=machine32)
-        _write(os.path.join(root, libdir32.lstrip("/"), name), data)
-        _symlink(name, os.path.join(root, libdir32.lstrip("/"), soname))
+        write(os.path.join(root, libdir32.lstrip("/"), name), data)
+        symlink(name, os.path.join(root, libdir32.lstrip("/"), soname))
         entries.append(ldcache.CacheEntry(soname, f"{libdir32}/{soname}", flags32))
     socket_path = os.path.join(root, PERSISTENCED_SOCKET.lstrip("/"))
     os.makedirs(os.path.dirname(socket_path), exist_ok=True)
     if os.path.lexists(socket_path):
         os.unlink(socket_path)
     os.mknod(socket_path, 0o666 | stat.S_IFSOCK)
-    _write(os.path.join(root, "etc/ld.so.conf"), f"{libdir}\n{libdir}/old\n{libdir32}\n")
-    _write(os.path.join(root, "etc/ld.so.cache"), ldcache.build(entries))
+    write(os.path.join(root, "etc/ld.so.conf"), f"{libdir}\n{libdir}/old\n{libdir32}\n")
+    write(os.path.join(root, "etc/ld.so.cache"), ldcache.build(entries))
 
     host = SimulatedHost(root, driver_version, tuple(sim_gpus), libdir, make_dev_nodes)
-    _write(
+    write(
         os.path.join(root, ".ocihook-fixture.json"),
         json.dumps(
             {

@@ -29,7 +29,7 @@ import os
 import stat
 
 from ..core.records import Record
-from .host import _symlink, _write
+from .host import symlink, write
 
 __all__ = [
     "CARD_GID",
@@ -95,7 +95,7 @@ def _mknod(path: str, major: int, minor: int, gid: int, mode: int = 0o660) -> No
 def _link(root: str, link: str, target: str) -> None:
     """A relative symlink ``root/link`` -> ``root/target`` (both root-relative)."""
     link_path = os.path.join(root, link)
-    _symlink(os.path.relpath(os.path.join(root, target), os.path.dirname(link_path)), link_path)
+    symlink(os.path.relpath(os.path.join(root, target), os.path.dirname(link_path)), link_path)
 
 
 def _pci_device(
@@ -112,7 +112,7 @@ def _pci_device(
         "numa_node": "0",
         **(attrs or {}),
     }.items():
-        _write(os.path.join(root, rel, name), value + "\n", 0o444)
+        write(os.path.join(root, rel, name), value + "\n", 0o444)
     _link(root, f"sys/bus/pci/devices/{bdf}", rel)
     _link(root, f"sys/bus/pci/drivers/{driver}/{bdf}", rel)
     _link(root, f"{rel}/driver", f"sys/bus/pci/drivers/{driver}")
@@ -123,7 +123,7 @@ def _pci_device(
 def _drm_child(root: str, device_rel: str, name: str, minor: int) -> None:
     """``<device>/drm/<name>`` with its ``dev`` attribute, ``device`` link and class link."""
     rel = f"{device_rel}/drm/{name}"
-    _write(os.path.join(root, rel, "dev"), f"{_DRM_MAJOR}:{minor}\n", 0o444)
+    write(os.path.join(root, rel, "dev"), f"{_DRM_MAJOR}:{minor}\n", 0o444)
     _link(root, f"{rel}/device", device_rel)
     _link(root, f"sys/class/drm/{name}", rel)
 
@@ -140,9 +140,9 @@ def _proc_devices(root: str, extra: tuple[str, ...]) -> None:
         lines += [c for c in (*extra, "226 drm") if c not in (ln.strip() for ln in lines)]
         lines.sort(key=lambda ln: int(ln.split()[0]))
         text = head + sep + "".join(f"{ln}\n" for ln in lines) + "\n" + rest
-        _write(path, text)
+        write(path, text)
         return
-    _write(
+    write(
         path,
         "Character devices:\n"
         + "".join(f"{c}\n" for c in chars)
@@ -241,7 +241,7 @@ def _amd_gpus(
     """The amdgpu part of a host: ``gpus`` as (bus id, card, render, unique id); with
     ``partition=(card, render)`` the last GPU gets a second compute partition."""
     os.makedirs(os.path.join(root, "sys/module/amdgpu/drivers"), exist_ok=True)
-    _write(os.path.join(root, "sys/module/amdgpu/version"), "6.8.5\n")
+    write(os.path.join(root, "sys/module/amdgpu/version"), "6.8.5\n")
     _link(root, "sys/module/amdgpu/drivers/pci:amdgpu", "sys/bus/pci/drivers/amdgpu")
     made: list[SimDrmGpu] = []
     kfd_nodes: list[tuple[int, str]] = []  # (render minor, properties)
@@ -271,13 +271,13 @@ def _amd_gpus(
                 _gpu_nodes(root, p_card, p_render)
     if kfd:
         topo = "sys/devices/virtual/kfd/kfd/topology/nodes"
-        _write(os.path.join(root, topo, "0/properties"), _CPU_PROPERTIES)
-        _write(os.path.join(root, topo, "0/gpu_id"), "0\n")
+        write(os.path.join(root, topo, "0/properties"), _CPU_PROPERTIES)
+        write(os.path.join(root, topo, "0/gpu_id"), "0\n")
         # KFD numbers nodes in probe order: not the index order (reversed here)
         for n, (_, text) in enumerate(reversed(kfd_nodes), start=first_kfd_node):
-            _write(os.path.join(root, topo, f"{n}/properties"), text)
-            _write(os.path.join(root, topo, f"{n}/gpu_id"), f"{1000 + n * 7}\n")
-            _write(os.path.join(root, topo, f"{n}/name"), "aldebaran\n")
+            write(os.path.join(root, topo, f"{n}/properties"), text)
+            write(os.path.join(root, topo, f"{n}/gpu_id"), f"{1000 + n * 7}\n")
+            write(os.path.join(root, topo, f"{n}/name"), "aldebaran\n")
         _link(root, "sys/class/kfd/kfd", "sys/devices/virtual/kfd/kfd")
         _proc_devices(root, (f"{KFD_MAJOR} kfd",))
         if dev_nodes:
@@ -345,13 +345,13 @@ def build_intel(
         _drm_child(root, rel, f"renderD{render}", render)
         if card == 0:  # a connector: a class/drm entry that is no GPU
             connector = f"{rel}/drm/card{card}/card{card}-eDP-1"
-            _write(os.path.join(root, connector, "status"), "connected\n")
+            write(os.path.join(root, connector, "status"), "connected\n")
             _link(root, f"sys/class/drm/card{card}-eDP-1", connector)
-            _write(os.path.join(root, rel, "drm/controlD64/dev"), "226:64\n")
+            write(os.path.join(root, rel, "drm/controlD64/dev"), "226:64\n")
         if nodes:
             _gpu_nodes(root, card, render)
             for kind, n in (("card", f"card{card}"), ("render", f"renderD{render}")):
-                _symlink(f"../{n}", os.path.join(root, f"dev/dri/by-path/pci-{bdf}-{kind}"))
+                symlink(f"../{n}", os.path.join(root, f"dev/dri/by-path/pci-{bdf}-{kind}"))
         if bdf not in skipped:
             made.append(SimDrmGpu(len(made), bdf, card, render))
     _proc_devices(root, ())

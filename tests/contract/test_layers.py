@@ -61,19 +61,29 @@ def _modules() -> dict[str, Path]:
 MODULES = _modules()
 
 
+def _package(module: str, path: Path) -> str:
+    """The package relative imports of ``module`` (read from ``path``) start from."""
+    return module if path.name == "__init__.py" else module.rpartition(".")[0]
+
+
+def _from_target(package: str, node: ast.ImportFrom) -> str:
+    """The absolute module a ``from ... import`` in ``package`` names (``from ..core import
+    x`` in ``ocihook.cdi`` -> ``ocihook.core``)."""
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def _imports(module: str, path: Path) -> set[str]:
     """Every ocihook module ``module`` imports, wherever the statement is."""
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    package = _package(module, path)
     out: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
+            target = _from_target(package, node)
             # ``from pkg import sub`` imports the submodule; ``from mod import name`` the module
             targets = [
                 f"{target}.{a.name}" if f"{target}.{a.name}" in MODULES else target
@@ -178,6 +188,46 @@ def test_the_checker_sees_function_local_and_type_checking_imports(tmp_path: Pat
         "ocihook.commands.cli",
         "ocihook.sim.host",
     }
+
+
+def private_imports(module: str, path: Path) -> list[str]:
+    """Each ``from <ocihook module> import _name`` of ``module`` (relative or absolute,
+    wherever the statement is), as ``"module imports target._name"``; dunder names are
+    allowed."""
+    package = _package(module, path)
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        target = _from_target(package, node)
+        if target != "ocihook" and not target.startswith("ocihook."):
+            continue
+        found.extend(
+            f"{module} imports {target}.{a.name}"
+            for a in node.names
+            if a.name.startswith("_") and not (a.name.startswith("__") and a.name.endswith("__"))
+        )
+    return found
+
+
+def test_no_private_names_imported_across_modules() -> None:
+    """A name one module of ``ocihook/`` uses from another is public (no leading
+    underscore): a helper's ``_`` promises that only its own module uses it."""
+    assert [f for m, p in MODULES.items() for f in private_imports(m, p)] == []
+
+
+@pytest.mark.parametrize(
+    ("source", "found"),
+    [
+        ("from .spec import _version_tuple, load\n", ["ocihook.cdi.spec._version_tuple"]),
+        ("def f():\n    from ocihook.sim.host import _write\n", ["ocihook.sim.host._write"]),
+        ("from ..core import __version__\nfrom os import _exit\n", []),
+    ],
+)
+def test_the_private_import_check_finds_them(source: str, found: list[str], tmp_path: Path) -> None:
+    src = tmp_path / "m.py"
+    src.write_text(source)
+    assert private_imports("ocihook.cdi.m", src) == [f"ocihook.cdi.m imports {f}" for f in found]
 
 
 #: Third-party modules only ocihook.k8s may import (the k8s extra).

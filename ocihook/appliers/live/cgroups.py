@@ -8,13 +8,13 @@ import os
 
 from ...core.errors import ApplyError
 from ...plan.edits import CgroupRule
-from .undo import _partial
+from .undo import partial
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # collections.abc imports collections: milliseconds at start
     from collections.abc import Sequence
 
-    from .undo import _Undo
+    from .undo import Undo
 
 #: The hint of every "cannot write the device cgroup" error: the setting that skips it.
 NO_CGROUPS_HINT = (
@@ -34,7 +34,7 @@ def device_cgroup_dir(pid: int, *, proc: str = "/proc") -> str:
 
     Raises:
         ApplyError: no cgroup v1 ``devices`` controller (a pure cgroup v2 host: there
-            :func:`_allow_in_cgroups` uses the eBPF device program instead), or the files
+            :func:`allow_in_cgroups` uses the eBPF device program instead), or the files
             cannot be read.
     """
     cgroup_file = f"{proc}/{pid}/cgroup"
@@ -154,7 +154,7 @@ def _list_permits(listing: Sequence[str], rule: CgroupRule) -> bool:
 
 
 def _allow_devices(
-    cgroup_dir: str, rules: Sequence[CgroupRule], undo: list[_Undo], *, rootless: bool = False
+    cgroup_dir: str, rules: Sequence[CgroupRule], undo: list[Undo], *, rootless: bool = False
 ) -> None:
     """Allow ``rules`` in the cgroup v1 ``devices`` directory of the container.
 
@@ -196,7 +196,7 @@ def _allow_devices(
             raise ApplyError(
                 f"cannot allow device {text!r}: {e.strerror}", path=allow, hint=NO_CGROUPS_HINT
             ) from None
-        undo.append(_partial(_write_cgroup, deny, text))
+        undo.append(partial(_write_cgroup, deny, text))
 
 
 def _own_v1_cgroup(v1: str) -> bool:
@@ -207,8 +207,8 @@ def _own_v1_cgroup(v1: str) -> bool:
     )
 
 
-def _allow_in_cgroups(
-    pid: int, rules: Sequence[CgroupRule], undo: list[_Undo], *, rootless: bool = False
+def allow_in_cgroups(
+    pid: int, rules: Sequence[CgroupRule], undo: list[Undo], *, rootless: bool = False
 ) -> None:
     """Let the container of ``pid`` use the devices of ``rules`` on both cgroup versions.
 

@@ -12,20 +12,20 @@ from ...plan.compat import CudaCompat
 from ...plan.edits import ProcMask
 from .libraries import LD_SO_CONF_DROP_IN, write_ld_so_conf, write_ldcache
 from .procmask import (
-    _config_devices,
     caps_minors,
     clone_gpu_proc_dirs,
+    config_devices,
     mask_proc_driver,
     read_proc_files,
 )
 from .rootfs import unlock_readonly_rootfs
-from .undo import _partial, _run_undo
+from .undo import partial, run_undo
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # collections.abc imports collections: milliseconds at start
     from collections.abc import Mapping, Sequence
 
-    from .undo import _Undo
+    from .undo import Undo
 
 
 __all__ = [
@@ -136,7 +136,7 @@ class RootfsChanges:
     def __init__(
         self,
         root_fd: int,
-        undo: list[_Undo],
+        undo: list[Undo],
         created: list[str],
         replaced: list[tuple[str, str]],
     ) -> None:
@@ -149,7 +149,7 @@ class RootfsChanges:
         """Undo every change, then close the descriptor."""
         from ...linux import pathsafe
 
-        _run_undo(self.undo)
+        run_undo(self.undo)
         for link, previous in reversed(self.replaced):
             try:  # noqa: SIM105 (contextlib is not imported on this path)
                 pathsafe.symlink_in_root(self.root_fd, link, previous)
@@ -215,25 +215,23 @@ def edit_rootfs(
         if libraries and ld_so_conf:
             written, before = write_ld_so_conf(root_fd, libraries)
             if written and before is None:
-                undo.append(_partial(pathsafe.remove_in_root, root_fd, LD_SO_CONF_DROP_IN))
+                undo.append(partial(pathsafe.remove_in_root, root_fd, LD_SO_CONF_DROP_IN))
             elif written:
                 undo.append(
-                    _partial(
-                        pathsafe.write_file_in_root, root_fd, LD_SO_CONF_DROP_IN, before, 0o644
-                    )
+                    partial(pathsafe.write_file_in_root, root_fd, LD_SO_CONF_DROP_IN, before, 0o644)
                 )
         if libraries:  # an /etc made here is taken back too
             os.close(pathsafe.makedirs_in_root(root_fd, "/etc", created=changes.created))
             old = write_ldcache(root_fd, libraries, cuda_compat, sources, known)
             if old is None:
-                undo.append(_partial(pathsafe.remove_in_root, root_fd, "/etc/ld.so.cache"))
+                undo.append(partial(pathsafe.remove_in_root, root_fd, "/etc/ld.so.cache"))
             else:
                 undo.append(
-                    _partial(pathsafe.write_file_in_root, root_fd, "/etc/ld.so.cache", old, 0o644)
+                    partial(pathsafe.write_file_in_root, root_fd, "/etc/ld.so.cache", old, 0o644)
                 )
         if proc_mask is not None:
             gpu_fds = clone_gpu_proc_dirs(proc_mask)
-            devices = _config_devices(config)
+            devices = config_devices(config)
             minors = caps_minors([(d.get("path"), d.get("minor")) for d in devices])
             files = read_proc_files(proc_mask.host_dir, minors)
             mask_proc_driver(root_fd, files, gpu_fds, undo)

@@ -40,21 +40,21 @@ from ...core.hostroot import HostRoot
 from ...oci.bundle import Bundle, State
 from ...plan.edits import Plan
 from ...request.nvidia import Request
-from .cgroups import _allow_in_cgroups, systemd_scope_warning
+from .cgroups import allow_in_cgroups, systemd_scope_warning
 from .libraries import write_ldcache
 from .procmask import caps_minors, clone_gpu_proc_dirs, mask_proc_driver, read_proc_files
 from .procs import (
-    _check_container_pid,
-    _check_inside_container,
-    _container_root_ids,
-    _has_cap_sys_admin,
-    _identity_uid_map,
-    _parent_pid,
-    _proc_path,
-    _same_user_ns,
+    check_container_pid,
+    check_inside_container,
+    container_root_ids,
+    has_cap_sys_admin,
+    identity_uid_map,
+    parent_pid,
+    proc_path,
+    same_user_ns,
 )
 from .rootfs import unlock_readonly_rootfs
-from .undo import _detach, _partial, _run_undo
+from .undo import detach, partial, run_undo
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # collections.abc imports collections: milliseconds at start
@@ -62,7 +62,7 @@ if TYPE_CHECKING:  # collections.abc imports collections: milliseconds at start
 
     from ...config.options import Options
     from ...request.drm import DrmRequest
-    from .undo import _Undo
+    from .undo import Undo
 
 __all__ = ["inject"]
 
@@ -101,7 +101,7 @@ def inject(
         ``config.json`` (a non-root user), a warning says so.
 
     Raises:
-        StateError: no usable container process (see :func:`_check_container_pid`).
+        StateError: no usable container process (see :func:`check_container_pid`).
         RequestError, DiscoveryError: as in planning.
         ApplyError: a step failed; everything done was undone first.
     """
@@ -119,8 +119,8 @@ def inject(
         )
     inside = stage == "createContainer"
     if inside:
-        pid = _parent_pid()
-        _check_inside_container(pid)
+        pid = parent_pid()
+        check_inside_container(pid)
     else:
         pid = state.pid
         if pid <= 1:
@@ -131,7 +131,7 @@ def inject(
                 value=pid,
                 hint="use the createContainer stage with this runtime, or prestart",
             )
-        _check_container_pid(pid)
+        check_container_pid(pid)
     plan = plan_for_bundle(
         bundle, request, root, options or Options(), f"hook {stage}", drm_requests
     )
@@ -139,14 +139,14 @@ def inject(
     edits = plan.edits
     # A user namespace that is not the initial one (the container's own, or the one a
     # rootless engine made): mknod is refused there, the host's nodes are bind-mounted.
-    bind_nodes = not _identity_uid_map(pid)
+    bind_nodes = not identity_uid_map(pid)
     # ocihook without CAP_SYS_ADMIN (runc run by a user starts its hooks unprivileged):
     # join the container's user namespace, whose owner it is, and clone the host files
     # from inside the container's mount namespace, where they are still visible before
     # pivot_root and where that namespace's capabilities allow mounting.
-    join_userns = not inside and not _same_user_ns(pid) and not _has_cap_sys_admin()
-    root_ids = None if inside or join_userns else _container_root_ids(pid)
-    undo: list[_Undo] = []
+    join_userns = not inside and not same_user_ns(pid) and not has_cap_sys_admin()
+    root_ids = None if inside or join_userns else container_root_ids(pid)
+    undo: list[Undo] = []
     tree_fds: list[int] = []
     node_fds: list[int] | None = [] if bind_nodes else None
     gpu_fds: dict[str, int] = {}
@@ -190,7 +190,7 @@ def inject(
 
     try:
         if cgroups and edits.cgroup_rules:
-            _allow_in_cgroups(pid, edits.cgroup_rules, undo, rootless=bind_nodes)
+            allow_in_cgroups(pid, edits.cgroup_rules, undo, rootless=bind_nodes)
             scope_warning = systemd_scope_warning(pid)
         if edits.proc_mask is not None:
             minors = caps_minors([(n.path, n.minor) for n in edits.device_nodes])
@@ -232,7 +232,7 @@ def inject(
         if problem is not None:
             plan = plan.replace(warnings=(*plan.warnings, problem))
     except BaseException as e:
-        _run_undo(undo)
+        run_undo(undo)
         from ...core import log
 
         log.error("hook failed, changes undone", error=str(e) or type(e).__name__)
@@ -272,7 +272,7 @@ def _enter(pid: int, name: str, nstype: int) -> None:
     """
     from ...linux import syscalls as _linux
 
-    ns_path = _proc_path(HostRoot(), pid, name)
+    ns_path = proc_path(HostRoot(), pid, name)
     try:
         ns_fd = os.open(ns_path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError as e:
@@ -327,7 +327,7 @@ def _apply_in_container(
     rootfs: str,
     plan: Plan,
     tree_fds: Sequence[int],
-    undo: list[_Undo],
+    undo: list[Undo],
     node_fds: Sequence[int] | None = None,
 ) -> list[str]:
     """The container-side steps of :func:`inject`; runs inside the container's mount
@@ -362,7 +362,7 @@ def _apply_in_container(
                     _linux.attach_mount(tree, target)
                 finally:
                     os.close(target)
-                undo.append(_partial(_detach, root_fd, node.path))
+                undo.append(partial(detach, root_fd, node.path))
         for node in () if node_fds is not None else edits.device_nodes:
             if node.major is None or node.minor is None:
                 raise ApplyError("device node without a device number", value=node.path)
@@ -408,7 +408,7 @@ def _apply_in_container(
                     _linux.attach_mount(tree_fd, target_fd)
                 finally:
                     os.close(target_fd)
-                undo.append(_partial(_detach, root_fd, m.destination))
+                undo.append(partial(detach, root_fd, m.destination))
         finally:
             for fd in parents.values():
                 os.close(fd)
@@ -422,7 +422,7 @@ def _apply_in_container(
             )
         finally:  # a link replaced before a failure is put back too
             for link, previous in replaced:
-                undo.append(_partial(ps.symlink_in_root, root_fd, link, previous))
+                undo.append(partial(ps.symlink_in_root, root_fd, link, previous))
         if edits.ldcache_libraries:
             old = write_ldcache(
                 root_fd,

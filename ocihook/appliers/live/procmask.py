@@ -9,14 +9,14 @@ import os
 from ...core.errors import ApplyError, OcihookError
 from ...core.hostroot import read_small
 from ...plan.edits import ProcMask
-from .undo import _detach, _partial
+from .undo import detach, partial
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # collections.abc imports collections: milliseconds at start
     from collections.abc import Callable, Sequence
     from typing import Any
 
-    from .undo import _Undo
+    from .undo import Undo
 
 
 __all__ = [
@@ -129,9 +129,12 @@ def _info_value(data: bytes | None, key: str) -> str:
     return parse_gpu_information((data or b"").decode("utf-8", "replace")).get(key, "")
 
 
-def _config_devices(config: dict[str, Any]) -> list[dict[str, Any]]:
-    """The character device entries of ``config``'s ``linux.devices`` (malformed ones
-    left out)."""
+def config_devices(config: dict[str, Any]) -> list[dict[str, Any]]:
+    """The character device entries of ``config``'s ``linux.devices`` (OCI runtime-spec
+    ``config-linux.md``, "Devices"): the list's dict entries whose ``type`` is ``"c"``
+    (an entry without ``type`` counts as one), in the config's order, as the same dicts.
+    A missing or non-list ``linux.devices``, and entries that are not dicts, give
+    nothing; raises nothing."""
     linux = config.get("linux")
     devices = linux.get("devices") if isinstance(linux, dict) else None
     return [
@@ -150,7 +153,7 @@ def gpu_dirs_of_devices(host_dir: str, config: dict[str, Any]) -> tuple[str, ...
     ``nv-procfs``). Sorted by name; unreadable or malformed entries and malformed
     ``linux.devices`` items are skipped, never raised."""
     minors: set[str] = set()
-    for d in _config_devices(config):
+    for d in config_devices(config):
         major, minor = d.get("major"), d.get("minor")
         if major is not None or minor is not None:
             # the node's number decides, whatever its name in the container
@@ -240,7 +243,7 @@ def mask_proc_driver(
     root_fd: int,
     files: dict[str, bytes],
     gpu_fds: dict[str, int],
-    undo: list[_Undo],
+    undo: list[Undo],
     fd_path: Callable[[int], str] = _fd_path,
 ) -> bool:
     """Mask the container's ``/proc/driver/nvidia`` (see :class:`ocihook.plan.edits.ProcMask`):
@@ -289,7 +292,7 @@ def mask_proc_driver(
         raise ApplyError(f"cannot mask {PROC_DRIVER}: {e.strerror}", path=PROC_DRIVER) from None
     finally:
         os.close(target)
-    undo.append(_partial(_detach, root_fd, PROC_DRIVER))
+    undo.append(partial(detach, root_fd, PROC_DRIVER))
     top = ps.open_in_root(root_fd, PROC_DRIVER, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for name, data in files.items():
@@ -350,10 +353,10 @@ def mask_created_container(
     """
     from ...linux import pathsafe
     from ...linux import syscalls as _linux
-    from .procs import _check_container_pid
+    from .procs import check_container_pid
 
     try:
-        _check_container_pid(pid)
+        check_container_pid(pid)
     except OcihookError as e:
         raise ApplyError(str(e), field="pid", value=pid) from None
     files = read_proc_files(mask.host_dir, caps_minors(nodes))

@@ -14,7 +14,11 @@ if TYPE_CHECKING:
     pass
 
 
-def _proc_path(root: HostRoot, pid: int, name: str) -> str:
+def proc_path(root: HostRoot, pid: int, name: str) -> str:
+    """The path of ``/proc/<pid>/<name>`` under the host root ``root`` (``proc(5)``;
+    ``root.proc`` adds the host prefix, ``/`` unless ocihook runs against another root),
+    e.g. ``proc_path(root, 42, "ns/mnt")`` -> ``"/proc/42/ns/mnt"``. Reads nothing; raises
+    nothing."""
     return root.proc(f"{pid}/{name}")
 
 
@@ -28,7 +32,7 @@ def _status_field(name: str) -> list[str]:
     return []
 
 
-def _parent_pid() -> int:
+def parent_pid() -> int:
     """The host pid of the hook's parent: in ``createContainer`` the runtime's process
     inside the new container, whose host pid the state does not give (runc says 1, crun
     0). ``os.getppid()`` would answer in the container's pid namespace; the ``PPid`` of
@@ -39,7 +43,7 @@ def _parent_pid() -> int:
     return int(words[0]) if ok else 0
 
 
-def _container_root_ids(pid: int) -> tuple[int, int] | None:
+def container_root_ids(pid: int) -> tuple[int, int] | None:
     """The host uid and gid of the container's root when the container has a user
     namespace of its own (``/proc/<pid>/uid_map``, ``gid_map``: ``inside outside count``
     lines, ``user_namespaces(7)``), else ``None``.
@@ -69,7 +73,7 @@ def _container_root_ids(pid: int) -> tuple[int, int] | None:
 _IDENTITY_MAP = ("0", "0", "4294967295")
 
 
-def _identity_uid_map(pid: int) -> bool:
+def identity_uid_map(pid: int) -> bool:
     """Whether ``pid``'s ``uid_map`` is the identity of the initial user namespace
     (``0 0 4294967295``). Any other map — a user namespace of the container's own, or the
     one a rootless engine (rootless podman, ``runc`` run by a user) made and shares with
@@ -90,7 +94,7 @@ def _identity_uid_map(pid: int) -> bool:
     return lines == [_IDENTITY_MAP]
 
 
-def _has_cap_sys_admin() -> bool:
+def has_cap_sys_admin() -> bool:
     """Whether ocihook has ``CAP_SYS_ADMIN`` (bit 21 of ``CapEff`` in
     ``/proc/self/status``) in its own user namespace: what mounting there needs. A hook
     that ``runc`` run by an unprivileged user starts has none."""
@@ -98,7 +102,7 @@ def _has_cap_sys_admin() -> bool:
     return bool(words) and bool(int(words[0], 16) >> 21 & 1)
 
 
-def _same_user_ns(pid: int) -> bool:
+def same_user_ns(pid: int) -> bool:
     """Whether ``pid`` is in ocihook's own user namespace.
 
     Raises:
@@ -113,7 +117,7 @@ def _same_user_ns(pid: int) -> bool:
         ) from None
 
 
-def _check_inside_container(pid: int) -> None:
+def check_inside_container(pid: int) -> None:
     """For ``createContainer``: ocihook must already be in the container's namespaces —
     its parent's mount namespace, and a pid namespace of the container's own (``NSpid``
     of ``/proc/self/status`` has two levels or more) — never in the host's.
@@ -142,7 +146,7 @@ def _check_inside_container(pid: int) -> None:
         )
 
 
-def _check_container_pid(pid: int) -> None:
+def check_container_pid(pid: int) -> None:
     """The state's pid must be a process in a mount namespace of its own (the container
     init the runtime is creating): a pid in ocihook's own namespace would make it mount
     into the host and open the device cgroup of an unrelated process.

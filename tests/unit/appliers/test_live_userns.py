@@ -10,7 +10,7 @@ import time
 import pytest
 from support import need_root_and
 
-from ocihook.appliers.live.procs import _has_cap_sys_admin, _identity_uid_map, _same_user_ns
+from ocihook.appliers.live.procs import has_cap_sys_admin, identity_uid_map, same_user_ns
 from ocihook.core.errors import ApplyError
 
 
@@ -18,9 +18,9 @@ def test_own_process() -> None:
     need_root_and()
     with open("/proc/self/uid_map") as f:
         identity = f.read().split() == ["0", "0", "4294967295"]
-    assert _identity_uid_map(os.getpid()) is identity
-    assert _same_user_ns(os.getpid())
-    assert _has_cap_sys_admin()
+    assert identity_uid_map(os.getpid()) is identity
+    assert same_user_ns(os.getpid())
+    assert has_cap_sys_admin()
 
 
 def test_process_in_a_user_namespace() -> None:
@@ -30,11 +30,11 @@ def test_process_in_a_user_namespace() -> None:
     child = subprocess.Popen(["unshare", "-U", "-r", "sleep", "30"])
     try:
         for _ in range(250):  # until unshare has made the namespace and its map
-            if not _same_user_ns(child.pid) and not _identity_uid_map(child.pid):
+            if not same_user_ns(child.pid) and not identity_uid_map(child.pid):
                 break
             time.sleep(0.02)
-        assert not _same_user_ns(child.pid)
-        assert not _identity_uid_map(child.pid)
+        assert not same_user_ns(child.pid)
+        assert not identity_uid_map(child.pid)
     finally:
         child.kill()
         child.wait()
@@ -44,6 +44,6 @@ def test_gone_process_is_an_apply_error() -> None:
     child = subprocess.Popen(["true"])
     child.wait()
     with pytest.raises(ApplyError, match="user namespace"):
-        _identity_uid_map(child.pid)
+        identity_uid_map(child.pid)
     with pytest.raises(ApplyError, match="user namespace"):
-        _same_user_ns(child.pid)
+        same_user_ns(child.pid)

@@ -243,9 +243,9 @@ def test_engine_config_with_a_huge_hex_integer(engine: str, text: str, tmp_path:
 def test_cdi_version_parse_never_raises(parts: list[str], prefix: str) -> None:
     """Any MAJOR.MINOR.PATCH of decimal digits parses (long numbers count as huge) and
     compares as the numbers do."""
-    from ocihook.cdi.spec import _version_tuple
+    from ocihook.cdi.spec import cdi_version_tuple
 
-    got = _version_tuple(prefix + ".".join(parts))
+    got = cdi_version_tuple(prefix + ".".join(parts))
     assert got is not None
     want = tuple(int(p) if len(p) <= 9 else 10**9 for p in parts)
     assert got == want
