@@ -5,7 +5,9 @@ The variables and their meaning follow the NVIDIA Container Toolkit
 
 ``NVIDIA_VISIBLE_DEVICES``
     ``all``; ``none`` (driver files, no GPU); ``void``, empty or unset (not a GPU
-    container); or a comma list of GPU indices and ``GPU-`` UUIDs (case-insensitive).
+    container); or a comma list of GPU indices and ``GPU-`` UUIDs (case-insensitive), each
+    kept once in order, :data:`~ocihook.request.sources.MAX_REQUEST_ENTRIES` (4,096)
+    entries at most (more is a :class:`RequestError`; parsing is linear in the value).
     The special values rank as the toolkit's: any ``void`` entry makes the whole request
     void, else any ``none`` makes it ``none``, else any ``all`` makes it ``all``. Unset
     on a *legacy* CUDA image (``CUDA_VERSION`` set, ``NVIDIA_REQUIRE_CUDA`` unset) means
@@ -38,6 +40,7 @@ from .sources import (
     devices_from_mounts,
     env_from_spec,
     is_privileged,
+    split_entries,
     volume_mount_requests,
 )
 
@@ -159,7 +162,7 @@ def request_from_env(env: Mapping[str, str], *, source: str = "process.env") -> 
         if not legacy:
             return Request(kind="void", source=source)
         raw = "all"
-    items = [s.strip() for s in raw.split(",") if s.strip()]
+    items = split_entries(raw, field=field_devices)
     if not items or any(s.lower() == "void" for s in items):
         return Request(kind="void", source=source)
     capabilities = _parse_capabilities(
@@ -178,7 +181,6 @@ def request_from_env(env: Mapping[str, str], *, source: str = "process.env") -> 
         return Request(kind="none", capabilities=capabilities, source=source, requirements=reqs)
     if "all" in lowered:
         return Request(kind="all", capabilities=capabilities, source=source, requirements=reqs)
-    devices: list[str] = []
     for item in items:
         if classify_device(item) is None:
             raise RequestError(
@@ -188,11 +190,9 @@ def request_from_env(env: Mapping[str, str], *, source: str = "process.env") -> 
                 hint="use all, none, void, GPU indices (0,1), GPU UUIDs (GPU-...), PCI bus "
                 "ids (0000:3b:00.0), MIG devices (0:1 or MIG-...)",
             )
-        if item not in devices:
-            devices.append(item)
     return Request(
         kind="list",
-        devices=tuple(devices),
+        devices=tuple(dict.fromkeys(items)),  # each once, in order: linear
         capabilities=capabilities,
         source=source,
         requirements=reqs,
@@ -337,7 +337,9 @@ def _extras(
                 hint="run the container with CAP_SYS_ADMIN (privileged), or drop the variable",
             )
         mig[key] = True
-    channels = [c.strip() for c in env.get("NVIDIA_IMEX_CHANNELS", "").split(",") if c.strip()]
+    channels = split_entries(
+        env.get("NVIDIA_IMEX_CHANNELS", ""), field="process.env[NVIDIA_IMEX_CHANNELS]"
+    )
     if config is not None:
         for name in volume_mount_requests(config):
             if name.startswith("imex/"):
