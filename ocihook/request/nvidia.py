@@ -8,8 +8,11 @@ The variables and their meaning follow the NVIDIA Container Toolkit
     container); or a comma list of GPU indices and ``GPU-`` UUIDs (case-insensitive), each
     kept once in order, :data:`~ocihook.request.sources.MAX_REQUEST_ENTRIES` (4,096)
     entries at most (more is a :class:`RequestError`; parsing is linear in the value).
-    The special values rank as the toolkit's: any ``void`` entry makes the whole request
-    void, else any ``none`` makes it ``none``, else any ``all`` makes it ``all``. Unset
+    The special values read as the toolkit's (``NewVisibleDevices`` in
+    ``internal/config/image/devices.go``, after ``DevicesFromEnvvars``): a ``void`` entry
+    anywhere makes the whole request void; else the *first* ``all`` or ``none`` in list
+    order decides (``all,none`` is every GPU, ``none,all`` none), the entries around it
+    unread. Unset
     on a *legacy* CUDA image (``CUDA_VERSION`` set, ``NVIDIA_REQUIRE_CUDA`` unset) means
     ``all``.
 ``NVIDIA_DRIVER_CAPABILITIES``
@@ -176,11 +179,12 @@ def request_from_env(env: Mapping[str, str], *, source: str = "process.env") -> 
         from .requirements import requirements_from_env  # 1.5 ms: only when needed
 
         reqs = tuple(requirements_from_env(env, source=source))
-    # the toolkit's precedence of the special values: void > none > all > a device list
-    if "none" in lowered:
-        return Request(kind="none", capabilities=capabilities, source=source, requirements=reqs)
-    if "all" in lowered:
-        return Request(kind="all", capabilities=capabilities, source=source, requirements=reqs)
+    # the toolkit's reading of the special values (NewVisibleDevices): void anywhere was
+    # handled above; then the first all or none in list order wins
+    special = next((s for s in lowered if s in ("all", "none")), None)
+    if special is not None:
+        kind: VisibleKind = "all" if special == "all" else "none"
+        return Request(kind=kind, capabilities=capabilities, source=source, requirements=reqs)
     for item in items:
         if classify_device(item) is None:
             raise RequestError(
