@@ -112,7 +112,11 @@ def _refuse_poisoned_hook(hint: str = _POISON_HINT, *, loader_only: bool = False
     was registered without ``env``): it does no host-side work then. ``None`` when the
     environment is clean. ``loader_only``: only :data:`ISOLATED_POISON_VARIABLES` count
     (every one the C library honours, and ``PYTHONEXECUTABLE``) — for an interpreter
-    started with ``-I``, which ignored :data:`PYTHON_VARIABLES`."""
+    started with ``-I``, which ignored :data:`PYTHON_VARIABLES`.
+
+    An interpreter that honoured ``PYTHONINSPECT`` (the installed scripts start without
+    ``-I``) would turn ``sys.exit(9)`` into a traceback, exit 1, and an interactive prompt:
+    there the process ends here, with ``os._exit(9)`` after the message."""
     bad = [v for v in _poisoned_environment() if not loader_only or v in ISOLATED_POISON_VARIABLES]
     if not bad:
         return None
@@ -123,6 +127,9 @@ def _refuse_poisoned_hook(hint: str = _POISON_HINT, *, loader_only: bool = False
         + hint,
         file=sys.stderr,
     )
+    if sys.flags.inspect:
+        sys.stderr.flush()
+        os._exit(9)
     return 9
 
 

@@ -208,6 +208,26 @@ def test_installed_script_ignores_an_image_pycache(
         assert "sets PYTHONPYCACHEPREFIX;" in proc.stderr
 
 
+def test_installed_script_refuses_pythoninspect_in_one_line(tmp_path: Path) -> None:
+    """``PYTHONINSPECT`` is honoured by the script pip installs: the refusal is still exit 9
+    and one line, not a ``SystemExit`` traceback (exit 1) and a prompt reading stdin."""
+    marker = tmp_path / "ran"
+    proc = subprocess.run(
+        [str(_installed(tmp_path, "ocihook")), "hook", "prestart"],
+        input=f"open({str(marker)!r}, 'w')\n",
+        capture_output=True,
+        text=True,
+        env={**CLEAN_ENV, "PYTHONINSPECT": "1"},
+        timeout=60,
+    )
+    assert proc.returncode == 9
+    assert proc.stderr == (
+        "ocihook: error[poisoned-environment]: refusing to run a hook whose environment "
+        f"sets PYTHONINSPECT; hint: {entry._POISON_HINT}\n"
+    )
+    assert not marker.exists()
+
+
 def test_hostile_pycache_is_real(tmp_path: Path) -> None:
     """The tree above does replace ocihook's modules for an interpreter that honours it:
     the test above would notice a script that lets it."""
