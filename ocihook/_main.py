@@ -25,23 +25,74 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
 
-#: Variables that make a process load or run other code: the dynamic loader's
-#: (``ld.so(8)``) and the interpreter's (ignored under ``-I``, which a registration might
-#: lack). A hook must not run with them (CVE-2025-23266: an image's ``LD_PRELOAD`` reached
-#: the NVIDIA toolkit's hook through an inherited environment).
-POISON_VARIABLES = frozenset(
+#: Variables the C library and its dynamic loader honour that load code, or read or write
+#: a file or directory the variable names: glibc's secure-execution list
+#: (``UNSECURE_ENVVARS``, ``sysdeps/generic/unsecvars.h``; what ``ld.so(8)`` drops for a
+#: setuid program), less its entries that do neither (``LD_DEBUG``, ``LD_DYNAMIC_WEAK``,
+#: ``LD_HWCAP_MASK``, ``LD_SHOW_AUXV``, ``LD_USE_LOAD_BIAS``, ``LOCALDOMAIN``,
+#: ``RES_OPTIONS``, ``NIS_PATH``: output or lookups, no file) and ``TMPDIR`` (no hook path
+#: makes a temporary file; dockerd's environment often sets it). ``GLIBC_TUNABLES`` is kept:
+#: the loader parses it before any code runs (CVE-2023-4911). ``-I`` does not affect these.
+LOADER_VARIABLES = frozenset(
     {
-        "LD_PRELOAD",
+        "GCONV_PATH",
+        "GETCONF_DIR",
+        "GLIBC_TUNABLES",
+        "HOSTALIASES",
         "LD_AUDIT",
+        "LD_DEBUG_OUTPUT",
         "LD_LIBRARY_PATH",
-        "PYTHONPATH",
-        "PYTHONHOME",
-        "PYTHONSTARTUP",
-        "PYTHONUSERBASE",
-        "PYTHONPLATLIBDIR",
-        "PYTHONINSPECT",
+        "LD_ORIGIN_PATH",
+        "LD_PRELOAD",
+        "LD_PROFILE",
+        "LOCPATH",
+        "MALLOC_TRACE",
+        "NLSPATH",
+        "RESOLV_HOST_CONF",
+        "TZDIR",
     }
 )
+
+#: Variables the interpreter honours that load or redirect code (all but
+#: :data:`PYTHON_UNISOLATED_VARIABLES` ignored under ``-I``): the module path and prefix
+#: (``PYTHONPATH``, ``PYTHONHOME``, ``PYTHONUSERBASE``, ``PYTHONPLATLIBDIR``), where the
+#: ``.pyc`` files are read from (``PYTHONPYCACHEPREFIX``: an image's ``.pyc`` tree would
+#: replace ocihook's own modules), a ``-W`` category ``module.Class`` (``PYTHONWARNINGS``
+#: imports ``module``), ``breakpoint()``'s hook (``PYTHONBREAKPOINT``) and the interactive
+#: ones (``PYTHONSTARTUP``, ``PYTHONINSPECT``). (Python's command-line documentation,
+#: "Environment variables".)
+PYTHON_VARIABLES = frozenset(
+    {
+        "PYTHONBREAKPOINT",
+        "PYTHONHOME",
+        "PYTHONINSPECT",
+        "PYTHONPATH",
+        "PYTHONPLATLIBDIR",
+        "PYTHONPYCACHEPREFIX",
+        "PYTHONSTARTUP",
+        "PYTHONUSERBASE",
+        "PYTHONWARNINGS",
+    }
+)
+
+#: The interpreter's variables it honours even under ``-I``: ``PYTHONEXECUTABLE`` sets
+#: ``sys.executable`` and so where the interpreter looks for ``pyvenv.cfg`` and its
+#: ``site-packages`` (measured with Python 3.11's ``getpath``).
+PYTHON_UNISOLATED_VARIABLES = frozenset({"PYTHONEXECUTABLE"})
+
+#: Variables that make a process load or run other code, or use files they name: the
+#: loader's (:data:`LOADER_VARIABLES`) and the interpreter's (:data:`PYTHON_VARIABLES`,
+#: :data:`PYTHON_UNISOLATED_VARIABLES`). A
+#: hook must not run with them (CVE-2025-23266: an image's ``LD_PRELOAD`` reached the
+#: NVIDIA toolkit's hook through an inherited environment). No Python code can undo what
+#: the loader did before the interpreter started (an ``LD_PRELOAD`` constructor has run),
+#: nor what the interpreter did before the first line of a script (``sitecustomize`` from
+#: ``PYTHONPATH``): the refusal only keeps the hook from doing host-side work, and the
+#: registrations ocihook writes avoid both with an explicit ``env`` and ``-I``.
+POISON_VARIABLES = LOADER_VARIABLES | PYTHON_VARIABLES | PYTHON_UNISOLATED_VARIABLES
+
+#: What an interpreter started with ``-I`` still honours.
+ISOLATED_POISON_VARIABLES = LOADER_VARIABLES | PYTHON_UNISOLATED_VARIABLES
 
 
 def _poisoned_environment() -> list[str]:
@@ -59,9 +110,14 @@ def _refuse_poisoned_hook(hint: str = _POISON_HINT, *, loader_only: bool = False
     """Exit code 9 and a one-line error (ending in ``hint``) when a hook runs with an
     inherited environment that sets code-loading variables (:data:`POISON_VARIABLES`; it
     was registered without ``env``): it does no host-side work then. ``None`` when the
-    environment is clean. ``loader_only``: only the dynamic loader's (``LD_*``) count —
-    for an interpreter started with ``-I``, which ignored the others."""
-    bad = [v for v in _poisoned_environment() if not loader_only or v.startswith("LD_")]
+    environment is clean. ``loader_only``: only :data:`ISOLATED_POISON_VARIABLES` count
+    (every one the C library honours, and ``PYTHONEXECUTABLE``) — for an interpreter
+    started with ``-I``, which ignored :data:`PYTHON_VARIABLES`.
+
+    An interpreter that honoured ``PYTHONINSPECT`` (the installed scripts start without
+    ``-I``) would turn ``sys.exit(9)`` into a traceback, exit 1, and an interactive prompt:
+    there the process ends here, with ``os._exit(9)`` after the message."""
+    bad = [v for v in _poisoned_environment() if not loader_only or v in ISOLATED_POISON_VARIABLES]
     if not bad:
         return None
     print(
@@ -71,6 +127,9 @@ def _refuse_poisoned_hook(hint: str = _POISON_HINT, *, loader_only: bool = False
         + hint,
         file=sys.stderr,
     )
+    if sys.flags.inspect:
+        sys.stderr.flush()
+        os._exit(9)
     return 9
 
 
@@ -212,8 +271,9 @@ def nvidia_hook_main(argv: Sequence[str] | None = None) -> int:
     :data:`POISON_VARIABLES` is refused (exit 9): for Docker that is dockerd's own
     environment, so the message says to start dockerd without it. Under ``-I`` (the
     script ``ocihook install docker-hook`` writes) the interpreter has ignored the
-    ``PYTHON*`` ones, so only the loader's (``LD_PRELOAD``, ``LD_AUDIT``,
-    ``LD_LIBRARY_PATH``) are refused: a dockerd started from a shell with ``PYTHONPATH``
+    ``PYTHON*`` ones, so only those it still honours are refused
+    (:data:`ISOLATED_POISON_VARIABLES`: ``LD_PRELOAD``, ``GCONV_PATH``,
+    ``PYTHONEXECUTABLE``...): a dockerd started from a shell with ``PYTHONPATH``
     set still serves ``--gpus``.
 
     Returns:

@@ -65,7 +65,7 @@ def select_devices(request: Request, gpus: Sequence[Gpu]) -> tuple[Selection, ..
     by_uuid = {g.uuid.lower(): g for g in gpus}
     by_bus = {parse_bus_id(g.bus_id): g for g in gpus}
     field = f"{request.source}[{ENV_VISIBLE_DEVICES}]"
-    selected: list[Selection] = []
+    selected: dict[Selection, None] = {}  # ordered, each once: linear in the request
     for item in request.devices:
         kind = classify_device(item)
         found: Selection | None = None
@@ -103,8 +103,7 @@ def select_devices(request: Request, gpus: Sequence[Gpu]) -> tuple[Selection, ..
             if migs:
                 have += "; MIG devices " + ", ".join(migs)
             raise RequestError("no such GPU", field=field, value=item, hint=f"this host has {have}")
-        if found not in selected:
-            selected.append(found)
+        selected[found] = None
     return tuple(selected)
 
 
@@ -133,11 +132,7 @@ def select_gpus(request: Request, gpus: Sequence[Gpu]) -> tuple[Gpu, ...]:
     Raises:
         RequestError: see :func:`select_devices`.
     """
-    out: list[Gpu] = []
-    for sel in select_devices(request, gpus):
-        if sel.gpu not in out:
-            out.append(sel.gpu)
-    return tuple(out)
+    return tuple(dict.fromkeys(sel.gpu for sel in select_devices(request, gpus)))
 
 
 def _drm_listing(gpus: Sequence[Any]) -> str:
@@ -167,7 +162,7 @@ def select_drm_gpus(request: DrmRequest, gpus: Sequence[Any]) -> tuple[Any, ...]
         return tuple(gpus)
     name = DRM_VENDOR_NAMES[request.vendor]
     field = f"{request.source}[{request.variable}]"
-    chosen: list[Any] = []
+    chosen: dict[Any, None] = {}  # ordered, each once: linear in the request
 
     def missing(message: str, item: str) -> RequestError:
         return RequestError(
@@ -198,5 +193,5 @@ def select_drm_gpus(request: DrmRequest, gpus: Sequence[Any]) -> tuple[Any, ...]
                 matches = [g for g in gpus if parse_bus_id(g.bus_id) == bus]
             if not matches:
                 raise missing(f"no {name} GPU matches this id", item)
-        chosen.extend(g for g in matches if g not in chosen)
+        chosen.update(dict.fromkeys(matches))
     return tuple(chosen)

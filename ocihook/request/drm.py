@@ -10,7 +10,7 @@ from ..core.errors import RequestError
 from ..core.records import Record
 from ..core.vocab import parse_bus_id
 from .policy import env_trusted
-from .sources import env_from_spec
+from .sources import env_from_spec, split_entries
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
 if TYPE_CHECKING:
@@ -139,7 +139,7 @@ def drm_request_from_env(
     raw = env.get(variable)
     if raw is None:
         return None
-    items = [i.strip() for i in raw.split(",") if i.strip()]
+    items = split_entries(raw, field=f"{source}[{variable}]")
     if not items or any(i in ("void", "none") for i in items):
         return None
     if "all" in items:

@@ -5,9 +5,14 @@ The variables and their meaning follow the NVIDIA Container Toolkit
 
 ``NVIDIA_VISIBLE_DEVICES``
     ``all``; ``none`` (driver files, no GPU); ``void``, empty or unset (not a GPU
-    container); or a comma list of GPU indices and ``GPU-`` UUIDs (case-insensitive).
-    The special values rank as the toolkit's: any ``void`` entry makes the whole request
-    void, else any ``none`` makes it ``none``, else any ``all`` makes it ``all``. Unset
+    container); or a comma list of GPU indices and ``GPU-`` UUIDs (case-insensitive), each
+    kept once in order, :data:`~ocihook.request.sources.MAX_REQUEST_ENTRIES` (4,096)
+    entries at most (more is a :class:`RequestError`; parsing is linear in the value).
+    The special values read as the toolkit's (``NewVisibleDevices`` in
+    ``internal/config/image/devices.go``, after ``DevicesFromEnvvars``): a ``void`` entry
+    anywhere makes the whole request void; else the *first* ``all`` or ``none`` in list
+    order decides (``all,none`` is every GPU, ``none,all`` none), the entries around it
+    unread. Unset
     on a *legacy* CUDA image (``CUDA_VERSION`` set, ``NVIDIA_REQUIRE_CUDA`` unset) means
     ``all``.
 ``NVIDIA_DRIVER_CAPABILITIES``
@@ -38,6 +43,7 @@ from .sources import (
     devices_from_mounts,
     env_from_spec,
     is_privileged,
+    split_entries,
     volume_mount_requests,
 )
 
@@ -159,7 +165,7 @@ def request_from_env(env: Mapping[str, str], *, source: str = "process.env") -> 
         if not legacy:
             return Request(kind="void", source=source)
         raw = "all"
-    items = [s.strip() for s in raw.split(",") if s.strip()]
+    items = split_entries(raw, field=field_devices)
     if not items or any(s.lower() == "void" for s in items):
         return Request(kind="void", source=source)
     capabilities = _parse_capabilities(
@@ -173,12 +179,12 @@ def request_from_env(env: Mapping[str, str], *, source: str = "process.env") -> 
         from .requirements import requirements_from_env  # 1.5 ms: only when needed
 
         reqs = tuple(requirements_from_env(env, source=source))
-    # the toolkit's precedence of the special values: void > none > all > a device list
-    if "none" in lowered:
-        return Request(kind="none", capabilities=capabilities, source=source, requirements=reqs)
-    if "all" in lowered:
-        return Request(kind="all", capabilities=capabilities, source=source, requirements=reqs)
-    devices: list[str] = []
+    # the toolkit's reading of the special values (NewVisibleDevices): void anywhere was
+    # handled above; then the first all or none in list order wins
+    special = next((s for s in lowered if s in ("all", "none")), None)
+    if special is not None:
+        kind: VisibleKind = "all" if special == "all" else "none"
+        return Request(kind=kind, capabilities=capabilities, source=source, requirements=reqs)
     for item in items:
         if classify_device(item) is None:
             raise RequestError(
@@ -188,11 +194,9 @@ def request_from_env(env: Mapping[str, str], *, source: str = "process.env") -> 
                 hint="use all, none, void, GPU indices (0,1), GPU UUIDs (GPU-...), PCI bus "
                 "ids (0000:3b:00.0), MIG devices (0:1 or MIG-...)",
             )
-        if item not in devices:
-            devices.append(item)
     return Request(
         kind="list",
-        devices=tuple(devices),
+        devices=tuple(dict.fromkeys(items)),  # each once, in order: linear
         capabilities=capabilities,
         source=source,
         requirements=reqs,
@@ -337,7 +341,9 @@ def _extras(
                 hint="run the container with CAP_SYS_ADMIN (privileged), or drop the variable",
             )
         mig[key] = True
-    channels = [c.strip() for c in env.get("NVIDIA_IMEX_CHANNELS", "").split(",") if c.strip()]
+    channels = split_entries(
+        env.get("NVIDIA_IMEX_CHANNELS", ""), field="process.env[NVIDIA_IMEX_CHANNELS]"
+    )
     if config is not None:
         for name in volume_mount_requests(config):
             if name.startswith("imex/"):

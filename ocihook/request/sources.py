@@ -8,6 +8,7 @@ The variable names and their precedence follow the NVIDIA Container Toolkit
 
 from __future__ import annotations
 
+from ..core.errors import RequestError
 from ..core.vocab import VOLUME_MOUNT_DIR
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
@@ -18,14 +19,43 @@ if TYPE_CHECKING:
 __all__ = [
     "ENV_DRIVER_CAPABILITIES",
     "ENV_VISIBLE_DEVICES",
+    "MAX_REQUEST_ENTRIES",
     "REQUEST_VARIABLES",
     "VOLUME_MOUNT_DIR",
     "devices_from_mounts",
     "env_from_spec",
     "is_privileged",
     "parse_env",
+    "split_entries",
     "volume_mount_requests",
 ]
+
+#: The most entries one request variable may list (``NVIDIA_VISIBLE_DEVICES``, the
+#: swarm variables joined, ``NVIDIA_IMEX_CHANNELS``, ``AMD_VISIBLE_DEVICES``...): an image's
+#: ``ENV`` chooses the value, and a host has far fewer devices. More is a
+#: :class:`RequestError` naming the variable and the count. (ocihook's own bound; the
+#: toolkit has none.)
+MAX_REQUEST_ENTRIES = 4096
+
+
+def split_entries(raw: str, *, field: str) -> list[str]:
+    """The entries of a comma list (``raw``): blanks around each dropped, empty ones left
+    out, in order, duplicates kept. Linear in ``len(raw)``.
+
+    Raises:
+        RequestError: more than :data:`MAX_REQUEST_ENTRIES` entries (``field`` names the
+            variable; the value is the count, never the list).
+    """
+    items = [s for s in (part.strip() for part in raw.split(",")) if s]
+    if len(items) > MAX_REQUEST_ENTRIES:
+        raise RequestError(
+            "too many entries",
+            field=field,
+            value=f"{len(items)} entries",
+            hint=f"list at most {MAX_REQUEST_ENTRIES} devices",
+        )
+    return items
+
 
 #: The variable that names a container's NVIDIA GPUs.
 ENV_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
@@ -122,13 +152,13 @@ def devices_from_mounts(config: Mapping[str, Any]) -> list[str]:
     """Device names requested as volume mounts (:func:`volume_mount_requests`), in mount
     order, each once. ``cdi/<vendor>/<class>/<name>`` becomes the CDI name
     ``vendor/class=name``; ``imex/<n>`` entries are IMEX channels and are left out here."""
-    out: list[str] = []
+    out: dict[str, None] = {}  # ordered, each once, linear
     for name in volume_mount_requests(config):
         if name.startswith("imex/"):
             continue
         if name.startswith("cdi/") and name.count("/") == 3:
             _cdi, vendor, cls, dev = name.split("/")
             name = f"{vendor}/{cls}={dev}"
-        if name and name not in out:
-            out.append(name)
-    return out
+        if name:
+            out[name] = None
+    return list(out)

@@ -9,7 +9,9 @@ read there (not translated line by line):
 * ``internal/config/image/cuda_image.go``: ``IsLegacy``, ``DevicesFromEnvvars`` (every
   set variable joined, the legacy ``all``, ``void``), ``GetRequirements`` /
   ``parseMajorMinorVersion`` (Go semver, 32-bit major and minor), ``HasDisableRequire``;
-* ``internal/config/image/devices.go``: ``NewVisibleDevices`` (void > none > all);
+* ``internal/config/image/devices.go``: ``NewVisibleDevices`` (``void`` anywhere was
+  caught by ``DevicesFromEnvvars``; then it returns at the first ``all`` or ``none`` in
+  list order);
 * ``internal/config/image/capabilities.go``: ``NewDriverCapabilities``;
 * ``internal/modifier/cdi.go`` and ``CUDA.VisibleDevices``: annotations replace the
   environment in CDI mode.
@@ -99,6 +101,14 @@ def _go_semver_major_minor(v: str) -> tuple[str, str] | None:
     return (major, minor) if rest == "" else None
 
 
+def _first_special(devices: list[str]) -> str | None:
+    """``NewVisibleDevices``' loop: the first ``all`` or ``none`` in list order returns."""
+    for d in devices:
+        if d in ("all", "none"):
+            return d
+    return None
+
+
 def toolkit_hook(env: dict[str, str], swarm: tuple[str, ...]) -> tuple[str, Any, frozenset[str]]:
     """``("void", None, {})`` for a non-GPU container, else ``(kind, devices, caps)``
     with kind ``none``/``all``/``list``; raises :class:`ToolkitError` where it panics."""
@@ -110,10 +120,9 @@ def toolkit_hook(env: dict[str, str], swarm: tuple[str, ...]) -> tuple[str, Any,
         devices = ["all"]
     if not devices or "void" in devices:
         return "void", None, frozenset()
-    if "none" in devices:
-        kind, listed = "none", None
-    elif "all" in devices:
-        kind, listed = "all", None
+    first = _first_special(devices)
+    if first is not None:
+        kind, listed = first, None
     else:
         kind, listed = "list", tuple(dict.fromkeys(devices))
     raw = env.get("NVIDIA_DRIVER_CAPABILITIES")
@@ -155,9 +164,10 @@ def toolkit_cdi_devices(
         devices = ["all"]
     if not devices or "void" in devices:
         return set()
-    if "none" in devices:
+    first = _first_special(devices)
+    if first == "none":
         devices = [""]  # the toolkit then asks for "nvidia.com/gpu=" (an error there)
-    elif "all" in devices:
+    elif first == "all":
         devices = ["all"]
     return {d if "=" in d else f"{kind}={d}" for d in devices}
 
@@ -394,11 +404,33 @@ def test_swarm_variables_are_joined_and_an_empty_one_counts() -> None:
     assert _req({"CUDA_VERSION": "12.2.0", SWARM[0]: ""}, SWARM).kind == "void"
 
 
-def test_special_values_rank_void_none_all() -> None:
-    assert _req({"NVIDIA_VISIBLE_DEVICES": "all,none"}).kind == "none"
+def test_special_values_void_anywhere_else_the_first_all_or_none() -> None:
+    assert _req({"NVIDIA_VISIBLE_DEVICES": "all,none"}).kind == "all"
+    assert _req({"NVIDIA_VISIBLE_DEVICES": "none,all"}).kind == "none"
+    assert _req({"NVIDIA_VISIBLE_DEVICES": "0,none,1,all"}).kind == "none"
     assert _req({"NVIDIA_VISIBLE_DEVICES": "none,0"}).kind == "none"
     assert _req({"NVIDIA_VISIBLE_DEVICES": "none,void"}).kind == "void"
+    assert _req({"NVIDIA_VISIBLE_DEVICES": "all,none,void"}).kind == "void"
     assert _req({"NVIDIA_VISIBLE_DEVICES": "0,all"}).kind == "all"
+
+
+_SPECIAL_OR_INDEX = st.sampled_from(["all", "none", "void", "0", "1", "7", UUID, " all ", ""])
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(_SPECIAL_OR_INDEX, max_size=8), st.sampled_from([(), SWARM[:1]]))
+def test_special_words_in_any_order_agree_with_the_toolkit(
+    items: list[str], swarm: tuple[str, ...]
+) -> None:
+    """Lists of special words and GPU ids only, in every order, through either variable:
+    the same kind and devices as the toolkit's ``NewVisibleDevices``."""
+    name = swarm[0] if swarm else "NVIDIA_VISIBLE_DEVICES"
+    env = {name: ",".join(items)}
+    expected = toolkit_hook(env, swarm)
+    assert _ocihook(env, swarm) == expected
+    stripped = [i.strip() for i in items if i.strip()]
+    if stripped and "void" not in stripped and expected[0] in ("all", "none"):
+        assert expected[0] == next(i for i in stripped if i in ("all", "none"))
 
 
 @pytest.mark.parametrize(
