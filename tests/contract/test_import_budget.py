@@ -278,6 +278,10 @@ def test_entry_point_keeps_to_its_budget(
 ) -> None:
     if os.path.exists("/etc/ocihook/config.toml"):
         pytest.skip("this host's /etc/ocihook/config.toml would be read")
+    if os.path.exists("/run/ocihook"):
+        # a warm start-path cache (the boot unit's, or a benchmark's while it runs) spares the
+        # TOML parse and the discovery the table measures
+        pytest.skip("this host's start-path cache /run/ocihook would be read")
     scenario = SCENARIOS[entry.name]
     code, stdin = scenario.setup(tmp_path, host)
     if scenario.rc is not None:
