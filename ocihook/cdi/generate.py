@@ -226,7 +226,8 @@ def generate_spec(
     Args:
         host: discovery result; discover with every capability (the default) so that the
             spec holds every driver file.
-        vendor, device_class: the spec's ``kind`` is ``vendor/device_class``.
+        vendor: the vendor part of the spec's ``kind`` (``vendor/device_class``).
+        device_class: the class part of the spec's ``kind``.
         name_strategies: naming strategies from :data:`NAME_STRATEGIES`, each giving every
             device one name; a name two strategies give alike is listed once.
         hook_command: argv prefix that runs ocihook

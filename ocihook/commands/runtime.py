@@ -490,8 +490,8 @@ def _with_device_rules(b: Any, request: Any, cfg: Config, options: Any) -> dict[
     """A copy of the bundle's document with the plan's device cgroup rules appended to
     ``linux.resources.devices`` (each once), where the runtime reads them: rules only the
     hook writes are lost when a systemd cgroup driver or ``runc update`` re-applies the
-    container's rules from its spec (README, "The systemd cgroup driver"). The nodes,
-    mounts and links are still the hook's.
+    container's rules from its spec (docs/guide/hook-mode.md, "The systemd cgroup
+    driver"). The nodes, mounts and links are still the hook's.
 
     Raises:
         DiscoveryError, RequestError: as planning; SpecError: ``linux`` of the wrong type.

@@ -2,7 +2,7 @@
 
 One TOML file sets what the command line would otherwise repeat on every registration:
 the host roots, how requests are read, logging. Every key is top-level and optional; the
-reference of every key (type, default, values, meaning) is ``docs/configuration.md``,
+reference of every key (type, default, values, meaning) is ``docs/reference/configuration.md``,
 generated from the JSON Schema ``specs/config.schema.json`` (package data:
 :func:`ocihook.config.load.load_schema`), the source of truth for keys, types and values.
 

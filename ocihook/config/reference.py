@@ -1,10 +1,10 @@
-"""The configuration reference, ``docs/configuration.md``, generated from the JSON Schema.
+"""The configuration reference, ``docs/reference/configuration.md``, generated from the JSON Schema.
 
 ``specs/config.schema.json`` (package data: ``ocihook/schemas/config.schema.json``) is the
 source of truth for the keys of ``/etc/ocihook/config.toml``: their order, types,
 defaults, allowed values, meanings and the NVIDIA Container Toolkit key each replaces
 (its ``$comment``). :func:`render_reference` turns it into Markdown; the script
-``scripts/gen-config-reference`` (``python -m ocihook.config.reference``) writes the file,
+``scripts/gen-reference`` (``python -m ocihook.config.reference``) writes the file,
 and a test fails when the committed file differs from what this module produces.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 __all__ = ["DOCUMENT", "main", "render_reference", "toml_value", "type_text"]
 
 #: Where the reference is committed, relative to the repository root.
-DOCUMENT = "docs/configuration.md"
+DOCUMENT = "docs/reference/configuration.md"
 
 #: The first lines of the generated file.
 _BANNER = (

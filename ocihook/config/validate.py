@@ -1,7 +1,7 @@
 """The keys of the operator's configuration file, their checks, and :class:`Config`.
 
 Every key is top-level and optional; :data:`KEYS` lists them in the order of the
-reference (``docs/configuration.md``, generated from ``specs/config.schema.json``, which
+reference (``docs/reference/configuration.md``, generated from ``specs/config.schema.json``, which
 is the source of truth for keys, types, defaults and values). Each check here mirrors one
 property of that schema rather than reading it: loading a file then imports neither
 :mod:`jsonschema` (~100 ms on every container start) nor :mod:`json` and :mod:`re` (the

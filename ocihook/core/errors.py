@@ -4,8 +4,8 @@ One base class, :class:`OcihookError`, and one subclass per area. Every error ke
 went wrong as attributes — the file (``path``), the field inside it (``field``), the
 offending value (``value``) — and a ``hint`` telling the user what to do; ``str(err)`` is a
 single line naming all of them. The command line maps classes to exit codes in one place
-(:data:`EXIT_CODES`, documented in the README), so a caller can tell a bad request from a
-broken host without reading messages.
+(:data:`EXIT_CODES`, documented in ``docs/reference/exit-codes.md``), so a caller can tell
+a bad request from a broken host without reading messages.
 
 Exit codes:
 
@@ -129,21 +129,26 @@ class OcihookError(Exception):
 
 class SpecError(OcihookError):
     """The bundle's ``config.json`` is missing, unreadable, or not a valid OCI spec where
-    ocihook needs it (OCI runtime-spec ``config.md``)."""
+    ocihook needs it (OCI runtime-spec ``config.md``); also: ``root.path`` or the bundle
+    path holds a NUL byte or a lone surrogate, its ``ocihook.edits`` record is not
+    ocihook's, or an earlier ocihook edit without a record would make GPUs add up."""
 
     reference = "bad-config-json"
 
 
 class StateError(OcihookError):
     """The container state JSON a hook reads on stdin is missing or malformed
-    (OCI runtime-spec ``runtime.md``, "State")."""
+    (OCI runtime-spec ``runtime.md``, "State"); also: its ``bundle`` holds a NUL byte or a
+    lone surrogate."""
 
     reference = "bad-state"
 
 
 class RequestError(OcihookError):
     """The container asks for something that cannot be given: an unknown GPU, an unknown
-    driver capability, or a malformed ``NVIDIA_*`` variable."""
+    driver capability, a malformed ``NVIDIA_*`` (or ``AMD_``/``INTEL_VISIBLE_DEVICES``)
+    variable, too many entries in one, or an ``NVIDIA_REQUIRE_*`` term the host does not
+    meet."""
 
     reference = "bad-request"
 
@@ -151,7 +156,10 @@ class RequestError(OcihookError):
 class DiscoveryError(OcihookError):
     """The host, read through the driver root and dev root, has no usable NVIDIA driver, or
     one of its files is malformed or inconsistent (for example a device node whose
-    major:minor is not the expected one)."""
+    major:minor is not the expected one); also: a driver library or binary of a requested
+    capability exists but cannot be read (EACCES, EIO, EMFILE: never skipped in silence,
+    which would start the container without it), or ``ocihook list --check`` found a
+    broken driver library."""
 
     reference = "host-discovery"
 
@@ -196,9 +204,10 @@ class ApplyError(OcihookError):
 
 class CdiError(OcihookError):
     """A CDI spec file, qualified device name or CDI annotation is malformed (CDI
-    ``SPEC.md``). ``path`` is the spec file (when there is one), ``field`` the JSON path
-    inside it (``devices[0].containerEdits.mounts[1].hostPath``) or the annotation key,
-    ``value`` the offending value."""
+    ``SPEC.md``), or a requested CDI device is in no spec. ``path`` is the spec file (when
+    there is one), ``field`` the JSON path inside it
+    (``devices[0].containerEdits.mounts[1].hostPath``) or the annotation key, ``value``
+    the offending value."""
 
     reference = "bad-cdi-spec"
 

@@ -1,7 +1,7 @@
 """The package's layers: every import (top-level, function-local and under ``TYPE_CHECKING``)
 goes down the layer order, and the module graph has no cycle.
 
-The order, lowest first, is :data:`LAYERS`; the README's "Layout" table says the same in
+The order, lowest first, is :data:`LAYERS`; docs/development/layout.md says the same in
 words. A module may import its own layer and the layers below it. Inside
 ``ocihook.discovery`` the GPU backends never import the aggregators that choose between them.
 """
@@ -9,6 +9,7 @@ words. A module may import its own layer and the layers below it. Inside
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -329,3 +330,12 @@ def test_no_issue_numbers_in_comments() -> None:
 )
 def test_the_issue_check_finds_them(text: str, cites: bool) -> None:
     assert cites_issue(text) is cites
+
+
+def test_the_layout_page_lists_the_layers_in_this_order() -> None:
+    """docs/development/layout.md's table names the layer folders in :data:`LAYERS`'
+    order."""
+    with open(Path(REPO) / "docs" / "development" / "layout.md", encoding="utf-8") as f:
+        text = f.read()
+    rows = re.findall(r"^\| `ocihook/(\w+)/` \|", text, re.M)
+    assert rows == [name for name, _ in LAYERS if name != "entry"]

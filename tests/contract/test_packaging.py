@@ -249,7 +249,7 @@ def test_wheel_and_sdist_install_and_run(tmp_path: Path, sim: simhost.SimulatedH
         }
         metadata = z.read("ocihook-0.1.0.dist-info/METADATA").decode()
         license_text = z.read("ocihook-0.1.0.dist-info/licenses/LICENSE")
-    # what the README promises the wheel carries: every schema, the example, py.typed
+    # what docs/operations/install.md promises the wheel carries: every schema, the example, py.typed
     for data in (
         "ocihook/schemas/cdi.schema.json",
         "ocihook/schemas/config.schema.json",

@@ -99,7 +99,7 @@ def test_development_setup_serves_the_demo(checkout: Path) -> None:
     run(checkout, "demo")
     dev = run(checkout, "setup")
     assert pip_lines(dev) == [
-        "python -m pip install -q --disable-pip-version-check -e .[test,lint,k8s]"
+        "python -m pip install -q --disable-pip-version-check -e .[test,lint,k8s,docs]"
     ]
     assert pip_lines(run(checkout, "setup")) == []
     assert pip_lines(run(checkout, "demo")) == []
@@ -283,6 +283,7 @@ def test_scripts_test_fails_in_ci_without_the_realistic_host(
         ".venv/bin/python": LOGGER + 'case "$1" in fixtures/*) exit 1;; esac\n',
         ".venv/bin/ruff": LOGGER,
         ".venv/bin/mypy": LOGGER,
+        ".venv/bin/mkdocs": LOGGER,
     }
     for where, text in stand_ins.items():
         path = repo / where

@@ -18,7 +18,7 @@ FOLDERS = {
     "unit": "tests of one module or package, mirroring ocihook/",
     "realistic": "tests on the realistic 535.261.03 host (marked realistic)",
     "e2e": "end-to-end tests with real runtimes and engines (marked e2e)",
-    "contract": "the public API, the README, the packaging, this layout",
+    "contract": "the public API, the README and the docs, the packaging, this layout",
     "fuzz": "the bounded fuzz and fault-injection campaign, its corpus (marked fuzz)",
     "doubles": "stand-ins for third-party modules (loaded by path)",
     "support": "the shared helpers, one module per topic (imported as ``support``)",

@@ -13,7 +13,7 @@ behind the runtime's back is gone — the NVIDIA toolkit's "Failed to initialize
 Unknown Error". Emulated while the container runs: cgroup v1 ``devices.deny`` ``a`` then
 ``devices.allow`` of exactly the spec's rules (and runc's default devices); cgroup v2 a new
 device program built from the same rules replacing every attached one. Spec mode keeps
-the GPU; hook mode loses it (the README's warning).
+the GPU; hook mode loses it (the warning in docs/guide/hook-mode.md).
 """
 
 from __future__ import annotations
@@ -211,8 +211,8 @@ def test_reapplied_device_rules(
     mode: str,
 ) -> None:
     """Spec mode's rules are in config.json and survive a re-apply; hook mode's were
-    added behind the runtime's back and are lost (README: hook mode under the systemd
-    cgroup driver); the wrapper runtime in ``legacy`` mode registers the hook *and* puts
+    added behind the runtime's back and are lost (docs/guide/hook-mode.md: hook mode under
+    the systemd cgroup driver); the wrapper runtime in ``legacy`` mode registers the hook *and* puts
     the rules in config.json, so they survive."""
     need_root_and("runc", "unshare")
     if version == "v2":

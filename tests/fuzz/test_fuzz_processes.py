@@ -38,7 +38,7 @@ from ocihook.sim.demo import default_config
 EXAMPLES = 40
 #: Seconds one process may take.
 LIMIT = 60.0
-#: The exit statuses the README documents (1 is "a bug").
+#: The exit statuses docs/reference/exit-codes.md documents (1 is "a bug").
 DOCUMENTED = {0, 2, 9, *EXIT_CODES.values()}
 
 

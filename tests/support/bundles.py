@@ -77,7 +77,7 @@ def busybox_bundle(
 def packaged_hook(stage: str, root: str) -> dict[str, Any]:
     """ocihook's hook entry as packaging/config.json-hooks-snippet.json.in gives it, with
     ``@PYTHON@`` replaced by this interpreter, for ``stage``, reading the simulated host
-    at ``root`` (the README's registration, so the tests exercise the documented one)."""
+    at ``root`` (the registration docs/guide/hook-mode.md shows, so the tests exercise the documented one)."""
     with open(os.path.join(REPO, "packaging/config.json-hooks-snippet.json.in")) as f:
         snippet = json.loads(f.read().replace("@PYTHON@", sys.executable))
     hook: dict[str, Any] = snippet["hooks"]["prestart"][0]

@@ -449,8 +449,8 @@ def _errors(stderr: str) -> list[str]:
     [("--format", "xml"), ("--device-name-strategy", "serial"), ("--gpu-backend", "cuda")],
 )
 def test_generate_bad_choice_is_usage_error(sim: Any, flag: str, value: str) -> None:
-    """A value outside an option's choices is bad command-line usage: exit 2 (README "Exit
-    codes"), not 11 ("a CDI spec file ... is malformed"): the fast parser checks choices
+    """A value outside an option's choices is bad command-line usage: exit 2
+    (docs/reference/exit-codes.md), not 11 ("a CDI spec file ... is malformed"): the fast parser checks choices
     as click does."""
     r = _generate(sim, flag, value)
     assert r.returncode == 2, r.stderr

@@ -681,7 +681,7 @@ def test_crun_log_driver_prefix_is_not_a_file_in_the_bundle(stage: Stage, tmp_pa
 def test_failed_exec_leaves_config_json_as_it_was(
     stage: Stage, bundle_factory: Any, tmp_path: Path
 ) -> None:
-    """README: "On an error config.json is left as it was, the real runtime is not run".
+    """docs/guide/wrapper.md: "On an error config.json is left as it was, the real runtime is not run".
     A ``runc`` whose interpreter is missing (``#!/nonexistent/sh``) passes
     :func:`find_runtime` (an executable file) but ``execve`` fails with ENOENT after the
     bundle was edited: exit 12, and the original bytes of config.json are put back."""

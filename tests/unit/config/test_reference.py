@@ -1,4 +1,4 @@
-"""``ocihook.config.reference``: ``docs/configuration.md`` is what the schema generates, and
+"""``ocihook.config.reference``: ``docs/reference/configuration.md`` is what the schema generates, and
 documents every key in the loader's order."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ with open(os.path.join(REPO, "specs", "config.schema.json")) as _f:
 def test_the_committed_reference_is_generated_from_the_schema() -> None:
     with open(os.path.join(REPO, DOCUMENT), encoding="utf-8") as f:
         committed = f.read()
-    assert committed == render_reference(SCHEMA), "run scripts/gen-config-reference"
+    assert committed == render_reference(SCHEMA), "run scripts/gen-reference"
 
 
 def test_the_reference_documents_every_key_in_order() -> None:

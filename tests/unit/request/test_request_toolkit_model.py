@@ -456,7 +456,7 @@ def test_cuda_version_largest_major_is_accepted() -> None:
 
 
 # --------------------------------------------------------------------------------------
-# Deliberate differences (README "Deliberate differences from the NVIDIA toolkit")
+# Deliberate differences (docs/guide/requests.md, "Deliberate differences from the NVIDIA toolkit")
 # --------------------------------------------------------------------------------------
 
 
