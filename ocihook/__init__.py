@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from .core.lazy import lazy_exports
 
+#: Equal to :data:`ocihook.core.version.VERSION` (a test checks); a literal here, so that
+#: ``import ocihook`` loads no module for it on a container's start path.
 __version__ = "0.1.0"
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds

@@ -286,8 +286,61 @@ def nvidia_hook_main(argv: Sequence[str] | None = None) -> int:
         restore()
 
 
+#: ``nvidia-container-runtime-hook -help``: the toolkit hook's flags, as its Go ``flag``
+#: package prints them, with what each does here.
+NVIDIA_HOOK_HELP = (
+    f"Usage of {NVIDIA_HOOK_NAME}:\n"
+    "  -config string\n"
+    "    \tconfiguration file (ocihook's TOML; default $OCIHOOK_CONFIG, else\n"
+    "    \t/etc/ocihook/config.toml)\n"
+    "  -debug\n"
+    "    \tenable debug output (the debug log on stderr)\n"
+    "  -version\n"
+    "    \tenable version output\n"
+    "\n"
+    "Commands:\n"
+    "  prestart\n"
+    "    \tgive the container the GPUs of NVIDIA_VISIBLE_DEVICES (state JSON on stdin)\n"
+    "  poststart, poststop\n"
+    "    \tnothing to do (exit 0)\n"
+)
+
+
+def _nvidia_hook_flags(args: list[str]) -> tuple[list[str], bool, bool, bool]:
+    """The toolkit hook's Go-style flags before the stage (``-config FILE``,
+    ``-config=FILE``, ``-debug``, ``-version``, ``-help``; one or two dashes):
+    ``(rest, debug, version, help)``, ``-config`` turned into ``--config FILE`` after the
+    stage. A flag ``-config`` without a value is left for the stage check to refuse."""
+    debug = version = show_help = False
+    config: list[str] = []
+    while args and args[0].startswith("-"):
+        name, eq, value = args[0].lstrip("-").partition("=")
+        if name == "config" and (eq or len(args) > 1):
+            config = ["--config", value if eq else args[1]]
+            args = args[1:] if eq else args[2:]
+            continue
+        if name not in ("debug", "version", "help", "h"):
+            break
+        debug |= name == "debug"
+        version |= name == "version"
+        show_help |= name in ("help", "h")
+        args = args[1:]
+    if config and args:
+        args = [args[0], *config, *args[1:]]
+    return args, debug, version, show_help
+
+
 def _nvidia_hook(args: list[str]) -> int:
     """:func:`nvidia_hook_main` with stderr made tolerant."""
+    args, debug, version, show_help = _nvidia_hook_flags(args)
+    if version:
+        from .core.version import version_line
+
+        print(version_line(NVIDIA_HOOK_NAME) + " (ocihook)")
+        return 0
+    if show_help:
+        print(NVIDIA_HOOK_HELP, end="")
+        return 0
     stage = args[0] if args else ""
     if stage in ("poststart", "poststop"):
         return 0
@@ -311,7 +364,7 @@ def _nvidia_hook(args: list[str]) -> int:
     if config and not any(a == "--config" or a.startswith("--config=") for a in rest):
         rest = ["--config", config, *rest]
     tolerant_stdout()
-    return _dispatch(["hook", "prestart", *rest])
+    return _dispatch([*(["--debug"] if debug else []), "hook", "prestart", *rest])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -334,6 +387,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _dispatch(args: list[str]) -> int:
     """Run the command ``args`` (the environment already checked)."""
+    if args and args[0] in ("--debug", "-d", "--quiet"):
+        from .commands import globalopts
+
+        debug, quiet, args = globalopts.split_global_options(args)
+        globalopts.apply(debug, quiet)
     if args[:2] == ["runtime", "exec"]:
         from .commands.runtime import main as runtime_main
 

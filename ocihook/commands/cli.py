@@ -24,7 +24,8 @@ from typing import Any
 import click
 
 from ..core.errors import OcihookError, exit_code_for
-from . import cli_cdi, cli_config, cli_doctor, cli_engines, cli_host, cli_k8s
+from ..core.version import VERSION, version_line
+from . import cli_cdi, cli_config, cli_doctor, cli_engines, cli_host, cli_k8s, globalopts
 from .cli_options import PASS_THROUGH
 from .fast import run_fast
 
@@ -46,9 +47,17 @@ class _Group(click.Group):
 
 
 @click.group(cls=_Group)
-@click.version_option(package_name="ocihook")
-def cli() -> None:
+@click.version_option(VERSION, "--version", "-v", message=version_line("%(prog)s"))
+@click.option(
+    "--debug", "-d", is_flag=True, help="Also write the debug log to stderr (ocihook: log: ...)."
+)
+@click.option(
+    "--quiet", is_flag=True, help="Only errors on stderr (wins over --debug); stdout is kept."
+)
+def cli(debug: bool, quiet: bool) -> None:
     """GPU access for OCI containers: an OCI hook, a bundle editor and a library."""
+    if debug or quiet:
+        globalopts.apply(debug, quiet)
 
 
 @cli.command(context_settings=PASS_THROUGH, add_help_option=False)

@@ -679,6 +679,11 @@ def main(argv: Sequence[str] | None = None, *, environ: Mapping[str, str] | None
     if args in (["--help"], ["-h"]):
         print(HELP, end="")
         return 0
+    if args in (["--version"], ["-v"]):
+        # as nvidia-container-runtime: its own version, a blank line, the real runtime's
+        from ..core.version import version_line
+
+        print(version_line(PROG) + "\n", flush=True)
     inv = parse_args(args)
     original: bytes | None = None
     done = "unchanged"

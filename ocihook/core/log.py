@@ -26,13 +26,28 @@ from __future__ import annotations
 import os
 import stat
 
-__all__ = ["LEVELS", "configure", "debug", "error", "info", "warning"]
+__all__ = ["LEVELS", "configure", "debug", "echo_to_stderr", "error", "info", "warning"]
 
 LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
 
 _path: str | None = None
 _threshold = LEVELS["info"]
 _context: dict[str, str] = {}
+#: Level from which records are also written to stderr (the global ``--debug``), or None.
+_stderr_threshold: int | None = None
+
+
+def echo_to_stderr(level: str | None) -> None:
+    """Also write every record from ``level`` up to stderr (``None``: stop), whatever
+    :func:`configure` sets later: the global ``--debug`` option of the command line.
+
+    Raises:
+        ValueError: an unknown level.
+    """
+    global _stderr_threshold
+    if level is not None and level not in LEVELS:
+        raise ValueError(f"unknown log level {level!r}; use one of {', '.join(LEVELS)}")
+    _stderr_threshold = None if level is None else LEVELS[level]
 
 
 def configure(path: str | None, level: str = "info", **context: str) -> None:
@@ -59,7 +74,9 @@ def _quote(value: object) -> str:
 
 
 def _emit(level: str, message: str, fields: dict[str, object]) -> None:
-    if _path is None or LEVELS[level] < _threshold:
+    to_file = _path is not None and LEVELS[level] >= _threshold
+    to_stderr = _stderr_threshold is not None and LEVELS[level] >= _stderr_threshold
+    if not (to_file or to_stderr):
         return
     import time
 
@@ -69,6 +86,13 @@ def _emit(level: str, message: str, fields: dict[str, object]) -> None:
     parts.append(message)
     parts += [f"{k}={_quote(v)}" for k, v in fields.items()]
     line = (" ".join(parts) + "\n").encode("utf-8", "replace")
+    if to_stderr:
+        try:  # a lost debug line never fails a command
+            os.write(2, b"ocihook: log: " + line)
+        except OSError:
+            to_stderr = False
+    if not to_file or _path is None:
+        return
 
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
     flags |= os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY  # root: no link, FIFO or tty

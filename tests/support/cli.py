@@ -108,6 +108,7 @@ def run_cli(
                 code = 1
             finally:
                 log.configure(None)
+                log.echo_to_stderr(None)  # the global --debug
         stdout.flush()
         stderr.flush()
         written = (out.getvalue(), err.getvalue())
