@@ -46,14 +46,35 @@ def runtime_exec(ctx: click.Context) -> None:
 )
 @click.option("--dry-run", is_flag=True, help="Print the change as a diff; write nothing.")
 @click.option(
-    "--set-as-default", is_flag=True, help="Make ocihook the default runtime (not podman)."
+    "--set-as-default",
+    "--nvidia-set-as-default",
+    is_flag=True,
+    help="Make ocihook the default runtime (not podman).",
 )
-@click.option("--cdi", is_flag=True, help="Enable CDI in the engine.")
+@click.option(
+    "--cdi",
+    "--enable-cdi",
+    "--cdi.enabled",
+    "--cdi.enable",
+    is_flag=True,
+    help="Enable CDI in the engine.",
+)
 @click.option(
     "--runtime-path",
+    "--nvidia-runtime-path",
     default=None,
     metavar="PATH",
     help="ocihook-runtime to register (default: this installation's).",
+)
+@click.option(
+    "--nvidia-runtime-name",
+    "--runtime-name",
+    "runtime_name",
+    default="ocihook",
+    show_default=True,
+    metavar="NAME",
+    help="The name to register the runtime under: 'nvidia' stands in for the NVIDIA "
+    "toolkit's (docker --runtime=nvidia, RuntimeClass handler nvidia). Not podman.",
 )
 def configure(
     engine: str,
@@ -62,6 +83,7 @@ def configure(
     set_as_default: bool,
     cdi: bool,
     runtime_path: str | None,
+    runtime_name: str,
 ) -> None:
     """Register ocihook with a container engine, like nvidia-ctk runtime configure:
     docker and containerd and crio get the ocihook runtime (ocihook-runtime), podman the
@@ -77,6 +99,7 @@ def configure(
             runtime_path=runtime_path,
             set_as_default=set_as_default,
             cdi=cdi,
+            runtime_name=runtime_name,
         )
     except ValueError as e:
         raise click.UsageError(str(e)) from None

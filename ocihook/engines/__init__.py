@@ -99,9 +99,11 @@ __all__ = [
     "NVIDIA_TOOLKIT_PROGRAMS",
     "READERS",
     "RUNTIME_NAME",
+    "RUNTIME_NAME_CHARS",
     "Change",
     "EngineConfig",
     "Registration",
+    "check_runtime_name",
     "configure",
     "configure_all",
     "configure_containerd",
@@ -146,6 +148,7 @@ def configure(
     set_as_default: bool = False,
     cdi: bool = False,
     python: str | None = None,
+    runtime_name: str = RUNTIME_NAME,
 ) -> Change:
     """Compute the change ``ocihook runtime configure`` makes to ``engine``'s file;
     nothing is written (:func:`write_change` does).
@@ -159,18 +162,29 @@ def configure(
             crio).
         cdi: enable CDI in the engine (docker, containerd, crio).
         python: the hook's interpreter for ``podman`` (default this one).
+        runtime_name: the name the runtime is registered under (docker, containerd,
+            crio): ``ocihook`` by default, ``nvidia`` to stand in for the NVIDIA toolkit's
+            (``--runtime=nvidia``, a RuntimeClass ``handler: nvidia``); see
+            :func:`check_runtime_name`.
 
     Raises:
         EngineConfigError: the existing file is unreadable or malformed (it is left as it
             was), or the wrapper is not found.
-        ValueError: an unknown engine, or ``set_as_default`` for podman.
+        ValueError: an unknown engine, ``set_as_default`` or a runtime name other than the
+            default for podman, or a runtime name :func:`check_runtime_name` refuses.
     """
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}")
+    check_runtime_name(runtime_name)
     # a link (a config kept elsewhere) is followed: its target is edited, the link stays
     given = os.path.abspath(path or DEFAULT_PATHS[engine])
     path = os.path.realpath(given)
     if engine == "podman":
+        if runtime_name != RUNTIME_NAME:
+            raise ValueError(
+                "--nvidia-runtime-name: podman has no runtime entry here; ocihook registers "
+                "as a hooks.d hook"
+            )
         if set_as_default:
             raise ValueError(
                 "--set-as-default: podman has no runtime entry here; ocihook registers "
@@ -197,9 +211,37 @@ def configure(
         runtime_path=runtime_path,
         set_as_default=set_as_default,
         cdi=cdi,
+        runtime_name=runtime_name,
         **extra,
     )
     return Change(engine, path, before, after, notes)
+
+
+#: What a runtime name may be: a TOML bare key and a JSON key every engine takes as is
+#: (letters, digits, ``-``, ``_``; containerd and CRI-O name runtimes by TOML table keys,
+#: a Kubernetes RuntimeClass ``handler`` must be a DNS label).
+RUNTIME_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
+
+
+def check_runtime_name(name: str) -> None:
+    """Refuse a runtime name an engine or a RuntimeClass ``handler`` cannot take: empty,
+    longer than 63 characters (a DNS label), or with characters outside
+    :data:`RUNTIME_NAME_CHARS`, or starting or ending with ``-`` or ``_``.
+
+    Raises:
+        ValueError: naming the value and the rule.
+    """
+    if (
+        not name
+        or len(name) > 63
+        or not set(name) <= RUNTIME_NAME_CHARS
+        or name[0] in "-_"
+        or name[-1] in "-_"
+    ):
+        raise ValueError(
+            f"invalid runtime name {name!r}: use 1 to 63 lower-case letters, digits, '-' "
+            "or '_', starting and ending with a letter or digit (e.g. ocihook, nvidia)"
+        )
 
 
 def configure_all(
@@ -210,6 +252,7 @@ def configure_all(
     set_as_default: bool = False,
     cdi: bool = False,
     python: str | None = None,
+    runtime_name: str = RUNTIME_NAME,
 ) -> tuple[Change, ...]:
     """Every file ``ocihook runtime configure`` changes for ``engine``: the one of
     :func:`configure` (same arguments), and for ``podman`` also the poststop hooks.d file
@@ -227,6 +270,7 @@ def configure_all(
         set_as_default=set_as_default,
         cdi=cdi,
         python=python,
+        runtime_name=runtime_name,
     )
     if engine != "podman":
         return (first,)

@@ -33,12 +33,38 @@ __all__ = [
     "load_toml_file",
     "read_file",
     "read_text_if_regular",
+    "replaced_runtime_note",
+    "table_value",
     "under_root",
     "write_change",
 ]
 
 #: The name of the runtime entry ocihook adds.
 RUNTIME_NAME = "ocihook"
+
+
+def table_value(doc: object, *keys: str) -> object:
+    """``doc[k1][k2]...`` through nested mappings (TOML tables, JSON objects), or ``None``
+    where a key is missing or a level is not a mapping."""
+    for key in keys:
+        if not hasattr(doc, "get") or not hasattr(doc, "keys"):
+            return None
+        doc = doc.get(key)
+    return getattr(doc, "unwrap", lambda: doc)()
+
+
+def replaced_runtime_note(name: str, old: object, new: str) -> tuple[str, ...]:
+    """The note ``runtime configure`` gives when the runtime entry ``name`` already ran
+    another program (``old``, a path or name as the file had it) and now runs ``new``: the
+    NVIDIA toolkit's ``nvidia-container-runtime`` replaced by ``--nvidia-runtime-name
+    nvidia``, say. ``()`` when there was no such program or it was ``new`` already."""
+    if not isinstance(old, str) or not old or old == new:
+        return ()
+    return (
+        f"runtime {name!r} ran {old}; it now runs {new} (put {old} back in this entry to undo)",
+    )
+
+
 #: CDI spec directories written with ``--cdi`` (CDI ``SPEC.md``'s defaults).
 CDI_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 #: Programs of the NVIDIA Container Toolkit that inject GPUs when registered.

@@ -27,6 +27,8 @@ from .common import (
     decode_text,
     load_toml_file,
     read_file,
+    replaced_runtime_note,
+    table_value,
     under_root,
 )
 from .tomledit import check_toml, edit_error, parse_toml, set_key, style_like, sub_table
@@ -349,6 +351,7 @@ def _edit_containerd(
     runtime_path: str,
     set_as_default: bool,
     cdi: bool,
+    runtime_name: str = RUNTIME_NAME,
 ) -> dict[tuple[str, ...], object]:
     """Edit ``doc`` (tomlkit) for :func:`configure_containerd`; returns what was written
     (path of keys -> plain value) for :func:`check_toml`."""
@@ -363,17 +366,17 @@ def _edit_containerd(
     runtimes = sub_table(
         runtimes_parent, "runtimes", path=path, field=f"{where}.containerd.runtimes"
     )
-    field = f"{where}.containerd.runtimes.{RUNTIME_NAME}"
-    if RUNTIME_NAME in runtimes:
-        entry = sub_table(runtimes, RUNTIME_NAME, path=path, field=field)
+    field = f"{where}.containerd.runtimes.{runtime_name}"
+    if runtime_name in runtimes:
+        entry = sub_table(runtimes, runtime_name, path=path, field=field)
         if "runtime_type" not in entry:
             set_key(entry, "runtime_type", CONTAINERD_RUNTIME_TYPE)
-            wrote[(*base, RUNTIME_NAME, "runtime_type")] = CONTAINERD_RUNTIME_TYPE
+            wrote[(*base, runtime_name, "runtime_type")] = CONTAINERD_RUNTIME_TYPE
         options = sub_table(
             entry, "options", path=path, field=f"{field}.options", super_table=False
         )
         set_key(options, "BinaryName", runtime_path)
-        wrote[(*base, RUNTIME_NAME, "options", "BinaryName")] = runtime_path
+        wrote[(*base, runtime_name, "options", "BinaryName")] = runtime_path
     else:
         # runc's settings (SystemdCgroup, runtime_root...) carry over, as a runtime that
         # differs from runc only by its binary; zero values are containerd's defaults
@@ -408,13 +411,13 @@ def _edit_containerd(
         options.add(tomlkit.nl())
         entry.add(tomlkit.nl())
         entry["options"] = options
-        wrote[(*base, RUNTIME_NAME)] = entry.unwrap()
-        runtimes[RUNTIME_NAME] = entry
+        wrote[(*base, runtime_name)] = entry.unwrap()
+        runtimes[runtime_name] = entry
         if runc is not None and hasattr(runc, "trivia"):
-            style_like(runtimes[RUNTIME_NAME], runc)
+            style_like(runtimes[runtime_name], runc)
     if set_as_default:
-        set_key(runtimes_parent, "default_runtime_name", RUNTIME_NAME)
-        wrote[("plugins", plugin, "containerd", "default_runtime_name")] = RUNTIME_NAME
+        set_key(runtimes_parent, "default_runtime_name", runtime_name)
+        wrote[("plugins", plugin, "containerd", "default_runtime_name")] = runtime_name
     if cdi:
         set_key(cri, "enable_cdi", True)
         wrote[("plugins", plugin, "enable_cdi")] = True
@@ -468,9 +471,11 @@ def configure_containerd(
     set_as_default: bool = False,
     cdi: bool = False,
     config_path: str | None = None,
+    runtime_name: str = RUNTIME_NAME,
 ) -> tuple[bytes, tuple[str, ...]]:
     """containerd's ``config.toml`` with a CRI runtime ``ocihook`` (see the module
-    docstring), comments and layout of the rest kept. ``config_path``: the path
+    docstring; ``runtime_name`` names it), comments and layout of the rest kept.
+    ``config_path``: the path
     containerd is given, whose directory relative ``imports`` are resolved against
     (default ``path``; for a linked file, the link, as containerd does). A missing or
     empty file becomes a
@@ -517,6 +522,10 @@ def configure_containerd(
             hint="ocihook edits versions 2 (containerd 1.x) and 3 (containerd 2.x)",
         )
     import_notes = _check_imports(doc, path, config_path)
+    old = table_value(
+        doc, "plugins", plugin, "containerd", "runtimes", runtime_name, "options", "BinaryName"
+    )
+    import_notes = (*import_notes, *replaced_runtime_note(runtime_name, old, runtime_path))
     try:
         wrote = _edit_containerd(
             doc,
@@ -525,6 +534,7 @@ def configure_containerd(
             runtime_path=runtime_path,
             set_as_default=set_as_default,
             cdi=cdi,
+            runtime_name=runtime_name,
         )
         after = tomlkit.dumps(doc).encode()
     except (ValueError, TOMLKitError) as e:
@@ -537,7 +547,7 @@ def configure_containerd(
     if any(p in (plugin, "cri") for p in disabled):
         notes.insert(
             0,
-            f"the CRI plugin is disabled (disabled_plugins): the {RUNTIME_NAME} runtime is "
+            f"the CRI plugin is disabled (disabled_plugins): the {runtime_name} runtime is "
             "for CRI clients (kubelet, crictl, nerdctl); ctr can use the wrapper with "
             "--runc-binary",
         )

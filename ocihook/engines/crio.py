@@ -15,6 +15,8 @@ from .common import (
     Registration,
     decode_text,
     load_toml_file,
+    replaced_runtime_note,
+    table_value,
     under_root,
 )
 from .tomledit import check_toml, edit_error, parse_toml, set_key, sub_table
@@ -49,10 +51,12 @@ def configure_crio(
     runtime_path: str,
     set_as_default: bool = False,
     cdi: bool = False,
+    runtime_name: str = RUNTIME_NAME,
 ) -> tuple[bytes, tuple[str, ...]]:
     """A CRI-O drop-in (``crio.conf.d``) with ``[crio.runtime.runtimes.ocihook]``
     (``runtime_path``, ``runtime_type = "oci"``), ``default_runtime`` with
-    ``set_as_default``, ``cdi_spec_dirs`` with ``cdi`` (crio.conf(5)). An existing
+    ``set_as_default``, ``cdi_spec_dirs`` with ``cdi`` (crio.conf(5)); ``runtime_name``
+    replaces ``ocihook`` as the runtime's name. An existing
     drop-in is edited, its other settings and comments kept.
 
     Returns:
@@ -70,20 +74,22 @@ def configure_crio(
     doc = parse_toml(doc_text, path)
     base = ("crio", "runtime")
     wrote: dict[tuple[str, ...], object] = {}
+    old = table_value(doc, "crio", "runtime", "runtimes", runtime_name, "runtime_path")
+    replaced = replaced_runtime_note(runtime_name, old, runtime_path)
     try:
         crio = sub_table(doc, "crio", path=path, field="crio")
         runtime = sub_table(crio, "runtime", path=path, field="crio.runtime")
         runtimes = sub_table(runtime, "runtimes", path=path, field="crio.runtime.runtimes")
-        field = f"crio.runtime.runtimes.{RUNTIME_NAME}"
-        entry = sub_table(runtimes, RUNTIME_NAME, path=path, field=field, super_table=False)
+        field = f"crio.runtime.runtimes.{runtime_name}"
+        entry = sub_table(runtimes, runtime_name, path=path, field=field, super_table=False)
         set_key(entry, "runtime_path", runtime_path)
-        wrote[(*base, "runtimes", RUNTIME_NAME, "runtime_path")] = runtime_path
+        wrote[(*base, "runtimes", runtime_name, "runtime_path")] = runtime_path
         if "runtime_type" not in entry:
             set_key(entry, "runtime_type", "oci")
-            wrote[(*base, "runtimes", RUNTIME_NAME, "runtime_type")] = "oci"
+            wrote[(*base, "runtimes", runtime_name, "runtime_type")] = "oci"
         if set_as_default:
-            set_key(runtime, "default_runtime", RUNTIME_NAME)
-            wrote[(*base, "default_runtime")] = RUNTIME_NAME
+            set_key(runtime, "default_runtime", runtime_name)
+            wrote[(*base, "default_runtime")] = runtime_name
         if cdi and "cdi_spec_dirs" not in runtime:
             set_key(runtime, "cdi_spec_dirs", list(CDI_SPEC_DIRS))
             wrote[(*base, "cdi_spec_dirs")] = list(CDI_SPEC_DIRS)
@@ -93,7 +99,7 @@ def configure_crio(
     if after == before:
         return after, ()
     check_toml(doc_text, after.decode(), wrote, path=path)
-    return after, ("restart CRI-O to apply (systemctl restart crio)",)
+    return after, (*replaced, "restart CRI-O to apply (systemctl restart crio)")
 
 
 def read_crio(root: str = "/") -> EngineConfig:

@@ -16,6 +16,7 @@ from .common import (
     decode_text,
     load_json,
     load_json_file,
+    replaced_runtime_note,
     under_root,
 )
 
@@ -32,12 +33,15 @@ def configure_docker(
     runtime_path: str,
     set_as_default: bool = False,
     cdi: bool = False,
+    runtime_name: str = RUNTIME_NAME,
 ) -> tuple[bytes, tuple[str, ...]]:
     """Docker's ``daemon.json`` with ocihook's runtime: ``runtimes.ocihook.path`` (other
     keys of an existing entry, such as ``runtimeArgs``, kept), ``default-runtime`` with
     ``set_as_default``, ``features.cdi = true`` with ``cdi`` (dockerd's ``daemon.json``
-    keys). Written with 4-space indents, keys in their order; an unchanged document keeps
-    the file's bytes.
+    keys); ``runtime_name`` replaces ``ocihook`` as the runtime's name. Written with
+    4-space indents, keys in their order; an unchanged document keeps the file's bytes.
+    An entry of that name that ran another program gets a note
+    (:func:`replaced_runtime_note`).
 
     Returns:
         ``(after, notes)``.
@@ -58,16 +62,17 @@ def configure_docker(
             raise EngineConfigError(f"{field} must be an object", path=path, field=field)
         return value
 
-    entry = obj(obj(new, "runtimes", "runtimes"), RUNTIME_NAME, f"runtimes.{RUNTIME_NAME}")
+    entry = obj(obj(new, "runtimes", "runtimes"), runtime_name, f"runtimes.{runtime_name}")
+    replaced = replaced_runtime_note(runtime_name, entry.get("path"), runtime_path)
     entry["path"] = runtime_path
     if set_as_default:
-        new["default-runtime"] = RUNTIME_NAME
+        new["default-runtime"] = runtime_name
     if cdi:
         obj(new, "features", "features")["cdi"] = True
     # compared as JSON text: in Python 1 == True, but dockerd's features map holds booleans
     if json.dumps(new, sort_keys=True) == json.dumps(doc, sort_keys=True) and before is not None:
         return before, ()
-    notes = ("restart dockerd to apply (systemctl restart docker)",)
+    notes = (*replaced, "restart dockerd to apply (systemctl restart docker)")
     return (json.dumps(new, indent=4) + "\n").encode(), notes
 
 

@@ -1035,3 +1035,89 @@ def test_containerd_cdi_keeps_the_users_cdi_spec_dirs(tmp_path: Path) -> None:
     cri = tomllib.loads(path.read_text())["plugins"][CRI]
     assert cri["enable_cdi"] is True
     assert cri["cdi_spec_dirs"] == ["/srv/cdi"]
+
+
+# --- The runtime's name (--nvidia-runtime-name) -----------------------------------------
+
+
+def test_the_runtime_name_is_the_operators_choice_in_every_engine(tmp_path: Path) -> None:
+    """``--nvidia-runtime-name nvidia`` registers the wrapper as ``nvidia`` (a drop-in for
+    the toolkit's ``--runtime=nvidia`` and RuntimeClass ``handler: nvidia``), as the
+    default with ``--set-as-default``; containerd itself reads the entry back."""
+    docker = tmp_path / "daemon.json"
+    r = run_configure("docker", docker, "--nvidia-runtime-name", "nvidia", "--set-as-default")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(docker.read_text()) == {
+        "runtimes": {"nvidia": {"path": WRAPPER}},
+        "default-runtime": "nvidia",
+    }
+    crio = tmp_path / "99-ocihook.conf"
+    assert run_configure("crio", crio, "--runtime-name", "nvidia").returncode == 0
+    entry = tomllib.loads(crio.read_text())["crio"]["runtime"]["runtimes"]
+    assert set(entry) == {"nvidia"} and entry["nvidia"]["runtime_path"] == WRAPPER
+    containerd = tmp_path / "config.toml"
+    r = run_configure(
+        "containerd", containerd, "--nvidia-runtime-name", "nvidia", "--set-as-default"
+    )
+    assert r.returncode == 0, r.stderr
+    cri = tomllib.loads(containerd.read_text())["plugins"]["io.containerd.grpc.v1.cri"]
+    assert cri["containerd"]["default_runtime_name"] == "nvidia"
+    assert cri["containerd"]["runtimes"]["nvidia"]["options"]["BinaryName"] == WRAPPER
+    assert "ocihook" not in cri["containerd"]["runtimes"]
+    if shutil.which("containerd") is not None:
+        dumped = containerd_dump(containerd)["plugins"]["io.containerd.grpc.v1.cri"]
+        assert dumped["containerd"]["runtimes"]["nvidia"]["options"]["BinaryName"] == WRAPPER
+
+
+@pytest.mark.parametrize(
+    ("engine", "name", "text", "old"),
+    [
+        (
+            "docker",
+            "daemon.json",
+            '{"runtimes": {"nvidia": {"path": "nvidia-container-runtime",'
+            ' "runtimeArgs": ["--debug"]}}}',
+            "nvidia-container-runtime",
+        ),
+        (
+            "crio",
+            "99-nvidia.conf",
+            '[crio.runtime.runtimes.nvidia]\nruntime_path = "/usr/bin/nvidia-container-runtime"\n',
+            "/usr/bin/nvidia-container-runtime",
+        ),
+        (
+            "containerd",
+            "config.toml",
+            'version = 2\n[plugins."io.containerd.grpc.v1.cri".'
+            'containerd.runtimes.nvidia.options]\nBinaryName = "/usr/bin/nvidia-container-runtime"'
+            "\n",
+            "/usr/bin/nvidia-container-runtime",
+        ),
+    ],
+)
+def test_taking_over_the_toolkits_entry_says_what_it_ran(
+    tmp_path: Path, engine: str, name: str, text: str, old: str
+) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    r = run_configure(engine, path, "--nvidia-runtime-name", "nvidia")
+    assert r.returncode == 0, r.stderr
+    assert f"ocihook: runtime 'nvidia' ran {old}; it now runs {WRAPPER}" in r.stderr
+    assert WRAPPER in path.read_text() and old not in path.read_text()
+    again = run_configure(engine, path, "--nvidia-runtime-name", "nvidia")
+    assert "ran" not in again.stderr  # nothing replaced the second time
+    if engine == "docker":  # the entry's other keys are kept
+        assert json.loads(path.read_text())["runtimes"]["nvidia"]["runtimeArgs"] == ["--debug"]
+
+
+@pytest.mark.parametrize("bad", ["", "Nvidia", "a b", "-x", "x_", "a" * 64, 'x"]', "é"])
+def test_a_runtime_name_an_engine_cannot_take_is_a_usage_error(tmp_path: Path, bad: str) -> None:
+    path = tmp_path / "daemon.json"
+    r = run_configure("docker", path, "--nvidia-runtime-name", bad)
+    assert r.returncode == 2 and "invalid runtime name" in r.stderr
+    assert not path.exists()
+
+
+def test_podman_takes_no_runtime_name(tmp_path: Path) -> None:
+    r = run_configure("podman", tmp_path / "hooks.d", "--nvidia-runtime-name", "nvidia")
+    assert r.returncode == 2 and "podman has no runtime entry" in r.stderr
