@@ -18,9 +18,83 @@ def _toml_value(value: object) -> str:
     return json.dumps(str(value))  # a JSON string is a TOML basic string
 
 
-@click.group()
-def config() -> None:
-    """The operator's configuration file (/etc/ocihook/config.toml)."""
+@click.group(invoke_without_command=True)
+@click.option(
+    "--config-file",
+    "-c",
+    "config_file",
+    default=None,
+    metavar="PATH",
+    help="The file to change (default: $OCIHOOK_CONFIG, else /etc/ocihook/config.toml).",
+)
+@click.option(
+    "--set",
+    "settings",
+    multiple=True,
+    metavar="KEY[=VALUE]",
+    help="Set a key (repeatable; the last value of a key wins). A bare KEY is KEY=true for "
+    "a boolean key; array elements are separated by ':'.",
+)
+@click.option("--in-place", "-i", is_flag=True, help="Write the result to the file itself.")
+@click.option(
+    "--output", "-o", default=None, metavar="PATH", help="Write the result here (default: stdout)."
+)
+@click.pass_context
+def config(
+    ctx: click.Context,
+    config_file: str | None,
+    settings: tuple[str, ...],
+    in_place: bool,
+    output: str | None,
+) -> None:
+    """The operator's configuration file (/etc/ocihook/config.toml). Without a command:
+    print the file with the --set changes applied, or write it (--in-place, --output), as
+    nvidia-ctk config does; comments and layout are kept and the result is checked as
+    every command checks it (exit 10 on a bad key or value, nothing written)."""
+    given = config_file is not None or settings or in_place or output is not None
+    if ctx.invoked_subcommand is not None:
+        if given:
+            raise click.UsageError(
+                "--config-file, --set, --in-place and --output go without a command"
+            )
+        return
+    if not given:
+        click.echo(ctx.get_help())
+        return
+    if in_place and output is not None:
+        raise click.UsageError("--in-place and --output: choose one")
+    from ..config.load import load_schema, resolve_config_path
+    from ..config.setkeys import set_keys
+    from ..core.errors import ConfigError
+    from ..oci.bundle import write_bytes_atomic
+
+    path, _origin = resolve_config_path(config_file)
+    try:
+        with open(path, "rb") as f:
+            before = f.read((1 << 20) + 1)
+    except FileNotFoundError:
+        before = b""
+    except OSError as e:
+        raise ConfigError(f"cannot read the file: {e.strerror}", path=path) from None
+    if len(before) > 1 << 20:
+        raise ConfigError("the file is larger than 1 MiB", path=path)
+    try:
+        text = before.decode()
+    except UnicodeDecodeError:
+        raise ConfigError("the file is not UTF-8", path=path) from None
+    after = set_keys(text, settings, load_schema(), path=path)
+    target = path if in_place else output
+    if target is None:
+        click.echo(after, nl=False)
+        return
+    if target == path and after == text and before:
+        click.echo(f"ocihook: {path}: unchanged", err=True)
+        return
+    try:
+        write_bytes_atomic(target, after.encode(), new_mode=0o644)
+    except OSError as e:
+        raise ConfigError(f"cannot write the file: {e.strerror}", path=target) from None
+    click.echo(f"ocihook: {target}: written", err=True)
 
 
 @config.command()
