@@ -341,8 +341,10 @@ def host_root_from(ns: Any, cfg: Any = None) -> HostRoot:
     )
 
 
-def _parser() -> argparse.ArgumentParser:
-    """The argparse parser of the fast commands, built from :data:`COMMANDS`."""
+def _parsers() -> tuple[argparse.ArgumentParser, dict[tuple[str, ...], argparse.ArgumentParser]]:
+    """The argparse parser of the fast commands, built from :data:`COMMANDS`, and each
+    command's own parser by its words (``("cdi", "generate")``), whose usage line a usage
+    error of that command shows."""
     import argparse
 
     p = argparse.ArgumentParser(
@@ -351,6 +353,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command", required=True)
     groups: dict[str, Any] = {}
+    commands: dict[tuple[str, ...], argparse.ArgumentParser] = {}
     group_help = {
         "hook": (
             "hook mode: run as an OCI hook (state JSON on stdin)",
@@ -367,6 +370,7 @@ def _parser() -> argparse.ArgumentParser:
                 group = sub.add_parser(words[0], help=short, description=long)
                 groups[words[0]] = group.add_subparsers(dest="stage", required=True)
             cp = groups[words[0]].add_parser(words[1], help=help_text, description=help_text)
+        commands[tuple(words)] = cp
         for o in options:
             kwargs: dict[str, Any] = {"action": o.action, "help": o.help, "dest": o.dest}
             if o.action != "store_true":
@@ -376,7 +380,24 @@ def _parser() -> argparse.ArgumentParser:
             if o.choices is not None:
                 kwargs["choices"] = o.choices
             cp.add_argument(*o.names, **kwargs)
-    return p
+    return p, commands
+
+
+def parse_with_argparse(argv: Sequence[str]) -> Any:
+    """Parse ``argv`` with argparse (help, and the usage errors :func:`parse_fast` leaves
+    to it). An argument no command takes is reported by that command's parser, with its
+    own usage line (``usage: ocihook edit [-h] [-b BUNDLE] ...``, ``ocihook edit: error:
+    unrecognized arguments: --bogus``), exit 2.
+
+    Raises:
+        SystemExit: help was printed (0), or a usage error (2).
+    """
+    parser, commands = _parsers()
+    ns, extra = parser.parse_known_args(list(argv))
+    if extra:
+        words = (ns.command, *([ns.stage] if getattr(ns, "stage", None) else []))
+        commands.get(words, parser).error("unrecognized arguments: " + " ".join(extra))
+    return ns
 
 
 def _cmd_edit(ns: Any) -> int:
@@ -534,9 +555,15 @@ def _cmd_cdi_generate(ns: Any) -> int:
 def _warm_discovery_cache(root: HostRoot) -> None:
     """Fill the discovery cache (:mod:`ocihook.discovery.cache`) for the capability sets
     containers ask for most (the default ``utility,compute``, and ``all``), so that the
-    next GPU container's start skips discovery. Only as root (the cache is root's); a
-    failure is a debug log line, never an error."""
+    next GPU container's start skips discovery. Only as root (the cache is root's: not
+    root, it says so on stderr and caches nothing); a failure is a debug log line, never
+    an error."""
     if os.geteuid() != 0:
+        print(
+            "ocihook: warning: --warm-cache: not root, so nothing was cached (the start-path "
+            "cache /run/ocihook is root's); the spec is written all the same",
+            file=sys.stderr,
+        )
         return
     from ..core.vocab import DRIVER_CAPABILITIES
     from ..discovery.nvidia import discover_cached
@@ -726,7 +753,7 @@ def run_fast(argv: Sequence[str], stdin: bytes | None = None) -> int:
     if usage is not None:
         print(f"ocihook: error[usage]: {usage}", file=sys.stderr)
         return 2
-    ns: Any = parse_fast(argv) or _parser().parse_args(list(argv))
+    ns: Any = parse_fast(argv) or parse_with_argparse(argv)
     try:
         if ns.command == "edit":
             return _cmd_edit(ns)

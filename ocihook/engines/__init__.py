@@ -156,7 +156,9 @@ def configure(
     Args:
         engine: one of :data:`ENGINES`.
         path: the file (default :data:`DEFAULT_PATHS`; a symbolic link: its target);
-            for ``podman`` an existing directory means ``ocihook-prestart.json`` inside it.
+            for ``podman`` a directory, or a missing path whose name does not end in
+            ``.json`` (the only files hooks.d directories are read for), means
+            ``ocihook-prestart.json`` inside it.
         runtime_path: the wrapper's absolute path (default :func:`default_runtime_path`).
         set_as_default: make ocihook the engine's default runtime (docker, containerd,
             crio).
@@ -190,7 +192,9 @@ def configure(
                 "--set-as-default: podman has no runtime entry here; ocihook registers "
                 "as a hooks.d hook (to run the wrapper, use podman --runtime ocihook-runtime)"
             )
-        if os.path.isdir(path):
+        # podman and CRI-O read only *.json files of a hooks.d directory: any other name
+        # is a directory, made when missing
+        if os.path.isdir(path) or (not os.path.exists(path) and not path.endswith(".json")):
             path = os.path.join(path, os.path.basename(DEFAULT_PATHS["podman"]))
         before = read_file(path)
         after, notes = configure_hooks_d(before, path=path, python=python)

@@ -88,8 +88,13 @@ _HINTS = {
         "the container root file system is read-only at this point (root.readonly in "
         "config.json); give the devices through the OCI spec or CDI instead"
     ),
-    errno.EACCES: "the hook must run as root on the host",
-    errno.EPERM: "the hook must run as root on the host (CAP_MKNOD, CAP_SYS_ADMIN)",
+    errno.EACCES: (
+        "ocihook needs write access to the container's root file system here: run it as "
+        "root (as hooks and engines do) or as the owner of the rootfs"
+    ),
+    errno.EPERM: (
+        "making device nodes and mounts needs root on the host (CAP_MKNOD, CAP_SYS_ADMIN)"
+    ),
     errno.ENOSPC: "the file system holding the container root is full",
     errno.EBUSY: "something is mounted on this path; unmount it first",
 }
