@@ -26,7 +26,7 @@ import click
 from ..core.errors import OcihookError, exit_code_for
 from ..core.version import VERSION, version_line
 from . import cli_cdi, cli_config, cli_doctor, cli_engines, cli_host, cli_k8s, globalopts
-from .cli_options import PASS_THROUGH
+from .cli_options import PASS_THROUGH, FastCommand
 from .fast import run_fast
 
 
@@ -60,14 +60,18 @@ def cli(debug: bool, quiet: bool) -> None:
         globalopts.apply(debug, quiet)
 
 
-@cli.command(context_settings=PASS_THROUGH, add_help_option=False)
+@cli.command(
+    cls=FastCommand, fast_words=("edit",), context_settings=PASS_THROUGH, add_help_option=False
+)
 @click.pass_context
 def edit(ctx: click.Context) -> None:
     """Spec mode: edit a bundle's config.json before runc create/run (see edit --help)."""
     ctx.exit(run_fast(["edit", *ctx.args]))
 
 
-@cli.command(context_settings=PASS_THROUGH, add_help_option=False)
+@cli.command(
+    cls=FastCommand, fast_words=("hook",), context_settings=PASS_THROUGH, add_help_option=False
+)
 @click.pass_context
 def hook(ctx: click.Context) -> None:
     """Hook mode: run as an OCI hook, state JSON on stdin (see hook --help)."""

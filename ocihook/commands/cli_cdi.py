@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from .cli_options import PASS_THROUGH
+from .cli_options import PASS_THROUGH, FastCommand
 
 
 @click.group()
@@ -132,7 +132,12 @@ def cdi_list(spec_dirs: tuple[str, ...], as_json: bool) -> None:
         click.echo(name)
 
 
-@cdi.command(context_settings=PASS_THROUGH, add_help_option=False)
+@cdi.command(
+    cls=FastCommand,
+    fast_words=("cdi", "generate"),
+    context_settings=PASS_THROUGH,
+    add_help_option=False,
+)
 @click.pass_context
 def generate(ctx: click.Context) -> None:
     """Generate a CDI spec for the host's NVIDIA GPUs (see cdi generate --help)."""

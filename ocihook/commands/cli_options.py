@@ -96,3 +96,43 @@ def root_option(name: str) -> Callable[[F], F]:
     """
     found = {o.names[-1]: o for o in fast.HOST_ROOT_OPTIONS}
     return click_option(found[name])
+
+
+class FastCommand(click.Command):
+    """A click command that hands its arguments to a fast command unread (``edit``,
+    ``hook``, ``cdi generate``: :data:`PASS_THROUGH`) and completes them from that
+    command's own table (:data:`ocihook.commands.fast.COMMANDS`): shell completion
+    (``_OCIHOOK_COMPLETE=bash_source ocihook``) offers its options, the values of an
+    option with choices, files for an option's value, and for ``hook`` the stages.
+
+    ``fast_words`` are the fast command's words (``("cdi", "generate")``; ``("hook",)``
+    for the hook, whose stage is the first argument).
+    """
+
+    def __init__(self, *args: Any, fast_words: tuple[str, ...], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fast_words = fast_words
+
+    def shell_complete(
+        self, ctx: click.Context, incomplete: str
+    ) -> list[click.shell_completion.CompletionItem]:
+        """The completions of ``incomplete`` after the words already given
+        (``ctx.args``)."""
+        from click.shell_completion import CompletionItem
+
+        words, given = self.fast_words, list(ctx.args)
+        if words == ("hook",):
+            stages = [w[1] for w, _, _ in fast.COMMANDS if w[0] == "hook"]
+            if not given:
+                return [CompletionItem(s) for s in stages if s.startswith(incomplete)]
+            words, given = ("hook", given[0]), given[1:]
+        options = next((opts for w, _, opts in fast.COMMANDS if tuple(w) == words), ())
+        previous = next((o for o in options if given and given[-1] in o.names), None)
+        if previous is not None and previous.action != "store_true":
+            if previous.choices is not None:
+                return [CompletionItem(c) for c in previous.choices if c.startswith(incomplete)]
+            return [CompletionItem(incomplete, type="file")]
+        if incomplete.startswith("-"):
+            names = [n for o in options for n in o.names if n.startswith(incomplete)]
+            return [CompletionItem(n) for n in ["--help", *names] if n.startswith(incomplete)]
+        return []
