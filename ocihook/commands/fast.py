@@ -309,12 +309,13 @@ def parse_fast(argv: Sequence[str]) -> Namespace | None:
     return Namespace(**values)
 
 
-def load_settings(ns: Any, *, trust_environment: bool) -> Any:
+def load_settings(ns: Any, *, trust_environment: bool, **context: str) -> Any:
     """The operator's configuration for a fast command (:mod:`ocihook.config`): ``--config``,
     else ``$OCIHOOK_CONFIG`` — only when ``trust_environment`` (never for hooks: a
     createContainer hook registered without ``env`` inherits the image's environment) —,
     else ``/etc/ocihook/config.toml`` when it exists. Also points :mod:`ocihook.core.log` at the
-    configured file.
+    configured file and the system log (``log-syslog``), with ``context`` (``container``,
+    ``bundle``) on every line.
 
     Raises:
         ConfigError: the file is unreadable or wrong.
@@ -323,8 +324,23 @@ def load_settings(ns: Any, *, trust_environment: bool) -> Any:
     from ..core import log
 
     cfg = load_config(ns.config, environ=None if trust_environment else {})
-    log.configure(cfg.log_file or None, cfg.log_level)
+    log.configure(cfg.log_file or None, cfg.log_level, syslog=cfg.log_syslog, **context)
     return cfg
+
+
+def decision_fields(plan: Any) -> dict[str, object]:
+    """What a plan (:class:`~ocihook.plan.edits.Plan`) gave a container, as log fields:
+    the GPUs (NVIDIA UUIDs; AMD/Intel ids: UUID, else PCI address) and the counts of
+    device nodes, mounts and links."""
+    gpus = [uuid for _index, uuid, _minor in plan.gpus]
+    gpus += [f"{vendor}:{gpu_id}" for vendor, _index, gpu_id in plan.drm_gpus]
+    edits = plan.edits
+    return {
+        "gpus": ",".join(gpus) or "none",
+        "device_nodes": len(edits.device_nodes),
+        "mounts": len(edits.mounts),
+        "links": len(edits.symlinks),
+    }
 
 
 def host_root_from(ns: Any, cfg: Any = None) -> HostRoot:
@@ -404,7 +420,7 @@ def _cmd_edit(ns: Any) -> int:
     from ..appliers.spec import edit_bundle
     from ..config.options import options_from_config
 
-    cfg = load_settings(ns, trust_environment=True)
+    cfg = load_settings(ns, trust_environment=True, bundle=ns.bundle)
     result = edit_bundle(
         ns.bundle, host_root_from(ns, cfg), dry_run=ns.dry_run, options=options_from_config(cfg)
     )
@@ -490,6 +506,10 @@ def _cmd_edit(ns: Any) -> int:
         )
     elif ns.dry_run:
         print(f"ocihook: dry run, {result.bundle.config_path} unchanged; would add {summary}")
+    if result.written:
+        from ..core import log
+
+        log.info("config.json edited", **decision_fields(result.plan))
     if not ns.quiet and result.written:
         print(f"ocihook: {result.bundle.config_path}: added {summary}; written", file=sys.stderr)
     elif not ns.quiet and not ns.dry_run:
@@ -590,8 +610,7 @@ def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
         from ..request.drm import drm_requests_from_spec
         from ..request.nvidia import request_from_spec
 
-        cfg = load_settings(ns, trust_environment=False)
-        log.configure(cfg.log_file or None, cfg.log_level, container=state.id)
+        cfg = load_settings(ns, trust_environment=False, container=state.id, bundle=state.bundle)
         options = options_from_config(cfg)
         request = request_from_spec(b.config, path=b.config_path, policy=options.policy)
         drm_requests = drm_requests_from_spec(b.config, path=b.config_path, policy=options.policy)
@@ -628,6 +647,7 @@ def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
             options=options,
             drm_requests=drm_requests,
         )
+        log.info("gpus given", stage=ns.stage, **decision_fields(plan))
         _warn(plan.warnings, ns.verbose)
         return 0
     if ns.stage == "poststop":

@@ -454,6 +454,8 @@ class _Settings:
     def __init__(self, environ: Mapping[str, str]) -> None:
         self.environ = environ
         self._cfg: Config | None = None
+        #: Added to every log line (``container``, ``bundle``), set before :meth:`get`.
+        self.log_context: dict[str, str] = {}
 
     def may_set(self, keys: Sequence[str]) -> bool:
         from ..config.load import config_may_set
@@ -466,7 +468,12 @@ class _Settings:
             from ..core import log
 
             self._cfg = load_config(environ=self.environ)
-            log.configure(self._cfg.log_file or None, self._cfg.log_level)
+            log.configure(
+                self._cfg.log_file or None,
+                self._cfg.log_level,
+                syslog=self._cfg.log_syslog,
+                **self.log_context,
+            )
         return self._cfg
 
     def runtimes(self) -> tuple[tuple[str, ...], str | None]:
@@ -698,6 +705,11 @@ def main(argv: Sequence[str] | None = None, *, environ: Mapping[str, str] | None
                 "to the real runtime's absolute path, e.g. /usr/sbin/runc",
             )
         settings = _Settings(env)
+        if inv.command in EDIT_COMMANDS:
+            settings.log_context = {
+                "container": inv.container_id or "?",
+                "bundle": inv.bundle_dir(),
+            }
         runtimes, source = settings.runtimes()
         runtime = find_runtime(runtimes, environ=env, source=source)
         if inv.command in EDIT_COMMANDS and inv.config is None and not inv.help:
@@ -710,7 +722,7 @@ def main(argv: Sequence[str] | None = None, *, environ: Mapping[str, str] | None
                 # create with --pid-file: the wrapper can mask /proc/driver/nvidia itself
                 by_caller = inv.command == "create" and bool(inv.pid_file and inv.container_id)
                 done, masked = _prepare(bundle, settings.get(), by_caller)
-                log.debug(f"{PROG} {inv.command}", bundle=bundle, done=done, runtime=runtime)
+                log.info(f"{PROG} {inv.command}", done=done, runtime=runtime)
     except OcihookError as e:
         _report(e, inv)
         return exit_code_for(e)

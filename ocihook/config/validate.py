@@ -308,6 +308,7 @@ KEYS: dict[str, tuple[str, Callable[[str, object], None]]] = {
     ),
     "log-file": ("log_file", _check_path_or_empty),
     "log-level": ("log_level", _check_enum(LOG_LEVELS)),
+    "log-syslog": ("log_syslog", _check_bool),
     "runtimes": ("runtimes", _check_runtimes),
 }
 
@@ -454,6 +455,7 @@ class Config(Record):
     cuda_compat: CudaCompatMode = "ldconfig"
     log_file: str = ""
     log_level: LogLevel = "info"
+    log_syslog: bool = True
     runtimes: tuple[str, ...] = ("runc", "crun")
     source: str | None = None
 

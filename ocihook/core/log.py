@@ -1,10 +1,18 @@
 """The operator's log: every decision ocihook makes for a container, one line each.
 
 A hook's stderr reaches the runtime's log only when the hook fails, so an operator who
-wants to know "why did this container get (or not get) GPU 3?" reads the file named by
-the ``log-file`` setting (:mod:`ocihook.config`). Lines look like::
+wants to know "why did this container get (or not get) GPU 3?" reads the system log
+(``journalctl -t ocihook``: the ``log-syslog`` setting, on by default) or the file named by
+the ``log-file`` setting (:mod:`ocihook.config`). File lines look like::
 
     2026-12-01T00:15:16Z debug pid=4242 container=c1 request kind=list devices=3 source=process.env
+
+The system log gets the same line without the time stamp (the journal and syslog add
+their own), as one datagram to :data:`SYSLOG_ADDRESS` in the BSD syslog form (RFC 3164:
+``<PRI>ocihook[PID]: ...``, facility daemon) through the C ``_socket`` module (the
+``socket`` and ``logging`` modules cost milliseconds to import; ``_socket`` is loaded only
+where the socket exists, by the start paths that log at info level: a GPU container's);
+when nothing listens there, the record is dropped.
 
 Containers that ask for no GPU leave ``ocihook hook`` through a fast exit that parses
 neither JSON nor TOML; it logs its one line (``nothing requested ... reason=...``) only when
@@ -26,11 +34,27 @@ from __future__ import annotations
 import os
 import stat
 
-__all__ = ["LEVELS", "configure", "debug", "echo_to_stderr", "error", "info", "warning"]
+__all__ = [
+    "LEVELS",
+    "SYSLOG_ADDRESS",
+    "configure",
+    "debug",
+    "echo_to_stderr",
+    "error",
+    "info",
+    "warning",
+]
 
 LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
 
+#: Where system-log records go: the local syslog socket (journald's ``/dev/log``, or a
+#: syslog daemon's).
+SYSLOG_ADDRESS = "/dev/log"
+#: syslog severity per level (RFC 5424 table 2), with facility daemon (3): PRI = 3*8 + it.
+_SEVERITY = {"debug": 7, "info": 6, "warning": 4, "error": 3}
+
 _path: str | None = None
+_syslog = False
 _threshold = LEVELS["info"]
 _context: dict[str, str] = {}
 #: Level from which records are also written to stderr (the global ``--debug``), or None.
@@ -50,17 +74,21 @@ def echo_to_stderr(level: str | None) -> None:
     _stderr_threshold = None if level is None else LEVELS[level]
 
 
-def configure(path: str | None, level: str = "info", **context: str) -> None:
-    """Log to ``path`` (nothing when ``None`` or empty) from ``level`` up; ``context``
-    (e.g. ``container="c1"``) is added to every line.
+def configure(
+    path: str | None, level: str = "info", *, syslog: bool = False, **context: str
+) -> None:
+    """Log to ``path`` (nothing when ``None`` or empty) and, with ``syslog``, to the
+    system log (:data:`SYSLOG_ADDRESS`), from ``level`` up; ``context`` (e.g.
+    ``container="c1", bundle="/run/..."``) is added to every line.
 
     Raises:
         ValueError: an unknown level.
     """
-    global _path, _threshold
+    global _path, _threshold, _syslog
     if level not in LEVELS:
         raise ValueError(f"unknown log level {level!r}; use one of {', '.join(LEVELS)}")
     _path = path or None
+    _syslog = syslog
     _threshold = LEVELS[level]
     _context.clear()
     _context.update(context)
@@ -73,19 +101,49 @@ def _quote(value: object) -> str:
     return text
 
 
+def _to_syslog(level: str, text: str) -> None:
+    """Send ``text`` as one datagram to :data:`SYSLOG_ADDRESS`; dropped when it cannot be
+    sent (no socket, nobody listening, a full queue: never blocks). Where there is no
+    system log socket, not even ``_socket`` is loaded."""
+    if not os.path.exists(SYSLOG_ADDRESS):
+        return
+    import _socket
+
+    pri = 3 * 8 + _SEVERITY[level]
+    data = f"<{pri}>ocihook[{os.getpid()}]: {text}".encode("utf-8", "replace")
+    try:
+        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_DGRAM | _socket.SOCK_CLOEXEC)
+    except OSError:
+        return
+    try:
+        sock.setblocking(False)
+        sock.sendto(data[:8192], SYSLOG_ADDRESS)
+    except OSError:
+        pass  # the log is for the operator; it must never fail a container start
+    finally:
+        sock.close()
+
+
 def _emit(level: str, message: str, fields: dict[str, object]) -> None:
-    to_file = _path is not None and LEVELS[level] >= _threshold
+    passes = LEVELS[level] >= _threshold
+    to_file = _path is not None and passes
+    to_syslog = _syslog and passes
     to_stderr = _stderr_threshold is not None and LEVELS[level] >= _stderr_threshold
+    if not (to_file or to_syslog or to_stderr):
+        return
+    parts = [level, f"pid={os.getpid()}"]
+    parts += [f"{k}={_quote(v)}" for k, v in _context.items()]
+    parts.append(message)
+    parts += [f"{k}={_quote(v)}" for k, v in fields.items()]
+    text = " ".join(parts)
+    if to_syslog:
+        _to_syslog(level, text)
     if not (to_file or to_stderr):
         return
     import time
 
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    parts = [stamp, level, f"pid={os.getpid()}"]
-    parts += [f"{k}={_quote(v)}" for k, v in _context.items()]
-    parts.append(message)
-    parts += [f"{k}={_quote(v)}" for k, v in fields.items()]
-    line = (" ".join(parts) + "\n").encode("utf-8", "replace")
+    line = f"{stamp} {text}\n".encode("utf-8", "replace")
     if to_stderr:
         try:  # a lost debug line never fails a command
             os.write(2, b"ocihook: log: " + line)

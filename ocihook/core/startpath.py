@@ -136,6 +136,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "ocihook.request.policy ocihook.request.requirements ocihook.request.sources"
         ),
         stdlib=_names(
+            "_socket "  # the system log (core.log), where /dev/log exists
             "__future__ _collections_abc _contextvars _json _stat _struct contextvars errno fcntl "
             "genericpath os os.path posixpath stat struct"
         ),
@@ -232,6 +233,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "ocihook.request.sources"
         ),
         stdlib=_names(
+            "_socket "  # the system log (core.log), where /dev/log exists
             "__future__ _collections_abc _contextvars _ctypes _json _stat _struct binascii "
             "contextvars ctypes ctypes._endian errno fcntl genericpath os os.path posixpath stat "
             "struct types zlib"
@@ -261,6 +263,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "ocihook.request.nvidia ocihook.request.policy ocihook.request.sources"
         ),
         stdlib=_names(
+            "_socket "  # the system log (core.log), where /dev/log exists
             "__future__ _collections_abc _contextvars _json _stat binascii contextvars errno "
             "fcntl genericpath os os.path posixpath stat"
         ),
@@ -292,6 +295,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "ocihook.request.sources"
         ),
         stdlib=_names(
+            "_socket "  # the system log (core.log), where /dev/log exists
             "__future__ _collections_abc _contextvars _json _stat _struct binascii contextvars "
             "errno fcntl genericpath os os.path posixpath stat struct"
         ),
@@ -364,6 +368,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "ocihook.request.sources ocihook.runtime"
         ),
         stdlib=_names(
+            "_socket "  # the system log (core.log), where /dev/log exists
             "__future__ _collections_abc _contextvars _ctypes _json _stat _struct binascii "
             "contextvars ctypes ctypes._endian errno fcntl genericpath os os.path posixpath stat "
             "struct types zlib"
@@ -395,6 +400,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "ocihook.request.sources ocihook.runtime"
         ),
         stdlib=_names(
+            "_socket "  # the system log (core.log), where /dev/log exists
             "__future__ _collections_abc _contextvars _ctypes _json _stat _struct binascii "
             "contextvars ctypes ctypes._endian errno fcntl genericpath os os.path posixpath stat "
             "struct types zlib"

@@ -38,7 +38,7 @@ def test_the_default_file_is_ok(tmp_path: Path) -> None:
     out = check("--config", str(path), cwd=tmp_path)
     assert (out.returncode, out.stdout) == (0, f"{path}: OK\n"), out.stderr
     values = [line[2:] for line in default.splitlines() if re.match(r"# [a-z-]+ = ", line)]
-    assert len(values) == 20
+    assert len(values) == 21
     path.write_text("\n".join(values) + "\n")
     out = check("--config", str(path), cwd=tmp_path)
     assert (out.returncode, out.stdout) == (0, f"{path}: OK\n"), out.stderr

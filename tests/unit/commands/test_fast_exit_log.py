@@ -187,7 +187,7 @@ def test_full_path_void_logs_why(tmp_path: Any, env: list[str], reason: str) -> 
     out = _hook(bundle, conf)
     assert out["rc"] == 0
     text = log.read_text()
-    assert "container=box-7 nothing requested stage=prestart" in text
+    assert f"container=box-7 bundle={bundle} nothing requested stage=prestart" in text
     assert reason in text
 
 

@@ -164,6 +164,7 @@ BAD: list[tuple[str, str, str, Any]] = [
     ("log-file", "1", "log-file", 1),
     ("log-level", '"warn"', "log-level", "warn"),
     ("log-level", '"INFO"', "log-level", "INFO"),
+    ("log-syslog", '"yes"', "log-syslog", "yes"),
     (
         "log-level",
         "1979-05-27T07:32:00Z",
