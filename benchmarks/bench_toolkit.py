@@ -1,0 +1,369 @@
+"""ocihook beside the NVIDIA Container Toolkit: the per-container cost of each path an engine
+takes, in one interleaved run, on a fresh rootfs every round.
+
+Each round runs every case once, ocihook's and the toolkit's in turn (so that load drift on
+a shared machine hits both alike), and each run gets a rootfs made afresh for it, untimed:
+on ``tmpfs`` a copy of a busybox tree on a tmpfs, on ``overlay`` an overlayfs mount whose
+lower layer is that tree and whose upper layer is new (as containerd's overlay snapshotter
+gives a container), on the disk under ``--work``. Cases, on the realistic 535.261.03 8-GPU
+host (``fixtures/realistic/build.py``):
+
+* ``runc create``: the bare runtime, the baseline every other case is measured over;
+* ``wrapper 8 GPUs all`` / ``wrapper 8 GPUs u+c``: ``ocihook-runtime create`` (auto mode)
+  asking for every GPU with every capability / utility,compute, against the toolkit's
+  ``nvidia-container-runtime`` in ``cdi`` mode with its own spec (``nvidia-ctk cdi generate
+  --mode=management``; a CDI spec holds every driver file whatever the capabilities);
+* ``prestart hook u+c``: ``runc create`` with ocihook's prestart hook as ``install`` registers
+  it, against the same toolkit CDI path (the toolkit's legacy hook needs libnvidia-container,
+  which is not here);
+* ``engine-native CDI``: ``runc create`` of a ``config.json`` into which each tool's own spec
+  was injected for ``nvidia.com/gpu=all`` (untimed, with ``ocihook.cdi.inject_devices``, as
+  a CDI-native engine injects it): runc's mounts and the spec's hooks;
+* ``wrapper, nothing asked``: each wrapper for a container that asks for no GPU;
+* ``cdi generate``: ``ocihook cdi generate`` against ``nvidia-ctk cdi generate`` (whole
+  process time, not over runc).
+
+Reported per file system: median ms added over ``runc create`` (min-max of the rounds), the
+ratio ocihook / toolkit of the medians and the target of the per-container-cost issue; peak
+memory (GNU ``time``) of ocihook's processes. Timing targets live here, never in tests.
+
+Usage (root, runc, GNU time, the realistic host, a non-editable install)::
+
+    python3 -m venv /tmp/v && /tmp/v/bin/pip install .
+    .venv/bin/python benchmarks/bench_toolkit.py --venv /tmp/v [--runs 20] [--fs tmpfs,overlay]
+
+The toolkit's binaries are read from ``--toolkit`` (default ``../shared/peers/nct/bin``
+beside the checkout); they are used for comparison only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Callable
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_cost import (  # noqa: E402  (a sibling script)
+    ALL,
+    CACHE_DIR,
+    GNU_TIME,
+    RUNC,
+    UC,
+    Env,
+    _check,
+    _hook,
+    _make_bundle,
+    _peak,
+    _realistic_root,
+    _set_hooks,
+    _timed,
+)
+
+#: ocihook / toolkit targets of the per-container-cost issue (medians, every file system).
+TARGETS = {
+    "wrapper 8 GPUs all": 0.8,
+    "wrapper 8 GPUs u+c": 0.7,
+    "prestart hook u+c": 0.7,
+    "engine-native CDI": 0.8,
+    "wrapper, nothing asked": 1.5,
+    "cdi generate": 1.5,
+}
+MEMORY_TARGET_MIB = 12.0
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+DEFAULT_TOOLKIT = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "peers", "nct", "bin"
+)
+
+
+class Rootfs:
+    """Makes a fresh rootfs for each run from ``base``, on ``fs`` (``tmpfs`` or
+    ``overlay``), at the bundle's ``rootfs`` path; :meth:`fresh` before a run,
+    :meth:`release` after it (both untimed)."""
+
+    def __init__(self, fs: str, base: str, scratch: str) -> None:
+        self.fs, self.base, self.scratch = fs, base, scratch
+
+    def fresh(self, bundle: str) -> None:
+        target = os.path.join(bundle, "rootfs")
+        self.release(bundle)
+        os.makedirs(target, exist_ok=True)
+        if self.fs == "tmpfs":
+            subprocess.run(["mount", "-t", "tmpfs", "tmpfs", target], check=True)
+            subprocess.run(["cp", "-a", f"{self.base}/.", target], check=True)
+        else:
+            layer = os.path.join(self.scratch, uuid.uuid4().hex[:12])
+            upper, work = os.path.join(layer, "upper"), os.path.join(layer, "work")
+            os.makedirs(upper)
+            os.makedirs(work)
+            opts = f"lowerdir={self.base},upperdir={upper},workdir={work}"
+            subprocess.run(["mount", "-t", "overlay", "overlay", "-o", opts, target], check=True)
+
+    def release(self, bundle: str) -> None:
+        target = os.path.join(bundle, "rootfs")
+        while os.path.ismount(target):
+            subprocess.run(["umount", "-l", target], check=True)
+        if os.path.isdir(target) and not os.listdir(target):
+            return
+        shutil.rmtree(target, ignore_errors=True)
+
+
+def _toolkit_config(d: str, spec_dir: str) -> dict[str, str]:
+    """An environment whose ``nvidia-container-runtime`` runs in ``cdi`` mode with
+    ``spec_dir`` and the real runc ($XDG_CONFIG_HOME/nvidia-container-runtime)."""
+    conf = os.path.join(d, "xdg", "nvidia-container-runtime")
+    os.makedirs(conf, exist_ok=True)
+    with open(os.path.join(conf, "config.toml"), "w") as f:
+        f.write(
+            "[nvidia-container-runtime]\n"
+            'mode = "cdi"\n'
+            f'runtimes = ["{RUNC}"]\n'
+            "[nvidia-container-runtime.modes.cdi]\n"
+            f'spec-dirs = ["{spec_dir}"]\n'
+        )
+    return {"PATH": PATH, "XDG_CONFIG_HOME": os.path.join(d, "xdg")}
+
+
+def _inject(bundle: str, spec_dir: str) -> None:
+    """Inject ``nvidia.com/gpu=all`` from the spec in ``spec_dir`` into the bundle's
+    config.json, as a CDI-native engine does (ocihook's library; untimed)."""
+    from ocihook import cdi
+
+    registry = cdi.Registry.load([spec_dir])
+    cfg = os.path.join(bundle, "config.json")
+    with open(cfg) as f:
+        doc = json.load(f)
+    doc = cdi.inject_devices(doc, registry, ["nvidia.com/gpu=all"])
+    with open(cfg, "w") as f:
+        json.dump(doc, f)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--venv", required=True, help="a virtual environment with ocihook installed")
+    ap.add_argument("--toolkit", default=DEFAULT_TOOLKIT, help="the toolkit's binaries")
+    ap.add_argument("--runs", type=int, default=20, help="rounds (20)")
+    ap.add_argument("--fs", default="tmpfs,overlay", help="file systems (tmpfs,overlay)")
+    ap.add_argument("--work", default="/var/tmp", help="where overlay upper layers go")
+    ap.add_argument("--json", action="store_true", help="print the figures as JSON too")
+    ns = ap.parse_args()
+    if os.geteuid() != 0 or not os.path.exists(RUNC) or not os.path.exists(GNU_TIME):
+        print("needs root, runc and GNU time (apt-get install runc time)")
+        return 1
+    host = _realistic_root()
+    if host is None:
+        print("realistic host not built: python fixtures/realistic/build.py")
+        return 1
+    nct = os.path.abspath(ns.toolkit)
+    for b in ("nvidia-ctk", "nvidia-container-runtime", "nvidia-cdi-hook"):
+        if not os.access(os.path.join(nct, b), os.X_OK):
+            print(f"toolkit binary missing: {nct}/{b}")
+            return 1
+    env = Env("ocihook", ns.venv)
+    work = tempfile.mkdtemp(prefix="ocihook-bench-toolkit-", dir=ns.work)
+    made_cache = not os.path.isdir(CACHE_DIR)
+    state = os.path.join(work, "runc-state")
+    bundles: list[str] = []
+    try:
+        ours, theirs = os.path.join(work, "ocihook"), os.path.join(work, "toolkit")
+        our_cdi, their_cdi = os.path.join(ours, "cdi"), os.path.join(theirs, "cdi")
+        for d in (our_cdi, their_cdi):
+            os.makedirs(d)
+        conf = os.path.join(ours, "config.toml")
+        with open(conf, "w") as f:
+            f.write(
+                f'driver-root = "{host}"\ndev-root = "{host}"\nruntimes = ["{RUNC}"]\n'
+                f'cdi-spec-dirs = ["{our_cdi}"]\n'
+            )
+        # as the boot unit does on a deployed host: the spec, and the start-path cache
+        our_gen = [env.ocihook, "cdi", "generate", "--driver-root", host, "--dev-root", host]
+        _timed([*our_gen, "--format", "json", "--output", f"{our_cdi}/nvidia.json", "--warm-cache"])
+        their_gen = [os.path.join(nct, "nvidia-ctk"), "cdi", "generate", "--driver-root", host]
+        their_gen += ["--dev-root", host, "--mode=management", "--nvidia-cdi-hook-path"]
+        their_gen += [os.path.join(nct, "nvidia-cdi-hook")]
+        _timed([*their_gen, "--output", f"{their_cdi}/nvidia.yaml"])
+        toolkit_env = _toolkit_config(theirs, their_cdi)
+
+        base = os.path.join(work, "base")
+        _make_bundle(base, [])
+        base_rootfs = os.path.join(base, "rootfs")
+
+        def run_create(runtime: list[str], bundle: str, renv: dict[str, str] | None) -> float:
+            cid = f"b{uuid.uuid4().hex[:12]}"
+            pid = os.path.join(work, f"{cid}.pid")
+            argv = [*runtime, "--root", state, "create", "--pid-file", pid, "-b", bundle, cid]
+            t = _timed(argv, renv)
+            _check(
+                subprocess.run([RUNC, "--root", state, "delete", "-f", cid], capture_output=True),
+                ["runc", "delete", cid],
+            )
+            return t
+
+        def case_bundle(name: str, env_vars: list[str]) -> tuple[str, bytes]:
+            bundle = _make_bundle(os.path.join(work, name.replace(" ", "_")), env_vars)
+            shutil.rmtree(os.path.join(bundle, "rootfs"))
+            bundles.append(bundle)
+            with open(os.path.join(bundle, "config.json"), "rb") as f:
+                return bundle, f.read()
+
+        # case -> (ocihook run, toolkit run); each run takes the Rootfs maker
+        Run = Callable[[Rootfs], float]
+        cases: dict[str, tuple[Run, Run | None]] = {}
+
+        def fresh_run(bundle: str, pristine: bytes, timed: Callable[[], float]) -> Run:
+            def run(rootfs: Rootfs) -> float:
+                with open(os.path.join(bundle, "config.json"), "wb") as f:
+                    f.write(pristine)
+                rootfs.fresh(bundle)
+                try:
+                    return timed()
+                finally:
+                    rootfs.release(bundle)
+
+            return run
+
+        plain, plain_cfg = case_bundle("plain", [])
+        cases["runc create"] = (
+            fresh_run(plain, plain_cfg, lambda: run_create([RUNC], plain, None)),
+            None,
+        )
+        our_env = {"PATH": PATH, "OCIHOOK_CONFIG": conf}
+        wrapper = [env.wrapper]
+        toolkit = [os.path.join(nct, "nvidia-container-runtime")]
+        for name, env_vars in (
+            ("wrapper 8 GPUs all", ALL),
+            ("wrapper 8 GPUs u+c", UC),
+            ("wrapper, nothing asked", []),
+        ):
+            b1, c1 = case_bundle(name + " o", env_vars)
+            b2, c2 = case_bundle(name + " t", env_vars)
+            cases[name] = (
+                fresh_run(b1, c1, lambda b=b1: run_create(wrapper, b, our_env)),
+                fresh_run(b2, c2, lambda b=b2: run_create(toolkit, b, toolkit_env)),
+            )
+        hb, _ = case_bundle("prestart hook u+c o", UC)
+        _set_hooks(hb, {"prestart": [_hook([*env.hook, "hook", "prestart", "--config", conf])]})
+        with open(os.path.join(hb, "config.json"), "rb") as f:
+            hc = f.read()
+        tb, tc = case_bundle("prestart hook u+c t", ALL)
+        cases["prestart hook u+c"] = (
+            fresh_run(hb, hc, lambda: run_create([RUNC], hb, None)),
+            fresh_run(tb, tc, lambda: run_create(toolkit, tb, toolkit_env)),
+        )
+        nb1, _ = case_bundle("engine-native CDI o", [])
+        nb2, _ = case_bundle("engine-native CDI t", [])
+        _inject(nb1, our_cdi)
+        _inject(nb2, their_cdi)
+        with open(os.path.join(nb1, "config.json"), "rb") as f:
+            nc1 = f.read()
+        with open(os.path.join(nb2, "config.json"), "rb") as f:
+            nc2 = f.read()
+        cases["engine-native CDI"] = (
+            fresh_run(nb1, nc1, lambda: run_create([RUNC], nb1, None)),
+            fresh_run(nb2, nc2, lambda: run_create([RUNC], nb2, None)),
+        )
+        our_out, their_out = os.path.join(ours, "gen.json"), os.path.join(theirs, "gen.yaml")
+        cases["cdi generate"] = (
+            lambda _r: _timed([*our_gen, "--format", "json", "--output", our_out]),
+            lambda _r: _timed([*their_gen, "--output", their_out]),
+        )
+
+        filesystems = [f for f in ns.fs.split(",") if f]
+        times: dict[tuple[str, str, str], list[float]] = {}
+        for fs in filesystems:
+            rootfs = Rootfs(fs, base_rootfs, os.path.join(work, "layers"))
+            os.makedirs(rootfs.scratch, exist_ok=True)
+            for run_o, run_t in cases.values():  # warm up
+                run_o(rootfs)
+                if run_t is not None:
+                    run_t(rootfs)
+            for _ in range(ns.runs):
+                for name, (run_o, run_t) in cases.items():
+                    times.setdefault((fs, name, "ocihook"), []).append(run_o(rootfs))
+                    if run_t is not None:
+                        times.setdefault((fs, name, "toolkit"), []).append(run_t(rootfs))
+        peaks = {
+            "wrapper (exec /bin/true)": _peak(
+                [env.wrapper, "create", "-b", os.path.join(work, "wrapper_8_GPUs_all_o"), "x"],
+                {"PATH": PATH, "OCIHOOK_CONFIG": _true_config(ours, host)},
+            ),
+            "cdi generate": _peak([*our_gen, "--format", "json", "--output", our_out]),
+        }
+    finally:
+        subprocess.run(
+            [
+                "sh",
+                "-c",
+                f"for c in $({RUNC} --root {state} list -q 2>/dev/null); "
+                f"do {RUNC} --root {state} delete -f $c; done",
+            ],
+            check=False,
+        )
+        for b in bundles:
+            target = os.path.join(b, "rootfs")
+            while os.path.ismount(target):
+                subprocess.run(["umount", "-l", target], check=False)
+        shutil.rmtree(work, ignore_errors=True)
+        if made_cache:
+            shutil.rmtree(CACHE_DIR, ignore_errors=True)
+
+    return _report(ns, filesystems, cases, times, peaks)
+
+
+def _true_config(d: str, host: str) -> str:
+    path = os.path.join(d, "true.toml")
+    with open(path, "w") as f:
+        f.write(f'driver-root = "{host}"\ndev-root = "{host}"\nruntimes = ["/bin/true"]\n')
+    return path
+
+
+def _report(
+    ns: argparse.Namespace,
+    filesystems: list[str],
+    cases: dict[str, object],
+    times: dict[tuple[str, str, str], list[float]],
+    peaks: dict[str, float | None],
+) -> int:
+    figures: dict[str, dict[str, dict[str, float]]] = {}
+    print(f"{ns.runs} rounds per file system; median ms added over runc create (min-max)")
+    for fs in filesystems:
+        base = [t * 1000 for t in times[(fs, "runc create", "ocihook")]]
+        runc_ms = statistics.median(base)
+        print(f"\n[{fs}] runc create {runc_ms:.1f} ms ({min(base):.1f}-{max(base):.1f})")
+        print(f"{'case':24} {'ocihook +ms':>20} {'toolkit +ms':>20} {'ratio':>6} {'target':>7}")
+        for name in cases:
+            if name == "runc create":
+                continue
+            over = 0.0 if name == "cdi generate" else runc_ms
+            o = [t * 1000 - over for t in times[(fs, name, "ocihook")]]
+            t = [x * 1000 - over for x in times[(fs, name, "toolkit")]]
+            mo, mt = statistics.median(o), statistics.median(t)
+            ratio = mo / mt if mt > 0 else float("inf")
+            target = TARGETS.get(name)
+            figures.setdefault(fs, {})[name] = {
+                "ocihook_ms": round(mo, 1),
+                "toolkit_ms": round(mt, 1),
+                "ratio": round(ratio, 2),
+            }
+            print(
+                f"{name:24} {mo:7.1f} ({min(o):5.1f}-{max(o):5.1f}) "
+                f"{mt:7.1f} ({min(t):5.1f}-{max(t):5.1f}) {ratio:6.2f} "
+                f"{'<=' + str(target) if target else '':>7}"
+            )
+    print()
+    for what, mib in peaks.items():
+        shown = "n/a" if mib is None else f"{mib:.1f} MiB"
+        print(f"peak memory, {what}: {shown} (target <= {MEMORY_TARGET_MIB:.0f} MiB)")
+    if ns.json:
+        print(json.dumps({"figures": figures, "peaks": peaks}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
