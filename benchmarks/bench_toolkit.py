@@ -50,7 +50,7 @@ import uuid
 from collections.abc import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_cost import (  # noqa: E402  (a sibling script)
+from bench_cost import (  # a sibling script, found through sys.path above
     ALL,
     CACHE_DIR,
     GNU_TIME,
