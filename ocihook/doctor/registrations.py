@@ -32,8 +32,8 @@ __all__ = [
     "SCRIPT_HEAD",
     "UnsafeHook",
     "check_registrations",
+    "hooks_d_without_env",
     "hooks_without_env",
-    "hooksd_without_env",
     "installed_script_python",
 ]
 
@@ -111,7 +111,7 @@ def hooks_without_env(doc: Any, file: str) -> list[UnsafeHook]:
     return found
 
 
-def hooksd_without_env(doc: Any, file: str) -> list[UnsafeHook]:
+def hooks_d_without_env(doc: Any, file: str) -> list[UnsafeHook]:
     """The hook of a hooks.d 1.0.0 document (``doc``, read from ``file``), once per stage
     of :data:`EXPOSED_STAGES` it names, when it has no ``env`` (containers/common
     ``pkg/hooks/docs/oci-hooks.5.md``: podman and CRI-O put ``hook`` into
@@ -173,7 +173,7 @@ def check_registrations(ctx: Context, bundle: str | None = None) -> list[Check]:
                 continue
             files += 1
             hooks += 1
-            found += hooksd_without_env(doc, path)
+            found += hooks_d_without_env(doc, path)
     if bundle is not None:
         path = os.path.join(bundle, "config.json")
         try:
