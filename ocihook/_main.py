@@ -212,9 +212,9 @@ def container_environment(config: bytes, environ: Mapping[str, str]) -> tuple[in
     """Whether ``environ`` (a hook's environment) is the container's: every entry of
     ``process.env`` of ``config`` (the bytes of the bundle's ``config.json``) is set in
     it to the same value, and at least one of them is not a variable of
-    :data:`REGISTRATION_VARIABLES` (``PATH``, ``LC_CTYPE``). That is what a runtime gives a hook registered
-    without ``env`` at ``createContainer`` and ``startContainer`` (runc runs them with the
-    container's ``process.env``: docs/security.md); the runtime may add variables of its
+    :data:`REGISTRATION_VARIABLES` (``PATH``, ``LC_CTYPE``). That is what runc gives a
+    hook registered without ``env`` at ``createContainer`` (it runs it with the
+    container's ``process.env``: docs/security.md); a runtime may add variables of its
     own (runc adds ``HOME`` before ``startContainer``), so a superset counts.
 
     ``config`` is parsed (:func:`ocihook.core.jsonfast.loads`) only when a variable of
