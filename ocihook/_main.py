@@ -5,7 +5,8 @@ It only dispatches: the fast commands (``edit``, ``hook``, ``cdi generate``) to
 :mod:`ocihook.commands.fast` (no click), ``runtime exec`` to
 :mod:`ocihook.commands.runtime`, everything else to the click CLI
 (:mod:`ocihook.commands.cli`). A hook whose environment sets code-loading variables is
-refused before anything is imported.
+refused before anything is imported, and one whose environment is the container's
+(registered without ``env``) before it does any host-side work (docs/security.md).
 
 :func:`nvidia_hook_main` is the ``nvidia-container-runtime-hook`` console script: the
 program dockerd looks for on its ``PATH`` to enable ``docker run --gpus`` (moby
