@@ -138,16 +138,27 @@ POISON_VARIABLES = (
 ISOLATED_POISON_VARIABLES = LOADER_VARIABLES | SHELL_VARIABLES | PYTHON_UNISOLATED_VARIABLES
 
 
+#: The ``TZ`` files glibc reads even for a setuid program (``time/tzfile.c``): its
+#: default zone file, and the files of its zone directory.
+TZ_SYSTEM_FILES = ("/etc/localtime", "/usr/share/zoneinfo/")
+
+
 def names_a_file(name: str, value: str) -> bool:
-    """Whether ``value`` makes the C library read a file for the variable ``name`` of
-    :data:`PATH_VALUED_VARIABLES` or ``LC_*``: an absolute path (after ``TZ``'s optional
-    ``:``), or a ``..`` component. ``False`` for any other variable."""
+    """Whether ``value`` makes the C library read a file of the caller's choosing for the
+    variable ``name`` of :data:`PATH_VALUED_VARIABLES` or ``LC_*``: an absolute path (after
+    ``TZ``'s optional ``:``; for ``TZ`` one outside :data:`TZ_SYSTEM_FILES`, which glibc
+    reads for setuid programs too), or a ``..`` component. ``False`` for any other
+    variable."""
     if name not in PATH_VALUED_VARIABLES and not name.startswith(LOCALE_PREFIX):
         return False
-    if name == "TZ" and value.startswith(":"):
-        value = value[1:]
     if name == "LANGUAGE":  # a list of names: a path anywhere in it counts
         return "/" in value or ".." in value
+    if name == "TZ":
+        value = value.removeprefix(":")
+        if ".." not in value.split("/") and (
+            value == TZ_SYSTEM_FILES[0] or value.startswith(TZ_SYSTEM_FILES[1])
+        ):
+            return False
     return value.startswith("/") or ".." in value.split("/")
 
 
