@@ -5,7 +5,8 @@ It only dispatches: the fast commands (``edit``, ``hook``, ``cdi generate``) to
 :mod:`ocihook.commands.fast` (no click), ``runtime exec`` to
 :mod:`ocihook.commands.runtime`, everything else to the click CLI
 (:mod:`ocihook.commands.cli`). A hook whose environment sets code-loading variables is
-refused before anything is imported.
+refused before anything is imported, and one whose environment is the container's
+(registered without ``env``) before it does any host-side work (docs/security.md).
 
 :func:`nvidia_hook_main` is the ``nvidia-container-runtime-hook`` console script: the
 program dockerd looks for on its ``PATH`` to enable ``docker run --gpus`` (moby
@@ -22,7 +23,7 @@ import sys
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
 
 #: Variables the C library and its dynamic loader honour that load code, or read or write
@@ -30,9 +31,13 @@ if TYPE_CHECKING:
 #: (``UNSECURE_ENVVARS``, ``sysdeps/generic/unsecvars.h``; what ``ld.so(8)`` drops for a
 #: setuid program), less its entries that do neither (``LD_DEBUG``, ``LD_DYNAMIC_WEAK``,
 #: ``LD_HWCAP_MASK``, ``LD_SHOW_AUXV``, ``LD_USE_LOAD_BIAS``, ``LOCALDOMAIN``,
-#: ``RES_OPTIONS``, ``NIS_PATH``: output or lookups, no file) and ``TMPDIR`` (no hook path
-#: makes a temporary file; dockerd's environment often sets it). ``GLIBC_TUNABLES`` is kept:
-#: the loader parses it before any code runs (CVE-2023-4911). ``-I`` does not affect these.
+#: ``RES_OPTIONS``, ``NIS_PATH``: output or lookups, no file; glibc 2.39 added
+#: ``LD_BIND_NOT``, ``LD_BIND_NOW``, ``LD_VERBOSE``, ``LD_WARN`` and the ``MALLOC_*``
+#: tunables' aliases, none of which names a file) and ``TMPDIR`` (no hook path makes a
+#: temporary file; dockerd's environment often sets it); and ``LD_PROFILE_OUTPUT``, the
+#: directory ``LD_PROFILE`` writes to (``elf/rtld.c`` reads it itself, outside that list).
+#: ``GLIBC_TUNABLES`` is kept: the loader parses it before any code runs (CVE-2023-4911).
+#: ``-I`` does not affect these.
 LOADER_VARIABLES = frozenset(
     {
         "GCONV_PATH",
@@ -45,6 +50,7 @@ LOADER_VARIABLES = frozenset(
         "LD_ORIGIN_PATH",
         "LD_PRELOAD",
         "LD_PROFILE",
+        "LD_PROFILE_OUTPUT",
         "LOCPATH",
         "MALLOC_TRACE",
         "NLSPATH",
@@ -53,25 +59,57 @@ LOADER_VARIABLES = frozenset(
     }
 )
 
-#: Variables the interpreter honours that load or redirect code (all but
-#: :data:`PYTHON_UNISOLATED_VARIABLES` ignored under ``-I``): the module path and prefix
-#: (``PYTHONPATH``, ``PYTHONHOME``, ``PYTHONUSERBASE``, ``PYTHONPLATLIBDIR``), where the
-#: ``.pyc`` files are read from (``PYTHONPYCACHEPREFIX``: an image's ``.pyc`` tree would
-#: replace ocihook's own modules), a ``-W`` category ``module.Class`` (``PYTHONWARNINGS``
-#: imports ``module``), ``breakpoint()``'s hook (``PYTHONBREAKPOINT``) and the interactive
-#: ones (``PYTHONSTARTUP``, ``PYTHONINSPECT``). (Python's command-line documentation,
-#: "Environment variables".)
+#: Variables the C library reads a file from only when the value is a path rather than a
+#: name: ``TZ`` (``:/file`` or ``/file``, or a name with ``..`` that climbs out of
+#: ``TZDIR``: glibc ``time/tzfile.c`` checks that only for setuid programs), and the
+#: locale variables (``LANG``, ``LANGUAGE``, ``LC_*``: glibc ``locale/findlocale.c``
+#: loads a locale from an absolute path, which the interpreter's ``setlocale`` at start
+#: does). ``TZ=Europe/Paris`` and ``LANG=C.UTF-8`` are fine (:func:`names_a_file`).
+PATH_VALUED_VARIABLES = frozenset({"TZ", "LANG", "LANGUAGE"})
+#: The prefix of the locale category variables (``LC_ALL``, ``LC_CTYPE``...), each read
+#: as :data:`PATH_VALUED_VARIABLES` are.
+LOCALE_PREFIX = "LC_"
+
+#: Variables that make a POSIX shell run code before its first command: ``ENV`` (an
+#: interactive sh's startup file), bash's ``BASH_ENV``, ``SHELLOPTS``/``BASHOPTS``
+#: (``xtrace`` then expands ``PS4``, which can hold a command substitution), ``PS4``, and
+#: exported functions (:data:`SHELL_FUNCTION_PREFIX`). The installed commands start
+#: through ``/bin/sh`` (``packaging/bin``); Debian's dash reads none of these when it is
+#: not interactive, bash started as ``sh`` reads some.
+SHELL_VARIABLES = frozenset({"BASH_ENV", "BASHOPTS", "ENV", "PS4", "SHELLOPTS"})
+#: The prefix of the variables bash imports functions from (``BASH_FUNC_name%%``).
+SHELL_FUNCTION_PREFIX = "BASH_FUNC_"
+
+#: Variables the interpreter honours that load or redirect code, or read or write a file
+#: they name (all but :data:`PYTHON_UNISOLATED_VARIABLES` ignored under ``-I``): the
+#: module path and prefix (``PYTHONPATH``, ``PYTHONHOME``, ``PYTHONUSERBASE``,
+#: ``PYTHONPLATLIBDIR``), where the ``.pyc`` files are read from (``PYTHONPYCACHEPREFIX``:
+#: an image's ``.pyc`` tree would replace ocihook's own modules), a ``-W`` category
+#: ``module.Class`` (``PYTHONWARNINGS`` imports ``module``), ``breakpoint()``'s hook
+#: (``PYTHONBREAKPOINT``), the interactive ones (``PYTHONSTARTUP``, ``PYTHONINSPECT``,
+#: 3.13's ``PYTHON_HISTORY`` file), a module imported before ``site`` (3.13's
+#: ``PYTHON_PRESITE``, debug builds), and the files written on request (``perf`` maps
+#: ``PYTHONPERFSUPPORT`` 3.12, ``PYTHON_PERF_JIT_SUPPORT`` 3.13; 3.11's
+#: ``PYTHONDUMPREFSFILE``, debug builds). The others of Python 3.11-3.13's list
+#: (``PYTHONHASHSEED``, ``PYTHONIOENCODING``, ``PYTHONUTF8``, ``PYTHONMALLOC``,
+#: ``PYTHONDEVMODE``, ``PYTHON_GIL``...) change behaviour but load no code and name no
+#: file. (Python's command-line documentation, "Environment variables".)
 PYTHON_VARIABLES = frozenset(
     {
         "PYTHONBREAKPOINT",
+        "PYTHONDUMPREFSFILE",
         "PYTHONHOME",
         "PYTHONINSPECT",
         "PYTHONPATH",
+        "PYTHONPERFSUPPORT",
         "PYTHONPLATLIBDIR",
         "PYTHONPYCACHEPREFIX",
         "PYTHONSTARTUP",
         "PYTHONUSERBASE",
         "PYTHONWARNINGS",
+        "PYTHON_HISTORY",
+        "PYTHON_PERF_JIT_SUPPORT",
+        "PYTHON_PRESITE",
     }
 )
 
@@ -81,23 +119,60 @@ PYTHON_VARIABLES = frozenset(
 PYTHON_UNISOLATED_VARIABLES = frozenset({"PYTHONEXECUTABLE"})
 
 #: Variables that make a process load or run other code, or use files they name: the
-#: loader's (:data:`LOADER_VARIABLES`) and the interpreter's (:data:`PYTHON_VARIABLES`,
-#: :data:`PYTHON_UNISOLATED_VARIABLES`). A
-#: hook must not run with them (CVE-2025-23266: an image's ``LD_PRELOAD`` reached the
-#: NVIDIA toolkit's hook through an inherited environment). No Python code can undo what
-#: the loader did before the interpreter started (an ``LD_PRELOAD`` constructor has run),
-#: nor what the interpreter did before the first line of a script (``sitecustomize`` from
-#: ``PYTHONPATH``): the refusal only keeps the hook from doing host-side work, and the
-#: registrations ocihook writes avoid both with an explicit ``env`` and ``-I``.
-POISON_VARIABLES = LOADER_VARIABLES | PYTHON_VARIABLES | PYTHON_UNISOLATED_VARIABLES
+#: loader's (:data:`LOADER_VARIABLES`), the shell's (:data:`SHELL_VARIABLES`) and the
+#: interpreter's (:data:`PYTHON_VARIABLES`, :data:`PYTHON_UNISOLATED_VARIABLES`); with
+#: :data:`PATH_VALUED_VARIABLES` and ``LC_*`` when their value is a path and
+#: ``BASH_FUNC_*`` (:func:`poisoned_environment`). A hook must not run with them
+#: (CVE-2025-23266: an image's ``LD_PRELOAD`` reached the NVIDIA toolkit's hook through an
+#: inherited environment). No Python code can undo what the loader did before the
+#: interpreter started (an ``LD_PRELOAD`` constructor has run), nor what the interpreter
+#: did before the first line of a script (``sitecustomize`` from ``PYTHONPATH``): the
+#: refusal only keeps the hook from doing host-side work, and the registrations ocihook
+#: writes avoid both with an explicit ``env`` and ``-I`` (docs/security.md).
+POISON_VARIABLES = (
+    LOADER_VARIABLES | SHELL_VARIABLES | PYTHON_VARIABLES | PYTHON_UNISOLATED_VARIABLES
+)
 
-#: What an interpreter started with ``-I`` still honours.
-ISOLATED_POISON_VARIABLES = LOADER_VARIABLES | PYTHON_UNISOLATED_VARIABLES
+#: What an interpreter started with ``-I`` still honours (and what the shell and the C
+#: library before it did).
+ISOLATED_POISON_VARIABLES = LOADER_VARIABLES | SHELL_VARIABLES | PYTHON_UNISOLATED_VARIABLES
 
 
-def _poisoned_environment() -> list[str]:
-    """Names of code-loading variables set (non-empty) in this process's environment."""
-    return sorted(k for k in POISON_VARIABLES if os.environ.get(k))
+#: The ``TZ`` files glibc reads even for a setuid program (``time/tzfile.c``): its
+#: default zone file, and the files of its zone directory.
+TZ_SYSTEM_FILES = ("/etc/localtime", "/usr/share/zoneinfo/")
+
+
+def names_a_file(name: str, value: str) -> bool:
+    """Whether ``value`` makes the C library read a file of the caller's choosing for the
+    variable ``name`` of :data:`PATH_VALUED_VARIABLES` or ``LC_*``: an absolute path (after
+    ``TZ``'s optional ``:``; for ``TZ`` one outside :data:`TZ_SYSTEM_FILES`, which glibc
+    reads for setuid programs too), or a ``..`` component. ``False`` for any other
+    variable."""
+    if name not in PATH_VALUED_VARIABLES and not name.startswith(LOCALE_PREFIX):
+        return False
+    if name == "LANGUAGE":  # a list of names: a path anywhere in it counts
+        return "/" in value or ".." in value
+    if name == "TZ":
+        value = value.removeprefix(":")
+        if ".." not in value.split("/") and (
+            value == TZ_SYSTEM_FILES[0] or value.startswith(TZ_SYSTEM_FILES[1])
+        ):
+            return False
+    return value.startswith("/") or ".." in value.split("/")
+
+
+def poisoned_environment(environ: Mapping[str, str], *, isolated: bool = False) -> list[str]:
+    """The names, sorted, of the variables of ``environ`` (non-empty) that make a process
+    load code or use a file they name (:data:`POISON_VARIABLES`, ``BASH_FUNC_*``, and
+    :func:`names_a_file`). ``isolated``: only what an interpreter started with ``-I``
+    still honours (:data:`ISOLATED_POISON_VARIABLES` and the C library's)."""
+    names = ISOLATED_POISON_VARIABLES if isolated else POISON_VARIABLES
+    return sorted(
+        k
+        for k, v in environ.items()
+        if v and (k in names or k.startswith(SHELL_FUNCTION_PREFIX) or names_a_file(k, v))
+    )
 
 
 _POISON_HINT = (
@@ -108,29 +183,122 @@ _POISON_HINT = (
 
 def _refuse_poisoned_hook(hint: str = _POISON_HINT, *, loader_only: bool = False) -> int | None:
     """Exit code 9 and a one-line error (ending in ``hint``) when a hook runs with an
-    inherited environment that sets code-loading variables (:data:`POISON_VARIABLES`; it
-    was registered without ``env``): it does no host-side work then. ``None`` when the
-    environment is clean. ``loader_only``: only :data:`ISOLATED_POISON_VARIABLES` count
-    (every one the C library honours, and ``PYTHONEXECUTABLE``) — for an interpreter
-    started with ``-I``, which ignored :data:`PYTHON_VARIABLES`.
+    inherited environment that sets code-loading variables (:func:`poisoned_environment`;
+    it was registered without ``env``): it does no host-side work then. ``None`` when the
+    environment is clean. ``loader_only``: only what an interpreter started with ``-I``
+    still honours counts (:data:`ISOLATED_POISON_VARIABLES`: every one the C library and
+    the shell honour, and ``PYTHONEXECUTABLE``), for an interpreter started so, which
+    ignored the rest of :data:`PYTHON_VARIABLES`.
 
-    An interpreter that honoured ``PYTHONINSPECT`` (the installed scripts start without
-    ``-I``) would turn ``sys.exit(9)`` into a traceback, exit 1, and an interactive prompt:
-    there the process ends here, with ``os._exit(9)`` after the message."""
-    bad = [v for v in _poisoned_environment() if not loader_only or v in ISOLATED_POISON_VARIABLES]
+    An interpreter that honoured ``PYTHONINSPECT`` (one started without ``-I``) would
+    turn ``sys.exit(9)`` into a traceback, exit 1, and an interactive prompt: there the
+    process ends here, with ``os._exit(9)`` after the message."""
+    bad = poisoned_environment(os.environ, isolated=loader_only)
     if not bad:
         return None
-    print(
-        "ocihook: error[poisoned-environment]: refusing to run a hook whose environment sets "
-        + ", ".join(bad)
-        + "; hint: "
-        + hint,
-        file=sys.stderr,
+    return _refuse(
+        "poisoned-environment",
+        "refusing to run a hook whose environment sets " + ", ".join(bad),
+        hint,
     )
+
+
+def _refuse(code: str, message: str, hint: str) -> int:
+    """Print ``ocihook: error[<code>]: <message>; hint: <hint>`` and return 9 (or end the
+    process with 9 under ``PYTHONINSPECT``: see :func:`_refuse_poisoned_hook`)."""
+    print(f"ocihook: error[{code}]: {message}; hint: {hint}", file=sys.stderr)
     if sys.flags.inspect:
         sys.stderr.flush()
         os._exit(9)
     return 9
+
+
+#: The variables a hook ocihook registers has (``HOOK_ENV`` of
+#: :mod:`ocihook.config.options`: ``PATH``; and ``LC_CTYPE``, which the interpreter sets
+#: when it coerces the C locale to UTF-8, PEP 538), which a container's environment may
+#: hold too without the registration lacking ``env``.
+REGISTRATION_VARIABLES = frozenset({"LC_CTYPE", "PATH"})
+
+
+def container_environment(config: bytes, environ: Mapping[str, str]) -> tuple[int, int] | None:
+    """Whether ``environ`` (a hook's environment) is the container's: every entry of
+    ``process.env`` of ``config`` (the bytes of the bundle's ``config.json``) is set in
+    it to the same value, and at least one of them is not a variable of
+    :data:`REGISTRATION_VARIABLES` (``PATH``, ``LC_CTYPE``). That is what runc gives a
+    hook registered without ``env`` at ``createContainer`` (it runs it with the
+    container's ``process.env``: docs/security.md); a runtime may add variables of its
+    own (runc adds ``HOME`` before ``startContainer``), so a superset counts.
+
+    ``config`` is parsed (:func:`ocihook.core.jsonfast.loads`) only when a variable of
+    ``environ`` other than those occurs in it as ``"NAME=``, or when bytes cannot tell
+    (a ``\\u`` escape in it, a name JSON would escape): ocihook's registrations pay
+    nothing.
+
+    Returns:
+        ``(len(process.env), len(environ))`` when it is the container's, else ``None``
+        (also for a ``config`` that is not a JSON object with a list ``process.env``: the
+        hook itself reports a malformed file).
+    """
+    extra = [k for k in environ if k not in REGISTRATION_VARIABLES]
+    if not extra:
+        return None
+    plain = all(k.isascii() and k.isprintable() and '"' not in k and "\\" not in k for k in extra)
+    if (
+        plain
+        and b"\\u" not in config
+        and not any(b'"' + k.encode() + b"=" in config for k in extra)
+    ):
+        return None
+    from .core.jsonfast import loads
+
+    try:
+        doc = loads(config.decode("utf-8", "surrogateescape"))
+    except ValueError:
+        return None
+    process = doc.get("process") if isinstance(doc, dict) else None
+    env = process.get("env") if isinstance(process, dict) else None
+    if not isinstance(env, list):
+        return None
+    wanted: dict[str, str] = {}
+    for entry in env:
+        if isinstance(entry, str):
+            name, _, value = entry.partition("=")
+            wanted[name] = value
+    if not any(k not in REGISTRATION_VARIABLES for k in wanted):
+        return None
+    if all(environ.get(k) == v for k, v in wanted.items()):
+        return len(env), len(environ)
+    return None
+
+
+def _refuse_container_environment(stdin: bytes) -> int | None:
+    """Exit code 9 and one line when this hook's environment is the container's
+    (:func:`container_environment` of the ``config.json`` of the state's bundle): it was
+    registered without ``env`` and the image chose its environment. ``None`` otherwise,
+    or when the state or ``config.json`` cannot be read (the hook reports that)."""
+    if not any(k not in REGISTRATION_VARIABLES for k in os.environ):
+        return None
+    from .core.fastexit import bundle_from_state
+
+    bundle = bundle_from_state(stdin)
+    if bundle is None:
+        return None
+    path = bundle.rstrip("/") + "/config.json"
+    try:
+        with open(path, "rb") as f:
+            config = f.read()
+    except OSError:
+        return None
+    found = container_environment(config, os.environ)
+    if found is None:
+        return None
+    return _refuse(
+        "container-environment",
+        f"refusing to run a hook whose environment is the container's: all {found[0]} "
+        f"entries of process.env in {path} are set in it ({found[1]} variables), so it "
+        "was registered without an explicit env",
+        _POISON_HINT,
+    )
 
 
 def _stdout_error(err: UnicodeError) -> tuple[str | bytes, int]:
@@ -396,18 +564,29 @@ def _dispatch(args: list[str]) -> int:
         from .commands.runtime import main as runtime_main
 
         return runtime_main(args[2:])
-    from .commands.voidexit import INJECT_STAGES, void_hook_exit
+    from .commands.voidexit import INJECT_STAGES, read_stdin, void_hook_exit
 
     try:
         if len(args) >= 2 and args[0] == "hook" and args[1] in INJECT_STAGES:
             code, stdin = void_hook_exit(args)
+            refused = _refuse_container_environment(stdin)
+            if refused is not None:
+                return refused
             if code is not None:
                 return code
             from .commands.fast import run_fast
 
             return run_fast(args, stdin)
-        from .commands.fast import FAST_COMMANDS, run_fast
+        from .commands.fast import FAST_COMMANDS, HOOK_STAGES, run_fast
 
+        if len(args) >= 2 and args[0] == "hook" and args[1] in HOOK_STAGES:
+            if "-h" in args or "--help" in args:
+                return run_fast(args)
+            given = read_stdin()
+            refused = _refuse_container_environment(given)
+            if refused is not None:
+                return refused
+            return run_fast(args, given)
         if args and (args[0] in FAST_COMMANDS or " ".join(args[:2]) in FAST_COMMANDS):
             return run_fast(args)
         from .commands.cli import cli_main

@@ -61,8 +61,9 @@ OTHER_EXIT_CODES: tuple[tuple[int, str], ...] = (
         "a hook or command was started with variables that make the C library or the"
         " interpreter load code or read files they name (`LD_PRELOAD`, `LD_AUDIT`,"
         " `LD_LIBRARY_PATH`, `GCONV_PATH`, `PYTHONPATH`, `PYTHONHOME`, `PYTHONPYCACHEPREFIX`,"
-        " ...) in its environment: registered without an explicit `env`, such variables can"
-        " come from the image; it does nothing host-side",
+        " ...) in its environment, or a hook's environment is the container's `process.env`"
+        " (`error[container-environment]`): registered without an explicit `env`, such"
+        " variables can come from the image; it does nothing host-side (docs/security.md)",
     ),
 )
 

@@ -23,7 +23,8 @@ code  class                        meaning
 7     :class:`ApplyError`          applying the edits failed; everything done was undone
 8     :class:`LdCacheError`        an ``ld.so.cache`` file is malformed
 9     -                            a hook was started with code-loading variables
-                                   (``LD_PRELOAD``, ``PYTHONPATH``...) in its environment
+                                   (``LD_PRELOAD``, ``PYTHONPATH``...) in its environment,
+                                   or with the container's environment
 10    :class:`ConfigError`         the configuration file is missing, unreadable or wrong
 11    :class:`CdiError`            a CDI spec, name or annotation is malformed, or a
                                    requested CDI device is in no spec

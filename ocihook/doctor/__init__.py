@@ -16,7 +16,9 @@ The layers, in order (each check a :class:`Check`: ``PASS``, ``WARN``, ``FAIL`` 
 2. **runtime** (:func:`check_runtime`): each engine's files (Docker ``daemon.json``,
    containerd ``config.toml`` and its ``imports``, CRI-O ``crio.conf`` and drop-ins,
    hooks.d) register an ocihook that exists and runs on a real interpreter (not a pyenv or
-   asdf shim); no NVIDIA Container Toolkit registered beside it; and the CDI specs
+   asdf shim); no NVIDIA Container Toolkit registered beside it; no hook registered
+   without ``env`` at ``createContainer`` or ``startContainer`` in hooks.d or the bundle
+   (:func:`check_registrations`: such a hook runs with the image's environment); and the CDI specs
    (:func:`check_cdi`): valid against the packaged schema and ocihook's loader, and
    generated for the loaded driver (a stale spec names the refresh unit).
 3. **request** (:func:`check_request`): what a bundle's or an image's environment asks
@@ -50,6 +52,7 @@ from .context import Context
 from .cuda import CUDA_BY_BRANCH, cuda_for_driver
 from .gpu import PROBE, PROBE_DIR, check_gpu_operation, run_probe
 from .host import check_driver_libraries, check_host
+from .registrations import check_registrations
 from .report import LAYERS, STATUSES, Check, Report, deployment_record, worst
 from .request import check_request, check_upgrade, read_image_env
 from .runtime import check_cdi, check_runtime
@@ -68,6 +71,7 @@ __all__ = [
     "check_driver_libraries",
     "check_gpu_operation",
     "check_host",
+    "check_registrations",
     "check_request",
     "check_runtime",
     "check_upgrade",
@@ -120,6 +124,7 @@ def run_doctor(
     ctx = Context(root, config_root)
     checks = check_host(ctx, gpu_backend=gpu_backend)
     checks += check_runtime(ctx, engines)
+    checks += check_registrations(ctx, bundle)
     env = None
     image: dict[str, Any] = {}
     if image_env is not None:

@@ -17,6 +17,7 @@ from ..core.errors import OcihookError
 from ..engines import CDI_SPEC_DIRS, READERS, Registration
 from ..engines.common import read_text_if_regular
 from .context import Context
+from .registrations import installed_script_python
 from .report import Check
 
 __all__ = ["REFRESH_FIX", "REFRESH_UNIT", "check_cdi", "check_runtime"]
@@ -63,6 +64,11 @@ def _program_problem(reg: Registration) -> str | None:
     if reg.engine == "podman":  # the hook's path is the interpreter itself
         return _shim(os.path.realpath(path)) or _imports_ocihook(path)
     head = read_text_if_regular(path, 512) or ""
+    python = installed_script_python(path, head)  # ocihook's sh-started commands
+    if python is not None:
+        if not os.path.exists(python):
+            return f"{path} starts {python}, which does not exist"
+        return _shim(os.path.realpath(python)) or _imports_ocihook(python)
     if head.startswith("#!"):
         interp = head[2:].splitlines()[0].strip().split(" ", 1)[0]
         if interp.endswith("/env"):

@@ -262,10 +262,13 @@ def test_wheel_and_sdist_install_and_run(tmp_path: Path, sim: simhost.SimulatedH
     assert license_text.split(b"\n")[1].strip() == b"Apache License"
     assert "License-Expression: Apache-2.0\n" in metadata
     assert "License-File: LICENSE\n" in metadata
-    # the commands are scripts whose first line pip points at the interpreter, not
-    # generated launchers (which import re on every container start)
+    # the commands are scripts, not generated launchers (which import re on every
+    # container start); sh starts the python3 beside them with -I (pip would drop a flag
+    # after "#!python"), and pip leaves a "#!/bin/sh" line as it is
     assert sorted(scripts) == ["nvidia-container-runtime-hook", "ocihook", "ocihook-runtime"]
-    assert all(text.startswith("#!python\n") for text in scripts.values()), scripts
+    head = "#!/bin/sh\n''':'\n"
+    assert all(text.startswith(head) for text in scripts.values()), scripts
+    assert all('exec "$d/python3" -I "$0" "$@"\n' in text for text in scripts.values())
     assert "from ocihook._main import main\n" in scripts["ocihook"]
     assert "from ocihook.runtime import main\n" in scripts["ocihook-runtime"]
     assert (
@@ -300,6 +303,9 @@ def test_wheel_and_sdist_install_and_run(tmp_path: Path, sim: simhost.SimulatedH
             argv, capture_output=True, text=True, env=env, timeout=60, cwd=tmp_path
         )
 
+    for name in scripts:
+        with open(venv / "bin" / name) as f:
+            assert f.read() == scripts[name], name  # installed unchanged
     where = run(str(python), "-c", "import ocihook; print(ocihook.__file__)")
     assert where.stdout.startswith(site + "/ocihook/"), where
     out = run(str(venv / "bin/ocihook"), "--version")

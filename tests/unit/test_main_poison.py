@@ -1,21 +1,27 @@
 """The code-loading-variable refusal (``ocihook._main``): every variable of
 :data:`POISON_VARIABLES` refuses a hook (exit 9, one line naming it) before anything more
-is imported; under ``-I`` only the C library's still count; and the installed scripts do
-not run an image's ``.pyc`` tree (``PYTHONPYCACHEPREFIX``). What no script can prevent, a
-``sitecustomize`` on ``PYTHONPATH`` run before the script's first line, is pinned too, with
-the ``-I`` start the registrations use, which prevents it.
+is imported; under ``-I`` only the C library's and the shell's still count; a hook whose
+environment is the container's ``process.env`` is refused too. The installed scripts
+(``packaging/bin``, as pip installs them: sh runs the ``python3`` beside them with ``-I``)
+honour no ``PYTHONPATH`` ``sitecustomize``, ``PYTHONHOME``, ``PYTHONWARNINGS`` or
+``.pyc`` tree of an image.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import py_compile
+import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from support import REPO
 
 import ocihook
@@ -27,6 +33,10 @@ from ocihook._main import (
     POISON_VARIABLES,
     PYTHON_UNISOLATED_VARIABLES,
     PYTHON_VARIABLES,
+    SHELL_VARIABLES,
+    container_environment,
+    names_a_file,
+    poisoned_environment,
 )
 
 #: glibc's secure-execution list (``UNSECURE_ENVVARS``, ``sysdeps/generic/unsecvars.h``,
@@ -60,6 +70,22 @@ GLIBC_UNSECURE_ENVVARS = frozenset(
         "TZDIR",
     ]
 )
+#: glibc 2.39's additions to that list: none loads code or names a file.
+GLIBC_239_ADDED = frozenset(
+    [
+        "LD_BIND_NOT",
+        "LD_BIND_NOW",
+        "LD_VERBOSE",
+        "LD_WARN",
+        "MALLOC_ARENA_MAX",
+        "MALLOC_ARENA_TEST",
+        "MALLOC_MMAP_MAX_",
+        "MALLOC_MMAP_THRESHOLD_",
+        "MALLOC_PERTURB_",
+        "MALLOC_TOP_PAD_",
+        "MALLOC_TRIM_THRESHOLD_",
+    ]
+)
 LEFT_OUT = frozenset(
     [
         "LD_DEBUG",
@@ -88,16 +114,84 @@ PROBE = (
 )
 
 
+#: The variables of Python 3.11-3.13's "Environment variables" (the command-line
+#: documentation) that load code or name a file to read or write, Windows- and
+#: macOS-only ones aside; the rest of that page changes behaviour only.
+PYTHON_DOCUMENTED_CODE_OR_FILE = frozenset(
+    [
+        "PYTHONBREAKPOINT",  # imports the named callable's module
+        "PYTHONDUMPREFSFILE",  # 3.11 debug builds: writes the file
+        "PYTHONEXECUTABLE",
+        "PYTHONHOME",
+        "PYTHONINSPECT",  # reads stdin as code after the script
+        "PYTHONPATH",
+        "PYTHONPERFSUPPORT",  # 3.12: writes /tmp/perf-<pid>.map
+        "PYTHONPLATLIBDIR",
+        "PYTHONPYCACHEPREFIX",
+        "PYTHONSTARTUP",
+        "PYTHONUSERBASE",
+        "PYTHONWARNINGS",  # imports a category's module
+        "PYTHON_HISTORY",  # 3.13: the REPL's history file
+        "PYTHON_PERF_JIT_SUPPORT",  # 3.13: writes jit dump files
+        "PYTHON_PRESITE",  # 3.13 debug builds: imports a module before site
+    ]
+)
+
+
 def test_the_lists() -> None:
-    assert LOADER_VARIABLES == GLIBC_UNSECURE_ENVVARS - LEFT_OUT
-    assert len(LOADER_VARIABLES) == 15
-    assert {"PYTHONPYCACHEPREFIX", "PYTHONWARNINGS", "PYTHONBREAKPOINT"} <= PYTHON_VARIABLES
-    assert {"PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP"} <= PYTHON_VARIABLES
+    assert GLIBC_UNSECURE_ENVVARS - LEFT_OUT | {"LD_PROFILE_OUTPUT"} == LOADER_VARIABLES
+    assert not LOADER_VARIABLES & GLIBC_239_ADDED
+    assert len(LOADER_VARIABLES) == 16
+    assert PYTHON_VARIABLES | PYTHON_UNISOLATED_VARIABLES == PYTHON_DOCUMENTED_CODE_OR_FILE
     assert all(v.startswith("PYTHON") for v in PYTHON_VARIABLES)
     assert {"PYTHONEXECUTABLE"} == PYTHON_UNISOLATED_VARIABLES
-    assert POISON_VARIABLES == LOADER_VARIABLES | PYTHON_VARIABLES | PYTHON_UNISOLATED_VARIABLES
-    assert ISOLATED_POISON_VARIABLES == LOADER_VARIABLES | PYTHON_UNISOLATED_VARIABLES
+    assert {"BASH_ENV", "ENV", "SHELLOPTS"} <= SHELL_VARIABLES
+    assert POISON_VARIABLES == (
+        LOADER_VARIABLES | SHELL_VARIABLES | PYTHON_VARIABLES | PYTHON_UNISOLATED_VARIABLES
+    )
+    assert ISOLATED_POISON_VARIABLES == (
+        LOADER_VARIABLES | SHELL_VARIABLES | PYTHON_UNISOLATED_VARIABLES
+    )
     assert not PYTHON_VARIABLES & ISOLATED_POISON_VARIABLES
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "file"),
+    [
+        ("TZ", "Europe/Paris", False),
+        ("TZ", "UTC", False),
+        ("TZ", ":/rootfs/evil", True),
+        ("TZ", "/rootfs/evil", True),
+        ("TZ", "../../../rootfs/evil", True),
+        ("TZ", ":/etc/localtime", False),
+        ("TZ", "/usr/share/zoneinfo/Europe/Paris", False),
+        ("TZ", "/usr/share/zoneinfo/../../../rootfs/evil", True),
+        ("TZ", "/etc/localtime.d/x", True),
+        ("LANG", "C.UTF-8", False),
+        ("LANG", "/rootfs/locale", True),
+        ("LC_ALL", "en_US.UTF-8", False),
+        ("LC_CTYPE", "/rootfs/locale", True),
+        ("LANGUAGE", "fr:de", False),
+        ("LANGUAGE", "fr:/rootfs/x", True),
+        ("HOME", "/root", False),
+    ],
+)
+def test_names_a_file(name: str, value: str, file: bool) -> None:
+    assert names_a_file(name, value) is file
+    assert poisoned_environment({name: value}) == ([name] if file else [])
+
+
+@given(st.text(st.characters(blacklist_characters="/."), max_size=20))
+def test_a_name_without_slash_or_dot_never_names_a_file(value: str) -> None:
+    for name in ("TZ", "LANG", "LANGUAGE", "LC_ALL", "LC_MESSAGES"):
+        assert not names_a_file(name, value)
+        assert names_a_file(name, "/" + value)
+
+
+def test_exported_shell_functions_count() -> None:
+    env = {"BASH_FUNC_ls%%": "() { id; }", "PATH": "/bin", "PS4": "$(id)"}
+    assert poisoned_environment(env) == ["BASH_FUNC_ls%%", "PS4"]
+    assert poisoned_environment(env, isolated=True) == ["BASH_FUNC_ls%%", "PS4"]
 
 
 def test_pythonexecutable_is_honoured_under_dash_i() -> None:
@@ -144,17 +238,141 @@ def test_loader_only_counts_what_an_isolated_interpreter_honours(
     assert entry._refuse_poisoned_hook() is None
 
 
+# --- the environment of a hook registered without env ------------------------------------
+
+
+def _config(env: list[str]) -> bytes:
+    doc = {
+        "ociVersion": "1.0.2",
+        "process": {"args": ["sh"], "env": env},
+        "root": {"path": "rootfs"},
+    }
+    return json.dumps(doc).encode()
+
+
+ENV_ENTRIES = st.lists(
+    st.tuples(
+        st.text(
+            st.characters(min_codepoint=33, max_codepoint=0x2FF, blacklist_characters="="),
+            min_size=1,
+            max_size=8,
+        ),
+        st.text(st.characters(min_codepoint=1, max_codepoint=0x2FF), max_size=12),
+    ),
+    max_size=6,
+    unique_by=lambda kv: kv[0],
+)
+
+
+@given(ENV_ENTRIES, st.dictionaries(st.sampled_from(["HOME", "container"]), st.text(max_size=4)))
+def test_the_containers_environment_is_recognised(
+    entries: list[tuple[str, str]], added: dict[str, str]
+) -> None:
+    """A hook's environment holding every ``process.env`` entry (values with quotes,
+    backslashes, non-ASCII: JSON escapes) is the container's, whatever the runtime adds,
+    unless those entries are only ``PATH`` and ``LC_CTYPE`` (what ocihook's registrations have)."""
+    env = [f"{k}={v}" for k, v in entries]
+    environ = {**added, **dict(entries)}
+    found = container_environment(_config(env), environ)
+    if any(k not in ("PATH", "LC_CTYPE") for k, _ in entries):
+        assert found == (len(env), len(environ))
+    else:
+        assert found is None
+
+
+@given(ENV_ENTRIES.filter(lambda e: any(k not in ("PATH", "LC_CTYPE") for k, _ in e)), st.data())
+def test_one_entry_missing_or_different_is_not_the_containers(
+    entries: list[tuple[str, str]], data: st.DataObject
+) -> None:
+    env = [f"{k}={v}" for k, v in entries]
+    environ = dict(entries)
+    name = data.draw(st.sampled_from(sorted(environ)))
+    if data.draw(st.booleans()):
+        del environ[name]
+    else:
+        environ[name] += "x"
+    assert container_environment(_config(env), environ) is None
+
+
+def test_ocihooks_registration_env_is_never_the_containers() -> None:
+    """ocihook's registrations give ``PATH`` alone: equal to a container's ``PATH``, or
+    an empty ``process.env``, or a file that is not a bundle's, it is not refused."""
+    from ocihook.config.options import HOOK_ENV
+
+    environ = dict(e.split("=", 1) for e in HOOK_ENV)
+    assert set(environ) <= entry.REGISTRATION_VARIABLES
+    assert container_environment(_config(list(HOOK_ENV)), environ) is None
+    assert container_environment(_config([*HOOK_ENV, "TERM=xterm"]), environ) is None
+    other = {**environ, "TERM": "xterm"}
+    assert container_environment(_config([]), other) is None
+    assert container_environment(b"[1]", other) is None
+    assert container_environment(b"{not json", other) is None
+    assert container_environment(b'{"process": {"env": "TERM=xterm"}}', other) is None
+
+
+def _hook_in_child(
+    tmp_path: Path, process_env: list[str], environ: dict[str, str], stage: str
+) -> subprocess.CompletedProcess[str]:
+    bundle = tmp_path / "bundle"
+    (bundle / "rootfs").mkdir(parents=True, exist_ok=True)
+    (bundle / "config.json").write_bytes(_config(process_env))
+    state = json.dumps({"ociVersion": "1.0.2", "id": "c", "pid": 1, "bundle": str(bundle)})
+    code = f"import sys; sys.path.insert(0, {REPO!r}); from ocihook._main import main; sys.exit(main())"
+    return subprocess.run(
+        [sys.executable, "-I", "-c", code, "hook", stage],
+        input=state,
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize("stage", ["prestart", "createContainer", "poststop"])
+def test_a_hook_with_the_containers_environment_refuses(tmp_path: Path, stage: str) -> None:
+    """One line, exit 9, naming config.json; the same hook with ocihook's registration
+    env goes on (no GPU asked for: exit 0)."""
+    env = ["PATH=/bin", "TERM=xterm", "HOSTNAME=c1"]
+    proc = _hook_in_child(tmp_path, env, {"PATH": "/bin", "TERM": "xterm", "HOSTNAME": "c1"}, stage)
+    assert proc.returncode == 9, proc.stderr
+    config = tmp_path / "bundle/config.json"
+    assert proc.stderr.splitlines() == [
+        "ocihook: error[container-environment]: refusing to run a hook whose environment is "
+        f"the container's: all 3 entries of process.env in {config} are set in it "
+        "(4 variables), so it was registered without an explicit env; hint: " + entry._POISON_HINT
+    ]
+    proc = _hook_in_child(tmp_path, env, dict(CLEAN_ENV, PATH="/bin"), stage)
+    assert proc.returncode == 0, proc.stderr
+
+
 # --- the installed scripts -------------------------------------------------------------------
 
 
-def _installed(tmp_path: Path, name: str) -> Path:
-    """``packaging/bin/<name>`` as pip installs it: the first line names this interpreter,
-    without flags (pip's ``fix_script`` drops them)."""
-    text = Path(REPO, "packaging/bin", name).read_text()
-    path = tmp_path / "bin" / name
-    path.parent.mkdir(exist_ok=True)
-    path.write_text(f"#!{sys.executable}\n" + text.split("\n", 1)[1])
-    path.chmod(0o755)
+@pytest.fixture(scope="module")
+def installed_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The ``bin`` directory of a fresh virtual environment holding ``packaging/bin``'s
+    scripts as pip installs them (unchanged: their first line is ``#!/bin/sh``), ocihook
+    found through a ``.pth`` file naming this checkout and this environment's packages."""
+    venv = tmp_path_factory.mktemp("venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = subprocess.run(
+        [str(venv / "bin/python3"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    # this checkout, then this environment's packages (click...) as plain directories
+    Path(site, "ocihook-checkout.pth").write_text(f"{REPO}\n{sysconfig.get_path('purelib')}\n")
+    for name in ("ocihook", "ocihook-runtime", "nvidia-container-runtime-hook"):
+        shutil.copy(Path(REPO, "packaging/bin", name), venv / "bin" / name)
+    return venv / "bin"
+
+
+def _installed(bindir: Path, name: str) -> Path:
+    """``packaging/bin/<name>`` as pip installs it."""
+    path = bindir / name
+    assert path.read_bytes() == Path(REPO, "packaging/bin", name).read_bytes()
+    assert os.access(path, os.X_OK)
     return path
 
 
@@ -183,19 +401,21 @@ def _hostile_pycache(prefix: Path, marker: Path) -> None:
     ("script", "args", "code"),
     [
         ("ocihook", ["hook", "prestart"], 9),
-        ("nvidia-container-runtime-hook", ["prestart"], 9),
+        # started with -I, Docker's hook counts only what the interpreter still honoured:
+        # it goes on and reports the empty state (exit 4)
+        ("nvidia-container-runtime-hook", ["prestart"], 4),
         ("ocihook", ["--version"], 0),
         ("ocihook-runtime", ["--help"], 0),
     ],
 )
 def test_installed_script_ignores_an_image_pycache(
-    tmp_path: Path, script: str, args: list[str], code: int
+    tmp_path: Path, installed_bin: Path, script: str, args: list[str], code: int
 ) -> None:
     marker = tmp_path / "ran"
     _hostile_pycache(tmp_path / "pfx", marker)
     env = {**CLEAN_ENV, "PYTHONPYCACHEPREFIX": str(tmp_path / "pfx")}
     proc = subprocess.run(
-        [str(_installed(tmp_path, script)), *args],
+        [str(_installed(installed_bin, script)), *args],
         input="{}",
         capture_output=True,
         text=True,
@@ -208,12 +428,17 @@ def test_installed_script_ignores_an_image_pycache(
         assert "sets PYTHONPYCACHEPREFIX;" in proc.stderr
 
 
-def test_installed_script_refuses_pythoninspect_in_one_line(tmp_path: Path) -> None:
-    """``PYTHONINSPECT`` is honoured by the script pip installs: the refusal is still exit 9
-    and one line, not a ``SystemExit`` traceback (exit 1) and a prompt reading stdin."""
+@pytest.mark.parametrize("isolated", [True, False])
+def test_pythoninspect_refuses_in_one_line(
+    tmp_path: Path, installed_bin: Path, isolated: bool
+) -> None:
+    """``PYTHONINSPECT``, ignored by the installed script's ``-I`` start and honoured by a
+    ``python3 <script>`` start: the refusal is exit 9 and one line either way, not a
+    ``SystemExit`` traceback (exit 1) and a prompt reading stdin."""
     marker = tmp_path / "ran"
+    script = str(_installed(installed_bin, "ocihook"))
     proc = subprocess.run(
-        [str(_installed(tmp_path, "ocihook")), "hook", "prestart"],
+        [*([] if isolated else [str(installed_bin / "python3")]), script, "hook", "prestart"],
         input=f"open({str(marker)!r}, 'w')\n",
         capture_output=True,
         text=True,
@@ -238,21 +463,90 @@ def test_hostile_pycache_is_real(tmp_path: Path) -> None:
     assert marker.read_text() == "ran"
 
 
-def test_sitecustomize_runs_before_any_script_but_not_under_dash_i(tmp_path: Path) -> None:
-    """What no script can prevent: pip writes ``#!<python>`` without flags, so an
-    inherited ``PYTHONPATH``'s ``sitecustomize`` runs before the script's first line (the
-    hook still refuses, exit 9). Started as the registrations start it (``python -I``),
-    the interpreter never reads it."""
+def _image_python_tree(tmp_path: Path, marker: Path) -> Path:
+    """What an image can name with ``PYTHONPATH``: a ``sitecustomize`` (run by ``site``
+    before any script line) and a module ``evilwarn`` (imported by a ``PYTHONWARNINGS``
+    category ``evilwarn.W``), each writing ``marker``."""
+    tree = tmp_path / "evil"
+    tree.mkdir()
+    code = f"open({str(marker)!r}, 'a').write(__name__ + chr(10))\n"
+    (tree / "sitecustomize.py").write_text(code)
+    (tree / "usercustomize.py").write_text(code)
+    (tree / "evilwarn.py").write_text(code + "class W(Warning): pass\n")
+    return tree
+
+
+@pytest.mark.parametrize("script", ["ocihook", "nvidia-container-runtime-hook", "ocihook-runtime"])
+def test_installed_scripts_start_isolated(tmp_path: Path, installed_bin: Path, script: str) -> None:
+    """Each installed script, run by its path, by a relative path from its directory and
+    by its bare name from ``PATH``, honours none of the image's ``PYTHONPATH``,
+    ``PYTHONWARNINGS``, ``PYTHONHOME``, ``PYTHONSTARTUP``: nothing is imported from the
+    image's tree, and the interpreter starts (a ``PYTHONHOME`` it honoured would make it
+    fail to find its standard library)."""
     marker = tmp_path / "ran"
-    (tmp_path / "evil").mkdir()
-    (tmp_path / "evil/sitecustomize.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
-    env = {**CLEAN_ENV, "PYTHONPATH": str(tmp_path / "evil")}
-    script = _installed(tmp_path, "ocihook")
-    run = {"input": "{}", "capture_output": True, "text": True, "env": env, "timeout": 60}
-    proc = subprocess.run([sys.executable, "-I", str(script), "hook", "prestart"], **run)  # type: ignore[call-overload]
-    assert proc.returncode == 9 and "sets PYTHONPATH;" in proc.stderr
-    assert not marker.exists()
-    proc = subprocess.run([str(script), "hook", "prestart"], **run)  # type: ignore[call-overload]
-    assert proc.returncode == 9 and "sets PYTHONPATH;" in proc.stderr
-    assert marker.read_text() == "ran"
-    assert os.access(script, os.X_OK)
+    tree = _image_python_tree(tmp_path, marker)
+    env = {
+        **CLEAN_ENV,
+        "PATH": f"{installed_bin}:{CLEAN_ENV['PATH']}",
+        "PYTHONPATH": str(tree),
+        "PYTHONWARNINGS": "error::evilwarn.W",
+        "PYTHONHOME": str(tmp_path / "nohome"),
+        "PYTHONSTARTUP": str(tree / "sitecustomize.py"),
+    }
+    args = (
+        ["--version"]
+        if script == "ocihook"
+        else ["--help"]
+        if script == "ocihook-runtime"
+        else ["poststop"]
+    )
+    for argv0, cwd in (
+        (str(installed_bin / script), tmp_path),
+        (f"./{script}", installed_bin),
+        (script, tmp_path),
+    ):
+        proc = subprocess.run(
+            [argv0, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=60
+        )
+        assert proc.returncode == 0, (argv0, proc.stderr)
+        assert not marker.exists(), (argv0, marker.read_text())
+
+
+def test_the_image_tree_is_real(tmp_path: Path, installed_bin: Path) -> None:
+    """The same variables do run the image's code when the script is started by an
+    interpreter that honours them (``python3 <script>``, as pip's ``#!<python>`` line
+    would): the test above would notice a script that lets them."""
+    marker = tmp_path / "ran"
+    tree = _image_python_tree(tmp_path, marker)
+    env = {**CLEAN_ENV, "PYTHONPATH": str(tree), "PYTHONWARNINGS": "error::evilwarn.W"}
+    script = _installed(installed_bin, "ocihook")
+    proc = subprocess.run(
+        [str(installed_bin / "python3"), str(script), "hook", "prestart"],
+        input="{}",
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert proc.returncode == 9 and "sets PYTHONPATH, PYTHONWARNINGS;" in proc.stderr
+    assert sorted(marker.read_text().split()) == ["evilwarn", "sitecustomize"]
+
+
+def test_script_through_a_link_elsewhere_runs_the_python3_beside_the_link(
+    tmp_path: Path, installed_bin: Path
+) -> None:
+    """sh takes the interpreter from the directory of the path it was started by: a link
+    in a directory without ``python3`` fails with sh's one line (exit 127), never with
+    another interpreter found on ``PATH``."""
+    link = tmp_path / "bin/ocihook"
+    link.parent.mkdir()
+    link.symlink_to(_installed(installed_bin, "ocihook"))
+    proc = subprocess.run(
+        [str(link), "--version"],
+        capture_output=True,
+        text=True,
+        env={**CLEAN_ENV, "PATH": f"{installed_bin}:/usr/bin:/bin"},
+        timeout=60,
+    )
+    assert proc.returncode == 127
+    assert f"{tmp_path}/bin/python3" in proc.stderr  # dash: "not found"; bash: "No such file"

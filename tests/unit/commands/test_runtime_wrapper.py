@@ -342,8 +342,8 @@ def test_gpu_create_edits_like_ocihook_edit(
     arguments."""
     bundle = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0,3"])
     twin = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0,3"])
-    with open(WRAPPER) as f:  # the console script's interpreter registers the hooks
-        python = f.readline()[2:].strip()
+    # the console script's interpreter registers the hooks: sh starts the python3 beside it
+    python = os.path.join(os.path.dirname(WRAPPER), "python3")
     command = (python, "-I", "-c", HOOK_PROGRAM)
     want = edit_bundle(
         twin, HostRoot.single(sim.root), dry_run=True, command=command, indent=None
@@ -386,8 +386,7 @@ def test_legacy_mode_adds_the_packaged_hook_once(
     # the packaging snippet's command line, naming the wrapper's configuration file
     packaged = packaged_hook("prestart", sim.root)
     packaged["args"] = [*packaged["args"][:-4], "--config", str(stage.config)]
-    with open(WRAPPER) as f:
-        python = f.readline()[2:].strip()
+    python = os.path.join(os.path.dirname(WRAPPER), "python3")  # what the script starts
     packaged["path"] = packaged["args"][0] = python
     assert hook == packaged
     assert legacy_hook(str(stage.config))["args"][1:] == hook["args"][1:]
@@ -545,6 +544,9 @@ def test_never_execs_itself(stage: Stage, tmp_path: Path) -> None:
     # a copy (another inode) named runc before the stand-in: it runs, sees the marker, stops
     (first / "runc").unlink()
     shutil.copy(WRAPPER, first / "runc")
+    # the script starts the python3 beside it: here one that runs this environment's
+    python3 = os.path.join(os.path.dirname(WRAPPER), "python3")
+    _executable(first / "python3", f'#!/bin/sh\nexec {python3} "$@"\n')
     proc = stage.run("state", "cid", PATH=f"{first}:{stage.bin}")
     assert proc.returncode == 12, proc.stderr
     assert "started by itself" in proc.stderr
@@ -620,8 +622,7 @@ def test_runc_creates_with_help_false(
     assert proc.returncode == 0 and "RAN" in proc.stdout, proc.stderr  # runc: not help
     bundle = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0"])
     twin = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0"])
-    with open(os.path.join(os.path.dirname(sys.executable), "ocihook-runtime")) as f:
-        python = f.readline()[2:].strip()
+    python = os.path.join(os.path.dirname(sys.executable), "python3")  # ocihook-runtime's
     command = (python, "-I", "-c", HOOK_PROGRAM)
     want = edit_bundle(
         twin, HostRoot.single(sim.root), dry_run=True, command=command, indent=None
