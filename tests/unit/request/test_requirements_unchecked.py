@@ -119,7 +119,9 @@ def test_edit_says_so_on_stderr_and_in_the_log(
     log.write_text("")
     config = tmp_path / "config.toml"
     config.write_text(f'log-file = "{log}"\nlog-syslog = false\n')
-    bundle = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>=13.0"])
+    bundle = bundle_factory(
+        ["true"], ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>=13.0"]
+    )
     roots = ["--driver-root", unknown.root, "--dev-root", unknown.root]
     proc = run_cli("edit", "--config", str(config), "-b", bundle, *roots)
     assert proc.returncode == 0, proc.stderr
@@ -135,7 +137,7 @@ def test_the_wrapper_says_so_on_stderr(
     if not os.path.exists(WRAPPER):
         pytest.fail(f"{WRAPPER} missing: pip install -e . installs the console script")
     record = tmp_path / "runc-called"
-    make_executable(tmp_path / "bin/runc", f"#!/bin/sh\necho \"$@\" > {record}\n")
+    make_executable(tmp_path / "bin/runc", f'#!/bin/sh\necho "$@" > {record}\n')
     config = tmp_path / "ocihook.toml"
     config.write_text(f'driver-root = "{unknown.root}"\ndev-root = "{unknown.root}"\n')
     bundle = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0", "CUDA_VERSION=13.0.1"])
@@ -161,7 +163,7 @@ def test_a_known_cuda_version_is_enforced_by_the_wrapper(
     """The simulated 550 host: CUDA 12.4 from the table; a 12.5 image is refused before
     the runtime is run."""
     record = tmp_path / "runc-called"
-    make_executable(tmp_path / "bin/runc", f"#!/bin/sh\necho \"$@\" > {record}\n")
+    make_executable(tmp_path / "bin/runc", f'#!/bin/sh\necho "$@" > {record}\n')
     config = tmp_path / "ocihook.toml"
     config.write_text(f'driver-root = "{sim.root}"\ndev-root = "{sim.root}"\n')
     bundle = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0", "CUDA_VERSION=12.5.0"])
