@@ -253,7 +253,7 @@ def _cuda_check(host: Any, ctx: Context) -> Check:
         "CUDA driver version",
         "WARN",
         f"unknown: {why}, and branch {host.driver_version} is not in the table: "
-        "NVIDIA_REQUIRE_CUDA passes unchecked",
+        "NVIDIA_REQUIRE_CUDA passes unchecked (with a warning)",
         "install nvidia-ml-py (pip install 'ocihook[nvml]') so NVML reports it",
     )
 

@@ -10,52 +10,19 @@ back, independently of ocihook's reader.
 
 from __future__ import annotations
 
-import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from support import REPO, load_pynvml_double, sim_nvml
+from support import CUDA_NOTE_SECTION, REPO, cuda_note, load_pynvml_double, put_libcuda, sim_nvml
 
 from ocihook.core.hostroot import HostRoot
 from ocihook.discovery.nvidia import discover, discover_cached, host_cuda_version
 from ocihook.sim import host as simhost
-from ocihook.sim.elfwrite import pack_note
 
-SECTION = ".note.cuda.fwd_compatibility"
-
-
-def _note(cuda: str, drivers: list[int]) -> bytes:
-    desc = {"Format": 1, "CUDA Version": cuda, "Driver": drivers, "Device": [1, 2, 7]}
-    return pack_note(b"NVIDIA Corporation", 1, json.dumps(desc).encode())
-
-
-def _gcc_libcuda(work: Path, note: bytes | None) -> bytes:
-    """The bytes of a ``gcc -shared`` library with SONAME ``libcuda.so.1`` and, when
-    ``note`` is given, ``objcopy --add-section`` of it as the CUDA note (SHT_NOTE)."""
-    gcc, objcopy = shutil.which("gcc"), shutil.which("objcopy")
-    if gcc is None or objcopy is None:
-        pytest.skip("needs gcc and objcopy (apt-get install gcc binutils)")
-    work.mkdir(parents=True, exist_ok=True)
-    src = work / "cuda.c"
-    src.write_text("int cuDriverGetVersion(int *v) { *v = 13010; return 0; }\n")
-    so = work / "libcuda.so"
-    cmd = [gcc, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(so), str(src)]
-    subprocess.run(cmd, check=True)
-    if note is not None:
-        blob = work / "note.bin"
-        blob.write_bytes(note)
-        add = [objcopy, "--add-section", f"{SECTION}={blob}"]
-        flags = ["--set-section-flags", f"{SECTION}=noload,readonly"]
-        subprocess.run([*add, *flags, str(so)], check=True)
-        listing = subprocess.run(
-            ["readelf", "-S", "-W", str(so)], capture_output=True, text=True, check=True
-        ).stdout
-        row = next(line for line in listing.splitlines() if SECTION in line)
-        assert " NOTE " in row, row
-    return so.read_bytes()
+SECTION = CUDA_NOTE_SECTION
+_note = cuda_note
 
 
 def _host(tmp: Path, driver: str, note: bytes | None, *, name: str = "root") -> HostRoot:
@@ -63,12 +30,7 @@ def _host(tmp: Path, driver: str, note: bytes | None, *, name: str = "root") -> 
     ``note`` (or none)."""
     sim = simhost.build(str(tmp / name), driver_version=driver, gpus=2, make_dev_nodes=False)
     root = HostRoot.single(sim.root)
-    lib = next(
-        lib
-        for lib in discover(root, capabilities=["compute"]).libraries
-        if lib.soname == "libcuda.so.1" and lib.elf_class == 64
-    )
-    Path(lib.host_path).write_bytes(_gcc_libcuda(tmp / f"{name}-gcc", note))
+    put_libcuda(root, tmp / f"{name}-gcc", note)
     return root
 
 
