@@ -20,6 +20,7 @@ def _info_dict(host: Any) -> dict[str, Any]:
     return {
         "driverVersion": host.driver_version,
         "cudaVersion": host.cuda_version,
+        "cudaVersionSource": getattr(host, "cuda_source", None),
         "driverRoot": host.root.driver_root,
         "devRoot": host.root.dev_root,
         "gpuBackend": host.gpu_backend,
@@ -184,9 +185,23 @@ def _print_info(data: dict[str, Any]) -> None:
             click.echo(f"ocihook: warning: {vendor}: {w}", err=True)
 
 
+def _cuda_text(data: dict[str, Any]) -> str:
+    """``"12.2 (driver-branch table)"``: the CUDA version and its source in words, or
+    ``"unknown (...)"`` with what would have told it."""
+    from ..core.cudaversion import SOURCE_WORDS
+
+    if not data["cudaVersion"]:
+        return (
+            "unknown (no NVML, no CUDA note in libcuda.so, driver branch not in the "
+            "driver-branch table)"
+        )
+    source = data.get("cudaVersionSource")
+    return f"{data['cudaVersion']} ({SOURCE_WORDS.get(source or '', 'source unknown')})"
+
+
 def _print_nvidia_info(data: dict[str, Any]) -> None:
     click.echo(f"NVRM version:   {data['driverVersion'] or 'unknown'}")
-    click.echo(f"CUDA version:   {data['cudaVersion'] or 'unknown (needs NVML)'}")
+    click.echo(f"CUDA version:   {_cuda_text(data)}")
     wsl = data.get("wsl")
     if wsl is not None:
         click.echo(f"WSL2 device:    {wsl['dxg']} (every GPU)")

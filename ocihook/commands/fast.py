@@ -46,6 +46,12 @@ def _warn(messages: Sequence[str], verbose: bool) -> None:
             print(f"ocihook: warning: {m}", file=sys.stderr)
 
 
+#: The phrase of a requirement a host fact left unchecked
+#: (:data:`ocihook.request.requirements.UNCHECKED`, not imported: a void start needs none
+#: of that module): such a warning is printed without ``-v``, a pass is never silent.
+_UNCHECKED = "not checked"
+
+
 class Option:
     """One option of a fast command: ``names`` (``"-b"``, ``"--bundle"``), ``action``
     (``"store"``, ``"store_true"`` or ``"append"``), ``default``, ``help``, ``metavar``,
@@ -474,7 +480,7 @@ def _cmd_edit(ns: Any) -> int:
         return 0
     # An interactive command: what could not be given is always said (hooks stay quiet
     # unless -v, their stderr goes to the runtime's log).
-    important = [w for w in result.plan.warnings if "not provided" in w]
+    important = [w for w in result.plan.warnings if "not provided" in w or _UNCHECKED in w]
     _warn(result.plan.warnings if ns.verbose else important, True)
     edits = result.plan.edits
     count = len(result.plan.gpus) + len(result.plan.drm_gpus)
@@ -648,7 +654,7 @@ def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
             drm_requests=drm_requests,
         )
         log.info("gpus given", stage=ns.stage, **decision_fields(plan))
-        _warn(plan.warnings, ns.verbose)
+        _warn([w for w in plan.warnings if ns.verbose or _UNCHECKED in w], True)
         return 0
     if ns.stage == "poststop":
         from ..appliers.live.leftovers import remove_recorded

@@ -554,6 +554,9 @@ def _prepare(bundle_dir: str, cfg: Config, mask_by_caller: bool = False) -> tupl
         print(
             f"{PROG}: {result.bundle.config_path}: {policy_note(result.ignored)}", file=sys.stderr
         )
+    for warning in result.plan.warnings if result.plan is not None else ():
+        if "not checked" in warning:  # requirements.UNCHECKED: a pass is never silent
+            print(f"{PROG}: warning: {result.bundle.config_path}: {warning}", file=sys.stderr)
     done = "edited" if result.written else "unchanged"
     return done, result if result.caller_mask is not None else None
 

@@ -27,8 +27,9 @@ if TYPE_CHECKING:
 
 __all__ = ["FORMAT", "PREFIX", "host_key", "source_dirs"]
 
-#: Version of the key's format.
-FORMAT = 1
+#: Version of the key's and the entry's format: 2 since a discovered host records where
+#: its CUDA version came from (``NvidiaHost.cuda_source``).
+FORMAT = 2
 #: The file-name prefix of discovery entries in the store.
 PREFIX = "discovery"
 

@@ -9,7 +9,11 @@ Everything is read through a :class:`~ocihook.core.hostroot.HostRoot`:
   ``nvidia<minor>``;
 * libraries — the driver root's ``ld.so.cache``, matched by soname prefix per driver
   capability, each resolved *inside* the driver root and required to end with the driver
-  version (libnvidia-container ``src/nvc_info.c``).
+  version (libnvidia-container ``src/nvc_info.c``);
+* the CUDA version the driver supports — from NVML when the GPUs were enumerated with it,
+  else the ``"CUDA Version"`` of the ``.note.cuda.fwd_compatibility`` note of the driver's
+  64-bit ``libcuda.so`` (when one was discovered and carries it), else the driver-branch
+  table (:func:`host_cuda_version`).
 
 The result is an immutable :class:`NvidiaHost`; nothing here writes anything.
 """
@@ -44,6 +48,7 @@ __all__ = [
     "NvidiaHost",
     "discover",
     "enumerate_gpus",
+    "host_cuda_version",
 ]
 
 #: Major number of ``/dev/nvidia*`` (fixed by the driver, ``nvidia.ko``).
@@ -79,9 +84,12 @@ class NvidiaHost(Record):
         wsl: the WSL2 devices and libraries when ``/dev/dxg`` exists, else ``None``. A
             WSL2 host (``/dev/dxg`` and no ``/proc/driver/nvidia``) has no ``gpus``,
             control nodes or ``libraries``: what a container gets is in ``wsl``.
-        cuda_version: the CUDA version the driver supports (``"12.2"``), from NVML; ``None``
-            with the procfs backend.
+        cuda_version: the CUDA version the driver supports (``"12.2"``), or ``None`` when
+            no source knows it (see :func:`host_cuda_version`).
         gpu_backend: the GPU enumeration backend that was used (``"wsl"`` on WSL2: none).
+        cuda_source: where ``cuda_version`` came from: ``"nvml"``, ``"elf-note"`` or
+            ``"driver-branch"`` (:mod:`ocihook.core.cudaversion`); ``None`` with
+            ``cuda_version``.
     """
 
     root: HostRoot
@@ -98,6 +106,7 @@ class NvidiaHost(Record):
     wsl: WslDevices | None = None
     cuda_version: str | None = None
     gpu_backend: str = "procfs"
+    cuda_source: str | None = None
 
     def libraries_for(self, capabilities: Iterable[str]) -> tuple[DriverLibrary, ...]:
         """The libraries a container with ``capabilities`` gets (see
@@ -285,6 +294,7 @@ def discover(
             from .devices import wsl_devices
 
             wsl = wsl_devices(root)
+        cuda, cuda_source = host_cuda_version(version, libraries, inventory.cuda_version)
         return NvidiaHost(
             root=root,
             driver_version=version,
@@ -298,9 +308,50 @@ def discover(
             modeset=modeset,
             dri=dri,
             wsl=wsl,
-            cuda_version=inventory.cuda_version,
+            cuda_version=cuda,
             gpu_backend=inventory.backend,
+            cuda_source=cuda_source,
         )
+
+
+def host_cuda_version(
+    driver_version: str, libraries: Sequence[DriverLibrary], nvml_version: str | None = None
+) -> tuple[str | None, str | None]:
+    """The CUDA version driver ``driver_version`` supports, from the cheapest source that
+    is right, and the source's name (:mod:`ocihook.core.cudaversion`).
+
+    Args:
+        driver_version: the kernel module's version, ``"535.261.03"``.
+        libraries: the discovered driver libraries; the first 64-bit ``libcuda.so.1``
+            among them is read (a discovery without the ``compute`` libraries has none).
+        nvml_version: what NVML reported (``nvmlSystemGetCudaDriverVersion``), if it ran.
+
+    Returns:
+        ``(version, source)``: ``(nvml_version, "nvml")`` when given; else the
+        ``"CUDA Version"`` of the library's ``.note.cuda.fwd_compatibility`` note
+        (:func:`ocihook.linux.elfscan.cuda_compat_note`: a few small reads of the
+        library, never an exception), ``"elf-note"``; else the driver-branch table
+        (:func:`ocihook.core.cudaversion.cuda_for_driver`), ``"driver-branch"``; else
+        ``(None, None)``: a driver older or newer than the table knows, without note.
+    """
+    from ..core import cudaversion
+
+    if nvml_version:
+        return nvml_version, cudaversion.SOURCE_NVML
+    libcuda = next(
+        (lib for lib in libraries if lib.soname == "libcuda.so.1" and lib.elf_class == 64), None
+    )
+    if libcuda is not None:
+        from ..linux.elfscan import cuda_compat_note
+
+        note = cuda_compat_note(libcuda.host_path)
+        if note is not None and note.cuda_version is not None:
+            major, minor = note.cuda_version
+            return f"{major}.{minor}", cudaversion.SOURCE_ELF_NOTE
+    table = cudaversion.cuda_for_driver(driver_version)
+    if table is not None:
+        return table, cudaversion.SOURCE_DRIVER_BRANCH
+    return None, None
 
 
 def _discover_wsl(root: HostRoot, gpu_backend: str = "procfs") -> NvidiaHost:

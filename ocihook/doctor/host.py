@@ -15,7 +15,7 @@ from ..core.errors import OcihookError
 from ..core.hostroot import HostRoot
 from ..engines.common import read_text_if_regular
 from .context import Context
-from .cuda import cuda_for_driver
+from .cuda import SOURCE_WORDS, cuda_for_driver
 from .report import Check
 
 __all__ = ["check_driver_libraries", "check_host", "libcuda_driver_version"]
@@ -211,10 +211,16 @@ def _persistenced_check(root: HostRoot) -> Check:
 
 
 def _cuda_check(host: Any, ctx: Context) -> Check:
-    if host.cuda_version:
-        ctx.facts["cudaSource"] = "nvml"
+    source = getattr(host, "cuda_source", None)
+    if host.cuda_version and source in ("nvml", "elf-note"):
+        ctx.facts["cudaSource"] = source
         ctx.facts["cudaVersion"] = host.cuda_version
-        return Check("host", "CUDA driver version", "PASS", f"CUDA {host.cuda_version} (NVML)")
+        return Check(
+            "host",
+            "CUDA driver version",
+            "PASS",
+            f"CUDA {host.cuda_version} ({SOURCE_WORDS[source]})",
+        )
     libcuda = next(
         (lib for lib in host.libraries if lib.soname == "libcuda.so.1" and lib.elf_class == 64),
         None,
@@ -247,7 +253,7 @@ def _cuda_check(host: Any, ctx: Context) -> Check:
         "CUDA driver version",
         "WARN",
         f"unknown: {why}, and branch {host.driver_version} is not in the table: "
-        "NVIDIA_REQUIRE_CUDA passes unchecked",
+        "NVIDIA_REQUIRE_CUDA passes unchecked (with a warning)",
         "install nvidia-ml-py (pip install 'ocihook[nvml]') so NVML reports it",
     )
 

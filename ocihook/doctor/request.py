@@ -84,7 +84,12 @@ def read_image_env(path: str) -> tuple[dict[str, str], dict[str, Any]]:
 
 
 def _cuda_fact(ctx: Context) -> str:
-    source = {"nvml": "NVML", "libcuda": "libcuda", "table": "driver-branch table"}
+    source = {
+        "nvml": "NVML",
+        "elf-note": "libcuda ELF note",
+        "libcuda": "libcuda",
+        "table": "driver-branch table",
+    }
     cuda = ctx.facts.get("cudaVersion")
     return (
         f"CUDA {cuda} ({source.get(ctx.facts.get('cudaSource', ''), 'unknown')})"

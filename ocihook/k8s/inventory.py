@@ -151,7 +151,8 @@ class Inventory:
         specs: the CDI specs (kind -> spec) the plugin writes.
         warnings: what was left out or is unknown, and why.
         driver_version: driver version by vendor.
-        cuda_version: the CUDA version the NVIDIA driver supports (NVML only).
+        cuda_version: the CUDA version the NVIDIA driver supports (discovery's: NVML, the
+            driver's ``libcuda`` note or the driver-branch table), or ``None``.
         nvidia_gpus: the NVIDIA GPUs as discovery found them (with their MIG devices),
             whether advertised or not.
         mig_strategy: the MIG strategy asked for (``single`` falls back to ``none``, with

@@ -7,10 +7,11 @@ Section", "Dynamic Section"; glibc ``elf/elf.h`` for the GNU ABI note):
 
 * :func:`abi_tag` — the ``NT_GNU_ABI_TAG`` note (libnvidia-tls must say Linux 2.3.99);
 * :func:`dynamic_names` — DT_SONAME and the DT_NEEDED list;
-* :func:`cuda_compat_note` — the ``.note.cuda.fwd_compatibility`` section of a CUDA
-  forward-compatibility ``libcuda.so`` (found through the section headers, as the NVIDIA
-  Container Toolkit's ``nvidia-cdi-hook cuda-compat`` finds it), parsed by
-  :func:`parse_cuda_compat_note`.
+* :func:`cuda_compat_note` — the ``.note.cuda.fwd_compatibility`` section of a
+  ``libcuda.so`` (found through the section headers, as the NVIDIA Container Toolkit's
+  ``nvidia-cdi-hook cuda-compat`` finds it), parsed by :func:`parse_cuda_compat_note`:
+  read from an image's CUDA forward-compatibility library, and from the host driver's
+  own ``libcuda.so`` for the CUDA version the driver supports.
 
 Every offset, size and count is bounded by the bytes read; a malformed file gives
 ``None`` (or empty results), never an exception. A file that cannot be read does too,
@@ -238,7 +239,8 @@ def dynamic_names(
 # --- CUDA forward compatibility note -------------------------------------------------------
 #
 # NVIDIA's forward-compatibility ``libcuda.so.<version>`` (the ``cuda-compat-*`` packages,
-# installed in images at /usr/local/cuda/compat) carries a note section named
+# installed in images at /usr/local/cuda/compat), and the ``libcuda.so`` of recent driver
+# releases themselves, carry a note section named
 # ``.note.cuda.fwd_compatibility`` (SHT_NOTE). Its one note has the owner ``"NVIDIA
 # Corporation"`` and a JSON object as descriptor, e.g. for libcuda.so.575.57.08::
 #
@@ -328,7 +330,7 @@ def parse_cuda_compat_note(data: bytes, order: str = "<", align: int = 4) -> Cud
         a truncated header, sizes that run past the data, another owner, text that is not
         UTF-8 JSON, wrong types. Never raises: the bytes come from a container image.
     """
-    import json
+    from ..core import jsonfast
 
     if order not in ("<", ">") or not isinstance(data, bytes | bytearray):
         return None
@@ -345,7 +347,7 @@ def parse_cuda_compat_note(data: bytes, order: str = "<", align: int = 4) -> Cud
         if data[name_at : name_at + namesz].rstrip(b"\0") == CUDA_COMPAT_OWNER:
             raw = data[desc_at : desc_at + descsz].strip(b"\0")
             try:
-                doc = json.loads(raw.decode("utf-8"))
+                doc = jsonfast.loads(raw.decode("utf-8"))
             except (UnicodeDecodeError, ValueError, RecursionError):
                 return None
             return _compat_from_json(doc)

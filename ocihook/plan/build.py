@@ -175,8 +175,12 @@ def make_plan(
 
     Raises:
         RequestError: a requested GPU does not exist, or an ``NVIDIA_REQUIRE_*``
-            requirement is not met (:func:`ocihook.request.requirements.check`); a requested
-            capability the host cannot provide is reported in ``warnings`` instead.
+            requirement is not met (:func:`ocihook.request.requirements.check`, with the
+            host's CUDA version from NVML, the driver's ``libcuda`` note or the
+            driver-branch table); a requested capability the host cannot provide, and a
+            requirement left unchecked because a host fact is unknown
+            (:func:`ocihook.request.requirements.unchecked`), are reported in ``warnings``
+            instead.
     """
     from ..discovery.nvidia import SUPPORTED_CAPABILITIES
 
@@ -200,17 +204,19 @@ def make_plan(
     for sel in selections:
         if sel.gpu not in gpus:
             gpus.append(sel.gpu)
+    warnings = list(host.warnings)
     if request.requirements and check_requirements:
-        from ..request.requirements import check
+        from ..request.requirements import check, unchecked
 
+        cuda, driver = host.cuda_version, host.driver_version
         check(
             request.requirements,
-            cuda_version=host.cuda_version,
-            driver_version=host.driver_version,
+            cuda_version=cuda,
+            driver_version=driver,
             gpus=gpus,
             source=request.source,
         )
-    warnings = list(host.warnings)
+        warnings += unchecked(request.requirements, cuda_version=cuda, driver_version=driver)
     unsupported = sorted(request.capabilities - SUPPORTED_CAPABILITIES)
     if unsupported:
         warnings.append(
@@ -383,17 +389,19 @@ def _make_wsl_plan(
             value=",".join(request.devices),
             hint=f"set {ENV_VISIBLE_DEVICES}=all (CDI: nvidia.com/gpu=all)",
         )
+    warnings = list(host.warnings)
     if request.requirements and check_requirements:
-        from ..request.requirements import check
+        from ..request.requirements import check, unchecked
 
+        cuda, driver = host.cuda_version, host.driver_version or None
         check(
             request.requirements,
-            cuda_version=host.cuda_version,
-            driver_version=host.driver_version or None,
+            cuda_version=cuda,
+            driver_version=driver,
             gpus=[],
             source=request.source,
         )
-    warnings = list(host.warnings)
+        warnings += unchecked(request.requirements, cuda_version=cuda, driver_version=driver)
     unsupported = sorted(request.capabilities - supported)
     if unsupported:
         warnings.append(

@@ -26,8 +26,9 @@ class CudaCompat(Record):
         host_major: the host driver's branch (``550``).
         host_driver: the host driver's version (``"550.127.05"``), or ``""`` when only the
             branch is known (a hook registered by an older ocihook).
-        host_cuda: the CUDA version the host driver supports (``"12.4"``, from NVML), or
-            ``""`` when unknown.
+        host_cuda: the CUDA version the host driver supports (``"12.4"``:
+            :attr:`ocihook.discovery.nvidia.NvidiaHost.cuda_version`, from NVML, the
+            driver's ``libcuda`` note or the driver-branch table), or ``""`` when unknown.
     """
 
     directory: str = "/usr/local/cuda/compat"

@@ -37,7 +37,8 @@ requirement must hold for every selected GPU, with ``arch`` and ``brand`` taken 
 GPU and ``cuda`` and ``driver`` from the host. With no GPU selected (``none``) each
 requirement is evaluated once, with ``arch`` and ``brand`` unknown. A constraint whose fact
 is unknown (``None``, or a host value that is not a dotted version) holds: missing data
-passes, as in both toolkit paths.
+passes, as in both toolkit paths — but never silently: :func:`unchecked` gives the warning
+each such requirement earns, which the plan carries to stderr and the log.
 
 This module is on the path of every container start: it imports neither ``typing``,
 ``dataclasses`` nor ``re``.
@@ -69,6 +70,7 @@ __all__ = [
     "parse_requirement",
     "require_disabled",
     "requirements_from_env",
+    "unchecked",
     "version_key",
 ]
 
@@ -550,7 +552,9 @@ def check(
         requirements: ``(variable name, requirement)`` pairs from
             :func:`requirements_from_env`.
         cuda_version: CUDA version the driver supports (``"12.2"``), ``None`` if unknown
-            (:attr:`ocihook.discovery.nvidia.NvidiaHost.cuda_version`).
+            (:attr:`ocihook.discovery.nvidia.NvidiaHost.cuda_version`: NVML, the driver's
+            ``libcuda`` note or the driver-branch table; :func:`unchecked` says what an
+            unknown one leaves unchecked).
         driver_version: ``"535.261.03"``, ``None`` if unknown.
         gpus: the *selected* GPUs (:func:`ocihook.request.select_gpus`); each needs
             ``index``, ``uuid``, ``brand`` and ``architecture`` (``None`` = unknown).
@@ -573,3 +577,54 @@ def check(
             facts["brand"] = gpu.brand if gpu is not None else None
             if not requirement.holds(facts):
                 raise _fail(name, requirement, facts, gpu, source)
+
+
+#: The phrase every warning of :func:`unchecked` holds (commands print such warnings
+#: without ``-v``).
+UNCHECKED = "not checked"
+
+
+def unchecked(
+    requirements: Iterable[tuple[str, Requirement]],
+    *,
+    cuda_version: str | None,
+    driver_version: str | None,
+) -> list[str]:
+    """What :func:`check` let pass because a host fact is unknown, one warning per
+    requirement.
+
+    Args:
+        requirements: ``(variable name, requirement)`` pairs from
+            :func:`requirements_from_env`.
+        cuda_version: as for :func:`check`; ``None`` = unknown (no NVML, no CUDA note in
+            the driver's ``libcuda``, a driver branch outside the driver-branch table).
+        driver_version: as for :func:`check`; ``None`` or ``""`` = unknown.
+
+    Returns:
+        For each requirement that tests ``cuda`` or ``driver`` while that fact is unknown,
+        one line naming the variable, the requirement and the unknown fact, containing
+        :data:`UNCHECKED` (``"NVIDIA_REQUIRE_CUDA=cuda>=13.0 not checked: the CUDA
+        version driver 600.10 supports is unknown (...)"``); ``[]`` when everything
+        tested is known.
+    """
+    out: list[str] = []
+    for name, requirement in requirements:
+        keys = requirement.keys()
+        unknown = []
+        if "cuda" in keys and not cuda_version:
+            driver = f"driver {driver_version}" if driver_version else "the driver"
+            unknown.append(
+                f"the CUDA version {driver} supports is unknown (no NVML, no CUDA note in "
+                "its libcuda.so, a branch outside the driver-branch table)"
+            )
+        if "driver" in keys and not driver_version:
+            unknown.append("the driver version is unknown")
+        if not unknown:
+            continue
+        what = (
+            f"{LEGACY_REQUIREMENT_NAME} (legacy image: {requirement.describe()})"
+            if name == LEGACY_REQUIREMENT_NAME
+            else f"{name}={requirement.describe()}"
+        )
+        out.append(f"{what} {UNCHECKED}: " + "; ".join(unknown))
+    return out

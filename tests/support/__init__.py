@@ -14,6 +14,7 @@ generators here (:func:`guard_host`, :func:`start_podman`, :func:`start_containe
 - :mod:`support.bundles`: bundles (:func:`make_bundle`) and the hooks registered in them;
 - :mod:`support.cdi`: CDI specs to start from;
 - :mod:`support.nvml`: the ``pynvml`` double;
+- :mod:`support.cudanote`: driver ``libcuda`` files with a CUDA note;
 - :mod:`support.containers`: what a container shows, running runc or crun;
 - :mod:`support.processes`: this host's processes and mounts;
 - :mod:`support.engines`: podman and containerd confined to temporary directories;
@@ -46,6 +47,7 @@ from support.containers import (
     run_runtime,
     tagged,
 )
+from support.cudanote import CUDA_NOTE_SECTION, cuda_note, gcc_libcuda, put_libcuda
 from support.engines import (
     CONTAINERD_CONFIG,
     PRIVATE_RUN,
@@ -97,6 +99,7 @@ __all__ = [
     "CONTAINERD_SUITES",
     "CRI_CONTAINERD_CONFIG",
     "CRI_PROTO",
+    "CUDA_NOTE_SECTION",
     "DOUBLES",
     "ENGINE_SCRIPT",
     "FAKE_DRIVER_PROC",
@@ -129,6 +132,7 @@ __all__ = [
     "containerd_from_deb",
     "cri_client",
     "cri_messages",
+    "cuda_note",
     "edit_cli",
     "edit_with_cdi",
     "fake_proc_hook",
@@ -137,6 +141,7 @@ __all__ = [
     "fuzz_mutated",
     "fuzz_record",
     "fuzz_settings",
+    "gcc_libcuda",
     "guard_host",
     "load_pynvml_double",
     "make_bundle",
@@ -146,6 +151,7 @@ __all__ = [
     "need_root_and",
     "packaged_hook",
     "pids_with_arg",
+    "put_libcuda",
     "realistic_dir",
     "register_hook",
     "register_stage_hook",

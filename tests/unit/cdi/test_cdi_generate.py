@@ -133,7 +133,9 @@ def test_common_edits(host: NvidiaHost, spec: Spec) -> None:
     ]
     assert args[args.index("--mask-proc") + 1] == host.root.proc("driver/nvidia")
     assert "--proc-gpus-from-devices" in args
-    compat = f"/usr/local/cuda/compat::{host.driver_version}"
+    # the host's CUDA version (here from the driver-branch table) rides along for the note rule
+    assert host.cuda_version is not None
+    compat = f"/usr/local/cuda/compat::{host.driver_version}::{host.cuda_version}"
     assert args[args.index("--cuda-compat") + 1] == compat
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from support import run_cli
 
+from ocihook.core.cudaversion import cuda_for_driver
 from ocihook.sim import host as simhost
 
 
@@ -22,7 +23,12 @@ def test_info_json_simulated(sim: simhost.SimulatedHost) -> None:
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["driverVersion"] == sim.driver_version
-    assert data["cudaVersion"] is None and data["gpuBackend"] == "procfs"
+    assert data["gpuBackend"] == "procfs"
+    # no NVML and no note in the simulated libcuda: the driver-branch table
+    assert (data["cudaVersion"], data["cudaVersionSource"]) == (
+        cuda_for_driver(sim.driver_version),
+        "driver-branch",
+    )
     assert [(g["index"], g["minor"], g["uuid"], g["busId"], g["model"]) for g in data["gpus"]] == [
         (g.index, g.minor, g.uuid, g.bus_id, g.model) for g in sim.gpus
     ]
@@ -39,6 +45,8 @@ def test_info_text_realistic(realistic: dict[str, Any]) -> None:
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0] == "NVRM version:   535.261.03"
+    # Debian's 535 libcuda has no .note.cuda.fwd_compatibility: the branch table says it
+    assert lines[1] == "CUDA version:   12.2 (driver-branch table)"
     gpu3 = sorted(realistic["gpus"], key=lambda g: g["index"])[3]
     block = lines[lines.index("Device Index:   3") : lines.index("Device Index:   3") + 7]
     assert block[1] == f"Device Minor:   {gpu3['minor']}"

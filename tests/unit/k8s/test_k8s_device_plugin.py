@@ -20,6 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from support import FakeKubelet, load_pynvml_double, run_cli, sim_nvml
 
+from ocihook.core.cudaversion import cuda_for_driver
 from ocihook.core.hostroot import HostRoot
 from ocihook.discovery import nvml
 from ocihook.k8s.deviceplugin import DevicePluginServer, preferred_allocation, wait_until
@@ -507,6 +508,8 @@ def test_nfd_features(host: simhost.SimulatedHost, caplog: pytest.LogCaptureFixt
         "nvidia.com/mig.strategy=mixed",
         "ocihook.io/nvidia.com.gpu.count=7",
         "ocihook.io/nvidia.com.mig.count=2",
+        # no NVML: the CUDA version of the driver's branch (ocihook.core.cudaversion)
+        f"ocihook.io/nvidia.cuda.version={cuda_for_driver(host.driver_version)}",
         "ocihook.io/nvidia.devices=9",
         f"ocihook.io/nvidia.driver.major={host.driver_version.split('.')[0]}",
         f"ocihook.io/nvidia.driver.version={host.driver_version}",
