@@ -157,7 +157,9 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "ocihook.core.hostroot ocihook.core.jsonfast ocihook.core.lazy ocihook.core.log "
             "ocihook.core.records ocihook.core.vocab ocihook.linux ocihook.linux.atomicfile "
             "ocihook.linux.ldcache ocihook.linux.pathsafe ocihook.linux.syscalls ocihook.oci "
-            "ocihook.oci.bundle ocihook.plan ocihook.plan.compat ocihook.plan.edits"
+            "ocihook.oci.bundle ocihook.plan ocihook.plan.compat ocihook.plan.edits "
+            # the image's loaders: which files each reads (ELF headers only)
+            "ocihook.linux.elfscan ocihook.linux.loaders"
         ),
         stdlib=_names(
             "__future__ _collections_abc _contextvars _ctypes _json _stat _struct contextvars "
@@ -225,6 +227,8 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "ocihook.discovery.mig ocihook.discovery.nvidia ocihook.discovery.procfs "
             "ocihook.discovery.records ocihook.linux ocihook.linux.atomicfile "
             "ocihook.linux.cachestore ocihook.linux.ldcache ocihook.linux.pathsafe "
+            # the image's loaders: its layout and which files each reads (ELF headers only)
+            "ocihook.linux.elfscan ocihook.linux.loaders "
             "ocihook.linux.syscalls ocihook.oci ocihook.oci.bundle ocihook.oci.edit "
             "ocihook.pipeline ocihook.pipeline.bundle ocihook.pipeline.cdinames "
             "ocihook.pipeline.extras ocihook.plan ocihook.plan.build ocihook.plan.compat "
@@ -360,6 +364,8 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "ocihook.discovery.mig ocihook.discovery.nvidia ocihook.discovery.procfs "
             "ocihook.discovery.records ocihook.linux ocihook.linux.atomicfile "
             "ocihook.linux.cachestore ocihook.linux.ldcache ocihook.linux.pathsafe "
+            # the image's loaders: its layout and which files each reads (ELF headers only)
+            "ocihook.linux.elfscan ocihook.linux.loaders "
             "ocihook.linux.syscalls ocihook.oci ocihook.oci.bundle ocihook.oci.edit "
             "ocihook.pipeline ocihook.pipeline.bundle ocihook.pipeline.cdinames "
             "ocihook.pipeline.extras ocihook.plan ocihook.plan.build ocihook.plan.compat "
