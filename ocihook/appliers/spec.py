@@ -468,7 +468,8 @@ def rootfs_edit_blocker(
       hook makes are owned by the container's root, those made on the host would not be,
       and an idmapped rootfs shows host ids differently;
     * a mount of ``config`` (an engine's volume, a tmpfs) is at or above a path written or
-      read — a link, ``/etc/ld.so.cache``, the image's CUDA compat directory — so that the
+      read — a link, ``/etc/ld.so.cache``, a musl loader's ``/etc/ld-musl-<arch>.path``,
+      the image's CUDA compat directory — so that the
       container would see the mount, not what was written below it;
     * a library to enter in the cache has no host file among the plan's bind mounts (its
       soname and ABI are read from the host file: the mount is not there yet).
@@ -496,6 +497,8 @@ def rootfs_edit_blocker(
         for path in written:
             if _covers(dest, path):
                 return f"the mount at {dest} covers {path}", {}
+        if edits.ldcache_libraries and dest.startswith("/etc/ld-musl-"):
+            return f"the mount at {dest} covers a musl loader's path file", {}
     by_destination = {m.destination: m.source for m in edits.mounts}
     links = {s.link: s.target for s in edits.symlinks}
     sources: dict[str, str] = {}

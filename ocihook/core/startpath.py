@@ -157,7 +157,9 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "ocihook.core.hostroot ocihook.core.jsonfast ocihook.core.lazy ocihook.core.log "
             "ocihook.core.records ocihook.core.vocab ocihook.linux ocihook.linux.atomicfile "
             "ocihook.linux.ldcache ocihook.linux.pathsafe ocihook.linux.syscalls ocihook.oci "
-            "ocihook.oci.bundle ocihook.plan ocihook.plan.compat ocihook.plan.edits"
+            "ocihook.oci.bundle ocihook.plan ocihook.plan.compat ocihook.plan.edits "
+            # the image's loaders: which files each reads (ELF headers only)
+            "ocihook.linux.elfscan ocihook.linux.loaders"
         ),
         stdlib=_names(
             "__future__ _collections_abc _contextvars _ctypes _json _stat _struct contextvars "
@@ -218,6 +220,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "ocihook.appliers.live.undo ocihook.appliers.spec ocihook.cdi ocihook.cdi.names "
             "ocihook.commands ocihook.commands.fast ocihook.commands.voidexit ocihook.config "
             "ocihook.config.load ocihook.config.options ocihook.config.scan "
+            "ocihook.linux.loaders "  # the image's loaders (ELF headers only)
             "ocihook.config.validate ocihook.core ocihook.core.cudaversion ocihook.core.errors "
             "ocihook.core.fastexit ocihook.core.hostroot ocihook.core.jsonfast ocihook.core.lazy "
             "ocihook.core.log ocihook.core.records ocihook.core.vocab ocihook.discovery "
@@ -360,6 +363,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "ocihook.discovery.devices ocihook.discovery.driverfiles ocihook.discovery.gpus "
             "ocihook.discovery.mig ocihook.discovery.nvidia ocihook.discovery.procfs "
             "ocihook.discovery.records ocihook.linux ocihook.linux.atomicfile "
+            "ocihook.linux.loaders "  # the image's loaders (ELF headers only)
             "ocihook.linux.cachestore ocihook.linux.elfscan ocihook.linux.ldcache "
             "ocihook.linux.pathsafe ocihook.linux.syscalls ocihook.oci ocihook.oci.bundle "
             "ocihook.oci.edit ocihook.pipeline ocihook.pipeline.bundle ocihook.pipeline.cdinames "

@@ -139,12 +139,22 @@ def occupied_links(rootfs: str, plan: Plan) -> set[str]:
 
 
 def layout_for_rootfs(rootfs: str) -> ContainerLayout:
-    """Choose the container layout by looking at the image: ``/etc/debian_version``
-    resolved inside ``rootfs`` (libnvidia-container ``src/nvc_container.c``)."""
+    """Choose the container layout by looking at the image: the Debian multiarch layout
+    (``/usr/lib/<triplet>``) when ``/etc/debian_version`` resolves inside ``rootfs``
+    (libnvidia-container ``src/nvc_container.c``) or when the image's glibc loader lives
+    in a multiarch directory (a distroless-like image built from Debian's packages without
+    that file: :attr:`ocihook.linux.loaders.Loader.multiarch_dir`); else ``/usr/lib64``
+    (RHEL-like, and musl images, whose loader is then told about it:
+    :func:`ocihook.appliers.live.libraries.write_musl_paths`). An unreadable or hostile
+    tree gets the generic layout. Only file types, links and ELF headers are read."""
     from ..linux.pathsafe import resolve_in_root
 
     try:
         is_debian = os.path.isfile(resolve_in_root(rootfs, "/etc/debian_version"))
     except Exception:  # an unreadable or hostile tree: fall back to the generic layout
         is_debian = False
+    if not is_debian:
+        from ..linux.loaders import find_loaders
+
+        is_debian = any(loader.multiarch_dir for loader in find_loaders(rootfs))
     return ContainerLayout.for_image(is_debian)

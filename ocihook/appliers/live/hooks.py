@@ -10,7 +10,12 @@ from ...core.errors import ApplyError, OcihookError
 from ...oci.bundle import Bundle
 from ...plan.compat import CudaCompat
 from ...plan.edits import ProcMask
-from .libraries import LD_SO_CONF_DROP_IN, write_ld_so_conf, write_ldcache
+from .libraries import (
+    LD_SO_CONF_DROP_IN,
+    restore_loader_files,
+    write_ld_so_conf,
+    write_loader_files,
+)
 from .procmask import (
     caps_minors,
     clone_gpu_proc_dirs,
@@ -184,7 +189,8 @@ def edit_rootfs(
     known: Mapping[str, int] | None = None,
 ) -> RootfsChanges:
     """Make the soname links ``pairs`` (``(target, link)``), enter ``libraries`` in the
-    container's ``/etc/ld.so.cache`` (:func:`.libraries.write_ldcache`; ``sources`` maps a
+    container's ``/etc/ld.so.cache`` and, for an image with a musl loader, its
+    ``/etc/ld-musl-<arch>.path`` (:func:`.libraries.write_loader_files`; ``sources`` maps a
     library's container path to the host file whose ELF header gives its soname and ABI,
     for an edit made before the driver files are mounted; ``known`` maps one to the
     ``ld.so.cache`` flags discovery already has, so its file is not read), optionally list their
@@ -222,13 +228,10 @@ def edit_rootfs(
                 )
         if libraries:  # an /etc made here is taken back too
             os.close(pathsafe.makedirs_in_root(root_fd, "/etc", created=changes.created))
-            old = write_ldcache(root_fd, libraries, cuda_compat, sources, known)
-            if old is None:
-                undo.append(partial(pathsafe.remove_in_root, root_fd, "/etc/ld.so.cache"))
-            else:
-                undo.append(
-                    partial(pathsafe.write_file_in_root, root_fd, "/etc/ld.so.cache", old, 0o644)
-                )
+            loader_files = write_loader_files(
+                root_fd, rootfs, libraries, cuda_compat, sources, known
+            )
+            undo.append(partial(restore_loader_files, root_fd, loader_files))
         if proc_mask is not None:
             gpu_fds = clone_gpu_proc_dirs(proc_mask)
             devices = config_devices(config)

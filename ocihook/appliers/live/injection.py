@@ -41,7 +41,7 @@ from ...oci.bundle import Bundle, State
 from ...plan.edits import Plan
 from ...request.nvidia import Request
 from .cgroups import allow_in_cgroups, systemd_scope_warning
-from .libraries import write_ldcache
+from .libraries import LoaderFile, restore_loader_files, write_loader_files
 from .procmask import caps_minors, clone_gpu_proc_dirs, mask_proc_driver, read_proc_files
 from .procs import (
     check_container_pid,
@@ -154,6 +154,7 @@ def inject(
     host_ns = -1
     root_fd = -1
     scope_warning = None
+    loader_files: list[LoaderFile] = []
 
     def clone_sources() -> None:
         if edits.proc_mask is not None:
@@ -213,11 +214,15 @@ def inject(
         if root_ids is not None:  # files the container's user namespace can own
             old_ids = _linux.set_fs_ids(*root_ids)
             try:
-                made = _apply_in_container(root_fd, bundle.rootfs, plan, tree_fds, undo, node_fds)
+                made = _apply_in_container(
+                    root_fd, bundle.rootfs, plan, tree_fds, undo, node_fds, loader_files
+                )
             finally:
                 _linux.set_fs_ids(*old_ids)
         else:
-            made = _apply_in_container(root_fd, bundle.rootfs, plan, tree_fds, undo, node_fds)
+            made = _apply_in_container(
+                root_fd, bundle.rootfs, plan, tree_fds, undo, node_fds, loader_files
+            )
         if edits.proc_mask is not None:
             mask_proc_driver(root_fd, proc_files, gpu_fds, undo)
         if relock is not None:
@@ -228,7 +233,9 @@ def inject(
         # what was made in the rootfs, for the poststop hook to remove (leftovers.py)
         from .leftovers import record_created
 
-        problem = record_created(bundle, made, {s.link: s.target for s in edits.symlinks})
+        problem = record_created(
+            bundle, made, {s.link: s.target for s in edits.symlinks}, loader_files
+        )
         if problem is not None:
             plan = plan.replace(warnings=(*plan.warnings, problem))
     except BaseException as e:
@@ -329,10 +336,12 @@ def _apply_in_container(
     tree_fds: Sequence[int],
     undo: list[Undo],
     node_fds: Sequence[int] | None = None,
+    files: list[LoaderFile] | None = None,
 ) -> list[str]:
     """The container-side steps of :func:`inject`; runs inside the container's mount
     namespace and records undo actions (run in reverse order) for every change. Returns
-    the container paths it made, in the order made.
+    the container paths it made, in the order made; the loader files it wrote
+    (:func:`.libraries.write_loader_files`) are appended to ``files``.
 
     ``node_fds`` (a container with a user namespace): detached clones of the host's device
     nodes, bind-mounted onto new files in the container's ``/dev`` instead of ``mknod``,
@@ -424,16 +433,16 @@ def _apply_in_container(
             for link, previous in replaced:
                 undo.append(partial(ps.symlink_in_root, root_fd, link, previous))
         if edits.ldcache_libraries:
-            old = write_ldcache(
+            written = write_loader_files(
                 root_fd,
+                rootfs,
                 edits.ldcache_libraries,
                 edits.cuda_compat,
                 known=dict(edits.ldcache_flags),
             )
-            if old is None:
-                undo.append(lambda: ps.remove_in_root(root_fd, "/etc/ld.so.cache"))
-            else:
-                undo.append(lambda: ps.write_file_in_root(root_fd, "/etc/ld.so.cache", old, 0o644))
+            undo.append(partial(restore_loader_files, root_fd, written))
+            if files is not None:
+                files.extend(written)
     except OSError as e:
         raise ApplyError(
             f"cannot change the container: {e.strerror}",

@@ -10,7 +10,10 @@ exactly those paths, newest first, and only while each is still what ocihook mad
 empty regular file, a link with the target ocihook wrote, an empty directory. Anything
 else is kept and named. Paths under ``/dev``, ``/proc`` and ``/sys`` are not recorded:
 they are in file systems that go with the container. The container's ``ld.so.cache``
-keeps ocihook's entries (a rewritten file, not a made one).
+keeps ocihook's entries (a rewritten file, not a made one). A musl loader's path file
+(``/etc/ld-musl-<arch>.path``, :func:`.libraries.write_musl_paths`) is recorded with the
+bytes written and those it had before: the poststop hook puts the earlier bytes back (or
+removes a file ocihook made) only while the file still holds exactly what ocihook wrote.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    from .libraries import LoaderFile
+
 __all__ = ["RECORD_NAME", "record_created", "remove_recorded"]
 
 #: The record's file name in the bundle directory.
@@ -36,18 +41,35 @@ _MAX_RECORD = 1 << 20
 _SKIPPED = ("/dev", "/proc", "/sys")
 
 
-def record_created(bundle: Bundle, paths: Sequence[str], links: Mapping[str, str]) -> str | None:
-    """Write the record of ``paths`` (container paths made, in the order made) and the
-    targets of the links among them. Returns a warning when it cannot be written (the
-    container starts anyway; its files are then left behind), else ``None``."""
+def record_created(
+    bundle: Bundle,
+    paths: Sequence[str],
+    links: Mapping[str, str],
+    files: Sequence[LoaderFile] = (),
+) -> str | None:
+    """Write the record of ``paths`` (container paths made, in the order made), the
+    targets of the links among them, and the loader ``files`` written (those with their
+    ``written`` bytes: the bytes as latin-1 text, a lossless round trip). Returns a
+    warning when it cannot be written (the container starts anyway; its files are then
+    left behind), else ``None``."""
     kept = [p for p in paths if not any(p == d or p.startswith(d + "/") for d in _SKIPPED)]
-    if not kept:
+    written = {
+        f.path: {
+            "written": f.written.decode("latin-1"),
+            "previous": None if f.previous is None else f.previous.decode("latin-1"),
+        }
+        for f in files
+        if f.written is not None
+    }
+    if not kept and not written:
         return None
-    doc = {
+    doc: dict[str, object] = {
         "version": 1,
         "paths": kept,
         "links": {p: links[p] for p in kept if p in links},
     }
+    if written:
+        doc["files"] = written
     where = os.path.join(bundle.path, RECORD_NAME)
     try:
         write_json_atomic(where, doc, indent=None)
@@ -106,10 +128,15 @@ def remove_recorded(bundle: Bundle) -> tuple[list[str], list[str]]:
         or not isinstance(links, dict)
     ):
         return [], [f"{where} is not a record ocihook wrote; nothing removed"]
+    files = doc.get("files", {}) if isinstance(doc, dict) else {}
+    if not isinstance(files, dict):
+        return [], [f"{where} is not a record ocihook wrote; nothing removed"]
     removed: list[str] = []
     kept: list[str] = []
     root_fd = pathsafe.open_root(bundle.rootfs)
     try:
+        for path, entry in files.items():
+            _restore_file(root_fd, path, entry, removed, kept)
         for path in reversed(paths):
             target = links.get(path)
             if not _is_ours(root_fd, path, target if isinstance(target, str) else None):
@@ -136,3 +163,52 @@ def _exists(root_fd: int, path: str) -> bool:
     except ApplyError:
         return False
     return True
+
+
+def _restore_file(
+    root_fd: int, path: object, entry: object, removed: list[str], kept: list[str]
+) -> None:
+    """Put back the loader file ``path`` of the record (``entry``: ``written`` and
+    ``previous``, latin-1 text) when it still holds exactly ``written``; else keep it and
+    say so in ``kept``. A removed file's path goes to ``removed``."""
+    from .libraries import MAX_MUSL_PATH_BYTES
+
+    written = entry.get("written") if isinstance(entry, dict) else None
+    previous = entry.get("previous") if isinstance(entry, dict) else None
+    if (
+        not isinstance(path, str)
+        or not path.startswith("/")
+        or not isinstance(written, str)
+        or not (previous is None or isinstance(previous, str))
+    ):
+        kept.append(f"{path!r}: not a file record ocihook wrote: kept")
+        return
+    flags = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = pathsafe.open_in_root(root_fd, path, flags)
+    except ApplyError:
+        return  # gone already
+    try:
+        st = os.fstat(fd)
+        same = stat.S_ISREG(st.st_mode) and st.st_size <= MAX_MUSL_PATH_BYTES
+        if same:  # a regular file: reopened for reading through the checked descriptor
+            data_fd = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                same = os.pread(data_fd, MAX_MUSL_PATH_BYTES + 1, 0) == written.encode("latin-1")
+            finally:
+                os.close(data_fd)
+    except OSError:
+        same = False
+    finally:
+        os.close(fd)
+    if not same:
+        kept.append(f"{path} changed since ocihook wrote it: kept")
+        return
+    try:
+        if previous is None:
+            if pathsafe.remove_in_root(root_fd, path):
+                removed.append(path)
+        else:
+            pathsafe.write_file_in_root(root_fd, path, previous.encode("latin-1"), 0o644)
+    except ApplyError as e:
+        kept.append(f"{path}: {e.message}: kept")

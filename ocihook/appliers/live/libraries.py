@@ -1,7 +1,8 @@
 """The container's ``/etc/ld.so.cache`` rewritten with the driver libraries added
 (:mod:`ocihook.linux.ldcache`), and CUDA forward compatibility: the image's ``cuda-compat``
-libraries first when they are newer than the host's driver. Files are read inside the rootfs
-only, never executed."""
+libraries first when they are newer than the host's driver; for an image with a musl
+loader, its ``/etc/ld-musl-<arch>.path`` extended with the libraries' directories
+(:func:`write_loader_files`). Files are read inside the rootfs only, never executed."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import stat
 
 from ...core.errors import ApplyError, OcihookError
+from ...core.records import Record
 from ...linux import ldcache
 from ...plan.compat import CudaCompat
 
@@ -16,15 +18,23 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # collections.abc imports collections: milliseconds at start
     from collections.abc import Mapping, Sequence
 
+    from ...linux.loaders import Loader
+
 
 __all__ = [
     "LD_SO_CONF_DROP_IN",
     "MAX_COMPAT_LIBRARIES",
     "MAX_LDCACHE_BYTES",
+    "MAX_MUSL_PATH_BYTES",
+    "LoaderFile",
     "cuda_compat_entries",
     "ld_so_conf_dirs",
+    "library_entries",
+    "restore_loader_files",
     "write_ld_so_conf",
     "write_ldcache",
+    "write_loader_files",
+    "write_musl_paths",
 ]
 
 
@@ -207,12 +217,37 @@ def cuda_compat_entries(root_fd: int, compat: CudaCompat) -> list[ldcache.CacheE
     return out
 
 
+def library_entries(
+    root_fd: int,
+    libraries: Sequence[str],
+    sources: Mapping[str, str] | None = None,
+    known: Mapping[str, int] | None = None,
+) -> list[ldcache.CacheEntry]:
+    """The ``ld.so.cache`` entries of ``libraries`` (container paths), in order: from
+    ``known`` flags, else the host file of ``sources``, else the file in the rootfs (see
+    :func:`write_ldcache` for the arguments).
+
+    Raises:
+        ApplyError: as :func:`write_ldcache` for a library.
+    """
+    return [
+        _known_entry(lib, known[lib])
+        if known and lib in known
+        else _entry_for_host(sources[lib], lib)
+        if sources and lib in sources
+        else _entry_for(root_fd, lib)
+        for lib in libraries
+    ]
+
+
 def write_ldcache(
     root_fd: int,
     libraries: Sequence[str],
     compat: CudaCompat | None = None,
     sources: Mapping[str, str] | None = None,
     known: Mapping[str, int] | None = None,
+    *,
+    entries: Sequence[ldcache.CacheEntry] | None = None,
 ) -> bytes | None:
     """Enter ``libraries`` in the container's ``/etc/ld.so.cache``, keeping its entries.
 
@@ -230,6 +265,8 @@ def write_ldcache(
             the host's ``ld.so.cache`` (:attr:`ContainerEdits.ldcache_flags
             <ocihook.plan.edits.ContainerEdits.ldcache_flags>`): entered as they are, no file
             read.
+        entries: the entries of ``libraries`` made already (:func:`library_entries`);
+            ``libraries``, ``sources`` and ``known`` are then not read.
 
     Returns:
         The previous cache bytes (``None`` when there was none), for rollback.
@@ -243,14 +280,10 @@ def write_ldcache(
     """
     from ...linux import pathsafe
 
-    added = [
-        _known_entry(lib, known[lib])
-        if known and lib in known
-        else _entry_for_host(sources[lib], lib)
-        if sources and lib in sources
-        else _entry_for(root_fd, lib)
-        for lib in libraries
-    ]
+    if entries is None:
+        added = library_entries(root_fd, libraries, sources, known)
+    else:
+        added = list(entries)
     if compat is not None:  # after the host's: the same sonames are replaced
         added += cuda_compat_entries(root_fd, compat)
     old: bytes | None = None
@@ -416,3 +449,139 @@ def write_ld_so_conf(root_fd: int, libraries: Sequence[str]) -> tuple[bool, byte
     text += "".join(f"{d}\n" for d in missing)
     pathsafe.write_file_in_root(root_fd, LD_SO_CONF_DROP_IN, text.encode(), 0o644)
     return True, previous
+
+
+class LoaderFile(Record):
+    """A file written in the rootfs for an image's loader, and how to take it back.
+
+    Attributes:
+        path: its container path (``/etc/ld.so.cache``, ``/etc/ld-musl-x86_64.path``).
+        previous: its bytes before (``None``: there was no file).
+        written: the bytes written (the poststop hook restores ``previous`` only while
+            the file still holds them); ``None`` for ``/etc/ld.so.cache``, which keeps
+            ocihook's entries (their files are gone with the container's mounts).
+    """
+
+    path: str
+    previous: bytes | None
+    written: bytes | None
+
+
+#: Largest musl path file read (musl's own are a few lines).
+MAX_MUSL_PATH_BYTES = 64 * 1024
+
+
+def _read_loader_file(root_fd: int, path: str, limit: int) -> bytes | None:
+    """The bytes of the regular file ``path`` in the rootfs (``None``: absent).
+
+    Raises:
+        ApplyError: not a regular file, or larger than ``limit`` bytes.
+    """
+    fd = _open_regular(root_fd, path)
+    if fd is None:
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        if size > limit:
+            raise ApplyError("the container's file is implausibly large", path=path, value=size)
+        return os.pread(fd, size, 0) if size else b""
+    finally:
+        os.close(fd)
+
+
+def write_musl_paths(
+    root_fd: int, loaders: Sequence[Loader], entries: Sequence[ldcache.CacheEntry]
+) -> list[LoaderFile]:
+    """Make each musl loader of ``loaders`` search the directories of the ``entries``
+    of its ABI: append them to its ``/etc/ld-musl-<arch>.path``, made with musl's default
+    search path first when absent (:func:`ocihook.linux.loaders.musl_path_with`), through
+    in-root descriptor operations. A loader whose ABI ``ld.so.cache`` flags are unknown,
+    or whose directories are searched already, gets nothing written.
+
+    Returns:
+        The files written, in order, each with its previous bytes (for rollback and the
+        poststop record).
+
+    Raises:
+        ApplyError: a path file that is not a regular file or larger than
+            :data:`MAX_MUSL_PATH_BYTES`, or that cannot be written.
+    """
+    from ...linux import pathsafe
+    from ...linux.elfscan import ELF_MACHINE_NAMES
+    from ...linux.loaders import musl_path_with
+
+    out: list[LoaderFile] = []
+    for loader in loaders:
+        path = loader.path_file
+        machine = ELF_MACHINE_NAMES.get(loader.machine)
+        if path is None or machine is None:
+            continue
+        try:
+            abi = ldcache.abi_flags(loader.elf_class, machine) & ldcache.FLAG_REQUIRED_MASK
+        except ValueError:
+            continue
+        dirs = [
+            os.path.dirname(e.path)
+            for e in entries
+            if e.flags & ldcache.FLAG_REQUIRED_MASK == abi and e.path.startswith("/")
+        ]
+        previous = _read_loader_file(root_fd, path, MAX_MUSL_PATH_BYTES)
+        try:
+            new = musl_path_with(previous, dirs)
+        except ValueError as e:
+            raise ApplyError(str(e), path=path) from None
+        if new is None:
+            continue
+        pathsafe.write_file_in_root(root_fd, path, new, 0o644)
+        out.append(LoaderFile(path, previous, new))
+    return out
+
+
+def write_loader_files(
+    root_fd: int,
+    rootfs: str,
+    libraries: Sequence[str],
+    compat: CudaCompat | None = None,
+    sources: Mapping[str, str] | None = None,
+    known: Mapping[str, int] | None = None,
+) -> list[LoaderFile]:
+    """Make every loader of the image at ``rootfs`` (:func:`ocihook.linux.loaders.
+    find_loaders`) find ``libraries``: their entries in ``/etc/ld.so.cache``
+    (:func:`write_ldcache`, always: glibc reads it, and tools in any image may), then
+    each musl loader's path file (:func:`write_musl_paths`). Arguments as
+    :func:`write_ldcache`; ``root_fd`` is ``rootfs`` opened with
+    :func:`ocihook.linux.pathsafe.open_root`.
+
+    Returns:
+        The files written (the cache first), each with its previous bytes. When a step
+        fails, the files written before it are put back before the error is raised.
+
+    Raises:
+        ApplyError: see :func:`write_ldcache` and :func:`write_musl_paths`.
+    """
+    from ...linux.loaders import find_loaders
+
+    entries = library_entries(root_fd, libraries, sources, known)
+    old = write_ldcache(root_fd, libraries, compat, entries=entries)
+    done = [LoaderFile("/etc/ld.so.cache", old, None)]
+    try:
+        done += write_musl_paths(root_fd, find_loaders(rootfs), entries)
+    except BaseException:
+        restore_loader_files(root_fd, done)
+        raise
+    return done
+
+
+def restore_loader_files(root_fd: int, files: Sequence[LoaderFile]) -> None:
+    """Put back what :func:`write_loader_files` replaced, newest first: each file's
+    previous bytes, or remove a file that was not there. Best effort (rollback)."""
+    from ...linux import pathsafe
+
+    for f in reversed(files):
+        try:
+            if f.previous is None:
+                pathsafe.remove_in_root(root_fd, f.path)
+            else:
+                pathsafe.write_file_in_root(root_fd, f.path, f.previous, 0o644)
+        except (OSError, OcihookError):
+            pass

@@ -117,7 +117,7 @@ def test_an_unexpected_error_leaves_nothing_behind(
     def broken(*_args: object, **_kwargs: object) -> None:
         raise ValueError("a bug")
 
-    monkeypatch.setattr(hooks, "write_ldcache", broken)
+    monkeypatch.setattr(hooks, "write_loader_files", broken)
     bundle = Path(bundle_factory(["true"], []))
     before = sorted(str(p) for p in (bundle / "rootfs").rglob("*"))
     with pytest.raises(ValueError, match="a bug"):
