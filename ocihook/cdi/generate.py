@@ -13,7 +13,8 @@ The spec is built from host discovery (:func:`ocihook.discovery.nvidia.discover`
   control nodes (``nvidiactl``, ``nvidia-uvm``, ``nvidia-uvm-tools``, ``nvidia-modeset``),
   read-only nosuid nodev bind mounts of the driver libraries (64- and 32-bit), binaries,
   firmware and graphics configuration files, the IPC sockets (read-write, noexec), and one
-  ``createContainer`` hook that runs ocihook's own ``hook create-container``: the soname
+  ``createContainer`` hook that runs the installed ``ocihook hook cdi`` (the compact
+  arguments of :mod:`ocihook.cdi.hookargs`; what ``hook create-container`` does): the soname
   and development links, the container's ``ld.so.cache`` and an ``ld.so.conf.d`` drop-in
   for the library directories the image's ``ld.so.conf`` lacks (``--ld-so-conf``: an
   ``ldconfig`` the image runs keeps them), CUDA forward compatibility and the
@@ -102,6 +103,25 @@ def _hook(command: Sequence[str], args: Sequence[str]) -> Hook:
     return Hook("createContainer", command[0], (*command, *args), HOOK_ENV, HOOK_TIMEOUT)
 
 
+def _cdi_hook_args(links: Sequence[str], libs: Sequence[str] = ()) -> list[str]:
+    """The start of ``ocihook hook cdi``'s arguments (:mod:`ocihook.cdi.hookargs`): the
+    writing version, then ``links`` (``TARGET::LINK``) and ``libs`` (``PATH::FLAGS``)
+    grouped by directory.
+
+    Raises:
+        CdiError: a path the compact arguments cannot carry.
+    """
+    from ..core.version import VERSION
+    from .hookargs import HOOK_STAGE, VERSION_FLAG, pack_libs, pack_links
+
+    args = ["hook", HOOK_STAGE, VERSION_FLAG, VERSION]
+    for value in pack_links(links):
+        args += ["--links", value]
+    for value in pack_libs(libs):
+        args += ["--libs", value]
+    return args
+
+
 def _gpu_edits(host: NvidiaHost, gpu: Gpu) -> tuple[list[DeviceNode], list[str]]:
     """The nodes of one GPU and the ``TARGET::LINK`` links of its DRM nodes."""
     nodes = [_node(host.gpu_nodes[gpu.minor])]
@@ -122,10 +142,7 @@ def _edits(
             unique.append(n)
     hooks: tuple[Hook, ...] = ()
     if links:
-        args: list[str] = ["hook", "create-symlinks"]
-        for link in dict.fromkeys(links):
-            args += ["--link", link]
-        hooks = (_hook(command, args),)
+        hooks = (_hook(command, _cdi_hook_args(list(dict.fromkeys(links)))),)
     return ContainerEdits(device_nodes=tuple(unique), hooks=hooks)
 
 
@@ -196,11 +213,7 @@ def _common_edits(host: NvidiaHost, command: Sequence[str]) -> ContainerEdits:
         seen.add(f.path)
         options = IPC_MOUNT_OPTIONS if f.kind == "ipc" else LIBRARY_MOUNT_OPTIONS
         mounts.append(Mount(f.host_path, f.path, options, type=""))
-    args: list[str] = ["hook", "create-container"]
-    for link in links:
-        args += ["--link", link]
-    for lib_path in libs:
-        args += ["--lib", lib_path]
+    args = _cdi_hook_args(links, libs)
     args.append("--ld-so-conf")  # host directories: an ldconfig in the image must keep them
     compat = "::".join(("/usr/local/cuda/compat", host.driver_version, host.cuda_version or ""))
     args += ["--cuda-compat", compat.rstrip(":")]
@@ -230,8 +243,9 @@ def generate_spec(
         device_class: the class part of the spec's ``kind``.
         name_strategies: naming strategies from :data:`NAME_STRATEGIES`, each giving every
             device one name; a name two strategies give alike is listed once.
-        hook_command: argv prefix that runs ocihook
-            (default: :func:`ocihook.config.options.hook_command`, this installation).
+        hook_command: argv prefix that runs ocihook (default:
+            :func:`ocihook.config.options.cdi_hook_command`, this installation's
+            ``ocihook`` command).
 
     Returns:
         A valid :class:`~ocihook.cdi.spec.Spec` (devices in index order, MIG devices after
@@ -245,7 +259,7 @@ def generate_spec(
     On a WSL2 host (``host.wsl`` and no enumerated GPU) the spec has the one device
     ``all`` (see :func:`_generate_wsl_spec`).
     """
-    from ..config.options import hook_command as default_command
+    from ..config.options import cdi_hook_command as default_command
     from .names import CdiError
 
     validate_vendor(vendor)
@@ -310,22 +324,18 @@ def _generate_wsl_spec(host: NvidiaHost, kind: str, hook_command: Sequence[str] 
     """The CDI spec of a WSL2 host, as the toolkit's WSL mode writes it
     (``pkg/nvcdi/lib-wsl.go``): one device, ``all``, holding ``/dev/dxg``; common edits
     with ``NVIDIA_VISIBLE_DEVICES=void``, the driver files mounted at their own paths
-    (:func:`ocihook.plan.build.wsl_edits`), and ocihook's ``create-container`` hook for the
+    (:func:`ocihook.plan.build.wsl_edits`), and ocihook's ``hook cdi`` hook for the
     soname links, the ``/usr/bin/nvidia-smi`` link and the ``ld.so.cache`` (CUDA forward
     compatibility when the driver version is known; no ``/proc/driver/nvidia`` mask:
     WSL2 has none)."""
-    from ..config.options import hook_command as default_command
+    from ..config.options import cdi_hook_command as default_command
     from ..plan.build import wsl_edits
 
     wsl = host.wsl
     assert wsl is not None
     command = tuple(hook_command or default_command())
     mounts, links, libs = wsl_edits(wsl)
-    args: list[str] = ["hook", "create-container"]
-    for link in links:
-        args += ["--link", f"{link.target}::{link.link}"]
-    for lib_path in libs:
-        args += ["--lib", lib_path]
+    args = _cdi_hook_args([f"{link.target}::{link.link}" for link in links], libs)
     if host.driver_version:
         compat = "::".join(("/usr/local/cuda/compat", host.driver_version, host.cuda_version or ""))
         args += ["--cuda-compat", compat.rstrip(":")]
@@ -374,7 +384,7 @@ def generate_drm_spec(
     Raises:
         DiscoveryError: the host has no GPU of the vendor.
     """
-    from ..config.options import hook_command as default_command
+    from ..config.options import cdi_hook_command as default_command
     from ..request.drm import DRM_VARIABLES
 
     if not host.gpus:
@@ -494,7 +504,8 @@ def transform_root(spec: Spec, old: str, new: str, *, relative_to: str = "host")
     ``path``s and ocihook hook arguments that name host paths (``--mask-proc``).
     ``relative_to="container"`` changes container paths: mounts' ``containerPath``, device
     nodes' ``path`` and the container paths in ocihook's hook arguments (``--lib``, its
-    ``::FLAGS`` kept, and ``--link``). Only whole path components match
+    ``::FLAGS`` kept, ``--link``, and the directories and absolute link targets of
+    ``--libs`` and ``--links``: :mod:`ocihook.cdi.hookargs`). Only whole path components match
     (``/run/nvidia/driver`` does not match ``/run/nvidia/driverX``). The result keeps the
     declared ``cdiVersion`` unless its content needs a newer one.
 
@@ -535,6 +546,16 @@ def transform_root(spec: Spec, old: str, new: str, *, relative_to: str = "host")
                 if sep:
                     target = swap(target) if target.startswith("/") else target
                     args[i] = f"{target}::{swap(link)}"
+            elif not host and flag == "--libs":  # DIR::FLAGS::NAME...
+                directory, sep, rest = args[i].partition("::")
+                args[i] = swap(directory) + sep + rest
+            elif not host and flag == "--links":  # DIR::NAME/TARGET...
+                directory, *items = args[i].split("::")
+                for j, item in enumerate(items):
+                    name, slash, target = item.partition("/")
+                    if slash and target.startswith("/"):  # NAME//absolute/target
+                        items[j] = f"{name}/{swap('/' + target)}"
+                args[i] = "::".join((swap(directory), *items))
         path = swap(h.path) if host else h.path
         return Hook(h.hook_name, path, tuple(args), h.env, h.timeout)
 

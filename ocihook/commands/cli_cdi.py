@@ -94,9 +94,11 @@ def validate(files: tuple[str, ...]) -> None:
 def cdi_list(spec_dirs: tuple[str, ...], as_json: bool) -> None:
     """List the qualified names (vendor/class=name) of the CDI devices in the spec
     directories. Broken spec files and conflicting devices are reported on stderr and
-    skipped; the others are listed. Missing spec directories, and no spec file at all,
-    are said on stderr (exit 0)."""
+    skipped; the others are listed. A spec whose hook command is missing, or that another
+    ocihook version wrote, is said on stderr too (still listed). Missing spec directories,
+    and no spec file at all, are said on stderr (exit 0)."""
     from ..cdi.registry import DEFAULT_SPEC_DIRS, Registry
+    from ..doctor.specs import SPEC_HOOK_FIX, spec_hook_problems
 
     dirs = spec_dirs or DEFAULT_SPEC_DIRS
     registry = Registry.load(dirs)
@@ -117,6 +119,19 @@ def cdi_list(spec_dirs: tuple[str, ...], as_json: bool) -> None:
         click.echo(f"ocihook: warning: skipped {path}: {err}", err=True)
     for name, paths in sorted(registry.conflicts.items()):
         click.echo(f"ocihook: warning: skipped {name}: defined in {', '.join(paths)}", err=True)
+    hook_problems: dict[str, dict[str, list[str]]] = {}
+    for _priority, path, spec in registry.specs:
+        failures, warnings = spec_hook_problems(spec)
+        if failures or warnings:
+            hook_problems[path] = {"failures": failures, "warnings": warnings}
+        for text in failures:
+            click.echo(
+                f"ocihook: warning: {path}: {text}: containers given its devices do not "
+                f"start; hint: {SPEC_HOOK_FIX}",
+                err=True,
+            )
+        for text in warnings:
+            click.echo(f"ocihook: warning: {path}: {text}; hint: {SPEC_HOOK_FIX}", err=True)
     if as_json:
         out = {
             "devices": registry.list_devices(),
@@ -125,6 +140,7 @@ def cdi_list(spec_dirs: tuple[str, ...], as_json: bool) -> None:
             "errors": {path: str(err) for path, err in sorted(registry.errors.items())},
             "conflicts": {name: list(paths) for name, paths in sorted(registry.conflicts.items())},
             "missing_dirs": missing,
+            "hook_problems": hook_problems,
         }
         click.echo(json.dumps(out, indent=2))
         return

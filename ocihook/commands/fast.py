@@ -118,6 +118,49 @@ GPU_BACKEND_OPTION = Option(
     help="GPU enumeration: NVML (nvidia-ml-py) when it works, else procfs (auto)",
 )
 
+#: The options of ``hook create-container`` (``hook cdi`` takes them too, but ``--link``
+#: and ``--lib``).
+CREATE_CONTAINER_OPTIONS = (
+    Option("--link", action="append", metavar="TARGET::LINK", help="link to create"),
+    Option(
+        "--lib",
+        action="append",
+        metavar="PATH[::FLAGS]",
+        help="container path of a library (FLAGS: its ld.so.cache flags, 0x0303: "
+        "its file is not read)",
+    ),
+    Option(
+        "--cuda-compat",
+        metavar="DIR::HOST_DRIVER[::HOST_CUDA]",
+        help="use the image's CUDA compat libraries in DIR if newer than the host "
+        "driver (version or branch; HOST_CUDA: the CUDA version it supports)",
+    ),
+    Option(
+        "--mask-proc",
+        metavar="HOST_DIR",
+        help="mask /proc/driver/nvidia with copies from HOST_DIR",
+    ),
+    Option(
+        "--proc-gpu",
+        action="append",
+        metavar="BUS_ID",
+        help="gpus/ entry of HOST_DIR to show (with --mask-proc)",
+    ),
+    Option(
+        "--proc-gpus-from-devices",
+        action="store_true",
+        help="also show the gpus/ entries of the GPUs whose /dev/nvidiaN nodes "
+        "config.json gives the container (CDI specs)",
+    ),
+    Option(
+        "--ld-so-conf",
+        action="store_true",
+        help="also list the --lib directories the image's ld.so.conf lacks in "
+        "/etc/ld.so.conf.d/00-ocihook.conf, so that the image's own ldconfig keeps "
+        "them (CDI specs)",
+    ),
+)
+
 #: The fast commands: (command words, help, options). The one source of both the argparse
 #: parser (help and usage errors) and the fast parser (:func:`parse_fast`).
 COMMANDS: tuple[tuple[tuple[str, ...], str, tuple[Option, ...]], ...] = (
@@ -160,45 +203,31 @@ COMMANDS: tuple[tuple[tuple[str, ...], str, tuple[Option, ...]], ...] = (
     (
         ("hook", "create-container"),
         "createContainer hook: soname links, then the container's /etc/ld.so.cache",
+        CREATE_CONTAINER_OPTIONS,
+    ),
+    (
+        ("hook", "cdi"),
+        "createContainer hook of CDI specs: hook create-container with its links and "
+        "libraries grouped by directory (what ocihook cdi generate writes)",
         (
-            Option("--link", action="append", metavar="TARGET::LINK", help="link to create"),
             Option(
-                "--lib",
+                "--ocihook-version",
+                metavar="VERSION",
+                help="the ocihook that wrote the spec (for doctor and cdi list; not read here)",
+            ),
+            Option(
+                "--links",
                 action="append",
-                metavar="PATH[::FLAGS]",
-                help="container path of a library (FLAGS: its ld.so.cache flags, 0x0303: "
-                "its file is not read)",
+                metavar="DIR::NAME/TARGET[::...]",
+                help="links DIR/NAME to TARGET",
             ),
             Option(
-                "--cuda-compat",
-                metavar="DIR::HOST_DRIVER[::HOST_CUDA]",
-                help="use the image's CUDA compat libraries in DIR if newer than the host "
-                "driver (version or branch; HOST_CUDA: the CUDA version it supports)",
-            ),
-            Option(
-                "--mask-proc",
-                metavar="HOST_DIR",
-                help="mask /proc/driver/nvidia with copies from HOST_DIR",
-            ),
-            Option(
-                "--proc-gpu",
+                "--libs",
                 action="append",
-                metavar="BUS_ID",
-                help="gpus/ entry of HOST_DIR to show (with --mask-proc)",
+                metavar="DIR::FLAGS::NAME[::...]",
+                help="libraries DIR/NAME with ld.so.cache FLAGS (0x0303; empty: read the file)",
             ),
-            Option(
-                "--proc-gpus-from-devices",
-                action="store_true",
-                help="also show the gpus/ entries of the GPUs whose /dev/nvidiaN nodes "
-                "config.json gives the container (CDI specs)",
-            ),
-            Option(
-                "--ld-so-conf",
-                action="store_true",
-                help="also list the --lib directories the image's ld.so.conf lacks in "
-                "/etc/ld.so.conf.d/00-ocihook.conf, so that the image's own ldconfig keeps "
-                "them (CDI specs)",
-            ),
+            *(o for o in CREATE_CONTAINER_OPTIONS if o.dest not in ("link", "lib")),
         ),
     ),
     (
@@ -664,6 +693,11 @@ def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
         return 0
     from ..appliers import live
 
+    if ns.stage == "cdi":  # the compact form: the same hook once expanded
+        from ..cdi.hookargs import expand_libs, expand_links
+
+        ns.link, ns.lib = expand_links(ns.links), expand_libs(ns.libs)
+        ns.stage = "create-container"
     if ns.stage == "create-container":
         from ..plan.edits import ProcMask
 
@@ -724,6 +758,7 @@ HOOK_STAGES = tuple(words[1] for words, _h, _o in COMMANDS if words[0] == "hook"
 #: The option of each helper stage that gives it something to do (``dest`` names).
 _HELPER_WORK = {
     "create-container": ("link", "lib", "mask_proc", "cuda_compat"),
+    "cdi": ("links", "libs", "mask_proc", "cuda_compat"),
     "create-symlinks": ("link",),
     "update-ldcache": ("lib",),
 }

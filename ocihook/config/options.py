@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 from ..core.records import Record
@@ -16,8 +17,10 @@ if TYPE_CHECKING:
 __all__ = [
     "HOOK_ENV",
     "HOOK_PROGRAM",
+    "HOOK_SCRIPT",
     "HOOK_TIMEOUT",
     "Options",
+    "cdi_hook_command",
     "hook_command",
     "options_from_config",
 ]
@@ -37,6 +40,37 @@ def hook_command() -> tuple[str, ...]:
     (``sys.executable``, never a shim) in isolated mode (``-I``: no ``PYTHON*`` variables,
     no user site, no current directory on ``sys.path``) with :data:`HOOK_PROGRAM`."""
     return (sys.executable, "-I", "-c", HOOK_PROGRAM)
+
+
+#: The name of the installed ``ocihook`` command (``packaging/bin/ocihook``).
+HOOK_SCRIPT = "ocihook"
+
+
+def cdi_hook_command(argv0: str | None = None) -> tuple[str, ...]:
+    """The command a CDI spec names for its hooks: an installed ``ocihook`` command rather
+    than an interpreter, so that a spec outlives a recreated virtual environment or a
+    Python upgrade (the command's first line names the interpreter, and is rewritten when
+    ocihook is installed again). The first that is an executable file:
+
+    1. ``argv0`` (default ``sys.argv[0]``), made absolute, when its name is ``ocihook``:
+       the command that is writing the spec (``/usr/bin/ocihook`` in the boot unit);
+    2. ``ocihook`` beside the interpreter (``<venv>/bin/ocihook``, ``/usr/bin/ocihook``).
+
+    Neither found (ocihook imported from a source tree), it is :func:`hook_command`, which
+    ``ocihook doctor`` reports as bound to this interpreter.
+
+    Returns:
+        A one-element tuple ``(path,)``, or :func:`hook_command`'s four elements.
+    """
+    first = sys.argv[0] if argv0 is None and sys.argv else (argv0 or "")
+    candidates = []
+    if os.path.basename(first) == HOOK_SCRIPT:
+        candidates.append(os.path.abspath(first))
+    candidates.append(os.path.join(os.path.dirname(sys.executable), HOOK_SCRIPT))
+    for path in candidates:
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return (path,)
+    return hook_command()
 
 
 #: Seconds a runtime gives each hook ocihook registers before killing it: a hook stuck

@@ -167,6 +167,30 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
         ),
     ),
     EntryPoint(
+        "hook-cdi",
+        "ocihook hook cdi --links ... --libs ...",
+        (
+            "the createContainer hook that ``ocihook cdi generate`` writes into CDI specs: "
+            "``hook create-container`` with its links and libraries grouped by directory"
+        ),
+        ocihook=_names(
+            "ocihook ocihook._main ocihook.appliers ocihook.appliers.live "
+            "ocihook.appliers.live.hooks ocihook.appliers.live.libraries "
+            "ocihook.appliers.live.procmask ocihook.appliers.live.rootfs "
+            "ocihook.appliers.live.undo ocihook.cdi ocihook.cdi.hookargs ocihook.commands "
+            "ocihook.commands.fast ocihook.commands.voidexit ocihook.core ocihook.core.errors "
+            "ocihook.core.fastexit ocihook.core.hostroot ocihook.core.jsonfast "
+            "ocihook.core.lazy ocihook.core.log ocihook.core.records ocihook.core.vocab "
+            "ocihook.linux ocihook.linux.atomicfile ocihook.linux.ldcache "
+            "ocihook.linux.pathsafe ocihook.linux.syscalls ocihook.oci ocihook.oci.bundle "
+            "ocihook.plan ocihook.plan.compat ocihook.plan.edits"
+        ),
+        stdlib=_names(
+            "__future__ _collections_abc _contextvars _ctypes _json _stat _struct contextvars "
+            "ctypes ctypes._endian errno fcntl genericpath os os.path posixpath stat struct types"
+        ),
+    ),
+    EntryPoint(
         "hook-poststop",
         "ocihook hook poststop",
         "``ocihook hook poststop``: remove what hook mode made in the rootfs",
@@ -308,8 +332,9 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
         "ocihook cdi generate --output spec.json",
         "``ocihook cdi generate`` (boot and driver changes), JSON output",
         ocihook=_names(
-            "ocihook ocihook._main ocihook.cdi ocihook.cdi.generate ocihook.cdi.names "
-            "ocihook.cdi.spec ocihook.commands ocihook.commands.fast ocihook.commands.voidexit "
+            "ocihook ocihook._main ocihook.cdi ocihook.cdi.generate ocihook.cdi.hookargs "
+            "ocihook.cdi.names ocihook.cdi.spec ocihook.core.version ocihook.commands "
+            "ocihook.commands.fast ocihook.commands.voidexit "
             "ocihook.config ocihook.config.load ocihook.config.options ocihook.config.scan "
             "ocihook.config.validate ocihook.core ocihook.core.cudaversion ocihook.core.errors "
             "ocihook.core.fastexit ocihook.core.hostroot ocihook.core.jsonfast ocihook.core.lazy "

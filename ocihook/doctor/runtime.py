@@ -178,6 +178,9 @@ def check_runtime(ctx: Context, engines: Sequence[str] | None = None) -> list[Ch
             continue
         checks.append(Check("runtime", engine, "PASS", f"{shown} in {where}"))
     checks += check_cdi(ctx)
+    from .specs import check_spec_hooks
+
+    checks += check_spec_hooks(ctx, CDI_SPEC_DIRS)
     return checks
 
 

@@ -136,6 +136,28 @@ def _hook_create_container(tmp: Path, sim: simhost.SimulatedHost) -> tuple[str, 
     return _main(argv), _state(bundle)
 
 
+def _hook_cdi(tmp: Path, sim: simhost.SimulatedHost) -> tuple[str, str]:
+    bundle = _bundle(tmp, [])
+    lib = Path(bundle, "rootfs/usr/lib/libcuda.so.1")
+    lib.parent.mkdir(parents=True)
+    lib.write_bytes(b"")
+    argv = [
+        "hook",
+        "cdi",
+        "--ocihook-version",
+        "0.1.0",
+        "--links",
+        "/usr/lib::libcuda.so/libcuda.so.1",
+    ]
+    argv += ["--libs", "/usr/lib::0x0303::libcuda.so.1"]
+    return _main(argv), _state(bundle)
+
+
+def _hook_linked(tmp: Path) -> bool:
+    """The hook made the link it was given."""
+    return os.readlink(tmp / "bundle/rootfs/usr/lib/libcuda.so") == "libcuda.so.1"
+
+
 def _hook_poststop(tmp: Path, sim: simhost.SimulatedHost) -> tuple[str, str]:
     return _main(["hook", "poststop"]), _state(_bundle(tmp, GPU_ENV))
 
@@ -228,6 +250,7 @@ SCENARIOS = {
     "docker-hook-void": Scenario(_docker_hook_void),
     "hook-gpu": Scenario(_hook_gpu, rc=None),  # the container's process is no process
     "hook-create-container": Scenario(_hook_create_container),
+    "hook-cdi": Scenario(_hook_cdi, done=_hook_linked),
     "hook-poststop": Scenario(_hook_poststop),
     "edit-void": Scenario(_edit_void),
     "edit-gpu": Scenario(_edit_gpu, done=_linked),

@@ -27,6 +27,7 @@ import pytest
 
 from ocihook.appliers.spec import edit_bundle
 from ocihook.cdi.generate import generate_spec
+from ocihook.cdi.hookargs import hook_data
 from ocihook.core.hostroot import HostRoot
 from ocihook.discovery.nvidia import discover
 from ocihook.plan.build import ContainerLayout, make_plan
@@ -173,7 +174,9 @@ def test_cdi_spec_hook_makes_the_same_links(realistic: dict[str, Any]) -> None:
     spec = generate_spec(host, hook_command=("/usr/bin/ocihook",))
     (hook,) = spec.container_edits.hooks
     args = list(hook.args)
-    links = {args[i + 1] for i, a in enumerate(args) if a == "--link"}
+    data = hook_data(args)
+    assert data is not None
+    links = set(data[1])
     current = f"{LIBDIR}/nvidia/current"
     assert f"../libnvidia-allocator.so.1::{current}/gbm/nvidia-drm_gbm.so" in links
     assert f"libGLX_nvidia.so.0::{current}/libGLX_indirect.so.0" in links

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from ocihook.appliers.live.hooks import _parse_libs, create_container_hook
 from ocihook.cdi.generate import generate_spec, transform_root
+from ocihook.cdi.hookargs import hook_data
 from ocihook.core.errors import ApplyError
 from ocihook.core.hostroot import HostRoot
 from ocihook.discovery.nvidia import discover
@@ -63,8 +64,9 @@ def test_malformed_lib_value_is_refused(value: str) -> None:
 
 
 def _lib_args(spec: Any) -> list[str]:
-    args = list(spec.container_edits.hooks[0].args)
-    return [args[i + 1] for i, a in enumerate(args) if a == "--lib"]
+    data = hook_data(spec.container_edits.hooks[0].args)
+    assert data is not None
+    return data[2]
 
 
 def test_cdi_spec_carries_flags_and_transform_keeps_them(sim: Any) -> None:

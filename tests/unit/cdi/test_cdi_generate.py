@@ -19,6 +19,7 @@ from support import REPO, need_root_and, run_cli
 
 from ocihook.appliers.live import gpu_dirs_of_devices
 from ocihook.cdi.generate import generate_spec, spec_bytes, transform_root
+from ocihook.cdi.hookargs import hook_data
 from ocihook.cdi.inject import inject_devices
 from ocihook.cdi.names import CdiError
 from ocihook.cdi.registry import Registry
@@ -33,6 +34,7 @@ from ocihook.cdi.spec import (
 )
 from ocihook.core.errors import DiscoveryError
 from ocihook.core.hostroot import HostRoot
+from ocihook.core.version import VERSION
 from ocihook.discovery.nvidia import NvidiaHost, discover
 
 with open(os.path.join(REPO, "specs/cdi.schema.json")) as _f:
@@ -81,9 +83,11 @@ def test_gpu_device_edits(host: NvidiaHost, spec: Spec) -> None:
         assert (node.type, node.major, node.minor, node.permissions) == ("c", 195, g.minor, "rw")
         assert node.host_path == os.path.join(host.root.dev_root, f"dev/nvidia{g.minor}")
         (hook,) = by_index.hooks
-        links = [hook.args[i + 1] for i, a in enumerate(hook.args) if a == "--link"]
-        assert links == [f"{target}::{link}" for link, target in dri.links]
-        assert hook.args[4:6] == ("hook", "create-symlinks") and hook.hook_name == "createContainer"
+        data = hook_data(hook.args)
+        assert data is not None
+        assert data[1] == [f"{target}::{link}" for link, target in dri.links]
+        assert hook.args[1:5] == ("hook", "cdi", "--ocihook-version", VERSION)
+        assert hook.hook_name == "createContainer"
 
 
 def test_mig_device_edits(host: NvidiaHost, spec: Spec) -> None:
@@ -114,23 +118,23 @@ def test_common_edits(host: NvidiaHost, spec: Spec) -> None:
         m = by_dest[lib.path]
         assert m.source == lib.host_path and m.options == ("ro", "nosuid", "nodev", "bind")
     (hook,) = common.hooks
-    assert hook.path == sys.executable and hook.args[:4] == (
-        sys.executable,
-        "-I",
-        "-c",
-        "import sys; from ocihook._main import main; sys.exit(main())",
-    )
+    # the installed command beside this interpreter, not the interpreter with a program
+    command = os.path.join(os.path.dirname(sys.executable), "ocihook")
+    assert hook.path == command and hook.args[0] == command
     assert hook.env == ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",)
     args = list(hook.args)
-    assert args[4:6] == ["hook", "create-container"]
-    pairs = [args[i + 1] for i, a in enumerate(args) if a == "--link"]
+    assert args[1:5] == ["hook", "cdi", "--ocihook-version", VERSION]
+    data = hook_data(args)
+    assert data is not None
+    _version, pairs, lib_args = data
     cuda = next(lib for lib in libs if lib.soname == "libcuda.so.1")
     cdir = os.path.dirname(cuda.path)
     assert f"{cuda.name}::{cdir}/libcuda.so.1" in pairs
     assert f"libcuda.so.1::{cdir}/libcuda.so" in pairs
-    assert f"{cdir}/libcuda.so.1::0x0303" in [
-        args[i + 1] for i, a in enumerate(args) if a == "--lib"
-    ]
+    assert f"{cdir}/libcuda.so.1::0x0303" in lib_args
+    # one --links and one --libs per directory (and flags): not one argument per file
+    assert args.count("--links") == len({p.split("::")[1].rsplit("/", 1)[0] for p in pairs})
+    assert len(args) < 40 < 2 * (len(pairs) + len(lib_args))
     assert args[args.index("--mask-proc") + 1] == host.root.proc("driver/nvidia")
     assert "--proc-gpus-from-devices" in args
     # the host's CUDA version (here from the driver-branch table) rides along for the note rule
@@ -228,10 +232,10 @@ def test_injection_of_generated_spec(host: NvidiaHost, spec: Spec, tmp_path: Pat
     assert f"/dev/nvidia{g.minor}" in paths
     assert not [p for p in paths if p.startswith("/dev/nvidia") and p[11:].isdigit()][1:]
     assert doc["process"]["env"] == ["A=1", "NVIDIA_VISIBLE_DEVICES=void"]
-    assert [h["args"][5] for h in doc["hooks"]["createContainer"]] == [
-        "create-container",
-        "create-symlinks",
-    ]
+    # the common hook (libraries, links, mask), then the GPU's /dev/dri/by-path links
+    hooks = doc["hooks"]["createContainer"]
+    assert [h["args"][1:3] for h in hooks] == [["hook", "cdi"]] * 2
+    assert "--libs" in hooks[0]["args"] and "--libs" not in hooks[1]["args"]
 
 
 def test_cli_generate_output_atomic(sim: Any, tmp_path: Path) -> None:

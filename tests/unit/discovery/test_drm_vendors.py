@@ -18,6 +18,7 @@ from ocihook.appliers.spec import apply_plan, edit_bundle
 from ocihook.config.options import Options
 from ocihook.core.errors import EXIT_CODES, CdiError, DiscoveryError, OcihookError, RequestError
 from ocihook.core.hostroot import HostRoot
+from ocihook.core.version import VERSION
 from ocihook.discovery import amd, intel
 from ocihook.discovery.records import DrmGpu, HostDeviceNode
 from ocihook.plan.build import make_drm_plan, merge_plans
@@ -527,16 +528,16 @@ def test_generate_intel_spec(intel_sim: simvendors.SimDrmHost) -> None:
     dgpu = spec.devices[3].container_edits
     assert [n.path for n in dgpu.device_nodes] == ["/dev/dri/card1", "/dev/dri/renderD129"]
     (hook,) = dgpu.hooks
-    assert hook.hook_name == "createContainer" and hook.args[:3] == (
+    assert hook.hook_name == "createContainer" and hook.args[:5] == (
         "/ocihook",
         "hook",
-        "create-symlinks",
+        "cdi",
+        "--ocihook-version",
+        VERSION,
     )
-    assert hook.args[3:] == (
-        "--link",
-        "../card1::/dev/dri/by-path/pci-0000:03:00.0-card",
-        "--link",
-        "../renderD129::/dev/dri/by-path/pci-0000:03:00.0-render",
+    assert hook.args[5:] == (
+        "--links",
+        "/dev/dri/by-path::pci-0000:03:00.0-card/../card1::pci-0000:03:00.0-render/../renderD129",
     )
     assert spec.container_edits.device_nodes == ()
     assert spec.container_edits.env == ("INTEL_VISIBLE_DEVICES=void",)

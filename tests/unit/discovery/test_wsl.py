@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from support import run_cli
 
+from ocihook.cdi.hookargs import hook_data
 from ocihook.core.errors import DiscoveryError, RequestError
 from ocihook.core.hostroot import HostRoot
 from ocihook.discovery.devices import parse_driver_ver, windows_to_nvidia_version
@@ -175,7 +176,9 @@ def test_wsl_cli_info_list_cdi(wsl_host: simwsl.SimulatedWslHost) -> None:
     assert f"{STORE_DIR}/libcuda.so.1.1" in {m["containerPath"] for m in common["mounts"]}
     args = common["hooks"][0]["args"]
     assert "--mask-proc" not in args
-    assert f"libcuda.so.1.1::{STORE_DIR}/libcuda.so.1" in args
+    data = hook_data(args)
+    assert data is not None
+    assert f"libcuda.so.1.1::{STORE_DIR}/libcuda.so.1" in data[1]
     assert "/usr/local/cuda/compat::536.67" in args
 
 
