@@ -175,3 +175,61 @@ def test_aligned_moved_glibc_hwcaps_section_is_read(new_cache: bytes, tmp_path: 
     assert [(e.hwcaps_subdir, e.hwcap) for e in gpu] == [("x86-64-v3", HWCAP_EXTENSION), (None, 0)]
     printed = [line for line in ldconfig_p(path) if line.startswith("libgpu.so.1 ")]
     assert printed[0].startswith('libgpu.so.1 (libc6,x86-64, hwcap: "x86-64-v3") => ')
+
+
+def _ldconfig_run(tmp_path: Path, data: bytes) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / "edited.cache"
+    path.write_bytes(data)
+    return subprocess.run([_ldconfig(), "-p", "-C", str(path)], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("over", [0, 1])
+def test_extension_section_bound_is_exact(new_cache: bytes, tmp_path: Path, over: int) -> None:
+    """The first extension section (the generator string) made to end exactly at the end
+    of the file is read; one byte further, the file is malformed for ``ldconfig -p``
+    ("Malformed extension data") and for the parser, at the section's record."""
+    (ext,) = struct.unpack_from("<I", new_cache, 32)
+    record = ext + 8
+    tag, flags, offset, _ = struct.unpack_from("<IIII", new_cache, record)
+    data = bytearray(new_cache)
+    struct.pack_into("<IIII", data, record, tag, flags, offset, len(data) - offset + over)
+    run = _ldconfig_run(tmp_path, bytes(data))
+    if over:
+        assert run.returncode != 0 and "Malformed extension data" in run.stderr
+        with pytest.raises(LdCacheError) as err:
+            ldcache.parse(bytes(data))
+        assert err.value.offset == record
+        assert err.value.message.startswith("extension section 0 extends past the end")
+    else:
+        assert run.returncode == 0
+        gpu = [e for e in ldcache.parse(bytes(data)) if e.soname == "libgpu.so.1"]
+        assert [e.hwcaps_subdir for e in gpu] == ["x86-64-v3", None]
+
+
+def test_hwcaps_index_one_past_the_names_has_no_subdirectory(
+    new_cache: bytes, tmp_path: Path
+) -> None:
+    """An entry's glibc-hwcaps index equal to the number of names: ``ldconfig -p`` prints
+    the raw hwcap (``0x4000000000000001``), the parser gives no subdirectory and keeps it."""
+    data = bytearray(new_cache)
+    entries = ldcache.parse(new_cache)
+    at = next(48 + 24 * i for i, e in enumerate(entries) if e.hwcaps_subdir is not None)
+    flags, key, value, osversion, hwcap = struct.unpack_from("<iIIIQ", data, at)
+    _, _, length = _hwcaps_section(new_cache)
+    struct.pack_into("<iIIIQ", data, at, flags, key, value, osversion, hwcap | length // 4)
+    run = _ldconfig_run(tmp_path, bytes(data))
+    assert "libgpu.so.1 (libc6,x86-64, hwcap: 0x4000000000000001) => " in run.stdout
+    gpu = [e for e in ldcache.parse(bytes(data)) if e.soname == "libgpu.so.1"]
+    assert [(e.hwcaps_subdir, e.hwcap) for e in gpu] == [(None, HWCAP_EXTENSION | 1), (None, 0)]
+
+
+def test_hwcaps_name_at_the_end_of_the_file_is_none(new_cache: bytes, tmp_path: Path) -> None:
+    """A subdirectory name offset equal to the file size names nothing (``ldconfig -p``
+    prints the raw hwcap); one inside the file is read."""
+    _, offset, _ = _hwcaps_section(new_cache)
+    data = bytearray(new_cache)
+    struct.pack_into("<I", data, offset, len(data))
+    run = _ldconfig_run(tmp_path, bytes(data))
+    assert "libgpu.so.1 (libc6,x86-64, hwcap: 0x4000000000000000) => " in run.stdout
+    gpu = [e for e in ldcache.parse(bytes(data)) if e.soname == "libgpu.so.1"]
+    assert [(e.hwcaps_subdir, e.hwcap) for e in gpu] == [(None, HWCAP_EXTENSION), (None, 0)]
