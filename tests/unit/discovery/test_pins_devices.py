@@ -55,3 +55,34 @@ def test_node_of_another_number_is_refused(tmp_path: Path) -> None:
         device_node(root, "/dev/nvidia0", 195, 0)
     assert err.value.value == "char 195:7"
     assert err.value.hint == "expected char 195:0; fix or remove the node"
+
+
+@pytest.mark.parametrize(
+    ("soname", "want"),
+    [("../../../etc/libcuda.so.1", None), ("..", None), ("libcuda.so.1", "libcuda.so.1")],
+)
+def test_wsl_library_soname_that_is_a_path_is_dropped(
+    tmp_path: Path, soname: str, want: str | None
+) -> None:
+    """A WSL2 driver-store library whose ``DT_SONAME`` (a real gcc-built library) is not a
+    plain file name gets no soname (no link is made from it); a plain one is kept."""
+    import shutil
+    import subprocess
+
+    from ocihook.discovery.nvidia import discover
+    from ocihook.sim import wsl as simwsl
+
+    if os.geteuid() != 0 or shutil.which("gcc") is None:
+        pytest.skip("needs root (mknod /dev/dxg) and gcc")
+    host = simwsl.build(str(tmp_path / "wsl"))
+    src = tmp_path / "lib.c"
+    src.write_text("int f(void) { return 1; }\n")
+    lib = Path(host.store, "libcuda.so.1.1")
+    lib.unlink()
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", f"-Wl,-soname,{soname}", "-o", str(lib), str(src)], check=True
+    )
+    found = discover(HostRoot.single(host.root))
+    assert found.wsl is not None
+    files = {f.name: f.soname for f in found.wsl.driver_files}
+    assert files["libcuda.so.1.1"] == want
