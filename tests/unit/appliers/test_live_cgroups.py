@@ -123,3 +123,28 @@ def test_root_devices_cgroup_is_refused() -> None:
         pytest.skip("this process is not in the devices hierarchy's root")
     with pytest.raises(ApplyError, match="root devices cgroup"):
         allow_in_cgroups(os.getpid(), [CgroupRule(True, "c", 195, 0, "rw")], [])
+
+
+@pytest.mark.parametrize(
+    ("mount_root", "rel", "want"),
+    [
+        ("/", "/docker/abc", "/sys/fs/cgroup/devices/docker/abc"),
+        ("/docker", "/docker/abc", "/sys/fs/cgroup/devices/abc"),  # a bind of a sub-tree
+        ("/docker", "/docker", "/sys/fs/cgroup/devices"),
+        ("/docker", "/dockerx/abc", "/sys/fs/cgroup/devices/dockerx/abc"),  # not below it
+    ],
+)
+def test_device_cgroup_dir_through_the_mount_root(
+    tmp_path: Path, mount_root: str, rel: str, want: str
+) -> None:
+    """``proc(5)``: the cgroup path of ``/proc/<pid>/cgroup`` is relative to the hierarchy's
+    root; a mount whose root is a sub-tree shows the part below its root."""
+    (tmp_path / "7").mkdir()
+    (tmp_path / "self").mkdir()
+    (tmp_path / "7/cgroup").write_text(f"5:devices:{rel}\n4:memory:/x\n")
+    (tmp_path / "self/mountinfo").write_text(
+        "22 1 254:0 / / rw - ext4 /dev/vda rw\n"
+        "36 31 0:33 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"
+        f"37 31 0:34 {mount_root} /sys/fs/cgroup/devices rw - cgroup cgroup rw,devices\n"
+    )
+    assert device_cgroup_dir(7, proc=str(tmp_path)) == want
