@@ -69,26 +69,48 @@ def test_inside_a_new_pid_namespace_is_accepted() -> None:
     """``unshare --pid --fork``: the child is in a new pid namespace (two ``NSpid`` levels
     through the host's ``/proc``) and shares the test's mount namespace — as a hook run by
     the runtime inside the container before ``pivot_root``. Given the test's pid (its
-    parent's mount namespace) it passes; the same call from the test itself does not."""
+    parent's mount namespace) it passes; given a process in another mount namespace it is
+    refused; the same call from the test itself is refused (the host's pid namespace)."""
     need_root_and("unshare")
-    code = (
-        "import json, sys\n"
-        "from ocihook.appliers.live.procs import check_inside_container\n"
-        "check_inside_container(int(sys.argv[1]))\n"
-        "with open('/proc/self/status') as f:\n"
-        "    print(json.dumps([l.split()[1:] for l in f if l.startswith('NSpid:')][0]))\n"
-    )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    out = subprocess.run(
-        ["unshare", "--pid", "--fork", sys.executable, "-c", code, str(os.getpid())],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+    other = subprocess.Popen(["unshare", "-m", "sleep", "30"])
+    try:
+        for _ in range(250):
+            if os.stat(f"/proc/{other.pid}/ns/mnt").st_ino != os.stat("/proc/self/ns/mnt").st_ino:
+                break
+            time.sleep(0.02)
+        code = (
+            "import json, sys\n"
+            "from ocihook.appliers.live.procs import check_inside_container\n"
+            "from ocihook.core.errors import StateError\n"
+            "check_inside_container(int(sys.argv[1]))\n"
+            "try:\n"
+            "    check_inside_container(int(sys.argv[2]))\n"
+            "    refused = None\n"
+            "except StateError as e:\n"
+            "    refused = e.message\n"
+            "with open('/proc/self/status') as f:\n"
+            "    levels = [l.split()[1:] for l in f if l.startswith('NSpid:')][0]\n"
+            "print(json.dumps([levels, refused]))\n"
+        )
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        pids = [str(os.getpid()), str(other.pid)]
+        out = subprocess.run(
+            ["unshare", "--pid", "--fork", sys.executable, "-c", code, *pids],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+    finally:
+        other.kill()
+        other.wait()
     assert out.returncode == 0, out.stderr
-    levels = json.loads(out.stdout)
+    levels, refused = json.loads(out.stdout)
     assert len(levels) == _nspid_levels() + 1 and levels[-1] == "1"
+    assert refused == (
+        "ocihook hook createContainer must run as a container's createContainer hook, "
+        "in the container's own pid namespace"
+    )
 
 
 def test_state_pid_in_our_mount_namespace_is_refused() -> None:
