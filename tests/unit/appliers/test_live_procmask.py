@@ -1,0 +1,57 @@
+"""The ``/proc/driver/nvidia`` mask's contents (ocihook.appliers.live.procmask): the driver's
+``params`` with ``ModifyDeviceFiles: 0``, the capability minors taken from node paths within
+range, and nested files written below the mask's directory only."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from ocihook.appliers.live.procmask import _write_nested, caps_minors, read_proc_files
+from ocihook.core.errors import ApplyError
+
+PARAMS = b"ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 1\nDeviceFileUID: 0\n"
+
+
+def test_params_say_modify_device_files_0(tmp_path: Path) -> None:
+    (tmp_path / "params").write_bytes(PARAMS)
+    (tmp_path / "version").write_bytes(b"NVRM version: NVIDIA UNIX x86_64 Kernel Module\n")
+    files = read_proc_files(str(tmp_path))
+    assert files["params"] == PARAMS.replace(b"ModifyDeviceFiles: 1", b"ModifyDeviceFiles: 0")
+    assert files["version"] == (tmp_path / "version").read_bytes()
+    assert "registry" not in files
+
+
+def test_caps_minors_bounds() -> None:
+    prefix = "/dev/nvidia-caps/nvidia-cap"
+    pairs: list[tuple[object, object]] = [
+        (f"{prefix}1", 1),
+        (f"{prefix}2", None),
+        (f"{prefix}3", 1 << 20),  # past the 20-bit minor
+        (f"{prefix}4", -1),
+        (f"{prefix}12345678", None),  # eight digits
+        (f"{prefix}٣", None),  # not ASCII
+        ("/dev/nvidia0", 0),
+        (7, 7),
+    ]
+    assert caps_minors(pairs) == {1, 2}
+    assert caps_minors([(f"{prefix}9", (1 << 20) - 1)]) == {(1 << 20) - 1}
+
+
+@pytest.mark.parametrize("rel", ["../escaped", "gpus/../../escaped", "a//b", "./x", "x/"])
+def test_nested_file_names_stay_below_the_mask(tmp_path: Path, rel: str) -> None:
+    top = tmp_path / "mask"
+    top.mkdir()
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with pytest.raises(ApplyError, match="malformed"):
+            _write_nested(fd, rel, b"x")
+        _write_nested(fd, "gpus/0000:3b:00.0/information", b"Model: X\n")
+    finally:
+        os.close(fd)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mask"]
+    info = top / "gpus/0000:3b:00.0/information"
+    assert info.read_bytes() == b"Model: X\n"
+    assert oct(info.stat().st_mode & 0o777) == oct(0o444)
