@@ -174,6 +174,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "``hook create-container`` with its links and libraries grouped by directory"
         ),
         ocihook=_names(
+            "ocihook.linux.elfscan ocihook.linux.loaders "  # the image's loaders
             "ocihook ocihook._main ocihook.appliers ocihook.appliers.live "
             "ocihook.appliers.live.hooks ocihook.appliers.live.libraries "
             "ocihook.appliers.live.procmask ocihook.appliers.live.rootfs "
