@@ -109,7 +109,8 @@ mount -t tmpfs tmpfs "$T/tmp"
 in_tree() { chroot "$T" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root "$@"; }
 in_tree dpkg -i /root/ocihook.deb
 echo "WANTS $(ls "$T/etc/systemd/system/multi-user.target.wants" | tr '\n' ' ')"
-echo "SHEBANG $(head -n 1 "$T/usr/bin/ocihook")"
+mkdir "$T/tmp/evil" && echo 'print("EVIL")' >"$T/tmp/evil/sitecustomize.py"
+echo "ISOLATED $(in_tree PYTHONPATH=/tmp/evil ocihook --version 2>&1 | tr '\n' ' ')"
 echo "PYC $(find "$T/usr/lib/python3/dist-packages/ocihook" -name '*.pyc' | wc -l)"
 in_tree python3 -I -c "from ocihook.sim import host; host.build('/tmp/sim')"
 in_tree ocihook info --json --driver-root /tmp/sim --dev-root /tmp/sim --gpu-backend procfs \
@@ -162,7 +163,8 @@ def test_deb_installs_runs_and_purges_clean(tmp_path: Path) -> None:
     assert _tagged(out, "WANTS") == [
         "ocihook-cdi-refresh.path ocihook-cdi-refresh.service ocihook-dev-char-symlinks.service "
     ]
-    assert _tagged(out, "SHEBANG") == ["#!/usr/bin/python3 -I"]
+    # the commands start isolated: a PYTHONPATH sitecustomize is not run
+    assert _tagged(out, "ISOLATED") == ["ocihook version 0.1.0 "]
     assert int(_tagged(out, "PYC")[0]) > 100  # py3compile ran
     # ocihook info on the simulated host, from the installed files
     (info_line,) = _tagged(out, "INFO")

@@ -1,0 +1,49 @@
+"""``ocihook.config.options.cdi_hook_command``: the command a CDI spec names for its hooks
+is an installed ``ocihook`` (the one writing the spec, else the one beside the
+interpreter), never the interpreter with a program unless no such command exists."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from ocihook.config.options import HOOK_PROGRAM, cdi_hook_command
+
+
+def _command(path: Path, mode: int = 0o755) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n")
+    path.chmod(mode)
+    return path
+
+
+def test_the_command_writing_the_spec_comes_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer = _command(tmp_path / "usr/bin/ocihook")
+    assert cdi_hook_command(str(writer)) == (str(writer),)
+    # a relative argv[0] (./ocihook) is made absolute
+    monkeypatch.chdir(writer.parent)
+    assert cdi_hook_command("./ocihook") == (str(writer),)
+
+
+def test_else_the_command_beside_the_interpreter(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    venv = tmp_path / "venv/bin"
+    beside = _command(venv / "ocihook")
+    monkeypatch.setattr(sys, "executable", str(venv / "python3"))
+    # argv[0] of another program (pytest, python -m ocihook's __main__.py)
+    assert cdi_hook_command("/usr/lib/python3/dist-packages/ocihook/__main__.py") == (str(beside),)
+    # an ocihook argv[0] that is no executable file is passed over
+    plain = _command(tmp_path / "plain/ocihook", mode=0o644)
+    assert cdi_hook_command(str(plain)) == (str(beside),)
+
+
+def test_without_an_installed_command_the_interpreter_form(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "bin/python3"))
+    assert cdi_hook_command("-c") == (str(tmp_path / "bin/python3"), "-I", "-c", HOOK_PROGRAM)
