@@ -159,3 +159,30 @@ def test_binary_of_another_machine_is_skipped(tmp_path: Path) -> None:
     assert warnings == [f"{tmp_path}/usr/bin/nvidia-smi is not a aarch64 ELF binary; skipped"]
     found, warnings = find_binaries(root, machine="x86_64", capabilities=["utility"])
     assert [(f.path, f.elf_class) for f in found] == [("/usr/bin/nvidia-smi", 64)] and not warnings
+
+
+def test_directory_search_passes_over_a_file_of_the_other_class(
+    tmp_path: Path, realistic: dict[str, Any]
+) -> None:
+    """No cache: Debian's real i386 ``libcuda`` in ``/usr/lib64`` (searched first for 64-bit
+    libraries) is passed over, and the real x86-64 one in ``/usr/lib/x86_64-linux-gnu``
+    (searched later) is the library — without a warning."""
+    i386 = Path(realistic["root"], "usr/lib/i386-linux-gnu/nvidia/current", f"libcuda.so.{V}")
+    (tmp_path / "usr/lib64").mkdir(parents=True)
+    shutil.copy(i386, tmp_path / "usr/lib64")
+    gcc_library(tmp_path / LIBDIR / f"libcuda.so.{V}", "libcuda.so.1")
+    libs, warnings = compute(tmp_path, elf_classes=(64,))
+    assert [(lib.path, lib.elf_class) for lib in libs] == [(f"/{LIBDIR}/libcuda.so.{V}", 64)]
+    assert not any("not a 64-bit" in w for w in warnings)
+
+
+def test_cache_name_that_only_starts_like_a_driver_library_is_not_it(tmp_path: Path) -> None:
+    """A cache key ``libcuda.so_compat.1`` starts with ``libcuda.so`` but is another
+    library: not taken as ``libcuda``; the real one beside it is."""
+    gcc_library(tmp_path / LIBDIR / f"libcuda.so_compat.{V}", "libcuda.so_compat.1")
+    ldconfig_cache(tmp_path, LIBDIR)
+    assert compute(tmp_path)[0] == ()
+    gcc_library(tmp_path / LIBDIR / f"libcuda.so.{V}", "libcuda.so.1")
+    ldconfig_cache(tmp_path, LIBDIR)
+    libs, _ = compute(tmp_path)
+    assert [(lib.soname, lib.name) for lib in libs] == [("libcuda.so.1", f"libcuda.so.{V}")]
