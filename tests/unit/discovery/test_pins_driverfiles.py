@@ -186,3 +186,18 @@ def test_cache_name_that_only_starts_like_a_driver_library_is_not_it(tmp_path: P
     ldconfig_cache(tmp_path, LIBDIR)
     libs, _ = compute(tmp_path)
     assert [(lib.soname, lib.name) for lib in libs] == [("libcuda.so.1", f"libcuda.so.{V}")]
+
+
+@pytest.mark.parametrize(("endian", "taken"), [("little", True), ("big", False)])
+def test_big_endian_library_is_not_an_aarch64_hosts(
+    tmp_path: Path, endian: str, taken: bool
+) -> None:
+    """aarch64 hosts are little-endian: a big-endian AArch64 library (``aarch64_be``, same
+    ``e_machine``) in their directories cannot be loaded there and is not the driver's."""
+    libdir = tmp_path / "usr/lib/aarch64-linux-gnu"
+    libdir.mkdir(parents=True)
+    data = elfwrite.make_shared_object("libnvidia-glcore.so.1", machine="aarch64", endian=endian)
+    (libdir / f"libnvidia-glcore.so.{V}").write_bytes(data)
+    root = HostRoot(driver_root=str(tmp_path))
+    libs, _ = find_libraries(root, V, machine="aarch64", capabilities=["graphics"])
+    assert [lib.abi_flags for lib in libs] == ([0x0A03] if taken else [])
