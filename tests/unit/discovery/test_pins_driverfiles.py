@@ -201,3 +201,27 @@ def test_big_endian_library_is_not_an_aarch64_hosts(
     root = HostRoot(driver_root=str(tmp_path))
     libs, _ = find_libraries(root, V, machine="aarch64", capabilities=["graphics"])
     assert [lib.abi_flags for lib in libs] == ([0x0A03] if taken else [])
+
+
+def test_soname_is_the_versioned_key_that_is_not_the_file_name(tmp_path: Path) -> None:
+    """A cache (written by ocihook's writer, read back by the real ``ldconfig -p``) with two
+    keys for the driver file, its soname and its own file name: the soname is the one that
+    is not the file name, whatever their order in the file."""
+    from ocihook.linux import ldcache
+
+    gcc_library(tmp_path / LIBDIR / f"libcuda.so.{V}", "libcuda.so.1")
+    path = f"/{LIBDIR}/libcuda.so.{V}"
+    entries = [
+        ldcache.CacheEntry(f"libcuda.so.{V}", path, 0x0303),
+        ldcache.CacheEntry("libcuda.so.1", path, 0x0303),
+    ]
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/ld.so.cache").write_bytes(ldcache.build(entries))
+    _, ldconfig = _tools()
+    printed = subprocess.run(
+        [ldconfig, "-p", "-C", str(tmp_path / "etc/ld.so.cache")], capture_output=True, text=True
+    ).stdout
+    assert f"\tlibcuda.so.1 (libc6,x86-64) => {path}" in printed
+    assert f"\tlibcuda.so.{V} (libc6,x86-64) => {path}" in printed
+    libs, _ = compute(tmp_path)
+    assert [(lib.soname, lib.name) for lib in libs] == [("libcuda.so.1", f"libcuda.so.{V}")]
