@@ -252,7 +252,9 @@ def unreadable(host_path: str, err: OSError, what: str = "driver library") -> Di
 
 def _elf_header(path: str, what: str = "driver library") -> tuple[int, int] | None:
     """(class, e_machine) of an ELF file from its first 20 bytes, or ``None`` when it is
-    missing, not a regular file or not ELF.
+    missing, not a regular file, not ELF, or big-endian: every host machine of
+    :data:`_ELF_MACHINES` is little-endian (``EI_DATA`` 1, System V gABI), and a big-endian
+    file of the same ``e_machine`` (``aarch64_be``) cannot be loaded there.
 
     Cheap on purpose: runs for every candidate file on every container start.
 
@@ -273,10 +275,9 @@ def _elf_header(path: str, what: str = "driver library") -> tuple[int, int] | No
         raise unreadable(path, e, what) from None
     finally:
         os.close(fd)
-    if len(head) < 20 or head[:4] != b"\x7fELF" or head[4] not in (1, 2):
+    if len(head) < 20 or head[:4] != b"\x7fELF" or head[4] not in (1, 2) or head[5] != 1:
         return None
-    e_machine = head[18] | head[19] << 8 if head[5] == 1 else head[18] << 8 | head[19]
-    return (64 if head[4] == 2 else 32), e_machine
+    return (64 if head[4] == 2 else 32), head[18] | head[19] << 8
 
 
 def _rel(root: HostRoot, host_path: str) -> str:

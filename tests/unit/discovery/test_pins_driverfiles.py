@@ -159,3 +159,69 @@ def test_binary_of_another_machine_is_skipped(tmp_path: Path) -> None:
     assert warnings == [f"{tmp_path}/usr/bin/nvidia-smi is not a aarch64 ELF binary; skipped"]
     found, warnings = find_binaries(root, machine="x86_64", capabilities=["utility"])
     assert [(f.path, f.elf_class) for f in found] == [("/usr/bin/nvidia-smi", 64)] and not warnings
+
+
+def test_directory_search_passes_over_a_file_of_the_other_class(
+    tmp_path: Path, realistic: dict[str, Any]
+) -> None:
+    """No cache: Debian's real i386 ``libcuda`` in ``/usr/lib64`` (searched first for 64-bit
+    libraries) is passed over, and the real x86-64 one in ``/usr/lib/x86_64-linux-gnu``
+    (searched later) is the library — without a warning."""
+    i386 = Path(realistic["root"], "usr/lib/i386-linux-gnu/nvidia/current", f"libcuda.so.{V}")
+    (tmp_path / "usr/lib64").mkdir(parents=True)
+    shutil.copy(i386, tmp_path / "usr/lib64")
+    gcc_library(tmp_path / LIBDIR / f"libcuda.so.{V}", "libcuda.so.1")
+    libs, warnings = compute(tmp_path, elf_classes=(64,))
+    assert [(lib.path, lib.elf_class) for lib in libs] == [(f"/{LIBDIR}/libcuda.so.{V}", 64)]
+    assert not any("not a 64-bit" in w for w in warnings)
+
+
+def test_cache_name_that_only_starts_like_a_driver_library_is_not_it(tmp_path: Path) -> None:
+    """A cache key ``libcuda.so_compat.1`` starts with ``libcuda.so`` but is another
+    library: not taken as ``libcuda``; the real one beside it is."""
+    gcc_library(tmp_path / LIBDIR / f"libcuda.so_compat.{V}", "libcuda.so_compat.1")
+    ldconfig_cache(tmp_path, LIBDIR)
+    assert compute(tmp_path)[0] == ()
+    gcc_library(tmp_path / LIBDIR / f"libcuda.so.{V}", "libcuda.so.1")
+    ldconfig_cache(tmp_path, LIBDIR)
+    libs, _ = compute(tmp_path)
+    assert [(lib.soname, lib.name) for lib in libs] == [("libcuda.so.1", f"libcuda.so.{V}")]
+
+
+@pytest.mark.parametrize(("endian", "taken"), [("little", True), ("big", False)])
+def test_big_endian_library_is_not_an_aarch64_hosts(
+    tmp_path: Path, endian: str, taken: bool
+) -> None:
+    """aarch64 hosts are little-endian: a big-endian AArch64 library (``aarch64_be``, same
+    ``e_machine``) in their directories cannot be loaded there and is not the driver's."""
+    libdir = tmp_path / "usr/lib/aarch64-linux-gnu"
+    libdir.mkdir(parents=True)
+    data = elfwrite.make_shared_object("libnvidia-glcore.so.1", machine="aarch64", endian=endian)
+    (libdir / f"libnvidia-glcore.so.{V}").write_bytes(data)
+    root = HostRoot(driver_root=str(tmp_path))
+    libs, _ = find_libraries(root, V, machine="aarch64", capabilities=["graphics"])
+    assert [lib.abi_flags for lib in libs] == ([0x0A03] if taken else [])
+
+
+def test_soname_is_the_versioned_key_that_is_not_the_file_name(tmp_path: Path) -> None:
+    """A cache (written by ocihook's writer, read back by the real ``ldconfig -p``) with two
+    keys for the driver file, its soname and its own file name: the soname is the one that
+    is not the file name, whatever their order in the file."""
+    from ocihook.linux import ldcache
+
+    gcc_library(tmp_path / LIBDIR / f"libcuda.so.{V}", "libcuda.so.1")
+    path = f"/{LIBDIR}/libcuda.so.{V}"
+    entries = [
+        ldcache.CacheEntry(f"libcuda.so.{V}", path, 0x0303),
+        ldcache.CacheEntry("libcuda.so.1", path, 0x0303),
+    ]
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/ld.so.cache").write_bytes(ldcache.build(entries))
+    _, ldconfig = _tools()
+    printed = subprocess.run(
+        [ldconfig, "-p", "-C", str(tmp_path / "etc/ld.so.cache")], capture_output=True, text=True
+    ).stdout
+    assert f"\tlibcuda.so.1 (libc6,x86-64) => {path}" in printed
+    assert f"\tlibcuda.so.{V} (libc6,x86-64) => {path}" in printed
+    libs, _ = compute(tmp_path)
+    assert [(lib.soname, lib.name) for lib in libs] == [("libcuda.so.1", f"libcuda.so.{V}")]
