@@ -55,7 +55,10 @@ def _config_toml(user: RootlessUser, *, no_cgroups: bool) -> str:
 
 def _hook(user: RootlessUser, stage: str, config: str) -> dict[str, Any]:
     args = [user.python, "-I", "-m", "ocihook", "hook", stage, "--config", config]
-    return {"path": user.python, "args": args, "timeout": 30}
+    # an explicit env, as the shipped registrations have: a createContainer hook without
+    # one gets the container's process.env under runc, and ocihook refuses that (exit 9)
+    env = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
+    return {"path": user.python, "args": args, "env": env, "timeout": 30}
 
 
 def _rootless_bundle(user: RootlessUser, name: str, env: list[str]) -> str:
