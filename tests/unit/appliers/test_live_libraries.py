@@ -149,3 +149,20 @@ def test_damaged_hwcaps_entry_of_the_image_is_dropped(rootfs: tuple[Path, int]) 
         "libgpu.so.1 (libc6,x86-64) => /lib/libgpu.so.1",
         f"libcuda.so.1 (libc6,x86-64) => /{LIBDIR}/libcuda.so.1",
     ]
+
+
+def test_include_pattern_whose_ends_overlap_matches_as_fnmatch(rootfs: tuple[Path, int]) -> None:
+    """``include /etc/ld.so.conf.d/x.conf*.conf``: ``x.conf`` starts with the pattern's head
+    and ends with its tail but is too short for both (``fnmatch`` says no); the file
+    ``x.conf.local.conf`` matches."""
+    import fnmatch
+
+    from ocihook.appliers.live.libraries import ld_so_conf_dirs
+
+    root, fd = rootfs
+    (root / "etc/ld.so.conf.d").mkdir()
+    (root / "etc/ld.so.conf").write_text("include /etc/ld.so.conf.d/x.conf*.conf\n")
+    (root / "etc/ld.so.conf.d/x.conf").write_text("/opt/short\n")
+    (root / "etc/ld.so.conf.d/x.conf.local.conf").write_text("/opt/long\n")
+    assert not fnmatch.fnmatchcase("x.conf", "x.conf*.conf")
+    assert ld_so_conf_dirs(fd) == {"/opt/long"}

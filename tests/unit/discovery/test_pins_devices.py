@@ -86,3 +86,22 @@ def test_wsl_library_soname_that_is_a_path_is_dropped(
     assert found.wsl is not None
     files = {f.name: f.soname for f in found.wsl.driver_files}
     assert files["libcuda.so.1.1"] == want
+
+
+def test_misc_node_keeps_its_own_mode_and_owner(tmp_path: Path) -> None:
+    """A misc node (WSL2's ``/dev/dxg``, a real ``mknod``) is described by its own
+    ``stat``: mode 0640 and group 44 as made, not a default."""
+    from ocihook.discovery.nvidia import discover
+    from ocihook.sim import wsl as simwsl
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root (mknod /dev/dxg)")
+    host = simwsl.build(str(tmp_path / "wsl"))
+    dxg = Path(host.root, "dev/dxg")
+    os.chown(dxg, 0, 44)
+    os.chmod(dxg, 0o640)
+    found = discover(HostRoot.single(host.root))
+    assert found.wsl is not None
+    node = found.wsl.dxg
+    assert (node.file_mode, node.uid, node.gid, node.present) == (0o640, 0, 44, True)
+    assert (node.major, node.minor) == (10, host.dxg_minor)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -53,3 +54,23 @@ def test_node_groups_for_any_modes(specs: list[tuple[int, int]]) -> None:
     nodes = [DeviceNode(f"/dev/n{i}", gid=g, file_mode=m) for i, (m, g) in enumerate(specs)]
     want = sorted({g for m, g in specs if g and not (m & 0o004 and m & 0o002)})
     assert node_groups(nodes) == tuple(want)
+
+
+def test_old_mig_form_matches_gpu_instance_and_compute_instance(sim: Any) -> None:
+    """The simulated host's GPU 1 has MIG devices (gi 1, ci 0) and (gi 2, ci 0):
+    ``MIG-<gpu uuid>/2/0`` selects the second; ``/1/1`` (a compute instance that does not
+    exist in GPU instance 1) selects nothing and is refused."""
+    from ocihook.core.errors import RequestError
+    from ocihook.discovery.nvidia import discover
+    from ocihook.plan.select import select_devices
+    from ocihook.request.nvidia import request_from_env
+
+    gpus = discover(HostRoot.single(sim.root)).gpus
+    gpu = gpus[1]
+    assert [(m.gi, m.ci) for m in gpu.mig_devices] == [(1, 0), (2, 0)]
+    picked = select_devices(
+        request_from_env({"NVIDIA_VISIBLE_DEVICES": f"MIG-{gpu.uuid}/2/0"}), gpus
+    )
+    assert [(s.gpu.index, s.mig and (s.mig.gi, s.mig.ci)) for s in picked] == [(1, (2, 0))]
+    with pytest.raises(RequestError):
+        select_devices(request_from_env({"NVIDIA_VISIBLE_DEVICES": f"MIG-{gpu.uuid}/1/1"}), gpus)
