@@ -284,9 +284,10 @@ def _refuse_container_environment(stdin: bytes) -> int | None:
     if bundle is None:
         return None
     path = bundle.rstrip("/") + "/config.json"
+    from .core.readfile import read_regular
+
     try:
-        with open(path, "rb") as f:
-            config = f.read()
+        config = read_regular(path)
     except OSError:
         return None
     found = container_environment(config, os.environ)

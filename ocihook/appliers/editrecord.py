@@ -145,8 +145,10 @@ def record_edit(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]
 def _encode(record: dict[str, Any]) -> str:
     import binascii  # not base64: it imports re, on every GPU container start
 
-    text = jsonfast.dumps(record, sort_keys=True, ensure_ascii=False)
-    return binascii.b2a_base64(text.encode(), newline=False).decode()
+    # ASCII escapes: a lone surrogate from the image's config.json (JSON allows the escape
+    # "\ud800") survives as the same escape, where UTF-8 could not encode it
+    text = jsonfast.dumps(record, sort_keys=True, ensure_ascii=True)
+    return binascii.b2a_base64(text.encode("ascii"), newline=False).decode()
 
 
 def _decode(raw: object) -> Any:

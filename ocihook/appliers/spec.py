@@ -388,11 +388,13 @@ def _edit_bundle_cdi(
     _check_cdi_target(bundle.config, bundle.config_path)
     registry = Registry.load(options.cdi_spec_dirs)
     try:
-        doc = inject_devices(bundle.config, registry, names)
+        doc = inject_devices(bundle.config, registry, names, check_host_files=True)
     except CdiError as e:
         if registry.errors:
             broken = ", ".join(sorted(registry.errors))
             e.hint = f"{e.hint or ''}; CDI spec files that failed to load: {broken}".lstrip("; ")
+        raise e.with_path(bundle.config_path) from None
+    except SpecError as e:
         raise e.with_path(bundle.config_path) from None
     # The devices are in; a legacy hook (hook mode registered too) must not act again.
     if not isinstance(doc.get("process"), dict):

@@ -20,6 +20,7 @@ import os
 import posixpath
 import stat
 
+from ..core.errors import SpecError
 from ..oci.edit import child_list, child_object, copy_json, set_env
 from .names import CdiError
 
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from .registry import Registry
     from .spec import ContainerEdits, DeviceNode, Hook, IntelRdt, Mount, NetDevice
 
-__all__ = ["inject_devices"]
+__all__ = ["inject_devices", "stale_host_file"]
 
 
 class _Edits:
@@ -64,6 +65,7 @@ def inject_devices(
     names: Sequence[str],
     *,
     lstat: Callable[[str], os.stat_result] = os.lstat,
+    check_host_files: bool = False,
 ) -> dict[str, Any]:
     """Return a copy of ``oci_spec`` with the CDI devices ``names`` (qualified names, in
     request order) injected; ``oci_spec`` itself is never modified.
@@ -77,6 +79,17 @@ def inject_devices(
     each device node's host path. A device node that cannot be completed raises
     :class:`CdiError` (``path`` = the host path). Source: ``pkg/cdi/cache.go``
     ``InjectDevices``.
+
+    With ``check_host_files`` (ocihook's spec mode and wrapper), a spec that no longer
+    matches the host is refused before anything is applied (:func:`stale_host_file`): a
+    :class:`CdiError` names the spec file and its first device node or bind-mount source
+    missing on the host, with how to regenerate it. The reference library does not check
+    this: the runtime then fails with ``error mounting ...``.
+
+    Raises:
+        CdiError: an unknown name, a stale spec, a device node that cannot be completed.
+        SpecError: ``oci_spec``'s ``mounts`` or ``linux.devices`` has an entry that is not
+            an object with a string ``destination`` / ``path``.
     """
     resolved = [(name, registry.resolve(name)) for name in names]
     missing = [name for name, entry in resolved if entry is None]
@@ -94,10 +107,60 @@ def inject_devices(
         if key not in seen_specs:
             seen_specs.add(key)
             edits.append(entry.spec.container_edits)
+            if check_host_files:
+                _refuse_stale(entry.path, entry.spec.container_edits)
         edits.append(entry.device.container_edits)
+        if check_host_files:
+            _refuse_stale(entry.path, entry.device.container_edits)
     out: dict[str, Any] = copy_json(oci_spec)
     _apply(out, edits, lstat)
     return out
+
+
+def _is_bind(mount: Mount) -> bool:
+    """Whether ``mount`` binds a host path (``source``): type ``bind``/``rbind``, or a
+    ``bind``/``rbind`` option, or no type at all (a CDI mount's default)."""
+    return mount.type in ("", "bind", "rbind") or any(o in ("bind", "rbind") for o in mount.options)
+
+
+def stale_host_file(edits: ContainerEdits) -> str | None:
+    """The first host file ``edits`` names that does not exist (links followed, as the
+    runtime follows them): a device node's host path, or a bind mount's source. ``None``
+    when all exist. A spec generated before a driver upgrade names the old driver's
+    library files (``libcuda.so.535.104.05``): this finds the first."""
+    for node in edits.device_nodes:
+        if not _exists(node.host_path or node.path):
+            return node.host_path or node.path
+    for mount in edits.mounts:
+        if _is_bind(mount) and mount.source.startswith("/") and not _exists(mount.source):
+            return mount.source
+    return None
+
+
+def _exists(path: str) -> bool:
+    """Whether ``path`` exists; ``True`` for a name no file can have (a NUL byte, a lone
+    surrogate), which the device-node completion and the runtime report in their words."""
+    try:
+        os.stat(path)
+    except ValueError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def _refuse_stale(spec_path: str, edits: ContainerEdits) -> None:
+    missing = stale_host_file(edits)
+    if missing is None:
+        return
+    shown = missing if missing.isprintable() else ascii(missing)[1:-1]
+    raise CdiError(
+        f"stale CDI spec: {shown} is not on the host",
+        path=spec_path,
+        hint="the driver or the GPUs changed since the spec was written: regenerate it "
+        "(systemctl start ocihook-cdi-refresh.service, or "
+        f"ocihook cdi generate --output {spec_path}); config.json is unchanged",
+    )
 
 
 def _apply(spec: dict[str, Any], edits: _Edits, lstat: Callable[[str], os.stat_result]) -> None:
@@ -112,6 +175,13 @@ def _apply(spec: dict[str, Any], edits: _Edits, lstat: Callable[[str], os.stat_r
         }
     if edits.mounts:
         mounts = child_list(spec, "mounts")
+        for i, old in enumerate(mounts):
+            if not isinstance(old, dict) or not isinstance(old.get("destination"), str):
+                raise SpecError(
+                    "each mount must be an object with a string destination",
+                    field=f"mounts[{i}].destination" if isinstance(old, dict) else f"mounts[{i}]",
+                    value=old.get("destination") if isinstance(old, dict) else old,
+                )
         for mount in edits.mounts:
             for i, old in enumerate(mounts):
                 if old.get("destination") == mount.destination:
@@ -119,7 +189,7 @@ def _apply(spec: dict[str, Any], edits: _Edits, lstat: Callable[[str], os.stat_r
                     break
             mounts.append(_oci_mount(mount))
         # stable sort by depth (container-edits.go orderedMounts)
-        mounts.sort(key=lambda m: posixpath.normpath(m.get("destination", "")).count("/"))
+        mounts.sort(key=lambda m: posixpath.normpath(m["destination"]).count("/"))
     for hook in edits.hooks:
         child_list(child_object(spec, "hooks"), hook.hook_name).append(_oci_hook(hook))
     if edits.intel_rdt is not None:
@@ -206,6 +276,13 @@ def _apply_device_node(
         if value is not None:
             dev[key] = value
     devices = child_list(child_object(spec, "linux"), "devices")
+    for i, old in enumerate(devices):
+        if not isinstance(old, dict) or not isinstance(old.get("path"), str):
+            raise SpecError(
+                "each device must be an object with a string path",
+                field=f"linux.devices[{i}]",
+                value=old.get("path") if isinstance(old, dict) else old,
+            )
     for i, old in enumerate(devices):  # runtime-tools RemoveDevice: first match
         if old.get("path") == node.path:
             del devices[i]

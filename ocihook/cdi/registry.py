@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 
+from ..core.readfile import read_regular
 from ..core.records import Record
 from .names import CdiError
 from .spec import Device, Spec, load_spec
@@ -130,8 +131,7 @@ class Registry:
                 try:
                     if not os.path.isfile(path):
                         continue
-                    with open(path, "rb") as f:
-                        data = f.read()
+                    data = read_regular(path)
                     specs.append((priority, path, load_spec(data, path=path)))
                 except OSError as err:
                     errors[path] = CdiError(f"cannot read CDI spec file: {err.strerror}", path=path)

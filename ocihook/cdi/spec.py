@@ -365,6 +365,7 @@ def _yaml_load(text: str) -> object:
             for first, resolvers in base.yaml_implicit_resolvers.items()
         }
         _yaml_loader = _StrictLoader
+    _check_yaml_depth(text, yaml)
     loader = _yaml_loader(text)
     try:
         node = loader.get_single_node()
@@ -372,6 +373,50 @@ def _yaml_load(text: str) -> object:
             return None
         _refuse_aliases(node, yaml)
         return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _check_json_depth(doc: object, path: str) -> None:
+    """Raise :class:`CdiError` when the decoded JSON ``doc`` nests lists and objects deeper
+    than :data:`MAX_SPEC_DEPTH` (the JSON decoder itself stops at the interpreter's
+    recursion limit, about 1,000). Walks without recursion."""
+    stack: list[tuple[object, int]] = [(doc, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            children: Any = value.values()
+        elif isinstance(value, list):
+            children = value
+        else:
+            continue
+        if depth > MAX_SPEC_DEPTH:
+            raise CdiError(f"nested deeper than {MAX_SPEC_DEPTH} levels", path=path)
+        stack += [(c, depth + 1) for c in children if isinstance(c, (dict, list))]
+
+
+def _check_yaml_depth(text: str, yaml: Any) -> None:
+    """Raise a YAML ComposerError when ``text`` nests lists and mappings deeper than
+    :data:`MAX_SPEC_DEPTH`, found from the parser's event stream, which PyYAML produces
+    without recursion (the composer and constructor recurse)."""
+    loader = _yaml_loader(text)
+    starts = (yaml.MappingStartEvent, yaml.SequenceStartEvent)
+    ends = (yaml.MappingEndEvent, yaml.SequenceEndEvent)
+    depth = 0
+    try:
+        while loader.check_event():
+            event = loader.get_event()
+            if isinstance(event, starts):
+                depth += 1
+                if depth > MAX_SPEC_DEPTH:
+                    raise yaml.composer.ComposerError(
+                        None,
+                        None,
+                        f"nested deeper than {MAX_SPEC_DEPTH} levels",
+                        event.start_mark,
+                    )
+            elif isinstance(event, ends):
+                depth -= 1
     finally:
         loader.dispose()
 
@@ -408,7 +453,19 @@ def _unique_fields(pairs: list[tuple[str, object]]) -> dict[str, object]:
     return out
 
 
+#: The largest CDI spec read, in bytes (as ``config.json``: 16 MiB).
+MAX_SPEC_BYTES = 16 << 20
+#: The deepest nesting of lists and objects a CDI spec may have. The schema's deepest is
+#: 7 (``devices[].containerEdits.hooks[].args[]``); YAML deeper than this is refused
+#: before it is composed (PyYAML's composers recurse once per level: the C one crashed
+#: the interpreter on ``[`` * 100000 before libyaml 0.2.5 bounded it, the pure-Python
+#: one raises RecursionError).
+MAX_SPEC_DEPTH = 32
+
+
 def _decode(data: bytes | str, path: str) -> object:
+    if len(data) > MAX_SPEC_BYTES:
+        raise CdiError(f"larger than {MAX_SPEC_BYTES} bytes", path=path)
     if isinstance(data, bytes):
         try:
             text = data.decode("utf-8")
@@ -418,7 +475,9 @@ def _decode(data: bytes | str, path: str) -> object:
         text = data
     try:
         # A field given twice is an error, as in the reference's strict decoding.
-        return jsonfast.loads(text, object_pairs_hook=_unique_fields)
+        doc = jsonfast.loads(text, object_pairs_hook=_unique_fields)
+        _check_json_depth(doc, path)
+        return doc
     except _DuplicateField as err:
         raise CdiError("duplicate field", path=path, value=err.args[0]) from None
     except (ValueError, RecursionError) as err:

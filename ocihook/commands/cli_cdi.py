@@ -4,29 +4,17 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import sys
 
 import click
 
+from ..core.readfile import MAX_JSON_BYTES, read_binary_stream, read_regular
 from .cli_options import PASS_THROUGH, FastCommand
 
 
 @click.group()
 def cdi() -> None:
     """Container Device Interface (CDI) spec files: generate, list, validate, transform."""
-
-
-def _read_regular_file(path: str) -> bytes:
-    """Read a regular file; a FIFO, device or directory raises OSError without blocking."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(0, "not a regular file")
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read()
-    finally:
-        os.close(fd)
 
 
 @cdi.command()
@@ -53,7 +41,7 @@ def validate(files: tuple[str, ...]) -> None:
     bad = 0
     for path in files:
         try:
-            document = decode_spec(_read_regular_file(path), path=path)
+            document = decode_spec(read_regular(path), path=path)
         except OSError as err:
             bad += 1
             click.echo(f"{path}: invalid: cannot read: {err.strerror}", err=True)
@@ -199,10 +187,12 @@ def root(
     from ..cdi.spec import load_spec
 
     if input_path == "-":
-        data, name = sys.stdin.buffer.read(), "<stdin>"
+        data, name = read_binary_stream(sys.stdin.buffer), "<stdin>"
+        if len(data) > MAX_JSON_BYTES:
+            raise CdiError(f"the CDI spec on stdin is larger than {MAX_JSON_BYTES} bytes")
     else:
         try:
-            data, name = _read_regular_file(input_path), input_path
+            data, name = read_regular(input_path), input_path
         except OSError as e:
             raise CdiError(f"cannot read the CDI spec: {e.strerror}", path=input_path) from None
     spec = transform_root(load_spec(data, path=name), old, new, relative_to=relative_to)

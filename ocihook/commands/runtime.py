@@ -430,10 +430,10 @@ def _asks_for_nothing(config_json: str, settings: _Settings) -> bool:
     no-GPU hook exit does (:func:`ocihook.commands.voidexit.void_hook_exit`): none of the request
     markers, no ``\\u`` escape. Unreadable: ``False`` (the full path reports it)."""
     from ..core.fastexit import REQUEST_MARKERS
+    from ..core.readfile import read_regular
 
     try:
-        with open(config_json, "rb") as f:
-            raw = f.read()
+        raw = read_regular(config_json)
     except OSError:
         return False
     if b"\\u" in raw or any(m in raw for m in REQUEST_MARKERS):
@@ -486,9 +486,10 @@ class _Settings:
 def _read_bytes(path: str) -> bytes | None:
     """The bytes of ``path`` (to put back if the real runtime cannot be started), or
     ``None`` when it cannot be read (the edit then reports why)."""
+    from ..core.readfile import read_regular
+
     try:
-        with open(path, "rb") as f:
-            return f.read()
+        return read_regular(path)
     except OSError:
         return None
 
@@ -559,6 +560,18 @@ def _prepare(bundle_dir: str, cfg: Config, mask_by_caller: bool = False) -> tupl
             print(f"{PROG}: warning: {result.bundle.config_path}: {warning}", file=sys.stderr)
     done = "edited" if result.written else "unchanged"
     return done, result if result.caller_mask is not None else None
+
+
+def _warn_mount_race(runtime: str) -> None:
+    """Say on stderr and in the log when spec mode's bind mounts go to a runc that an
+    image can race (:func:`ocihook.linux.ociruntime.mount_race_warning`)."""
+    from ..core import log
+    from ..linux.ociruntime import mount_race_warning
+
+    warning = mount_race_warning(runtime)
+    if warning is not None:
+        print(f"{PROG}: warning: {warning}", file=sys.stderr)
+        log.warning("runtime older than 1.1.14", runtime=runtime, detail=warning)
 
 
 def _create_and_mask(
@@ -726,6 +739,8 @@ def main(argv: Sequence[str] | None = None, *, environ: Mapping[str, str] | None
                 by_caller = inv.command == "create" and bool(inv.pid_file and inv.container_id)
                 done, masked = _prepare(bundle, settings.get(), by_caller)
                 log.info(f"{PROG} {inv.command}", done=done, runtime=runtime)
+                if done == "edited":
+                    _warn_mount_race(runtime)
     except OcihookError as e:
         _report(e, inv)
         return exit_code_for(e)

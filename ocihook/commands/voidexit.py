@@ -9,6 +9,7 @@ import sys
 
 from ..core.errors import OcihookError
 from ..core.fastexit import REQUEST_MARKERS, bundle_from_state, config_arg, state_string
+from ..core.readfile import read_binary_stream, read_regular
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
 if TYPE_CHECKING:
@@ -22,9 +23,11 @@ __all__ = ["INJECT_STAGES", "read_stdin", "void_hook_exit"]
 
 
 def read_stdin() -> bytes:
-    """The hook's standard input (the state JSON) as bytes; ``b""`` when unreadable."""
+    """The hook's standard input (the state JSON) as bytes, at most one byte past
+    :data:`~ocihook.core.readfile.MAX_JSON_BYTES` (the state parser reports a longer one);
+    ``b""`` when unreadable."""
     try:
-        return sys.stdin.buffer.read()
+        return read_binary_stream(sys.stdin.buffer)
     except (OSError, ValueError, AttributeError):
         return b""
 
@@ -51,8 +54,7 @@ def void_hook_exit(argv: Sequence[str]) -> tuple[int | None, bytes]:
     if bundle is None:
         return None, stdin
     try:
-        with open(bundle.rstrip("/") + "/config.json", "rb") as f:
-            raw = f.read()
+        raw = read_regular(bundle.rstrip("/") + "/config.json")
     except OSError:
         return None, stdin
     if b"\\u" in raw or any(marker in raw for marker in REQUEST_MARKERS):

@@ -90,11 +90,11 @@ def read_config_file(path: str, origin: str | None) -> bytes | None:
         ConfigError: a named file is missing; any file is unreadable, not a regular file,
             or larger than :data:`MAX_SIZE`.
     """
-    import stat
+    from ..core.readfile import FileTooLarge, NotRegularFile, read_regular
 
     shown = os.path.abspath(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
+        return read_regular(path, MAX_SIZE)
     except FileNotFoundError:
         if origin is None:
             return None
@@ -104,20 +104,10 @@ def read_config_file(path: str, origin: str | None) -> bytes | None:
             hint=f"without --config and {ENV_VAR}, ocihook reads {DEFAULT_PATH} when it "
             "exists, else uses the defaults",
         ) from None
-    except OSError as e:
-        raise ConfigError(f"cannot open configuration file: {e.strerror}", path=shown) from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ConfigError("configuration file is not a regular file", path=shown)
-        with open(fd, "rb", closefd=False) as f:
-            data = f.read(MAX_SIZE + 1)
+    except (NotRegularFile, FileTooLarge) as e:
+        raise ConfigError(f"configuration file is {e.strerror}", path=shown) from None
     except OSError as e:
         raise ConfigError(f"cannot read configuration file: {e.strerror}", path=shown) from None
-    finally:
-        os.close(fd)
-    if len(data) > MAX_SIZE:
-        raise ConfigError(f"configuration file larger than {MAX_SIZE} bytes", path=shown)
-    return data
 
 
 def _parse_toml(data: bytes, shown: str) -> dict[str, Any]:

@@ -113,12 +113,7 @@ class OcihookError(Exception):
             value = self.value
             if isinstance(value, tuple) and value and all(isinstance(v, str) for v in value):
                 value = ", ".join(value)  # several names: one list, not a Python tuple
-            try:
-                shown = repr(value)
-            except ValueError:  # an int too long to print (sys.set_int_max_str_digits)
-                shown = f"<a {self.value.bit_length()}-bit integer>"  # type: ignore[attr-defined]
-            if len(shown) > 120:  # a hostile value must not flood logs
-                shown = shown[:100] + f"... ({len(shown)} characters)"
+            shown = _bounded_repr(value)
             where.append(f"value {shown}")
         if where:
             parts.append("(" + ", ".join(where) + ")")
@@ -126,6 +121,34 @@ class OcihookError(Exception):
         if self.hint:
             text += f"; hint: {self.hint}"
         return text.replace("\n", " ")
+
+
+def _bounded_repr(value: object) -> str:
+    """``repr(value)`` cut to at most about 120 characters, computed in bounded work: a
+    hostile value (a list nested 1,000 deep, a megabyte string, an int of 100,000
+    digits) must neither flood a log nor raise while its error is formatted."""
+    if isinstance(value, str) and len(value) > 120:
+        return repr(value[:100])[:-1] + f"... ({len(value)} characters)"
+    if isinstance(value, (list, tuple, dict, set, frozenset)):
+        import reprlib
+
+        shortener = reprlib.Repr()
+        shortener.maxlevel = 4
+        shortener.maxstring = shortener.maxother = 60
+        shortener.maxlong = 40
+        try:
+            shown = shortener.repr(value)
+        except (RecursionError, ValueError):
+            shown = f"<a {type(value).__name__}>"
+    else:
+        try:
+            shown = repr(value)
+        except ValueError:  # an int too long to print (sys.set_int_max_str_digits)
+            bits = value.bit_length() if isinstance(value, int) else 0
+            shown = f"<a {bits}-bit integer>" if bits else f"<a {type(value).__name__}>"
+    if len(shown) > 120:
+        shown = shown[:100] + f"... ({len(shown)} characters)"
+    return shown
 
 
 class SpecError(OcihookError):

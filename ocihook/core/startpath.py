@@ -92,6 +92,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "nothing: the fast exit of :mod:`ocihook.commands.voidexit`"
         ),
         ocihook=_names(
+            "ocihook.core.readfile "
             "ocihook ocihook._main ocihook.commands ocihook.commands.voidexit ocihook.config "
             "ocihook.config.load ocihook.config.scan ocihook.core ocihook.core.errors "
             "ocihook.core.fastexit ocihook.core.lazy ocihook.core.vocab"
@@ -106,6 +107,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "script, what dockerd runs for ``--gpus``) for a container that asks for nothing"
         ),
         ocihook=_names(
+            "ocihook.core.readfile "
             "ocihook ocihook._main ocihook.commands ocihook.commands.voidexit ocihook.config "
             "ocihook.config.load ocihook.config.scan ocihook.core ocihook.core.errors "
             "ocihook.core.fastexit ocihook.core.lazy ocihook.core.vocab"
@@ -120,6 +122,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "the check of the container's process (the rest needs root and a container)"
         ),
         ocihook=_names(
+            "ocihook.core.readfile "
             "ocihook ocihook._main ocihook.appliers ocihook.appliers.live "
             "ocihook.appliers.live.cgroups ocihook.appliers.live.injection "
             "ocihook.appliers.live.libraries ocihook.appliers.live.procmask "
@@ -149,6 +152,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "container's ld.so.cache"
         ),
         ocihook=_names(
+            "ocihook.core.readfile "
             "ocihook ocihook._main ocihook.appliers ocihook.appliers.live "
             "ocihook.appliers.live.hooks ocihook.appliers.live.libraries "
             "ocihook.appliers.live.procmask ocihook.appliers.live.rootfs "
@@ -174,6 +178,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "``hook create-container`` with its links and libraries grouped by directory"
         ),
         ocihook=_names(
+            "ocihook.core.readfile "
             "ocihook.linux.elfscan ocihook.linux.loaders "  # the image's loaders
             "ocihook ocihook._main ocihook.appliers ocihook.appliers.live "
             "ocihook.appliers.live.hooks ocihook.appliers.live.libraries "
@@ -196,6 +201,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
         "ocihook hook poststop",
         "``ocihook hook poststop``: remove what hook mode made in the rootfs",
         ocihook=_names(
+            "ocihook.core.readfile "
             "ocihook ocihook._main ocihook.appliers ocihook.appliers.live "
             "ocihook.appliers.live.leftovers ocihook.commands ocihook.commands.fast "
             "ocihook.commands.voidexit ocihook.core ocihook.core.errors ocihook.core.fastexit "
@@ -213,6 +219,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
         "ocihook edit -b BUNDLE",
         "spec mode, ``ocihook edit`` of a bundle that asks for nothing",
         ocihook=_names(
+            "ocihook.core.readfile "
             "ocihook ocihook._main ocihook.appliers ocihook.appliers.editrecord "
             "ocihook.appliers.spec ocihook.cdi ocihook.cdi.names ocihook.commands "
             "ocihook.commands.fast ocihook.commands.voidexit ocihook.config ocihook.config.load "
@@ -239,6 +246,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "rootfs), roots on the command line"
         ),
         ocihook=_names(
+            "ocihook.core.readfile "
             "ocihook ocihook._main ocihook.appliers ocihook.appliers.editrecord "
             "ocihook.appliers.live ocihook.appliers.live.hooks ocihook.appliers.live.libraries "
             "ocihook.appliers.live.procmask ocihook.appliers.live.rootfs "
@@ -275,6 +283,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "(AMD_VISIBLE_DEVICES=all)"
         ),
         ocihook=_names(
+            "ocihook.core.readfile "
             "ocihook ocihook._main ocihook.appliers ocihook.appliers.editrecord "
             "ocihook.appliers.spec ocihook.cdi ocihook.cdi.names ocihook.commands "
             "ocihook.commands.fast ocihook.commands.voidexit ocihook.config ocihook.config.load "
@@ -304,6 +313,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "(INTEL_VISIBLE_DEVICES=all)"
         ),
         ocihook=_names(
+            "ocihook.core.readfile "
             "ocihook ocihook._main ocihook.appliers ocihook.appliers.editrecord "
             "ocihook.appliers.live ocihook.appliers.live.hooks ocihook.appliers.live.libraries "
             "ocihook.appliers.live.procmask ocihook.appliers.live.rootfs "
@@ -333,6 +343,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
         "ocihook cdi generate --output spec.json",
         "``ocihook cdi generate`` (boot and driver changes), JSON output",
         ocihook=_names(
+            "ocihook.core.readfile "
             "ocihook ocihook._main ocihook.cdi ocihook.cdi.generate ocihook.cdi.hookargs "
             "ocihook.cdi.names ocihook.cdi.spec ocihook.core.version ocihook.commands "
             "ocihook.commands.fast ocihook.commands.voidexit "
@@ -363,6 +374,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "the runtime"
         ),
         ocihook=_names(
+            "ocihook.core.readfile "
             "ocihook ocihook._main ocihook.commands ocihook.commands.runtime ocihook.config "
             "ocihook.config.load ocihook.config.scan ocihook.core ocihook.core.errors "
             "ocihook.core.fastexit ocihook.core.lazy ocihook.core.vocab ocihook.runtime"
@@ -377,6 +389,8 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "runtime; roots from the file ``$OCIHOOK_CONFIG`` names"
         ),
         ocihook=_names(
+            "ocihook.core.readfile "
+            "ocihook.linux.ociruntime "
             "ocihook ocihook._main ocihook.appliers ocihook.appliers.editrecord "
             "ocihook.appliers.live ocihook.appliers.live.hooks ocihook.appliers.live.libraries "
             "ocihook.appliers.live.procmask ocihook.appliers.live.rootfs "
@@ -416,6 +430,8 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "when it execs the runtime"
         ),
         ocihook=_names(
+            "ocihook.core.readfile "
+            "ocihook.linux.ociruntime "
             "ocihook ocihook._main ocihook.appliers ocihook.appliers.editrecord "
             "ocihook.appliers.spec ocihook.cdi ocihook.cdi.inject ocihook.cdi.names "
             "ocihook.cdi.registry ocihook.cdi.spec ocihook.commands ocihook.commands.runtime "

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..core.errors import OcihookError
+from ..core.readfile import read_regular
 from ..engines import CDI_SPEC_DIRS, READERS, Registration
 from ..engines.common import read_text_if_regular
 from .context import Context
@@ -177,10 +178,46 @@ def check_runtime(ctx: Context, engines: Sequence[str] | None = None) -> list[Ch
             )
             continue
         checks.append(Check("runtime", engine, "PASS", f"{shown} in {where}"))
+    checks += check_oci_runtimes(ctx)
     checks += check_cdi(ctx)
     from .specs import check_spec_hooks
 
     checks += check_spec_hooks(ctx, CDI_SPEC_DIRS)
+    return checks
+
+
+def check_oci_runtimes(ctx: Context, names: Sequence[str] = ("runc", "crun")) -> list[Check]:
+    """One check per OCI runtime of ``names`` on ``PATH`` (reading the real ``/`` only):
+    its version, WARN for a runc older than 1.1.14, whose bind-mount target handling an
+    image can race in spec mode and the wrapper (CVE-2024-45310:
+    :mod:`ocihook.linux.ociruntime`). A runtime that is not installed gives no check."""
+    from ..linux.ociruntime import mount_race_warning, runtime_version
+
+    if ctx.config_root != "/":
+        return []
+    checks: list[Check] = []
+    for name in names:
+        path = shutil.which(name)
+        if path is None:
+            continue
+        found = runtime_version(path)
+        title = f"OCI runtime {name}"
+        if found is None:
+            checks.append(Check("runtime", title, "WARN", f"{path} --version says no version"))
+            continue
+        warning = mount_race_warning(path)
+        if warning is not None:
+            checks.append(
+                Check(
+                    "runtime",
+                    title,
+                    "WARN",
+                    warning,
+                    "install runc 1.1.14 or later, or register ocihook in hook mode",
+                )
+            )
+        else:
+            checks.append(Check("runtime", title, "PASS", f"{path}: {found[0]} {found[1]}"))
     return checks
 
 
@@ -256,8 +293,7 @@ def check_cdi(ctx: Context, spec_dirs: Sequence[str] = CDI_SPEC_DIRS) -> list[Ch
                 continue
             path = os.path.join(directory, name)
             try:
-                with open(path, "rb") as f:
-                    data = f.read(64 << 20)
+                data = read_regular(path)
             except OSError as exc:
                 checks.append(Check("runtime", f"CDI spec {path}", "FAIL", exc.strerror or "", ""))
                 continue

@@ -174,29 +174,25 @@ def load_json(text: str, path: str) -> Any:
         raise EngineConfigError(f"not valid JSON: {e}", path=path) from None
 
 
+#: Larger engine configuration files are refused, in bytes (real ones are a few KiB).
+MAX_ENGINE_CONFIG_BYTES = 16 << 20
+
+
 def read_file(path: str) -> bytes | None:
     """A regular file's bytes (an engine's configuration), ``None`` when it does not exist.
 
     Raises:
-        EngineConfigError: unreadable, or not a regular file.
+        EngineConfigError: unreadable, not a regular file, or larger than
+            :data:`MAX_ENGINE_CONFIG_BYTES`.
     """
-    import stat
+    from ..core.readfile import read_regular
 
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        return read_regular(path, MAX_ENGINE_CONFIG_BYTES)
     except FileNotFoundError:
         return None
     except OSError as e:
-        raise EngineConfigError(f"cannot open: {e.strerror}", path=path) from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise EngineConfigError("not a regular file", path=path)
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read()
-    except OSError as e:
         raise EngineConfigError(f"cannot read: {e.strerror}", path=path) from None
-    finally:
-        os.close(fd)
 
 
 def write_change(change: Change) -> bool:

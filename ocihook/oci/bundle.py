@@ -19,6 +19,7 @@ import os
 
 from ..core import jsonfast
 from ..core.errors import SpecError, StateError
+from ..core.readfile import MAX_JSON_BYTES, read_regular
 from ..core.records import Record
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
@@ -35,9 +36,6 @@ __all__ = [
     "write_bytes_atomic",
     "write_json_atomic",
 ]
-
-#: Largest config.json / state JSON read, in bytes (a sane bound, not a spec rule).
-MAX_JSON_BYTES = 16 << 20
 
 
 class Bundle(Record):
@@ -136,14 +134,11 @@ def load_bundle(bundle: str, *, hint: str = "pass the bundle directory with --bu
     bundle = os.path.abspath(bundle)
     config_path = os.path.join(bundle, "config.json")
     try:
-        with open(config_path, "rb") as f:
-            raw = f.read(MAX_JSON_BYTES + 1)
+        raw = read_regular(config_path, MAX_JSON_BYTES)
     except FileNotFoundError:
         raise SpecError("config.json not found", path=config_path, hint=hint) from None
     except OSError as e:
         raise SpecError(f"cannot read config.json: {e.strerror}", path=config_path) from None
-    if len(raw) > MAX_JSON_BYTES:
-        raise SpecError(f"config.json is larger than {MAX_JSON_BYTES} bytes", path=config_path)
     doc = _loads(raw, path=config_path, err=SpecError)
     if not isinstance(doc, dict):
         raise SpecError("config.json must hold a JSON object", path=config_path)
@@ -189,7 +184,7 @@ def parse_state(data: bytes, *, source: str = "<stdin>") -> State:
             hint="run this as an OCI hook; the runtime writes the state JSON on stdin",
         )
     if len(data) > MAX_JSON_BYTES:
-        raise StateError("state JSON too large", path=source)
+        raise StateError(f"state JSON larger than {MAX_JSON_BYTES} bytes", path=source)
     doc = _loads(data, path=source, err=StateError)
     if not isinstance(doc, dict):
         raise StateError("state must be a JSON object", path=source)

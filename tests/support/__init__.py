@@ -36,7 +36,7 @@ from support.bundles import (
     stage_hook,
     with_mknod_cap,
 )
-from support.cdi import CDI_GPU_SPEC, GOOD_CDI_YAML
+from support.cdi import CDI_GPU_SPEC, GOOD_CDI_YAML, host_cdi_spec
 from support.cli import OCIHOOK, edit_cli, edit_with_cdi, modules_after, run_cli, run_cli_process
 from support.containers import (
     ENGINE_SCRIPT,
@@ -143,6 +143,7 @@ __all__ = [
     "fuzz_settings",
     "gcc_libcuda",
     "guard_host",
+    "host_cdi_spec",
     "load_pynvml_double",
     "make_bundle",
     "make_executable",

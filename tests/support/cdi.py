@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import copy
+from pathlib import Path
+from typing import Any
+
 #: A valid CDI spec in YAML (cdiVersion 0.3.0, kind example.com/gpu): one device
 #: ``gpu0`` whose edits set ``A=1``; tests edit the text into the case they need.
 GOOD_CDI_YAML = """\
@@ -42,3 +46,25 @@ CDI_GPU_SPEC = {
         for i in range(2)
     ],
 }
+
+
+def host_cdi_spec(root: str | Path, spec: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A copy of ``spec`` (default :data:`CDI_GPU_SPEC`) whose device nodes and bind
+    mounts take their host files from under ``root``, an empty file made there for each
+    one missing: a spec that matches its host, as injection in spec mode requires
+    (a stale one is refused)."""
+    doc: dict[str, Any] = copy.deepcopy(CDI_GPU_SPEC if spec is None else spec)
+    edits = [doc.get("containerEdits") or {}] + [d["containerEdits"] for d in doc["devices"]]
+    for e in edits:
+        for node in e.get("deviceNodes", []):
+            node["hostPath"] = _made(root, node.get("hostPath") or node["path"])
+        for mount in e.get("mounts", []):
+            mount["hostPath"] = _made(root, mount["hostPath"])
+    return doc
+
+
+def _made(root: str | Path, path: str) -> str:
+    full = Path(root, path.lstrip("/"))
+    full.parent.mkdir(parents=True, exist_ok=True)
+    full.touch()
+    return str(full)

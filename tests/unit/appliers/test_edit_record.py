@@ -267,3 +267,26 @@ def test_a_removed_variable_is_not_put_back(tmp_path: Any, host: simhost.Simulat
     doc = _doc(bundle)
     assert not any(e.startswith("NVIDIA_VISIBLE_DEVICES=") for e in doc["process"]["env"])
     assert _gpu_nodes(doc) == []
+
+
+@given(
+    st.lists(
+        st.text(alphabet=st.sampled_from(["a", "=", "\ud800", "é", "\x00"]), max_size=8),
+        max_size=4,
+    )
+)
+def test_record_of_lone_surrogates_round_trips(env: list[str]) -> None:
+    """An env entry holding a lone surrogate (JSON's "\\ud800" escape, which an image's
+    config.json may hold; a high one alone, as JSON decoding pairs a high and a low one) is
+    recorded and read back exactly: it once raised
+    UnicodeEncodeError while the record was written."""
+    before = {"process": {"env": [*env, "NVIDIA_VISIBLE_DEVICES=0"]}}
+    after = {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=void"]}, "linux": {"devices": [1]}}
+    doc = record_edit(before, after)
+    record = read_record(doc)
+    assert record is not None
+    assert record["replaced_env"] == [
+        e for e in [*env, "NVIDIA_VISIBLE_DEVICES=0"] if e not in after["process"]["env"]
+    ]
+    assert record["added"]["linux.devices"] == [1]
+    assert doc["annotations"]["ocihook.edits"].isascii()

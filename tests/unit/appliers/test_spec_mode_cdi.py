@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from support import CDI_GPU_SPEC as GPU_SPEC
 from support import GOOD_CDI_YAML as GOOD_YAML
-from support import make_bundle, run_cli
+from support import host_cdi_spec, make_bundle, run_cli
 
 from ocihook.appliers.spec import edit_bundle
 from ocihook.config.options import Options
@@ -26,7 +26,7 @@ from ocihook.request.nvidia import request_from_spec
 def spec_dir(tmp_path: Path) -> Path:
     d = tmp_path / "cdi"
     d.mkdir()
-    (d / "nvidia.json").write_text(json.dumps(GPU_SPEC))
+    (d / "nvidia.json").write_text(json.dumps(host_cdi_spec(tmp_path / "host", GPU_SPEC)))
     return d
 
 
@@ -348,3 +348,134 @@ def test_cdi_write_failure_removes_the_targets(
         ["usr", "usr/lib", "usr/lib/x", "usr/lib/x/libfoo.so.1", "usr/share", "usr/share/foo"]
     ]
     assert _tree(b / "rootfs") == {}
+
+
+# --- stale specs -------------------------------------------------------------------------
+
+
+def _listing(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def _generated_host(tmp_path: Path) -> tuple[Path, Path]:
+    """A simulated host of its own and the CDI spec ``ocihook cdi generate`` writes for it
+    (the spec dir), as the boot unit would have written it before a driver change."""
+    from ocihook.sim import host as simhost
+
+    sim = simhost.build(str(tmp_path / "host"))
+    spec_dir = tmp_path / "cdi"
+    spec_dir.mkdir()
+    out = spec_dir / "nvidia.json"
+    r = run_cli(
+        "cdi", "generate", "--driver-root", sim.root, "--dev-root", sim.root, "--output", str(out)
+    )
+    assert r.returncode == 0, r.stderr
+    return Path(sim.root), spec_dir
+
+
+@pytest.mark.parametrize("lost", ["library", "device node"])
+def test_stale_spec_refused_at_injection(tmp_path: Path, lost: str) -> None:
+    """A spec generated before the driver changed: a library it mounts, or a device node it
+    names, is gone from the host. The edit is refused with one line naming the file and
+    how to regenerate (exit 11); config.json and the rootfs are as they were."""
+    _root, spec_dir = _generated_host(tmp_path)
+    spec = json.loads((spec_dir / "nvidia.json").read_text())
+    if lost == "library":
+        gone = next(
+            m["hostPath"]
+            for m in spec["containerEdits"]["mounts"]
+            if "libcuda.so." in m["hostPath"]
+        )
+    else:
+        dev = next(d for d in spec["devices"] if d["name"] == "1")
+        node = dev["containerEdits"]["deviceNodes"][0]
+        gone = node.get("hostPath") or node["path"]
+    os.unlink(gone)
+    b = make_bundle(tmp_path / "b", ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1"])
+    before = (b / "config.json").read_bytes()
+    rootfs_before = _listing(b / "rootfs")
+    r = _edit_cli(b, spec_dir)
+    assert r.returncode == 11, r.stderr
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(
+        f"ocihook: error[bad-cdi-spec]: stale CDI spec: {gone} is not on the host"
+    )
+    assert f"file {spec_dir / 'nvidia.json'}" in lines[0]
+    assert f"ocihook cdi generate --output {spec_dir / 'nvidia.json'}" in lines[0]
+    assert (b / "config.json").read_bytes() == before
+    assert _listing(b / "rootfs") == rootfs_before
+
+
+def test_fresh_generated_spec_injects(tmp_path: Path) -> None:
+    """The same spec on an unchanged host: injected (the check finds every file)."""
+    root, spec_dir = _generated_host(tmp_path)
+    b = make_bundle(tmp_path / "b", ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1"])
+    r = _edit_cli(b, spec_dir)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((b / "config.json").read_text())
+    assert any(m["source"].startswith(str(root)) for m in doc["mounts"])
+
+
+def test_stale_check_is_ocihooks_not_the_references(tmp_path: Path) -> None:
+    """inject_devices alone keeps the reference library's behaviour (no check);
+    ``check_host_files`` adds it. Non-bind mounts (tmpfs) name no host file."""
+    from ocihook.cdi.inject import inject_devices, stale_host_file
+    from ocihook.cdi.registry import Registry
+    from ocihook.cdi.spec import load_spec
+
+    present = tmp_path / "present"
+    present.write_text("")
+    doc = {
+        "cdiVersion": "0.5.0",
+        "kind": "example.com/gpu",
+        "devices": [
+            {
+                "name": "a",
+                "containerEdits": {
+                    "mounts": [
+                        {"hostPath": "tmpfs", "containerPath": "/t", "type": "tmpfs"},
+                        {"hostPath": str(present), "containerPath": "/p", "options": ["bind"]},
+                        {"hostPath": str(tmp_path / "gone"), "containerPath": "/g"},
+                    ]
+                },
+            }
+        ],
+    }
+    path = str(tmp_path / "x.json")
+    spec = load_spec(json.dumps(doc), path=path)
+    assert stale_host_file(spec.devices[0].container_edits) == str(tmp_path / "gone")
+    registry = Registry.from_specs([(0, path, spec)])
+    config = {"process": {"env": []}}
+    out = inject_devices(config, registry, ["example.com/gpu=a"])
+    assert [m["destination"] for m in out["mounts"]] == ["/t", "/p", "/g"]
+    with pytest.raises(CdiError) as err:
+        inject_devices(config, registry, ["example.com/gpu=a"], check_host_files=True)
+    assert err.value.path == path
+    assert err.value.message == f"stale CDI spec: {tmp_path / 'gone'} is not on the host"
+    assert config == {"process": {"env": []}}
+
+
+@pytest.mark.parametrize(
+    ("mounts", "field"),
+    [
+        ([5], "mounts[0]"),
+        ([{"destination": 5}], "mounts[0].destination"),
+        ([{}], "mounts[0].destination"),
+    ],
+)
+def test_config_json_mount_without_string_destination(
+    tmp_path: Path, spec_dir: Path, mounts: list[Any], field: str
+) -> None:
+    """A config.json mount that is not an object with a string destination: one line
+    naming the field (exit 3), where injection once raised TypeError."""
+    b = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1"])
+    doc = json.loads((b / "config.json").read_text())
+    doc["mounts"] = mounts
+    (b / "config.json").write_text(json.dumps(doc))
+    before = (b / "config.json").read_bytes()
+    r = _edit_cli(b, spec_dir)
+    assert r.returncode == 3, r.stderr
+    assert "Traceback" not in r.stderr
+    assert f"field {field}" in r.stderr and str(b / "config.json") in r.stderr
+    assert (b / "config.json").read_bytes() == before

@@ -131,9 +131,9 @@ def test_validate_special_files_do_not_block(tmp_path: Path) -> None:
     assert r.returncode == 11
     assert r.stdout.startswith("good.json: ok:")
     assert r.stderr.splitlines()[:3] == [
-        "fifo.json: invalid: cannot read: not a regular file",
-        "dir.json: invalid: cannot read: not a regular file",
-        "/dev/zero: invalid: cannot read: not a regular file",
+        "fifo.json: invalid: cannot read: not a regular file (a FIFO)",
+        "dir.json: invalid: cannot read: not a regular file (a directory)",
+        "/dev/zero: invalid: cannot read: not a regular file (a device)",
     ]
 
 

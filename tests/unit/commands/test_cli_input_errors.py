@@ -249,3 +249,30 @@ def test_cdi_version_parse_never_raises(parts: list[str], prefix: str) -> None:
     assert got is not None
     want = tuple(int(p) if len(p) <= 9 else 10**9 for p in parts)
     assert got == want
+
+
+@pytest.mark.parametrize(("kind", "target"), [("device", "/dev/zero"), ("FIFO", None)])
+@pytest.mark.parametrize("stage", ["prestart", "createRuntime", "create-container"])
+def test_hook_config_json_special_file(
+    tmp_path: Path, kind: str, target: str | None, stage: str
+) -> None:
+    """A bundle whose config.json is /dev/zero or a FIFO: the hook (its no-GPU fast exit
+    included) refuses it in one line, exit 3, without reading or blocking."""
+    path = tmp_path / "config.json"
+    if target is None:
+        os.mkfifo(path)
+    else:
+        path.symlink_to(target)
+    state = json.dumps({"ociVersion": "1.0.2", "id": "c", "pid": 1, "bundle": str(tmp_path)})
+    r = run_cli_process("hook", stage, stdin=state, timeout=30)
+    assert r.returncode == 3, r.stderr
+    assert f"cannot read config.json: not a regular file (a {kind})" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_hook_state_larger_than_limit() -> None:
+    """More than 16 MiB of state on stdin: refused in one line, exit 4."""
+    state = '{"id": "c", "bundle": "/x", "pad": "' + "x" * (16 << 20) + '"}'
+    r = run_cli_process("hook", "prestart", stdin=state, timeout=60)
+    assert r.returncode == 4, r.stderr[-500:]
+    assert "state JSON larger than 16777216 bytes" in r.stderr

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import CDI_GPU_SPEC, WRAPPER, need_root_and, packaged_hook
+from support import WRAPPER, host_cdi_spec, need_root_and, packaged_hook
 from support import config_bytes as _config
 from support import make_executable as _executable
 
@@ -265,6 +265,9 @@ class Stage:
         self.root = root
         self.write_config()
 
+    def runc_path(self) -> Path:
+        return Path(self.runc)
+
     def write_config(self, extra: str = "") -> None:
         text = f'driver-root = "{self.root}"\ndev-root = "{self.root}"\n' + extra
         self.config.write_text(text)
@@ -429,7 +432,7 @@ def test_cdi_requests_injected_from_the_registry(
     variable at all: the byte check must still see it, with no configuration file)."""
     spec_dir = tmp_path / "cdi"
     spec_dir.mkdir()
-    (spec_dir / "nvidia.json").write_text(json.dumps(CDI_GPU_SPEC))
+    (spec_dir / "nvidia.json").write_text(json.dumps(host_cdi_spec(tmp_path / "host")))
     config = f'cdi-spec-dirs = ["{spec_dir}"]\n' + (
         'mode = "cdi"\n' if how == "env-cdi-mode" else ""
     )
@@ -748,5 +751,108 @@ def test_create_mask_failure_deletes_the_container(
     assert len(lines) == 1 and lines[0].startswith("ocihook-runtime: error[apply-failed]:"), lines
     assert "mount namespace" in lines[0]
     calls = [json.loads(ln) for ln in stage.record.read_text().splitlines()]
-    assert calls == [args, ["--root", "/r", "delete", "--force", "cid"]]
+    # the version asked first (spec mode's runc check; this stand-in gives none)
+    assert calls == [["--version"], args, ["--root", "/r", "delete", "--force", "cid"]]
     assert "createContainer" not in json.loads(_config(bundle)).get("hooks", {})
+
+
+@pytest.mark.parametrize(("kind", "target"), [("device", "/dev/zero"), ("FIFO", None)])
+def test_special_config_json_refused_without_reading(
+    stage: Stage, bundle_factory: Callable[..., str], kind: str, target: str | None
+) -> None:
+    """A config.json that is /dev/zero or a FIFO: the no-GPU fast path and the edit refuse
+    it in one line (exit 3) without reading it, and runc is not started."""
+    bundle = bundle_factory(["true"], [])
+    path = os.path.join(bundle, "config.json")
+    os.unlink(path)
+    if target is None:
+        os.mkfifo(path)
+    else:
+        os.symlink(target, path)
+    proc = stage.run("create", "--bundle", bundle, "cid")
+    assert proc.returncode == 3, proc.stderr
+    assert f"cannot read config.json: not a regular file (a {kind})" in proc.stderr
+    assert path in proc.stderr
+    assert stage.called() is None
+
+
+def test_oversized_config_json_refused(stage: Stage, bundle_factory: Callable[..., str]) -> None:
+    """A config.json over 16 MiB (here a sparse one) is refused before it is read."""
+    bundle = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0"])
+    path = os.path.join(bundle, "config.json")
+    with open(path, "r+b") as f:
+        f.truncate(16 * 1024 * 1024 + 1)
+    proc = stage.run("create", "--bundle", bundle, "cid")
+    assert proc.returncode == 3, proc.stderr
+    assert "larger than 16777216 bytes (16 MiB)" in proc.stderr
+    assert stage.called() is None
+
+
+@pytest.mark.parametrize(
+    ("version", "mode", "warned"),
+    [
+        ("runc version 1.1.5+ds1", "auto", True),
+        ("runc version 1.1.13", "auto", True),
+        ("runc version 1.1.14", "auto", False),
+        ("runc version 1.2.0", "auto", False),
+        ("crun version 1.8.1", "auto", False),
+        ("runc version 1.1.5", "legacy", False),  # the hook modes hand runc no bind mounts
+    ],
+)
+def test_old_runc_warned_in_spec_mode(
+    stage: Stage, bundle_factory: Callable[..., str], version: str, mode: str, warned: bool
+) -> None:
+    """A GPU container edited in spec mode for a runc older than 1.1.14 gets one warning
+    line naming CVE-2024-45310 (runc's bind-mount-target race); the container still starts."""
+    script = (
+        stage.runc_path()
+        .read_text()
+        .replace(
+            "import json, os, sys\n",
+            "import json, os, sys\n"
+            f"if sys.argv[1:] == ['--version']:\n    print({version!r}); sys.exit(0)\n",
+        )
+    )
+    stage.runc_path().write_text(script)
+    stage.write_config(f'mode = "{mode}"\n')
+    bundle = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0"])
+    proc = stage.run("create", "--bundle", bundle, "cid")
+    assert proc.returncode == 0, proc.stderr
+    called = stage.called()
+    assert called is not None and called["argv"][1:] == ["create", "--bundle", bundle, "cid"]
+    lines = [line for line in proc.stderr.splitlines() if "CVE-2024-45310" in line]
+    if warned:
+        shown = version.split()[2]
+        assert lines == [
+            f"ocihook-runtime: warning: {stage.runc} is runc {shown}, older than 1.1.14: an "
+            "image that swaps a directory for a link while runc mounts can make it create "
+            "empty files on the host (CVE-2024-45310); spec mode hands runc its bind mounts, "
+            "the hook modes do not: upgrade runc (a distribution's package may carry the "
+            "fix), or use hook mode"
+        ]
+    else:
+        assert lines == []
+
+
+def test_stale_cdi_spec_refused_before_runc(
+    stage: Stage, bundle_factory: Callable[..., str], tmp_path: Path
+) -> None:
+    """The wrapper's cdi mode with a spec whose library is gone from the host: exit 11,
+    one line naming the file, config.json as it was, runc never started."""
+    spec_dir = tmp_path / "cdi"
+    spec_dir.mkdir()
+    spec = host_cdi_spec(tmp_path / "host")
+    (spec_dir / "nvidia.json").write_text(json.dumps(spec))
+    gone = spec["containerEdits"]["mounts"][0]["hostPath"]
+    os.unlink(gone)
+    stage.write_config(f'cdi-spec-dirs = ["{spec_dir}"]\nmode = "cdi"\n')
+    bundle = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=1"])
+    before = _config(bundle)
+    proc = stage.run("create", "-b", bundle, "cid")
+    assert proc.returncode == 11, proc.stderr
+    assert proc.stderr.startswith(
+        f"ocihook-runtime: error[bad-cdi-spec]: stale CDI spec: {gone} is not on the host"
+    )
+    assert len(proc.stderr.splitlines()) == 1
+    assert _config(bundle) == before
+    assert stage.called() is None

@@ -167,7 +167,7 @@ def test_unreadable_files(config_file: Callable[..., str], tmp_path: Path) -> No
     assert "byte offset 8" in str(e.value)
     # a directory where the default file's directory should be: an error, not defaults
     Path(load.DEFAULT_PATH).parent.write_text("")
-    with pytest.raises(ConfigError, match="cannot open"):
+    with pytest.raises(ConfigError, match="cannot read configuration file: Not a directory"):
         load_config(environ={})
 
 

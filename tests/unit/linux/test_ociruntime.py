@@ -1,0 +1,105 @@
+"""The OCI runtime's version (``runc --version``), cached by the binary's identity, and the
+warning for a runc older than 1.1.14 (CVE-2024-45310)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ocihook.linux.ociruntime import (
+    RUNC_SAFE_MOUNT_TARGETS,
+    mount_race_warning,
+    parse_version_output,
+    runtime_version,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("runc version 1.1.5+ds1\ncommit: x\n", ("runc", "1.1.5+ds1", (1, 1, 5))),
+        ("runc version 1.2.0-rc.3\n", ("runc", "1.2.0-rc.3", (1, 2, 0))),
+        ("crun version 1.8.1\ncommit: f8a0\n", ("crun", "1.8.1", (1, 8, 1))),
+        ("youki version 0.3\n", ("youki", "0.3", (0, 3, 0))),
+        ("runc version 1\n", None),
+        ("runc 1.1.5\n", None),
+        ("", None),
+        ("runc version v1.1.5\n", None),
+        ("runc version 1.1.99999999999\n", ("runc", "1.1.99999999999", (1, 1, 0))),
+    ],
+)
+def test_parse(text: str, want: object) -> None:
+    assert parse_version_output(text) == want
+
+
+@given(
+    name=st.sampled_from(["runc", "crun", "youki"]),
+    parts=st.tuples(*(st.integers(0, 10**6),) * 3),
+    suffix=st.sampled_from(["", "+ds1", "-rc.1", "~git"]),
+)
+def test_parse_round_trip(name: str, parts: tuple[int, int, int], suffix: str) -> None:
+    shown = ".".join(map(str, parts)) + suffix
+    assert parse_version_output(f"{name} version {shown}\nspec: 1.0.2\n") == (name, shown, parts)
+
+
+@given(st.text(max_size=80))
+def test_parse_never_raises(text: str) -> None:
+    found = parse_version_output(text)
+    assert found is None or len(found[2]) == 3
+
+
+@pytest.mark.skipif(shutil.which("runc") is None, reason="runc is not installed")
+def test_real_runc_matches_its_output(tmp_path: Path) -> None:
+    """The oracle: the installed runc's own first line."""
+    runc = shutil.which("runc")
+    assert runc is not None
+    first = subprocess.run([runc, "--version"], capture_output=True, text=True).stdout
+    found = runtime_version(runc, cache_dir=str(tmp_path / "none"))
+    assert found is not None
+    assert f"{found[0]} version {found[1]}" == first.splitlines()[0]
+    warning = mount_race_warning(runc, cache_dir=str(tmp_path / "none"))
+    assert (warning is not None) == (found[2] < RUNC_SAFE_MOUNT_TARGETS)
+
+
+def _fake(tmp_path: Path, line: str) -> tuple[str, Path]:
+    count = tmp_path / "count"
+    path = tmp_path / "runc"
+    path.write_text(
+        f"#!{sys.executable} -I\nopen({str(count)!r}, 'a').write('x')\nprint({line!r})\n"
+    )
+    path.chmod(0o755)
+    return str(path), count
+
+
+def test_cached_by_identity(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o755)
+    path, count = _fake(tmp_path, "runc version 1.1.12")
+    want = ("runc", "1.1.12", (1, 1, 12))
+    assert runtime_version(path, cache_dir=str(cache)) == want
+    assert runtime_version(path, cache_dir=str(cache)) == want
+    assert count.read_text() == "x"  # the second answer came from the cache
+    # a new binary at the same path: asked again
+    path, count = _fake(tmp_path, "runc version 1.1.14")
+    os.utime(path, ns=(1, 1))
+    assert runtime_version(path, cache_dir=str(cache)) == ("runc", "1.1.14", (1, 1, 14))
+    assert count.read_text() == "xx"
+    assert mount_race_warning(path, cache_dir=str(cache)) is None
+
+
+def test_failing_or_silent_runtime_claims_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "runc"
+    path.write_text("#!/bin/sh\necho 'runc version 1.0.0'\nexit 1\n")
+    path.chmod(0o755)
+    assert runtime_version(str(path), cache_dir=str(tmp_path)) is None
+    assert mount_race_warning(str(path), cache_dir=str(tmp_path)) is None
+    assert runtime_version(str(tmp_path / "absent"), cache_dir=str(tmp_path)) is None
+    (tmp_path / "noexec").write_text("")
+    assert runtime_version(str(tmp_path / "noexec"), cache_dir=str(tmp_path)) is None
