@@ -16,7 +16,9 @@ else, and a non-link in the way is reported, never removed. With ``create_all`` 
 the host's procfs says should exist (each GPU's ``/dev/nvidia<minor>`` from
 ``/proc/driver/nvidia/gpus/*/information``, ``/dev/nvidiactl``, and ``/dev/nvidia-uvm``
 and ``-tools`` when ``/proc/devices`` lists ``nvidia-uvm``) are created first (mode 0666,
-root), as ``nvidia-modprobe`` would.
+root), as ``nvidia-modprobe`` would; only when ``/proc/devices`` lists the driver's major
+(``nvidia``, ``nvidia-frontend`` before 550.40): without a loaded driver none is made,
+and the report says so.
 """
 
 from __future__ import annotations
@@ -71,14 +73,16 @@ def _wanted_nodes(root: HostRoot) -> list[tuple[str, int, int]]:
     from ..discovery.gpus import read_gpus
     from ..discovery.procfs import parse_devices
 
-    gpus, _warnings = read_gpus(root)
-    wanted = [(f"nvidia{g.minor}", NVIDIA_MAJOR, g.minor) for g in gpus]
-    wanted.append(("nvidiactl", NVIDIA_MAJOR, 255))
     try:
         with open(root.proc("devices")) as f:
             majors = parse_devices(f.read())
     except OSError:
         majors = {}
+    if "nvidia" not in majors and "nvidia-frontend" not in majors:
+        return []  # no driver loaded: it reports no node
+    gpus, _warnings = read_gpus(root)
+    wanted = [(f"nvidia{g.minor}", NVIDIA_MAJOR, g.minor) for g in gpus]
+    wanted.append(("nvidiactl", NVIDIA_MAJOR, 255))
     uvm = majors.get("nvidia-uvm")
     if uvm is not None:
         wanted += [("nvidia-uvm", uvm, 0), ("nvidia-uvm-tools", uvm, 1)]
@@ -108,7 +112,13 @@ def create_dev_char_symlinks(root: HostRoot, *, create_all: bool = False) -> lis
             "the device directory does not exist", path=dev_dir, hint="check --dev-root"
         )
     if create_all:
-        for rel, major, minor in _wanted_nodes(root):
+        wanted = _wanted_nodes(root)
+        if not wanted:
+            report.append(
+                f"created no node: {root.proc('devices')} lists no nvidia major (the NVIDIA "
+                "driver is not loaded)"
+            )
+        for rel, major, minor in wanted:
             path = os.path.join(dev_dir, rel)
             if os.path.lexists(path):
                 continue

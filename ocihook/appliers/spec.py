@@ -54,7 +54,13 @@ from ..config.options import HOOK_ENV, HOOK_TIMEOUT, Options, hook_command
 from ..core.errors import ApplyError, OcihookError, RequestError, SpecError
 from ..core.hostroot import HostRoot
 from ..core.records import Record
-from ..linux.pathsafe import create_file_in_root, makedirs_in_root, open_root, remove_in_root
+from ..linux.pathsafe import (
+    close_quietly,
+    create_file_in_root,
+    makedirs_in_root,
+    open_root,
+    remove_in_root,
+)
 from ..oci.bundle import Bundle, dump_json, load_bundle, write_json_atomic
 from ..oci.edit import add_device_rules, child_list, child_object, copy_json, set_env
 from ..pipeline.bundle import plan_for_bundle
@@ -87,12 +93,35 @@ __all__ = [
 _RUNTIME_MOUNTED = ("/dev", "/proc", "/sys")
 
 
-def _remove_created(root_fd: int, created: Sequence[str]) -> None:
+def _remove_created(root_fd: int, created: Sequence[str]) -> list[str]:
+    """Remove the paths of ``created`` (made by this edit) in reverse order; returns those
+    that could not be removed (busy, or the removal failed), for the error to name."""
+    left = []
     for path in reversed(created):
-        try:  # noqa: SIM105 (contextlib is not imported on this path)
+        try:
             remove_in_root(root_fd, path)
-        except ApplyError:  # pragma: no cover - a path we made, now busy: leave it
-            pass
+        except ApplyError:
+            left.append(path)
+    return left
+
+
+def _undo_targets(rootfs: str, created: Sequence[str], err: ApplyError) -> ApplyError:
+    """Remove the mount targets ``created`` in ``rootfs`` after ``err``; what cannot be
+    removed is named in ``err``'s hint (never left silently). Returns ``err``."""
+    try:
+        root_fd = open_root(rootfs)
+    except ApplyError:
+        left = list(created)
+    else:
+        try:
+            left = _remove_created(root_fd, created)
+        finally:
+            close_quietly(root_fd)
+    if left:
+        shown = ", ".join(left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
+        note = f"these empty mount targets it made are left in the rootfs: {shown}"
+        err.hint = f"{err.hint}; {note}" if err.hint else note
+    return err
 
 
 def create_mount_targets(rootfs: str, mounts: Sequence[Mount]) -> tuple[str, ...]:
@@ -112,7 +141,8 @@ def create_mount_targets(rootfs: str, mounts: Sequence[Mount]) -> tuple[str, ...
 
     Raises:
         ApplyError: a target is a symbolic link or of the wrong kind, or making one failed
-            (EROFS, ENOSPC, ENOTDIR...); what was made is removed first.
+            (EROFS, ENOSPC, ENOTDIR...); what was made is removed first, and what
+            cannot be removed is named in its hint.
     """
     if not os.path.isdir(rootfs):
         return ()
@@ -122,7 +152,7 @@ def create_mount_targets(rootfs: str, mounts: Sequence[Mount]) -> tuple[str, ...
         for m in mounts:
             if m.type != "bind" and "bind" not in m.options and "rbind" not in m.options:
                 continue
-            dest = "/" + m.destination.strip("/")
+            dest = _container_path(m.destination)
             if _runtime_mounted(dest):
                 continue
             try:
@@ -130,12 +160,15 @@ def create_mount_targets(rootfs: str, mounts: Sequence[Mount]) -> tuple[str, ...
             except OSError:
                 is_dir = False  # a missing source: the runtime names it
             make = makedirs_in_root if is_dir else create_file_in_root
-            os.close(make(root_fd, dest, created=created))
-    except ApplyError:
-        _remove_created(root_fd, created)
-        raise
+            close_quietly(make(root_fd, dest, created=created))
+    except ApplyError as err:
+        failed: ApplyError | None = err
+    else:
+        failed = None
     finally:
-        os.close(root_fd)
+        close_quietly(root_fd)
+    if failed is not None:
+        raise _undo_targets(rootfs, created, failed)
     return tuple(created)
 
 
@@ -451,6 +484,15 @@ def _runtime_mounted(path: str) -> bool:
     return any(path == d or path.startswith(d + "/") for d in _RUNTIME_MOUNTED)
 
 
+def _container_path(path: str) -> str:
+    """``path`` (absolute) in one spelling: ``.`` and ``..`` taken out and slashes
+    collapsed (``/./`` is ``/``, ``//usr/lib/`` is ``/usr/lib``), as the runtime joins it
+    to the rootfs."""
+    import posixpath
+
+    return "/" + posixpath.normpath("/" + path).strip("/")
+
+
 def _covers(destination: str, path: str) -> bool:
     return destination == "/" or path == destination or path.startswith(destination + "/")
 
@@ -495,7 +537,7 @@ def rootfs_edit_blocker(
         dest = m.get("destination") if isinstance(m, dict) else None
         if not isinstance(dest, str) or not dest.startswith("/"):
             continue
-        dest = "/" + dest.strip("/")
+        dest = _container_path(dest)
         for path in written:
             if _covers(dest, path):
                 return f"the mount at {dest} covers {path}", {}
@@ -716,15 +758,8 @@ def _finish(
     try:
         after = write_json_atomic(read.config_path, doc, indent=indent, durable=durable)
     except OSError as e:
-        if created:
-            root_fd = open_root(read.rootfs)
-            try:
-                _remove_created(root_fd, created)
-            finally:
-                os.close(root_fd)
-        raise ApplyError(
-            f"cannot replace config.json: {e.strerror}", path=read.config_path
-        ) from None
+        err = ApplyError(f"cannot replace config.json: {e.strerror}", path=read.config_path)
+        raise _undo_targets(read.rootfs, created, err) if created else err from None
     return EditResult(read, request, plan, read.raw, after, True, cdi_names, ignored)
 
 

@@ -630,6 +630,31 @@ def _warm_discovery_cache(root: HostRoot) -> None:
             return
 
 
+def _refuse_cdi_names(config: dict[str, Any], path: str, policy: Any, request: Any) -> None:
+    """Raise :class:`RequestError` when ``NVIDIA_VISIBLE_DEVICES`` (``request``),
+    ``AMD_VISIBLE_DEVICES`` or ``INTEL_VISIBLE_DEVICES`` holds a qualified CDI name: the
+    hook modes have no CDI path, and every vendor's name gets the same answer, before
+    anything about the container is checked."""
+    from ..core.errors import RequestError
+    from ..request.drm import drm_cdi_entries
+    from ..request.nvidia import classify_device
+
+    nvidia_field = (
+        "process.env[NVIDIA_VISIBLE_DEVICES]" if request.source == "process.env" else request.source
+    )
+    found = [(nvidia_field, d) for d in request.devices if classify_device(d) == "cdi"]
+    found += [(f"process.env[{v}]", d) for v, d in drm_cdi_entries(config, policy=policy)]
+    if found:
+        field, entry = found[0]
+        raise RequestError(
+            "CDI device names are injected from the CDI registry by spec mode, not here",
+            path=path,
+            field=field,
+            value=entry,
+            hint="use spec mode (ocihook edit) or a CDI-aware runtime, or request the GPU by index",
+        )
+
+
 def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
     from ..oci import bundle as _bundle
 
@@ -649,6 +674,7 @@ def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
         options = options_from_config(cfg)
         request = request_from_spec(b.config, path=b.config_path, policy=options.policy)
         drm_requests = drm_requests_from_spec(b.config, path=b.config_path, policy=options.policy)
+        _refuse_cdi_names(b.config, b.config_path, options.policy, request)
         from ..request.policy import ignored_by_policy, policy_note
 
         # hook mode has no CDI path: annotations are never read here

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_LINKS",
     "RememberedResolutions",
+    "close_quietly",
     "create_file_at",
     "create_file_in_root",
     "makedirs_in_root",
@@ -75,6 +76,19 @@ _RESOLVE = _linux.RESOLVE_IN_ROOT | _linux.RESOLVE_NO_MAGICLINKS
 _DIR = os.O_PATH | os.O_DIRECTORY
 #: openat2 returns EAGAIN when a rename or mount raced with a RESOLVE_IN_ROOT lookup.
 _EAGAIN_TRIES = 32
+
+
+def close_quietly(fd: int) -> None:
+    """Close ``fd``, a descriptor opened read-only or ``O_PATH`` (a directory, a lookup, a
+    mount target), ignoring an error: Linux releases the descriptor even when ``close``
+    fails (``close(2)``: "the file descriptor is released before the error is reported"),
+    and nothing was written through it, so an ``EIO`` or ``EINTR`` there loses nothing.
+    Never use it for a descriptor whose writes must be known to have landed."""
+    try:  # noqa: SIM105 (contextlib is not imported on the start path)
+        os.close(fd)
+    except OSError:
+        pass
+
 
 #: Set once openat2 answered ENOSYS; from then on the user-space walk is used.
 _openat2_missing = False
@@ -388,7 +402,7 @@ def _walk_open(root_fd: int, path: str, flags: int, mode: int) -> int:
             raise _eloop(path)
         if target.startswith("/"):
             while stack:
-                os.close(stack.pop())
+                close_quietly(stack.pop())
         pending.extend(_components(target))
 
     try:
@@ -401,7 +415,7 @@ def _walk_open(root_fd: int, path: str, flags: int, mode: int) -> int:
                 continue
             if part == "..":
                 if stack:
-                    os.close(stack.pop())
+                    close_quietly(stack.pop())
                 continue
             if creating and pending == [_SLASH]:
                 raise OSError(errno.EISDIR, os.strerror(errno.EISDIR), path)
@@ -418,7 +432,7 @@ def _walk_open(root_fd: int, path: str, flags: int, mode: int) -> int:
                     target = os.readlink("", dir_fd=fd)
                 finally:
                     if fd >= 0:
-                        os.close(fd)
+                        close_quietly(fd)
                 follow(target)
                 continue
             # The final component: opened with the caller's flags, but never followed by
@@ -444,15 +458,15 @@ def _walk_open(root_fd: int, path: str, flags: int, mode: int) -> int:
                 is_link = stat.S_ISLNK(os.fstat(fd).st_mode)
                 target = os.readlink("", dir_fd=fd) if is_link else ""
             except BaseException:
-                os.close(fd)
+                close_quietly(fd)
                 raise
             if not is_link:
                 return fd
-            os.close(fd)
+            close_quietly(fd)
             follow(target)
     finally:
         for fd in stack:
-            os.close(fd)
+            close_quietly(fd)
 
 
 def _open(root_fd: int, path: str, flags: int, mode: int = 0) -> int:
@@ -567,17 +581,17 @@ def _makedirs(root_fd: int, path: str, mode: int, created: list[str] | None) -> 
                     raise _eloop(path)
                 if target.startswith("/"):
                     fd = _open(root_fd, "/", _DIR)
-                    os.close(base)
+                    close_quietly(base)
                     base, expr = fd, "/"
                 pending.extend(_components(target))
                 continue
-            os.close(base)
+            close_quietly(base)
             base, expr = fd, nxt
         fd, base = base, -1
         return fd
     finally:
         if base >= 0:
-            os.close(base)
+            close_quietly(base)
 
 
 def makedirs_in_root(
@@ -630,7 +644,7 @@ def create_file_in_root(
     try:
         return create_file_at(parent_fd, parent, name, mode, created=created)
     finally:
-        os.close(parent_fd)
+        close_quietly(parent_fd)
 
 
 def create_file_at(
@@ -656,15 +670,15 @@ def create_file_at(
         except FileExistsError:
             pass
         else:
-            os.close(fd)
-            if created is not None:
+            if created is not None:  # recorded first: made, whatever close() says
                 created.append(path)
+            close_quietly(fd)
         fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
         st_mode = os.fstat(fd).st_mode
     except OSError as err:
         raise _error("make the file", path, err) from err
     if not stat.S_ISREG(st_mode):
-        os.close(fd)
+        close_quietly(fd)
         raise _refuse(
             f"use an existing {_kind(st_mode)} as a bind-mount target",
             path,
@@ -711,7 +725,7 @@ def symlink_in_root(
                 parent_fd, parent, name, link_path, target, replace_existing_link, created
             )
         finally:
-            os.close(parent_fd)
+            close_quietly(parent_fd)
     except OSError as err:
         raise _error("make the symbolic link", link_path, err) from err
 
@@ -757,10 +771,10 @@ def symlinks_in_root(
                 replaced.append((link_path, old))
             # a link that replaced one on the way to a later link's parent: resolve again
             for stale in [p for p in parents if p == link_path or p.startswith(link_path + "/")]:
-                os.close(parents.pop(stale))
+                close_quietly(parents.pop(stale))
     finally:
         for fd in parents.values():
-            os.close(fd)
+            close_quietly(fd)
     return replaced
 
 
@@ -870,7 +884,7 @@ def mknod_in_root(
                 os.umask(old_umask)
             st = os.lstat(name, dir_fd=parent_fd)
         finally:
-            os.close(parent_fd)
+            close_quietly(parent_fd)
     except OSError as err:
         raise _error("make the device node", path, err) from err
     if stat.S_IFMT(st.st_mode) != kind or st.st_rdev != want_rdev:
@@ -932,7 +946,7 @@ def write_file_in_root(
                 created.append(_join(parent, name))
             atomicfile.report(late, path)
         finally:
-            os.close(parent_fd)
+            close_quietly(parent_fd)
     except OSError as err:
         raise _error("write the file", path, err) from err
 
@@ -967,7 +981,7 @@ def remove_in_root(root_fd: int, path: str) -> bool:
                 return False
             return True
         finally:
-            os.close(parent_fd)
+            close_quietly(parent_fd)
     except FileNotFoundError:
         return False
     except OSError as err:

@@ -24,6 +24,7 @@ __all__ = [
     "DRM_VARIABLES",
     "DRM_VENDOR_NAMES",
     "DrmRequest",
+    "drm_cdi_entries",
     "drm_index",
     "drm_range",
     "drm_request_from_env",
@@ -192,4 +193,32 @@ def drm_requests_from_spec(
             raise e.with_path(path) if path else e from None
         if req is not None:
             found.append(req)
+    return tuple(found)
+
+
+def drm_cdi_entries(
+    config: Mapping[str, Any], *, policy: RequestPolicy | None = None
+) -> tuple[tuple[str, str], ...]:
+    """The qualified CDI names (``amd.com/gpu=0``) among the ``AMD_VISIBLE_DEVICES`` and
+    ``INTEL_VISIBLE_DEVICES`` entries of a ``config.json`` document, as ``(variable,
+    entry)``: what :func:`drm_request_from_env` leaves to the CDI path, for the hook modes
+    (which have none) to refuse rather than drop. ``()`` when ``policy`` ignores the
+    container's environment, or when a variable asks for nothing (``void``, ``none``).
+
+    Raises:
+        SpecError: ``process.env`` has the wrong JSON type.
+        RequestError: a variable's list is malformed (as :func:`split_entries`).
+    """
+    env = env_from_spec(config)
+    if not env_trusted(config, policy):
+        return ()
+    found = []
+    for variable in DRM_VARIABLES.values():
+        raw = env.get(variable)
+        if raw is None:
+            continue
+        items = split_entries(raw, field=f"process.env[{variable}]")
+        if any(i in ("void", "none") for i in items):
+            continue
+        found += [(variable, i) for i in items if is_drm_cdi_name(i)]
     return tuple(found)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from support import CDI_GPU_SPEC, REPO
+from support import REPO, host_cdi_spec
 
 from ocihook.core.startpath import ENTRY_POINTS, HEAVY, START_PATH_MODULES, EntryPoint
 from ocihook.sim import host as simhost
@@ -207,7 +207,7 @@ def _runtime_gpu(tmp: Path, sim: simhost.SimulatedHost) -> tuple[str, str]:
 def _runtime_cdi(tmp: Path, sim: simhost.SimulatedHost) -> tuple[str, str]:
     specs = tmp / "cdi"
     specs.mkdir()
-    (specs / "nvidia.json").write_text(json.dumps(CDI_GPU_SPEC))
+    (specs / "nvidia.json").write_text(json.dumps(host_cdi_spec(tmp / "host")))
     conf = tmp / "ocihook.toml"
     conf.write_text(f'cdi-spec-dirs = ["{specs}"]\n')
     bundle = _bundle(tmp, ["PATH=/bin"])

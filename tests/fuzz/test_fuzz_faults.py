@@ -283,3 +283,117 @@ def test_a_failing_stderr_is_no_traceback(campaigns: dict[str, Any], case: str, 
     assert not crashed, crashed
     assert all(o.state in ("old", "new") for o in on_stderr)
     assert all(o.rc == 0 for o in on_stderr if o.fault.startswith("error") and o.state == "new")
+
+
+#: The calls of spec mode's work in the rootfs (mount targets, links, ld.so.cache), and
+#: the error injected into each.
+ROOTFS_ERRORS = {
+    "openat": "EMFILE",
+    "close": "EIO",
+    "mkdirat": "ENOSPC",
+    "symlinkat": "ENOSPC",
+    "unlinkat": "EIO",
+    "renameat2": "EIO",
+    "write": "ENOSPC",
+}
+
+
+def _listing(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def _rootfs_window(trace: Path, rootfs: Path, bundle: Path) -> list[tuple[str, int, str]]:
+    """The calls of the edit's work in the rootfs: from the rootfs's ``openat`` to the
+    bundle directory's, keeping only those on the bundle's paths and on descriptors they
+    opened (the interpreter's late imports and the loader's opens are not the edit's)."""
+    calls: list[tuple[str, int, str]] = []
+    seen: dict[str, int] = {}
+    start = end = None
+    for line in trace.read_text(errors="replace").splitlines():
+        m = _LINE.match(line)
+        if m is None:
+            continue
+        name = m.group(1)
+        seen[name] = seen.get(name, 0) + 1
+        if start is None and name == "openat" and f'"{rootfs}"' in line:
+            start = len(calls)
+        if start is not None and end is None and name == "openat" and f'"{bundle}"' in line:
+            end = len(calls)
+        calls.append((name, seen[name], line))
+    assert start is not None and end is not None, (start, end)
+    window = []
+    ours: set[str] = set()
+    for name, number, line in calls[start:end]:
+        m = _LINE.match(line)
+        assert m is not None
+        args, ret = m.group(2), m.group(3)
+        fd = args.split(",", 1)[0]
+        if name == "openat":
+            if fd == "AT_FDCWD" and str(bundle) not in args:
+                continue
+            ours.add(ret)
+        elif name in ("close", "write"):
+            if fd not in ours:
+                continue
+            if name == "close":
+                ours.discard(fd)
+        window.append((name, number, line))
+    return window
+
+
+def test_faults_in_the_rootfs_leave_it_as_it_was(
+    sim: simhost.SimulatedHost, tmp_path: Path
+) -> None:
+    """``ocihook edit`` makes mount targets, links and ``ld.so.cache`` in the rootfs before
+    it writes config.json. An error injected into each call of that work (an ``EIO`` from
+    ``close`` included) ends in one of three ways: exit 0 with config.json written; a
+    documented error with config.json and the rootfs as they were; or a documented error
+    whose message names what it left. Never a traceback."""
+    case = _edit(sim)
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    (clean / "empty.toml").write_bytes(b"")
+    argv, path, old = case.setup(clean)
+    trace = ["-e", "trace=" + ",".join(ROOTFS_ERRORS)]
+    env = {**os.environ, "OCIHOOK_CONFIG": str(clean / "empty.toml")}
+    strace = [STRACE or "strace", "-qq", *trace]
+    proc = subprocess.run(
+        [*strace, "-o", str(clean / "trace"), "--", *argv],
+        capture_output=True,
+        timeout=120,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    window = _rootfs_window(clean / "trace", path.parent / "rootfs", path.parent)
+    assert len(window) >= 10, window
+    outcomes: list[tuple[str, int, str, bool]] = []
+    for i, (name, number, line) in enumerate(window):
+        run = tmp_path / f"run-{i}"
+        run.mkdir()
+        (run / "empty.toml").write_bytes(b"")
+        argv, path, old = case.setup(run)
+        before = _listing(path.parent / "rootfs")
+        inject = f"{name}:error={ROOTFS_ERRORS[name]}:when={number}"
+        proc = subprocess.run(
+            [*strace, "-o", str(run / "trace"), "-e", "inject=" + inject, "--", *argv],
+            capture_output=True,
+            timeout=120,
+            env={**env, "OCIHOOK_CONFIG": str(run / "empty.toml")},
+        )
+        err = proc.stderr.decode(errors="replace")
+        unchanged = path.read_bytes() == old and _listing(path.parent / "rootfs") == before
+        outcomes.append((f"{inject}: {line[:80]}", proc.returncode, err, unchanged))
+        key = f"faults rootfs: exit {proc.returncode}" + (", as it was" if unchanged else "")
+        FUZZ_COUNTS[key] = FUZZ_COUNTS.get(key, 0) + 1
+    crashed = [
+        (f, rc, e[-400:]) for f, rc, e, _ in outcomes if "Traceback" in e or rc not in DOCUMENTED
+    ]
+    assert not crashed, crashed
+    # a failure: the old state, or one line naming what was left
+    dirty = [
+        (f, rc, e[-400:])
+        for f, rc, e, unchanged in outcomes
+        if rc != 0 and not unchanged and "left in the rootfs" not in e
+    ]
+    assert not dirty, dirty
+    assert any(rc != 0 for _, rc, _, _ in outcomes)  # the faults reached the work

@@ -138,3 +138,26 @@ def test_packaged_unit_and_rule() -> None:
             Path(unit).write_text(text)
             proc = subprocess.run([analyze, "verify", unit], capture_output=True, text=True)
             assert "ocihook-dev-char-symlinks" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("major_name", [None, "nvidia", "nvidia-frontend"])
+def test_create_all_only_what_the_driver_reports(tmp_path: Any, major_name: str | None) -> None:
+    """A host with no NVIDIA driver loaded (no nvidia major in /proc/devices): --create-all
+    makes no node (it once made /dev/nvidiactl) and says so. A driver before 550.40
+    names its major nvidia-frontend."""
+    root = tmp_path / "host"
+    (root / "dev").mkdir(parents=True)
+    (root / "proc").mkdir()
+    line = f"195 {major_name}\n" if major_name else ""
+    (root / "proc" / "devices").write_text(f"Character devices:\n  1 mem\n{line}\nBlock devices:\n")
+    report = create_dev_char_symlinks(HostRoot.single(str(root)), create_all=True)
+    made = sorted(p.name for p in (root / "dev").iterdir())
+    if major_name is None:
+        assert made == []
+        assert report == [
+            f"created no node: {root}/proc/devices lists no nvidia major (the NVIDIA driver "
+            "is not loaded)"
+        ]
+    else:
+        assert made == ["char", "nvidiactl"]
+        assert f"created node {root}/dev/nvidiactl c 195:255" in report

@@ -26,7 +26,7 @@ def _config(*destinations: Any) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize("dest", ["/", "//", "///"])
+@pytest.mark.parametrize("dest", ["/", "//", "///", "/./", "/.", "/usr/..", "/../"])
 def test_mount_at_the_root_covers_everything(tmp_path: Path, dest: str) -> None:
     reason, sources = rootfs_edit_blocker(_config(dest), str(tmp_path), EDITS)
     assert (reason, sources) == (f"the mount at / covers {LIB}", {})
@@ -37,6 +37,8 @@ def test_mount_at_the_root_covers_everything(tmp_path: Path, dest: str) -> None:
     [
         ("/etc", "the mount at /etc covers /etc/ld.so.cache"),
         ("/etc/", "the mount at /etc covers /etc/ld.so.cache"),
+        ("/./etc", "the mount at /etc covers /etc/ld.so.cache"),
+        ("//usr/./lib64/", f"the mount at /usr/lib64 covers {LIB}"),
         ("/usr/lib64", f"the mount at /usr/lib64 covers {LIB}"),
         (LIB, f"the mount at {LIB} covers {LIB}"),
     ],

@@ -276,3 +276,34 @@ def test_hook_state_larger_than_limit() -> None:
     r = run_cli_process("hook", "prestart", stdin=state, timeout=60)
     assert r.returncode == 4, r.stderr[-500:]
     assert "state JSON larger than 16777216 bytes" in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("variable", "name"),
+    [
+        ("NVIDIA_VISIBLE_DEVICES", "nvidia.com/gpu=0"),
+        ("AMD_VISIBLE_DEVICES", "amd.com/gpu=0"),
+        ("INTEL_VISIBLE_DEVICES", "intel.com/gpu=0"),
+    ],
+)
+def test_hook_mode_cdi_names_same_answer_for_every_vendor(
+    tmp_path: Path, sim: Any, variable: str, name: str
+) -> None:
+    """Hook mode has no CDI path: a qualified CDI name is refused with one line (exit 5)
+    whichever vendor's variable holds it (AMD's and Intel's were once dropped silently)."""
+    make_bundle(
+        tmp_path,
+        [f"{variable}=0,{name}" if variable != "NVIDIA_VISIBLE_DEVICES" else f"{variable}={name}"],
+    )
+    bundle = tmp_path / "bundle"
+    state = json.dumps(
+        {"ociVersion": "1.0.2", "id": "c", "pid": os.getpid(), "bundle": str(bundle)}
+    )
+    r = _run("hook", "prestart", "--driver-root", sim.root, "--dev-root", sim.root, stdin=state)
+    assert r.returncode == 5, r.stderr
+    assert r.stderr == (
+        "ocihook: error[bad-request]: CDI device names are injected from the CDI registry by "
+        f"spec mode, not here (file {bundle}/config.json, field process.env[{variable}], "
+        f"value '{name}'); hint: use spec mode (ocihook edit) or a CDI-aware runtime, or "
+        "request the GPU by index\n"
+    )

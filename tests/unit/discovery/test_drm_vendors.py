@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from support import REPO, run_cli
+from support import REPO, host_cdi_spec, run_cli
 
 from ocihook.appliers.spec import apply_plan, edit_bundle
 from ocihook.config.options import Options
@@ -393,7 +393,7 @@ def test_qualified_names_go_to_the_cdi_registry(
             "deviceNodes": [{"path": "/dev/kfd", "type": "c", "major": 235, "minor": 0}]
         },
     }
-    (spec_dir / "amd.json").write_text(json.dumps(spec))
+    (spec_dir / "amd.json").write_text(json.dumps(host_cdi_spec(tmp_path / "host", spec)))
     options = Options(cdi_spec_dirs=(str(spec_dir),))
     root = HostRoot.single(amd_sim.root)
     bundle = make_busybox_bundle(
@@ -661,7 +661,7 @@ def test_cdi_devices_and_host_gpus_together(amd_sim: simvendors.SimDrmHost, tmp_
         "kind": "intel.com/gpu",
         "devices": [{"name": "card9", "containerEdits": {"deviceNodes": [node]}}],
     }
-    (spec_dir / "intel.json").write_text(json.dumps(spec))
+    (spec_dir / "intel.json").write_text(json.dumps(host_cdi_spec(tmp_path / "host", spec)))
     env = ["INTEL_VISIBLE_DEVICES=intel.com/gpu=card9", "AMD_VISIBLE_DEVICES=2"]
     bundle = make_busybox_bundle(str(tmp_path / "b"), ["true"], env)
     options = Options(cdi_spec_dirs=(str(spec_dir),))

@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import host_cdi_spec
 
 from ocihook.config.options import Options
 from ocihook.core.errors import RequestError
@@ -334,20 +335,23 @@ def test_annotations_are_served_whatever_the_environment_says(
     spec_dir.mkdir()
     (spec_dir / "gpu.json").write_text(
         json.dumps(
-            {
-                "cdiVersion": "0.5.0",  # a device named "1" needs it
-                "kind": "nvidia.com/gpu",
-                "devices": [
-                    {
-                        "name": "1",
-                        "containerEdits": {
-                            "deviceNodes": [
-                                {"path": "/dev/nvidia1", "type": "c", "major": 195, "minor": 1}
-                            ]
-                        },
-                    }
-                ],
-            }
+            host_cdi_spec(
+                tmp_path / "host",
+                {
+                    "cdiVersion": "0.5.0",  # a device named "1" needs it
+                    "kind": "nvidia.com/gpu",
+                    "devices": [
+                        {
+                            "name": "1",
+                            "containerEdits": {
+                                "deviceNodes": [
+                                    {"path": "/dev/nvidia1", "type": "c", "major": 195, "minor": 1}
+                                ]
+                            },
+                        }
+                    ],
+                },
+            )
         )
     )
     bundle = tmp_path / "bundle"
