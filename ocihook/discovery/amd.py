@@ -12,8 +12,9 @@ Enumeration follows amd-ctk (ROCm/container-toolkit ``internal/amdgpu``):
 1. the GPUs are the PCI functions bound to amdgpu, the entries
    ``<sys>/module/amdgpu/drivers/pci:amdgpu/<DDDD:BB:DD.F>`` (links to the PCI device
    directories), in name (= PCI bus) order, then the partition devices
-   ``<sys>/devices/platform/amdgpu_xcp_<N>`` of compute-partitioned GPUs (MI300-class),
-   by ``N``;
+   ``<sys>/devices/platform/amdgpu_xcp_<N>`` (``amdgpu_xcp.<N>`` before Linux 6.10) of
+   compute-partitioned GPUs (MI300-class), by ``N``; a platform device named like a
+   partition in neither form is reported in the warnings;
 2. each one's nodes are the ``card*`` and ``renderD*`` entries of its ``drm/`` directory
    (the card number is never derived from the render number: card1 <-> renderD128 is
    common when a BMC display owns card0);
@@ -52,6 +53,7 @@ __all__ = [
     "is_present",
     "parse_kfd_properties",
     "read_kfd_nodes",
+    "xcp_number",
 ]
 
 #: The shared compute node every ROCm container needs.
@@ -59,7 +61,7 @@ KFD_PATH = "/dev/kfd"
 _DRIVER_DIR = "module/amdgpu/drivers/pci:amdgpu"
 _TOPOLOGY_DIR = "class/kfd/kfd/topology/nodes"
 _XCP_DIR = "devices/platform"
-_XCP_PREFIX = "amdgpu_xcp_"
+_XCP_BASE = "amdgpu_xcp"
 
 
 class KfdNode:
@@ -165,9 +167,26 @@ def _no_kfd(root: HostRoot, found: list[str]) -> DiscoveryError:
     )
 
 
-def _device_dirs(root: HostRoot) -> list[tuple[str, str | None]]:
+def xcp_number(name: str) -> int | None:
+    """The partition number of an amdgpu partition platform device's name, in both
+    spellings the kernels use: ``amdgpu_xcp_<N>`` (Linux 6.10 and later: each partition
+    registered under a name of its own, so that libdrm tells them apart) and
+    ``amdgpu_xcp.<N>`` (Linux 6.5 to 6.9: one base name, the platform core appending
+    ``.<id>``); ``drivers/gpu/drm/amd/amdxcp/amdgpu_xcp_drv.c``. ``None`` for any other
+    name (a number of more than 9 digits, or digits that are not ASCII, included)."""
+    if not name.startswith(_XCP_BASE) or len(name) < len(_XCP_BASE) + 2:
+        return None
+    sep, digits = name[len(_XCP_BASE)], name[len(_XCP_BASE) + 1 :]
+    if sep not in "_." or not (digits.isascii() and digits.isdigit()) or len(digits) > 9:
+        return None
+    return int(digits)
+
+
+def _device_dirs(root: HostRoot) -> tuple[list[tuple[str, str | None]], list[str]]:
     """``(sysfs dir, bus id or None)``: amdgpu's PCI functions in bus order, then the
-    partition devices by number."""
+    partition devices by number (:func:`xcp_number`); and a warning for each platform
+    device that looks like a partition but is named in no form known here (it is not
+    dropped without a word)."""
     driver_dir = root.sys(_DRIVER_DIR)
     dirs: list[tuple[str, str | None]] = [
         (os.path.join(driver_dir, name), name)
@@ -175,16 +194,21 @@ def _device_dirs(root: HostRoot) -> list[tuple[str, str | None]]:
         if is_bus_id(name)
     ]
     platform = root.sys(_XCP_DIR)
-    xcps = [
-        (int(name[len(_XCP_PREFIX) :]), name)
-        for name in listdir(platform, "platform devices")
-        if name.startswith(_XCP_PREFIX)
-        and name[len(_XCP_PREFIX) :].isascii()
-        and name[len(_XCP_PREFIX) :].isdigit()
-        and len(name) - len(_XCP_PREFIX) <= 9
-    ]
+    xcps = []
+    warnings = []
+    for name in listdir(platform, "platform devices"):
+        if not name.startswith(_XCP_BASE):
+            continue
+        number = xcp_number(name)
+        if number is None:
+            warnings.append(
+                f"{os.path.join(platform, name)}: looks like an amdgpu partition but is not "
+                "named amdgpu_xcp_<N> or amdgpu_xcp.<N>; skipped"
+            )
+            continue
+        xcps.append((number, name))
     dirs.extend((os.path.join(platform, name), None) for _, name in sorted(xcps))
-    return dirs
+    return dirs, warnings
 
 
 def discover(root: HostRoot | None = None) -> DrmHost:
@@ -211,8 +235,7 @@ def discover(root: HostRoot | None = None) -> DrmHost:
             path=root.sys("module/amdgpu"),
             hint="load amdgpu (modprobe amdgpu) or check --dev-root",
         )
-    warnings: list[str] = []
-    devices = _device_dirs(root)
+    devices, warnings = _device_dirs(root)
     pci = [bus for _, bus in devices if bus is not None]
     majors = _char_majors(root)
     kfd_nodes = read_kfd_nodes(root)
@@ -224,7 +247,7 @@ def discover(root: HostRoot | None = None) -> DrmHost:
 
     groups: dict[tuple[int, int], list[tuple[int, DrmGpu]]] = {}
     for sysfs_dir, bus in devices:
-        nodes = _drm_nodes(root, os.path.join(sysfs_dir, "drm"))
+        nodes = _drm_nodes(root, os.path.join(sysfs_dir, "drm"), warnings)
         render = nodes.get("render")
         if render is None:
             warnings.append(f"{sysfs_dir}: no render node; skipped")
@@ -289,10 +312,10 @@ def _char_majors(root: HostRoot) -> dict[str, int]:
     return parse_devices(read_text(root.proc("devices"), what="/proc/devices"))
 
 
-def _drm_nodes(root: HostRoot, drm_dir: str) -> dict[str, HostDeviceNode]:
+def _drm_nodes(root: HostRoot, drm_dir: str, warnings: list[str]) -> dict[str, HostDeviceNode]:
     from .devices import drm_dir_nodes
 
-    return drm_dir_nodes(root, drm_dir)
+    return drm_dir_nodes(root, drm_dir, warnings)
 
 
 def _module_version(root: HostRoot) -> str | None:

@@ -254,6 +254,26 @@ def _drm_entry(name: str) -> tuple[str, int] | None:
     return None
 
 
+def drm_name_unknown(name: str) -> bool:
+    """Whether ``name``, an entry of a DRM ``drm/`` directory or of ``/sys/class/drm``,
+    looks like a DRM minor (starts with ``card``, ``renderD`` or ``controlD``) yet is none
+    of the forms the kernels produce: ``card<N>``, ``renderD<N>``, ``controlD<N>`` (before
+    Linux 6.8), or a connector ``card<N>-<connector>`` (``card0-DP-1``)."""
+    if _drm_entry(name) is not None:
+        return False
+    for prefix in ("controlD", "renderD", "card"):
+        if name.startswith(prefix):
+            rest = name[len(prefix) :]
+            if prefix == "card" and "-" in rest:
+                rest = rest.split("-", 1)[0]  # a connector of card<N>
+            elif prefix == "controlD":
+                return canonical_decimal(rest) is None
+            else:
+                return True
+            return canonical_decimal(rest) is None
+    return False
+
+
 def _sysfs_devnum(entry_dir: str, number: int) -> tuple[int, int]:
     """``(major, minor)`` from ``<entry_dir>/dev``; ``(226, number)`` if there is none."""
     dev_path = os.path.join(entry_dir, "dev")
@@ -327,7 +347,9 @@ def dri_nodes(root: HostRoot, bus_id: str) -> DriDevices:
     )
 
 
-def drm_dir_nodes(root: HostRoot, drm_dir: str) -> dict[str, HostDeviceNode]:
+def drm_dir_nodes(
+    root: HostRoot, drm_dir: str, warnings: list[str] | None = None
+) -> dict[str, HostDeviceNode]:
     """The DRM nodes listed in the sysfs directory ``drm_dir`` (a device's ``drm/``).
 
     Vendor-neutral core of :func:`dri_nodes`, also used for devices that are no PCI
@@ -339,6 +361,11 @@ def drm_dir_nodes(root: HostRoot, drm_dir: str) -> dict[str, HostDeviceNode]:
     Args:
         root: where to read from.
         drm_dir: host path of the ``drm`` directory (under the sys root).
+        warnings: where to add one line per entry that looks like a DRM node but is
+            named in no form known here (``card``/``renderD``/``controlD`` followed by
+            something other than a decimal number); such an entry is skipped, never
+            silently. ``controlD<N>`` entries (the control nodes of kernels before 6.8)
+            are known and skipped.
 
     Returns:
         ``{"card": node, "render": node}`` with the kinds found (empty when the directory
@@ -352,6 +379,11 @@ def drm_dir_nodes(root: HostRoot, drm_dir: str) -> dict[str, HostDeviceNode]:
     for name in sorted(listdir(drm_dir, "DRM devices")):
         entry = _drm_entry(name)
         if entry is None:
+            if warnings is not None and drm_name_unknown(name):
+                warnings.append(
+                    f"{os.path.join(drm_dir, name)}: looks like a DRM node but is not named "
+                    "card<N> or renderD<N>; skipped"
+                )
             continue
         kind, number = entry
         major, minor = _sysfs_devnum(os.path.join(drm_dir, name), number)

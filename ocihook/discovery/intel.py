@@ -3,9 +3,12 @@
 As Intel's GPU device plugin and DRA driver (intel-device-plugins-for-kubernetes,
 intel-resource-drivers-for-kubernetes) find them:
 
-* the GPUs are the ``<sys>/class/drm/card<N>`` entries whose ``device/vendor`` is
-  ``0x8086`` (``PCI_VENDOR_ID_INTEL``) and that have a ``device/drm/`` directory
-  (connector entries such as ``card0-DP-1`` are not GPUs);
+* the GPUs are the PCI devices of the ``<sys>/class/drm/card<N>`` entries whose
+  ``device/vendor`` is ``0x8086`` (``PCI_VENDOR_ID_INTEL``) and that have a
+  ``device/drm/`` directory (connector entries such as ``card0-DP-1`` are not GPUs), and
+  of the ``renderD<N>`` entries of a device without a card node (a GPU whose display is
+  off); each device once. An Intel entry named like a DRM node in no known form is
+  reported in the warnings, not dropped silently;
 * a GPU's nodes are the entries of ``device/drm/`` except ``controlD*``, as
   ``/dev/dri/<name>`` (checked as :func:`~ocihook.discovery.devices.drm_dir_nodes` does);
 * its PCI address is the path component before ``drm`` in the ``class/drm/card<N>`` link
@@ -46,6 +49,16 @@ def _card_number(name: str) -> int | None:
     return int(rest) if rest.isascii() and rest.isdigit() else None
 
 
+def _render_number(name: str) -> int | None:
+    rest = name[7:]
+    return int(rest) if rest.isascii() and rest.isdigit() and len(rest) <= 9 else None
+
+
+def _is_intel(entry: str) -> bool:
+    """Whether the ``/sys/class/drm`` entry ``entry`` belongs to an Intel PCI device."""
+    return read_attr(os.path.join(entry, "device", "vendor")) == INTEL_VENDOR_ID
+
+
 def _bus_id_of(link_dir: str) -> str | None:
     """The PCI address in the target of a ``class/drm/card<N>`` link, or ``None``."""
     try:
@@ -79,16 +92,30 @@ def discover(root: HostRoot | None = None) -> DrmHost:
     drm_class = root.sys("class/drm")
     warnings: list[str] = []
     found: list[tuple[str, DrmGpu]] = []
-    cards = sorted(
-        (n, name)
-        for name in listdir(drm_class, "DRM devices")
-        if (n := _card_number(name)) is not None
-    )
-    for _, name in cards:
+    from .devices import drm_name_unknown
+
+    entries: list[tuple[int, int, str]] = []  # (render-only last, number, name)
+    for name in listdir(drm_class, "DRM devices"):
+        number = _card_number(name)
+        if number is not None:
+            entries.append((0, number, name))
+        elif name.startswith("renderD") and (n := _render_number(name)) is not None:
+            entries.append((1, n, name))
+        elif drm_name_unknown(name) and _is_intel(os.path.join(drm_class, name)):
+            warnings.append(
+                f"{os.path.join(drm_class, name)}: an Intel DRM device not named card<N> or "
+                "renderD<N>; skipped"
+            )
+    seen: set[str] = set()  # the PCI device directories met, each GPU once
+    for _, _, name in sorted(entries):
         entry = os.path.join(drm_class, name)
         device = os.path.join(entry, "device")
-        if read_attr(os.path.join(device, "vendor")) != INTEL_VENDOR_ID:
+        if not _is_intel(entry):
             continue
+        real = os.path.realpath(device)
+        if real in seen:
+            continue
+        seen.add(real)
         drm_dir = os.path.join(device, "drm")
         if not os.path.isdir(drm_dir):
             continue
@@ -104,7 +131,7 @@ def discover(root: HostRoot | None = None) -> DrmHost:
                 "enabled; skipped (its VFs are the GPUs)"
             )
             continue
-        nodes = drm_dir_nodes(root, drm_dir)
+        nodes = drm_dir_nodes(root, drm_dir, warnings)
         render = nodes.get("render")
         if render is None:
             warnings.append(f"{bus_id}: {name} has no render node; skipped")

@@ -237,6 +237,7 @@ def _amd_gpus(
     kfd: bool,
     dev_nodes: bool,
     first_kfd_node: int = 1,
+    xcp_name: str = "amdgpu_xcp_0",
 ) -> tuple[SimDrmGpu, ...]:
     """The amdgpu part of a host: ``gpus`` as (bus id, card, render, unique id); with
     ``partition=(card, render)`` the last GPU gets a second compute partition."""
@@ -262,7 +263,7 @@ def _amd_gpus(
             _gpu_nodes(root, card, render)
         if split and partition is not None:
             p_card, p_render = partition
-            xcp = "sys/devices/platform/amdgpu_xcp_0"
+            xcp = f"sys/devices/platform/{xcp_name}"
             _drm_child(root, xcp, f"card{p_card}", p_card)
             _drm_child(root, xcp, f"renderD{p_render}", p_render)
             kfd_nodes.append((p_render, _kfd_properties(render=p_render, simds=208, **props)))
@@ -293,13 +294,21 @@ def _dev_nodes_default(make_dev_nodes: bool | None) -> bool:
     return os.geteuid() == 0 if make_dev_nodes is None else make_dev_nodes
 
 
-def build_amd(dest: str, *, kfd: bool = True, make_dev_nodes: bool | None = None) -> SimDrmHost:
+def build_amd(
+    dest: str,
+    *,
+    kfd: bool = True,
+    make_dev_nodes: bool | None = None,
+    xcp_name: str = "amdgpu_xcp_0",
+) -> SimDrmHost:
     """Write the simulated MI210-class ROCm host (see the module docstring) into ``dest``.
 
     Args:
         dest: the directory to write (created; existing files are replaced).
         kfd: give the host KFD (``/dev/kfd``, the ``kfd`` major, the topology).
         make_dev_nodes: ``mknod`` the ``dev/`` nodes; default: when running as root.
+        xcp_name: the partition's platform device: ``amdgpu_xcp_0`` as Linux 6.10 and
+            later name it, ``amdgpu_xcp.0`` as 6.5 to 6.9 do.
 
     Returns:
         A :class:`SimDrmHost` whose ``amd`` lists the five GPU entries (four GPUs, the
@@ -311,7 +320,9 @@ def build_amd(dest: str, *, kfd: bool = True, make_dev_nodes: bool | None = None
     _drm_child(root, bmc, "card0", 0)
     if nodes:
         _mknod(os.path.join(root, "dev/dri/card0"), _DRM_MAJOR, 0, CARD_GID)
-    amd = _amd_gpus(root, _AMD_GPUS, partition=(5, 132), kfd=kfd, dev_nodes=nodes)
+    amd = _amd_gpus(
+        root, _AMD_GPUS, partition=(5, 132), kfd=kfd, dev_nodes=nodes, xcp_name=xcp_name
+    )
     return SimDrmHost(root=root, amd=amd, dev_nodes=nodes)
 
 

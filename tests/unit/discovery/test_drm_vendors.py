@@ -768,3 +768,103 @@ def test_amd_partition_dir_with_a_non_ascii_digit_is_not_a_traceback(tmp_path: P
     Path(built.root, "sys/devices/platform/amdgpu_xcp_\u00b2").mkdir()
     host = amd.discover(HostRoot.single(built.root))
     assert len(host.gpus) == len(built.amd)
+
+
+# -- the names kernels give: every form read, the unknown ones warned about ----------------
+
+
+@pytest.mark.parametrize("xcp", ["amdgpu_xcp_0", "amdgpu_xcp.0"])
+def test_amd_partition_names_of_every_kernel(tmp_path: Path, xcp: str) -> None:
+    """Linux 6.10 and later name a partition's platform device ``amdgpu_xcp_<N>``; 6.5 to
+    6.9 ``amdgpu_xcp.<N>`` (amdgpu_xcp_drv.c). Both give the same GPUs and indices, with
+    the partition in ``info`` and in ``=all``."""
+    built = simvendors.build_amd(str(tmp_path / "amd"), xcp_name=xcp)
+    host = amd.discover(HostRoot.single(built.root))
+    got = [(g.index, g.bus_id, g.card_name, g.render.minor, g.partition) for g in host.gpus]
+    assert got == [(s.index, s.bus_id, f"card{s.card}", s.render, s.partition) for s in built.amd]
+    assert host.gpus[-1].sysfs_dir.endswith(f"devices/platform/{xcp}")
+    assert not [w for w in host.warnings if "partition" in w]
+    r = run_cli("info", *_roots(built.root))
+    assert r.returncode == 0, r.stderr
+    assert "renderD132" in r.stdout
+
+
+@pytest.mark.parametrize(
+    ("xcp", "known"),
+    [
+        ("amdgpu_xcp_1", True),
+        ("amdgpu_xcp.1", True),
+        ("amdgpu_xcp_", False),
+        ("amdgpu_xcp-1", False),
+        ("amdgpu_xcp_\u00b2", False),
+        ("amdgpu_xcp_1234567890", False),
+        ("amdgpu_xcpx", False),
+    ],
+)
+def test_amd_partition_name_forms(xcp: str, known: bool) -> None:
+    assert (amd.xcp_number(xcp) is not None) == known
+
+
+def test_amd_unknown_partition_name_is_warned(tmp_path: Path) -> None:
+    """A platform device that looks like a partition in no known form is skipped with a
+    warning naming it (it once vanished from info and =all without a word)."""
+    built = simvendors.build_amd(str(tmp_path / "amd"))
+    odd = Path(built.root, "sys/devices/platform/amdgpu_xcp-7")
+    odd.mkdir()
+    host = amd.discover(HostRoot.single(built.root))
+    assert len(host.gpus) == len(built.amd)
+    assert f"{odd}: looks like an amdgpu partition but is not named amdgpu_xcp_<N> or " in (
+        "\n".join(host.warnings)
+    )
+
+
+def test_drm_entry_of_unknown_form_is_warned(tmp_path: Path) -> None:
+    """In a GPU's drm/ directory: card<N>, renderD<N> and the control nodes of kernels
+    before 6.8 (controlD<N>) are known; an entry such as renderD1x is warned about."""
+    built = simvendors.build_amd(str(tmp_path / "amd"))
+    drm_dir = Path(amd.discover(HostRoot.single(built.root)).gpus[0].sysfs_dir, "drm")
+    (drm_dir / "renderD1x").mkdir()
+    host = amd.discover(HostRoot.single(built.root))
+    assert len(host.gpus) == len(built.amd)
+    warned = [w for w in host.warnings if "renderD1x" in w]
+    assert warned == [
+        f"{drm_dir}/renderD1x: looks like a DRM node but is not named card<N> or renderD<N>; "
+        "skipped"
+    ]
+    assert not [w for w in host.warnings if "controlD" in w]  # the sim has controlD<N>
+
+
+def test_intel_gpu_without_a_card_node(tmp_path: Path) -> None:
+    """An Intel GPU whose display is off has a render node and no card node: found from its
+    renderD<N> entry (it was dropped when only card<N> entries were read)."""
+    built = simvendors.build_intel(str(tmp_path / "intel"))
+    # the second GPU loses its card node, as a kernel without display support gives it
+    second = built.intel[1]
+    card = Path(built.root, "sys/class/drm", f"card{second.card}")
+    target = Path(os.path.realpath(card))
+    card.unlink()
+    for p in sorted(target.rglob("*"), reverse=True):
+        p.unlink() if p.is_file() or p.is_symlink() else p.rmdir()
+    target.rmdir()
+    host = intel.discover(HostRoot.single(built.root))
+    got = [(g.bus_id, g.card, g.render.minor) for g in host.gpus]
+    assert got == [
+        (built.intel[0].bus_id, host.gpus[0].card, built.intel[0].render),
+        (second.bus_id, None, second.render),
+    ]
+    assert [w for w in host.warnings if "skipped" in w] == []
+
+
+def test_intel_unknown_class_entry_is_warned(tmp_path: Path) -> None:
+    built = simvendors.build_intel(str(tmp_path / "intel"))
+    gpu = Path(os.path.realpath(Path(built.root, "sys/class/drm/card0")))
+    odd = gpu.parent / "cardX"
+    odd.mkdir()
+    os.symlink(gpu.parent.parent, odd / "device")
+    os.symlink(odd, Path(built.root, "sys/class/drm/cardX"))
+    host = intel.discover(HostRoot.single(built.root))
+    assert len(host.gpus) == len(built.intel)
+    assert any(
+        w.startswith(f"{built.root}/sys/class/drm/cardX: an Intel DRM device")
+        for w in host.warnings
+    )
