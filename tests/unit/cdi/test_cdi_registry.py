@@ -160,3 +160,66 @@ def test_registry_survives_a_spec_with_a_huge_integer(tmp_path: Path) -> None:
     registry = Registry.load([str(tmp_path)])
     assert registry.list_devices() == ["example.com/gpu=gpu0"]
     assert list(registry.errors) == [str(tmp_path / "b-bad.yaml")]
+
+
+# --- the parsed-spec cache (no PyYAML on a start) -----------------------------------------
+
+
+def _yaml_spec(path: Any, env: str = "A=1") -> None:
+    import yaml
+
+    doc = {
+        "cdiVersion": "0.5.0",
+        "kind": "example.com/gpu",
+        "devices": [{"name": "0", "containerEdits": {"env": [env]}}],
+        "containerEdits": {
+            "mounts": [{"hostPath": "/x", "containerPath": "/y", "options": ["ro", "bind"]}]
+        },
+    }
+    path.write_text(yaml.safe_dump(doc))
+
+
+def test_yaml_spec_cached_by_identity(tmp_path: Any) -> None:
+    """The first load parses the YAML spec and keeps it; the next, in a fresh interpreter,
+    gets the same spec without importing yaml; a changed file (even with its size and
+    mtime put back) is parsed again."""
+    import subprocess
+    import sys
+
+    specs = tmp_path / "cdi"
+    specs.mkdir()
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o755)
+    spec_file = specs / "a.yaml"
+    _yaml_spec(spec_file)
+    first = Registry.load([str(specs)], cache_dir=str(cache))
+    assert [p.name[:9] for p in cache.iterdir()] == ["cdi-spec-"]
+    probe = (
+        "import sys; from ocihook.cdi.registry import Registry; "
+        f"r = Registry.load([{str(specs)!r}], cache_dir={str(cache)!r}); "
+        "print(r.list_devices(), 'yaml' in sys.modules, r.device('example.com/gpu=0')[1].container_edits.env)"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['example.com/gpu=0'] False ('A=1',)"
+    assert first.device("example.com/gpu=0") == Registry.load([str(specs)]).device(
+        "example.com/gpu=0"
+    )
+    # same size, same mtime, other content: the ctime tells
+    st = spec_file.stat()
+    _yaml_spec(spec_file, env="B=1")
+    os.utime(spec_file, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert spec_file.stat().st_size == st.st_size
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['example.com/gpu=0'] True ('B=1',)"
+
+
+def test_broken_yaml_spec_is_not_cached(tmp_path: Any) -> None:
+    specs = tmp_path / "cdi"
+    specs.mkdir()
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o755)
+    (specs / "bad.yaml").write_text("cdiVersion: [\n")
+    for _ in range(2):
+        registry = Registry.load([str(specs)], cache_dir=str(cache))
+        assert list(registry.errors) == [str(specs / "bad.yaml")]
+    assert list(cache.iterdir()) == []
