@@ -342,10 +342,10 @@ def _is_ocihook_inject_hook(entry: object) -> bool:
     args = entry.get("args")
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
         return False
-    from ..config.options import HOOK_PROGRAM
+    from ..config.options import is_hook_program
 
     path = entry.get("path")
-    ours = HOOK_PROGRAM in args or any(
+    ours = any(is_hook_program(a) for a in args) or any(
         os.path.basename(p).startswith("ocihook") for p in (path, *args[:1]) if isinstance(p, str)
     )
     return ours and any(

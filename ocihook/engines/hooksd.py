@@ -34,26 +34,36 @@ HOOKS_D_DIRS = ("/usr/share/containers/oci/hooks.d", "/etc/containers/oci/hooks.
 HOOKS_D_STAGES = ("prestart", "poststop")
 
 
-def hooks_d_document(python: str | None = None, stage: str = "prestart") -> dict[str, Any]:
+def hooks_d_document(
+    python: str | None = None, stage: str = "prestart", *, sys_path: list[str] | None = None
+) -> dict[str, Any]:
     """The hooks.d 1.0.0 document of ``packaging/hooks.d/ocihook-<stage>.json.in`` with
-    ``@PYTHON@`` = ``python`` (default: this interpreter): ``ocihook hook <stage>`` run
-    for every container (``when.always``; it exits at once for those that ask for no
-    GPU, or, at ``poststop``, have no record of what hook mode made), with ``-I``, an
+    ``@PYTHON@`` = ``python`` (default: this interpreter) and ``@SYSPATH@`` = ``sys_path``
+    (default for this interpreter: :func:`~ocihook.config.options.start_path_dirs`):
+    ``ocihook hook <stage>`` run for every container (``when.always``; it exits at once for
+    those that ask for no GPU, or, at ``poststop``, have no record of what hook mode made),
+    isolated and without ``site`` (``-I -S``, the directories named instead), with an
     explicit ``env`` and a timeout (containers/common ``pkg/hooks/docs/oci-hooks.5.md``).
+    Another interpreter without ``sys_path`` runs with ``site`` (``-I`` alone), which
+    finds ocihook in that interpreter's own directories.
 
     Raises:
         ValueError: ``stage`` is not one of :data:`HOOKS_D_STAGES`.
     """
-    from ..config.options import HOOK_ENV, HOOK_PROGRAM, HOOK_TIMEOUT
+    from ..config.options import HOOK_ENV, HOOK_PROGRAM, HOOK_TIMEOUT, hook_program
 
     if stage not in HOOKS_D_STAGES:
         raise ValueError(f"no hooks.d file for stage {stage!r}")
     python = python or sys.executable
+    if python == sys.executable or sys_path is not None:
+        command = [python, "-I", "-S", "-c", hook_program(sys_path)]
+    else:
+        command = [python, "-I", "-c", HOOK_PROGRAM]
     return {
         "version": "1.0.0",
         "hook": {
             "path": python,
-            "args": [python, "-I", "-c", HOOK_PROGRAM, "hook", stage],
+            "args": [*command, "hook", stage],
             "env": list(HOOK_ENV),
             "timeout": HOOK_TIMEOUT,
         },

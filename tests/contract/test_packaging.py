@@ -226,11 +226,16 @@ def test_examples_are_what_configure_writes(name: str, edit: object) -> None:
     assert example == after
 
 
+#: Where the Debian package installs ocihook (``scripts/build-deb``'s ``@SYSPATH@``).
+DEB_SYS_PATH = ["/usr/lib/python3/dist-packages"]
+
+
 def test_hooks_d_files() -> None:
     for stage in ("prestart", "poststop"):
         with open(os.path.join(PACKAGING, f"hooks.d/ocihook-{stage}.json.in")) as f:
-            always = json.loads(f.read().replace("@PYTHON@", "/usr/bin/python3"))
-        assert always == hooks_d_document("/usr/bin/python3", stage)
+            text = f.read().replace("@PYTHON@", "/usr/bin/python3")
+            always = json.loads(text.replace("@SYSPATH@", repr(DEB_SYS_PATH)))
+        assert always == hooks_d_document("/usr/bin/python3", stage, sys_path=DEB_SYS_PATH)
         assert always["when"] == {"always": True} and always["stages"] == [stage]
     # no file runs the hook only for cdi.k8s.io/ annotations: the hook cannot serve them
     # (a prestart hook cannot apply a CDI spec's env, hooks or additionalGids), so such a

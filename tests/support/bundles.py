@@ -79,7 +79,10 @@ def packaged_hook(stage: str, root: str) -> dict[str, Any]:
     ``@PYTHON@`` replaced by this interpreter, for ``stage``, reading the simulated host
     at ``root`` (the registration docs/guide/hook-mode.md shows, so the tests exercise the documented one)."""
     with open(os.path.join(REPO, "packaging/config.json-hooks-snippet.json.in")) as f:
-        snippet = json.loads(f.read().replace("@PYTHON@", sys.executable))
+        from ocihook.config.options import start_path_dirs
+
+        text = f.read().replace("@SYSPATH@", repr(start_path_dirs()))
+        snippet = json.loads(text.replace("@PYTHON@", sys.executable))
     hook: dict[str, Any] = snippet["hooks"]["prestart"][0]
     hook["args"] = [*hook["args"][:-1], stage, "--driver-root", root, "--dev-root", root]
     return hook

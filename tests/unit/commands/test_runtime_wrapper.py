@@ -34,7 +34,7 @@ from ocihook.commands.runtime import (
     legacy_hook,
     parse_args,
 )
-from ocihook.config.options import HOOK_PROGRAM
+from ocihook.config.options import hook_program
 from ocihook.core.errors import EXIT_CODES, RuntimeNotFound
 from ocihook.core.hostroot import HostRoot
 from ocihook.sim import host as simhost
@@ -347,7 +347,7 @@ def test_gpu_create_edits_like_ocihook_edit(
     twin = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0,3"])
     # the console script's interpreter registers the hooks: sh starts the python3 beside it
     python = os.path.join(os.path.dirname(WRAPPER), "python3")
-    command = (python, "-I", "-c", HOOK_PROGRAM)
+    command = (python, "-I", "-S", "-c", hook_program())
     want = edit_bundle(
         twin, HostRoot.single(sim.root), dry_run=True, command=command, indent=None
     ).after  # compact: only runc reads it
@@ -626,7 +626,7 @@ def test_runc_creates_with_help_false(
     bundle = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0"])
     twin = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0"])
     python = os.path.join(os.path.dirname(sys.executable), "python3")  # ocihook-runtime's
-    command = (python, "-I", "-c", HOOK_PROGRAM)
+    command = (python, "-I", "-S", "-c", hook_program())
     want = edit_bundle(
         twin, HostRoot.single(sim.root), dry_run=True, command=command, indent=None
     ).after  # compact: only runc reads it

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ocihook.config.options import HOOK_PROGRAM, cdi_hook_command
+from ocihook.config.options import cdi_hook_command, hook_program
 
 
 def _command(path: Path, mode: int = 0o755) -> Path:
@@ -46,4 +46,10 @@ def test_without_an_installed_command_the_interpreter_form(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(sys, "executable", str(tmp_path / "bin/python3"))
-    assert cdi_hook_command("-c") == (str(tmp_path / "bin/python3"), "-I", "-c", HOOK_PROGRAM)
+    assert cdi_hook_command("-c") == (
+        str(tmp_path / "bin/python3"),
+        "-I",
+        "-S",
+        "-c",
+        hook_program(),
+    )

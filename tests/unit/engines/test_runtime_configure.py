@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import REPO, busybox_rootfs, need_root_and, run_cli
 
+from ocihook.config.options import start_path_dirs
 from ocihook.core.errors import EXIT_CODES, EngineConfigError
 from ocihook.engines import (
     CDI_SPEC_DIRS,
@@ -422,7 +423,8 @@ def test_crio_drop_in(tmp_path: Path) -> None:
 
 def _packaged(stage: str) -> dict[str, Any]:
     with open(os.path.join(REPO, f"packaging/hooks.d/ocihook-{stage}.json.in")) as f:
-        doc: dict[str, Any] = json.loads(f.read().replace("@PYTHON@", sys.executable))
+        text = f.read().replace("@SYSPATH@", repr(start_path_dirs()))
+        doc: dict[str, Any] = json.loads(text.replace("@PYTHON@", sys.executable))
     return doc
 
 
