@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support import REPO, edit_cli, fake_proc_hook, need_root_and
+from support import REPO, edit_cli, fake_proc_hook, fill_packaged, need_root_and
 
 from ocihook.sim.demo import run_container
 
@@ -59,7 +58,7 @@ def test_everything_mounted(
         cfg.write_text(json.dumps(doc))
     else:
         with open(os.path.join(REPO, "packaging/config.json-hooks-snippet.json.in")) as f:
-            snippet = json.loads(f.read().replace("@PYTHON@", sys.executable))
+            snippet = json.loads(fill_packaged(f.read()))
         hook = snippet["hooks"]["prestart"][0]
         hook["args"] += ["--driver-root", root, "--dev-root", root]
         cfg = Path(bundle, "config.json")

@@ -41,6 +41,7 @@ from support import need_root_and, packaged_hook, run_runtime
 
 import ocihook
 import ocihook._main
+from ocihook.config.options import is_hook_program
 from ocihook.sim import host as simhost
 
 STAGES = ["prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop"]
@@ -131,11 +132,12 @@ def _hook(form: str, stage: str, root: str) -> dict[str, Any]:
     hook = packaged_hook(ours, root)
     if ours == "poststop":
         hook["args"] = hook["args"][:-4]  # no --driver-root/--dev-root
+    program = next(i for i, a in enumerate(hook["args"]) if is_hook_program(a))
     if form in ("script", "bare-script"):
         hook["path"] = SCRIPT
-        hook["args"] = ["ocihook", *hook["args"][4:]]
+        hook["args"] = ["ocihook", *hook["args"][program + 1 :]]
     if form == "hand":
-        hook["args"] = [hook["args"][0], "-c", *hook["args"][3:]]
+        hook["args"] = [hook["args"][0], "-c", *hook["args"][program:]]
     if form.startswith("bare") or form == "hand":
         del hook["env"]
     return hook

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from support import REPO, edit_with_cdi, need_root_and, register_hook
+from support import REPO, edit_with_cdi, fill_packaged, need_root_and, register_hook
 
 from ocihook.appliers.spec import edit_bundle
 from ocihook.core.hostroot import HostRoot
@@ -156,7 +156,7 @@ def _register_poststop(bundle: str) -> None:
     """The packaged snippet's poststop hook (``ocihook hook poststop``: removes what hook
     mode made, restores the loader files it changed)."""
     with open(os.path.join(REPO, "packaging/config.json-hooks-snippet.json.in")) as f:
-        snippet = json.loads(f.read().replace("@PYTHON@", sys.executable))
+        snippet = json.loads(fill_packaged(f.read()))
     cfg = Path(bundle, "config.json")
     doc = json.loads(cfg.read_text())
     doc["hooks"]["poststop"] = snippet["hooks"]["poststop"]

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import REPO, need_root_and
+from support import REPO, fill_packaged, need_root_and
 
 from ocihook.appliers.live.leftovers import RECORD_NAME
 from ocihook.appliers.spec import edit_bundle
@@ -117,7 +117,7 @@ def test_hook_mode_poststop_removes_what_it_made(
     doc = json.loads(cfg.read_text())
     doc["process"]["env"].append("NVIDIA_VISIBLE_DEVICES=0")
     with open(os.path.join(REPO, "packaging/config.json-hooks-snippet.json.in")) as f:
-        snippet = json.loads(f.read().replace("@PYTHON@", sys.executable))["hooks"]
+        snippet = json.loads(fill_packaged(f.read()))["hooks"]
     prestart = snippet["prestart"][0]
     prestart["args"] += ["--driver-root", sim.root, "--dev-root", sim.root]
     doc["hooks"] = {"prestart": [prestart]}

@@ -33,6 +33,7 @@ from support import (
     busybox_rootfs,
     check_gpu0,
     check_no_gpu,
+    fill_packaged,
     mounts_under,
 )
 
@@ -103,7 +104,7 @@ def _render(template: str, root: str, *, path: str | None = None) -> dict[str, A
     """A packaged hooks.d file as its README says: ``@PYTHON@`` replaced by this interpreter
     (in ``path`` and ``args[0]``), and the simulated host's roots appended to ``args``."""
     with open(template) as f:
-        doc: dict[str, Any] = json.loads(f.read().replace("@PYTHON@", sys.executable))
+        doc: dict[str, Any] = json.loads(fill_packaged(f.read()))
     assert doc["hook"]["path"] == doc["hook"]["args"][0] == sys.executable
     doc["hook"]["args"] += ["--driver-root", root, "--dev-root", root]
     if path is not None:
@@ -233,7 +234,7 @@ def _ctr_spec(bundle: str, root: str, logger: str, cgroups_path: str) -> dict[st
     assert spec["process"]["cwd"] == "/" and spec["process"]["terminal"] is False
     assert {"type": "mount"} in spec["linux"]["namespaces"]
     with open(SNIPPET) as f:
-        hook = json.loads(f.read().replace("@PYTHON@", sys.executable))["hooks"]["prestart"][0]
+        hook = json.loads(fill_packaged(f.read()))["hooks"]["prestart"][0]
     hook["args"] += ["--driver-root", root, "--dev-root", root]
     spec["hooks"] = {"prestart": [{"path": logger, "args": ["logger"]}, hook]}
     return spec

@@ -82,7 +82,11 @@ def test_e2e_run_through_the_wrapper(
         cmd, capture_output=True, text=True, env=env, timeout=60, stdin=subprocess.DEVNULL
     )
     assert proc.returncode == 0, proc.stderr
-    assert calls.read_text() == f"{tmp_path / 'bin' / runtime} {' '.join(args)}\n"
+    # the runtime's version is asked first (spec mode's runc check), then the run
+    ran = [line for line in calls.read_text().splitlines() if not line.endswith(" --version")]
+    assert ran == [f"{tmp_path / 'bin' / runtime} {' '.join(args)}"]
+    # the real runc here is 1.1.5: spec mode's edit warns; legacy mode and crun do not
+    assert ("CVE-2024-45310" in proc.stderr) == (runtime == "runc" and mode == "auto")
     check_runc_view(
         proc.stdout,
         version=sim.driver_version,

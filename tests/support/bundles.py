@@ -74,15 +74,20 @@ def busybox_bundle(
     return make_busybox_bundle(str(path), args, env, debian=debian)
 
 
+def fill_packaged(text: str) -> str:
+    """A packaged registration template (``packaging/``) as its README says to fill it:
+    ``@PYTHON@`` this interpreter, ``@SYSPATH@`` its start-path directories."""
+    from ocihook.config.options import start_path_dirs
+
+    return text.replace("@SYSPATH@", repr(start_path_dirs())).replace("@PYTHON@", sys.executable)
+
+
 def packaged_hook(stage: str, root: str) -> dict[str, Any]:
     """ocihook's hook entry as packaging/config.json-hooks-snippet.json.in gives it, with
     ``@PYTHON@`` replaced by this interpreter, for ``stage``, reading the simulated host
     at ``root`` (the registration docs/guide/hook-mode.md shows, so the tests exercise the documented one)."""
     with open(os.path.join(REPO, "packaging/config.json-hooks-snippet.json.in")) as f:
-        from ocihook.config.options import start_path_dirs
-
-        text = f.read().replace("@SYSPATH@", repr(start_path_dirs()))
-        snippet = json.loads(text.replace("@PYTHON@", sys.executable))
+        snippet = json.loads(fill_packaged(f.read()))
     hook: dict[str, Any] = snippet["hooks"]["prestart"][0]
     hook["args"] = [*hook["args"][:-1], stage, "--driver-root", root, "--dev-root", root]
     return hook
