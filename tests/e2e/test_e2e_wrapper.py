@@ -31,6 +31,7 @@ from support import (
     with_mknod_cap,
 )
 
+from ocihook.linux.ociruntime import mount_race_warning
 from ocihook.sim import host as simhost
 
 
@@ -85,8 +86,11 @@ def test_e2e_run_through_the_wrapper(
     # the runtime's version is asked first (spec mode's runc check), then the run
     ran = [line for line in calls.read_text().splitlines() if not line.endswith(" --version")]
     assert ran == [f"{tmp_path / 'bin' / runtime} {' '.join(args)}"]
-    # the real runc here is 1.1.5: spec mode's edit warns; legacy mode and crun do not
-    assert ("CVE-2024-45310" in proc.stderr) == (runtime == "runc" and mode == "auto")
+    # spec mode's edit warns for a runc older than 1.1.14; legacy mode and crun never
+    old_runc = (
+        mount_race_warning(str(tmp_path / "bin" / runtime), cache_dir=str(tmp_path)) is not None
+    )
+    assert ("CVE-2024-45310" in proc.stderr) == (old_runc and mode == "auto")
     check_runc_view(
         proc.stdout,
         version=sim.driver_version,
