@@ -86,7 +86,14 @@ def _is_ocihook_hook(entry: Any) -> bool:
     args = entry.get("args")
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
         return False
-    runs_ocihook = any("ocihook._main" in a for a in args) or "ocihook" in args
+    path = entry.get("path")
+    commands = [a for a in (path, *args[:1]) if isinstance(a, str)]
+    runs_ocihook = (
+        any("ocihook._main" in a for a in args)
+        or "ocihook" in args
+        # the installed command a CDI spec's hook names (/usr/bin/ocihook hook cdi ...)
+        or any(c.rsplit("/", 1)[-1] == "ocihook" for c in commands)
+    )
     return runs_ocihook and "hook" in args
 
 
