@@ -91,6 +91,8 @@ def config(
         click.echo(f"ocihook: {path}: unchanged", err=True)
         return
     try:
+        # a missing directory is made (0755), as cdi generate --output makes its own
+        os.makedirs(os.path.dirname(os.path.abspath(target)), mode=0o755, exist_ok=True)
         write_bytes_atomic(target, after.encode(), new_mode=0o644)
     except OSError as e:
         raise ConfigError(f"cannot write the file: {e.strerror}", path=target) from None

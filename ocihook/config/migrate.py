@@ -236,9 +236,13 @@ def load_toolkit_config(path: str = TOOLKIT_PATH) -> Migration:
             ocihook meaning (``path`` set).
     """
     shown = os.path.abspath(path)
-    data = read_config_file(path, "the command line")
-    if data is None:  # pragma: no cover - a named file that is missing raises
-        raise ConfigError("toolkit configuration file not found", path=shown)
+    data = read_config_file(path, None)
+    if data is None:
+        raise ConfigError(
+            "the NVIDIA Container Toolkit's configuration file not found",
+            path=shown,
+            hint="name the toolkit's config.toml: ocihook config migrate PATH",
+        )
     return migrate_toolkit_config(parse_config_bytes(data, path=shown), source=shown)
 
 

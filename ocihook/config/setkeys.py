@@ -30,11 +30,15 @@ def key_type(schema: Mapping[str, Any], key: str) -> str:
     """
     props = schema.get("properties", {})
     if key not in KEYS or key not in props:
-        raise ConfigError(
-            "unknown configuration key",
-            field=key,
-            hint="valid keys: " + ", ".join(KEYS),
-        )
+        _section, dot, name = key.partition(".")
+        if dot and name in KEYS:  # the toolkit's spelling: nvidia-container-cli.no-cgroups
+            hint = (
+                f"{key} is the NVIDIA Container Toolkit's key; ocihook's is {name} "
+                "(ocihook config migrate converts a whole toolkit file)"
+            )
+        else:
+            hint = "valid keys: " + ", ".join(KEYS)
+        raise ConfigError("unknown configuration key", field=key, hint=hint)
     prop = props[key]
     ref = prop.get("$ref")
     if isinstance(ref, str) and ref.startswith("#/$defs/"):

@@ -52,3 +52,22 @@ def test_group_options_with_a_command_are_a_usage_error(tmp_path: Path) -> None:
     assert both.returncode == 2 and "choose one" in both.stderr
     plain = run_cli("config")
     assert plain.returncode == 0 and "--set KEY[=VALUE]" in plain.stdout
+
+
+def test_the_toolkits_spelling_of_a_key_points_to_ocihooks(tmp_path: Path) -> None:
+    cfg = tmp_path / "config.toml"
+    r = run_cli("config", "--set", "nvidia-container-cli.no-cgroups=true", "-c", str(cfg))
+    assert r.returncode == 10
+    assert r.stderr.endswith(
+        "hint: nvidia-container-cli.no-cgroups is the NVIDIA Container Toolkit's key; "
+        "ocihook's is no-cgroups (ocihook config migrate converts a whole toolkit file)\n"
+    )
+    assert not cfg.exists()
+
+
+def test_output_in_a_missing_directory_makes_it(tmp_path: Path) -> None:
+    out = tmp_path / "etc" / "ocihook" / "config.toml"
+    r = run_cli("config", "--set", "no-cgroups", "-c", str(tmp_path / "none.toml"), "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "no-cgroups = true" in out.read_text()
+    assert oct(out.parent.stat().st_mode & 0o777) == "0o755"

@@ -206,3 +206,13 @@ def test_every_toolkit_mapping_names_a_key() -> None:
     for toolkit, ours in TOOLKIT_KEYS.items():
         if ours is not None:
             assert toolkit in (migrate.__doc__ or "")
+
+
+def test_missing_toolkit_file_says_whose_file_and_how_to_name_it(tmp_path: Path) -> None:
+    r = run_cli("config", "migrate", str(tmp_path / "nope.toml"))
+    assert r.returncode == 10
+    assert r.stderr == (
+        "ocihook: error[bad-config]: the NVIDIA Container Toolkit's configuration file not "
+        f"found (file {tmp_path / 'nope.toml'}); hint: name the toolkit's config.toml: "
+        "ocihook config migrate PATH\n"
+    )
