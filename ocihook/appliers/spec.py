@@ -160,7 +160,13 @@ def create_mount_targets(rootfs: str, mounts: Sequence[Mount]) -> tuple[str, ...
             except OSError:
                 is_dir = False  # a missing source: the runtime names it
             make = makedirs_in_root if is_dir else create_file_in_root
-            close_quietly(make(root_fd, dest, created=created))
+            try:
+                close_quietly(make(root_fd, dest, created=created))
+            except ValueError:  # a NUL byte or a lone surrogate: no file has that name
+                raise ApplyError(
+                    "cannot make a mount target: the path cannot name a file",
+                    path=ascii(dest),
+                ) from None
     except ApplyError as err:
         failed: ApplyError | None = err
     else:
@@ -438,6 +444,11 @@ def _edit_bundle_cdi(
     if not isinstance(doc["process"].get("env"), list):
         doc["process"]["env"] = []
     set_env(doc["process"]["env"], ["NVIDIA_VISIBLE_DEVICES=void"])
+    # so are AMD's and Intel's variables that named CDI devices (hook mode refuses those)
+    from ..request.drm import drm_cdi_entries
+
+    voided = sorted({v for v, _ in drm_cdi_entries(bundle.config, policy=options.policy)})
+    set_env(doc["process"]["env"], [f"{v}=void" for v in voided])
     if drm_plan is not None:  # AMD/Intel GPUs asked for beside the CDI devices
         doc = apply_plan(doc, drm_plan, command=command, path=bundle.config_path)
     return doc

@@ -124,16 +124,24 @@ def _is_bind(mount: Mount) -> bool:
 
 
 def stale_host_file(edits: ContainerEdits) -> str | None:
-    """The first host file ``edits`` names that does not exist (links followed, as the
-    runtime follows them): a device node's host path, or a bind mount's source. ``None``
-    when all exist. A spec generated before a driver upgrade names the old driver's
-    library files (``libcuda.so.535.104.05``): this finds the first."""
+    """The first host file ``edits`` needs that does not exist (links followed, as the
+    runtime follows them), else ``None``: a bind mount's source, a hook's program, and a
+    device node's host file where the node needs one — it names a ``hostPath``, or lacks
+    the type and major the runtime would make it from (a node given in full, without a
+    ``hostPath``, the runtime creates without a host file, as ``_complete_node`` and the
+    reference's ``fillMissingInfo`` accept). A spec generated before a driver upgrade
+    names the old driver's library files (``libcuda.so.535.104.05``): this finds the
+    first."""
     for node in edits.device_nodes:
-        if not _exists(node.host_path or node.path):
+        given = node.type != "" and ((node.major or 0) != 0 or node.type == "p")
+        if (node.host_path or not given) and not _exists(node.host_path or node.path):
             return node.host_path or node.path
     for mount in edits.mounts:
         if _is_bind(mount) and mount.source.startswith("/") and not _exists(mount.source):
             return mount.source
+    for hook in edits.hooks:
+        if hook.path.startswith("/") and not _exists(hook.path):
+            return hook.path
     return None
 
 

@@ -189,6 +189,8 @@ class Registry:
 
 #: Entries of :mod:`ocihook.linux.cachestore` holding parsed YAML specs.
 CACHE_PREFIX = "cdi-spec"
+#: Parsed YAML specs kept (one per spec file; a DRA driver may write one file per claim).
+CACHE_ENTRIES = 1024
 
 
 def _load_cached(path: str, cache_dir: str) -> Spec:
@@ -230,5 +232,7 @@ def _load_cached(path: str, cache_dir: str) -> Spec:
     after = os.stat(path)
     identity = [after.st_dev, after.st_ino, after.st_size, after.st_mtime_ns, after.st_ctime_ns]
     if identity == key["identity"]:  # the file did not change while it was read
-        cachestore.store(key, spec, (), cache_dir, prefix=CACHE_PREFIX)
+        cachestore.store(
+            key, spec, (), cache_dir, prefix=CACHE_PREFIX, max_entries=CACHE_ENTRIES
+        )
     return spec

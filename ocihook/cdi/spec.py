@@ -598,6 +598,13 @@ def _check_env(env: tuple[str, ...], where: str) -> None:
             raise _fail("invalid environment variable: expected KEY=value", f"{where}[{i}]", entry)
 
 
+def _path_problem(path: str) -> str | None:
+    """Why ``path`` cannot name a file (:func:`ocihook.oci.bundle.path_problem`)."""
+    from ..oci.bundle import path_problem
+
+    return path_problem(path)
+
+
 def _check_edits(edits: ContainerEdits, where: str, version: tuple[int, int, int]) -> None:
     _check_env(edits.env, _join(where, "env"))
     for i, node in enumerate(edits.device_nodes):
@@ -630,6 +637,11 @@ def _check_edits(edits: ContainerEdits, where: str, version: tuple[int, int, int
             raise _fail("mount hostPath is empty", f"{at}.hostPath", mount.source)
         if not mount.destination:
             raise _fail("mount containerPath is empty", f"{at}.containerPath", "")
+        # a name no file can have (the reference leaves it to the runtime, which fails)
+        for value, name in ((mount.source, "hostPath"), (mount.destination, "containerPath")):
+            problem = _path_problem(value)
+            if problem is not None:
+                raise _fail(f"mount {name} {problem}", f"{at}.{name}", value)
     rdt = edits.intel_rdt
     if rdt is not None and version >= (1, 1, 0):
         for attr, name in (("enable_cmt", "enableCMT"), ("enable_mbm", "enableMBM")):

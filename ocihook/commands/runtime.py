@@ -430,13 +430,25 @@ def _asks_for_nothing(config_json: str, settings: _Settings) -> bool:
     no-GPU hook exit does (:func:`ocihook.commands.voidexit.void_hook_exit`): none of the request
     markers, no ``\\u`` escape. Unreadable: ``False`` (the full path reports it)."""
     from ..core.fastexit import REQUEST_MARKERS
-    from ..core.readfile import read_regular
+    from ..core.readfile import FileTooLarge, contains_any, read_regular
 
+    raw: bytes | None
     try:
         raw = read_regular(config_json)
+    except FileTooLarge:
+        raw = None  # larger than the edit reads: scanned in pieces, as runc reads it
     except OSError:
         return False
-    if b"\\u" in raw or any(m in raw for m in REQUEST_MARKERS):
+
+    def holds(markers: tuple[bytes, ...]) -> bool:
+        if raw is not None:
+            return any(m in raw for m in markers)
+        try:
+            return contains_any(config_json, markers)
+        except OSError:
+            return True
+
+    if holds((b"\\u", *REQUEST_MARKERS)):
         return False
     from ..config.scan import DEFAULT_REQUEST_MARKERS, REQUEST_DETECTION_KEYS
 
@@ -445,7 +457,7 @@ def _asks_for_nothing(config_json: str, settings: _Settings) -> bool:
         markers = settings.get().extra_request_markers()
     else:
         markers = DEFAULT_REQUEST_MARKERS
-    return not any(m in raw for m in markers)
+    return not holds(tuple(markers))
 
 
 class _Settings:

@@ -9,7 +9,7 @@ import sys
 
 from ..core.errors import OcihookError
 from ..core.fastexit import REQUEST_MARKERS, bundle_from_state, config_arg, state_string
-from ..core.readfile import read_binary_stream, read_regular
+from ..core.readfile import FileTooLarge, contains_any, read_binary_stream, read_regular
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
 if TYPE_CHECKING:
@@ -53,11 +53,15 @@ def void_hook_exit(argv: Sequence[str]) -> tuple[int | None, bytes]:
     bundle = bundle_from_state(stdin)
     if bundle is None:
         return None, stdin
+    config_json = bundle.rstrip("/") + "/config.json"
+    raw: bytes | None
     try:
-        raw = read_regular(bundle.rstrip("/") + "/config.json")
+        raw = read_regular(config_json)
+    except FileTooLarge:
+        raw = None  # larger than the full path reads: scanned in pieces, as runc reads it
     except OSError:
         return None, stdin
-    if b"\\u" in raw or any(marker in raw for marker in REQUEST_MARKERS):
+    if _holds_any(config_json, raw, (b"\\u", *REQUEST_MARKERS)):
         return None, stdin
     from ..config.load import read_config_bytes
 
@@ -66,19 +70,34 @@ def void_hook_exit(argv: Sequence[str]) -> tuple[int | None, bytes]:
         data = read_config_bytes(path, environ={})
     except OcihookError:
         return None, stdin  # let the full command say what is wrong
-    if _config_markers(path, data, raw):
+    if _config_markers(path, data, config_json, raw):
         return None, stdin
     if data is not None:
         _log_fast_exit(path, data, stdin, bundle, argv[1])
     return 0, stdin
 
 
-def _config_markers(path: str | None, data: bytes | None, raw: bytes) -> bool:
+def _holds_any(config_json: str, raw: bytes | None, markers: tuple[bytes, ...]) -> bool:
+    """Whether ``config.json`` holds one of ``markers``: in ``raw``, its bytes, or, for a
+    file too large to read whole (``raw`` is ``None``), scanned in pieces; a file that
+    cannot be scanned counts as holding one (the full command reports it)."""
+    if raw is not None:
+        return any(m in raw for m in markers)
+    try:
+        return contains_any(config_json, markers)
+    except OSError:
+        return True
+
+
+def _config_markers(
+    path: str | None, data: bytes | None, config_json: str, raw: bytes | None
+) -> bool:
     """Whether the operator's configuration (``data``, the bytes of the file at ``path``)
     makes more requests possible (swarm resource names, annotation prefixes, device
-    mounts) and ``raw`` holds one of them. The file is parsed only when it can set those
-    keys at all (:func:`ocihook.config.scan.bytes_may_set`); a broken file is reported by the
-    full command."""
+    mounts) and ``config.json`` (``raw``, see :func:`_holds_any`) holds one of them. The
+    file is parsed only when it can set those keys at all
+    (:func:`ocihook.config.scan.bytes_may_set`); a broken file is reported by the full
+    command."""
     from ..config.load import load_config
     from ..config.scan import REQUEST_DETECTION_KEYS, bytes_may_set
 
@@ -88,7 +107,7 @@ def _config_markers(path: str | None, data: bytes | None, raw: bytes) -> bool:
         markers = load_config(path, environ={}).extra_request_markers()
     except OcihookError:
         return True  # let the full command say what is wrong
-    return any(m in raw for m in markers)
+    return _holds_any(config_json, raw, tuple(markers))
 
 
 def _log_fast_exit(path: str | None, data: bytes, stdin: bytes, bundle: str, stage: str) -> None:

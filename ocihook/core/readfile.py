@@ -23,6 +23,7 @@ __all__ = [
     "MAX_JSON_BYTES",
     "FileTooLarge",
     "NotRegularFile",
+    "contains_any",
     "read_binary_stream",
     "read_regular",
     "read_stream",
@@ -74,9 +75,12 @@ def read_regular(path: str, limit: int = MAX_JSON_BYTES) -> bytes:
             before reading, and again by the read).
         OSError: it cannot be opened or read (``FileNotFoundError``...).
     """
+    mode = os.stat(path).st_mode  # a device is refused before it is opened at all
+    if not stat.S_ISREG(mode):
+        raise NotRegularFile(_EINVAL, f"not a regular file ({_kind(mode)})")
     fd = os.open(path, _FLAGS)
     try:
-        st = os.fstat(fd)
+        st = os.fstat(fd)  # and again: the path may name another file by now
         if not stat.S_ISREG(st.st_mode):
             raise NotRegularFile(_EINVAL, f"not a regular file ({_kind(st.st_mode)})")
         if st.st_size > limit:
@@ -130,3 +134,34 @@ def read_binary_stream(stream: Any, limit: int = MAX_JSON_BYTES) -> bytes:
         data: bytes = stream.read(limit + 1)
         return data
     return read_stream(fd, limit)
+
+
+def contains_any(path: str, needles: tuple[bytes, ...], chunk: int = 1 << 20) -> bool:
+    """Whether the regular file at ``path`` holds any of ``needles``, read ``chunk`` bytes
+    at a time whatever its size (linear time, bounded memory): how the no-GPU fast paths
+    look at a ``config.json`` larger than :data:`MAX_JSON_BYTES`, which runc itself
+    reads, rather than refusing a container that asks for no GPU.
+
+    Raises:
+        NotRegularFile, OSError: as :func:`read_regular`.
+    """
+    longest = max((len(n) for n in needles), default=1)
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise NotRegularFile(_EINVAL, f"not a regular file ({_kind(mode)})")
+    fd = os.open(path, _FLAGS)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(_EINVAL, f"not a regular file ({_kind(st.st_mode)})")
+        tail = b""
+        while True:
+            data = os.read(fd, chunk)
+            if not data:
+                return False
+            window = tail + data
+            if any(n in window for n in needles):
+                return True
+            tail = window[-(longest - 1) :] if longest > 1 else b""
+    finally:
+        os.close(fd)

@@ -208,12 +208,14 @@ def store(
     *,
     create: bool = False,
     prefix: str,
+    max_entries: int = MAX_ENTRIES,
 ) -> bool:
     """Store ``value`` (see :func:`encode`) for ``key`` under ``prefix`` in ``directory``,
     stale once any of ``dirs`` (host paths of the directories the value was read from)
-    changes. The directory is created (mode 0755) only when ``create``. Returns whether it
-    was written; never raises for the cache's state (a debug line says why it was not
-    written). Entries over :data:`MAX_ENTRY_BYTES` are not written."""
+    changes. The directory is created (mode 0755) only when ``create``; it keeps at most
+    ``max_entries`` entries of ``prefix`` (the oldest go). Returns whether it was written;
+    never raises for the cache's state (a debug line says why it was not written).
+    Entries over :data:`MAX_ENTRY_BYTES` are not written."""
     from ..core import jsonfast as json
 
     try:
@@ -236,7 +238,7 @@ def store(
         finally:
             os.close(fd)
         os.replace(tmp, path)
-        _prune(directory, prefix, keep=path)
+        _prune(directory, prefix, keep=path, max_entries=max_entries)
     except OSError as e:
         _debug(f"{prefix} cache not written", path=path, error=e.strerror)
         _unlink(tmp)
@@ -244,8 +246,8 @@ def store(
     return True
 
 
-def _prune(directory: str, prefix: str, keep: str) -> None:
-    """Remove the oldest entries named ``<prefix>-*.json`` beyond :data:`MAX_ENTRIES`."""
+def _prune(directory: str, prefix: str, keep: str, max_entries: int = MAX_ENTRIES) -> None:
+    """Remove the oldest entries named ``<prefix>-*.json`` beyond ``max_entries``."""
     entries: list[tuple[int, str]] = []
     for name in os.listdir(directory):
         if name.startswith(prefix + "-") and name.endswith(".json"):
@@ -255,7 +257,7 @@ def _prune(directory: str, prefix: str, keep: str) -> None:
             except OSError:
                 continue
     entries.sort()
-    for _mtime, p in entries[: max(0, len(entries) - MAX_ENTRIES)]:
+    for _mtime, p in entries[: max(0, len(entries) - max_entries)]:
         if p != keep:
             _unlink(p)
 

@@ -22,6 +22,8 @@ from . import cachestore
 
 __all__ = [
     "RUNC_SAFE_MOUNT_TARGETS",
+    "VERSION_TIMEOUT",
+    "is_racy_runc",
     "mount_race_warning",
     "parse_version_output",
     "runtime_version",
@@ -36,11 +38,20 @@ _ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 
 
 def parse_version_output(text: str) -> tuple[str, str, tuple[int, int, int]] | None:
-    """``(name, shown version, (major, minor, patch))`` from the first line of
-    ``<runtime> --version`` (``"runc version 1.1.5+ds1"`` -> ``("runc", "1.1.5+ds1",
-    (1, 1, 5))``; ``"crun version 1.8.1"``; a missing patch is 0), or ``None`` when the line
-    is not ``NAME version X.Y[.Z][suffix]``."""
-    first = text.split("\n", 1)[0].split()
+    """``(name, shown version, (major, minor, patch))`` from ``<runtime> --version``: the
+    first line ``NAME version X.Y[.Z][suffix]`` whose NAME is not ``ocihook-runtime``
+    (the wrapper prints its own version, then the real runtime's). ``"runc version
+    1.1.5+ds1"`` -> ``("runc", "1.1.5+ds1", (1, 1, 5))``; ``"crun version 1.8.1"``; a
+    missing patch is 0. ``None`` when no line has that form."""
+    for line in text.split("\n")[:20]:
+        found = _parse_version_line(line)
+        if found is not None and found[0] != "ocihook-runtime":
+            return found
+    return None
+
+
+def _parse_version_line(line: str) -> tuple[str, str, tuple[int, int, int]] | None:
+    first = line.split()
     if len(first) < 3 or first[1] != "version":
         return None
     name, shown = first[0], first[2]
@@ -60,9 +71,39 @@ def parse_version_output(text: str) -> tuple[str, str, tuple[int, int, int]] | N
     return name, shown, (major, minor, patch)
 
 
-def _run_version(path: str) -> str | None:
-    """Standard output of ``path --version`` (5 s at most), or ``None`` when it cannot
-    be run or fails. Spawned without :mod:`subprocess` (its import costs milliseconds)."""
+def _release_candidate(shown: str) -> int | None:
+    """The ``N`` of a ``-rc.N``/``-rcN`` pre-release suffix (``1.2.0-rc.2`` -> 2), else
+    ``None``."""
+    _, sep, rest = shown.partition("-rc")
+    digits = rest.lstrip(".")
+    end = 0
+    while end < len(digits) and digits[end].isascii() and digits[end].isdigit():
+        end += 1
+    return int(digits[:end]) if sep and 0 < end <= 9 else None
+
+
+def is_racy_runc(shown: str, version: tuple[int, int, int]) -> bool:
+    """Whether runc ``version`` (``shown`` as it printed it) makes bind-mount targets in
+    the racy way: before 1.1.14, and the 1.2.0 release candidates before rc.3 (the fix
+    came in 1.1.14 and 1.2.0-rc.3)."""
+    if version < RUNC_SAFE_MOUNT_TARGETS:
+        return True
+    rc = _release_candidate(shown)
+    return version == (1, 2, 0) and rc is not None and rc < 3
+
+
+#: Seconds ``<runtime> --version`` may take before it is killed.
+VERSION_TIMEOUT = 5.0
+
+
+def _run_version(path: str, timeout: float = VERSION_TIMEOUT) -> str | None:
+    """Standard output of ``path --version``, or ``None`` when it cannot be run, fails, or
+    is not done within ``timeout`` seconds (then it is killed; a child it left holding the
+    pipe does not keep us either). Spawned without :mod:`subprocess` (its import costs
+    milliseconds)."""
+    import select
+    import time
+
     r, w = os.pipe()
     try:
         null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
@@ -84,16 +125,43 @@ def _run_version(path: str) -> str | None:
         os.close(w)
         return None
     os.close(w)
+    deadline = time.monotonic() + timeout
+    out = b""
+    status: int | None = None
+    eof = False
     try:
-        out = b""
-        while len(out) < 4096:
-            chunk = os.read(r, 4096)
-            if not chunk:
+        while True:
+            if status is None:
+                try:
+                    done, status_now = os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:  # SIGCHLD ignored: the child was reaped for us
+                    return None
+                if done:
+                    status = status_now
+            left = deadline - time.monotonic()
+            if left <= 0 or (eof and status is not None):
                 break
-            out += chunk
+            if eof:  # output closed: only the exit status is awaited
+                time.sleep(min(left, 0.01))
+                continue
+            ready, _, _ = select.select([r], [], [], min(left, 0.05))
+            if ready:
+                chunk = os.read(r, 4096)
+                eof = not chunk
+                out += chunk
+                if len(out) > 65536:
+                    break
+            elif status is not None:
+                break  # exited, and what it left running holds the pipe: stop here
     finally:
         os.close(r)
-    _, status = os.waitpid(pid, 0)
+    if status is None:
+        try:
+            os.kill(pid, 9)
+            _, status = os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        return None
     if os.waitstatus_to_exitcode(status) != 0:
         return None
     return out.decode("utf-8", "replace")
@@ -132,7 +200,7 @@ def mount_race_warning(path: str, *, cache_dir: str = cachestore.DEFAULT_DIR) ->
     if found is None:
         return None
     name, shown, version = found
-    if name != "runc" or version >= RUNC_SAFE_MOUNT_TARGETS:
+    if name != "runc" or not is_racy_runc(shown, version):
         return None
     return (
         f"{path} is runc {shown}, older than 1.1.14: an image that swaps a directory for a "

@@ -498,3 +498,99 @@ def test_generated_spec_re_edit_is_unchanged(tmp_path: Path) -> None:
         assert again.returncode == 0, again.stderr
         assert again.stderr.endswith("CDI devices nvidia.com/gpu=1; already injected; unchanged\n")
         assert (b / "config.json").read_bytes() == after_first
+
+
+@pytest.mark.parametrize(
+    ("variable", "kind"),
+    [("AMD_VISIBLE_DEVICES", "amd.com/gpu"), ("INTEL_VISIBLE_DEVICES", "intel.com/gpu")],
+)
+def test_drm_cdi_names_voided_after_injection(tmp_path: Path, variable: str, kind: str) -> None:
+    """Spec mode injects AMD/Intel CDI names and sets their variable to void, as it does
+    NVIDIA_VISIBLE_DEVICES: a hook registered too then has nothing to do (exit 0) instead of
+    refusing the CDI name (exit 5) — even with a spec that does not void it itself."""
+    spec = {
+        "cdiVersion": "0.5.0",
+        "kind": kind,
+        "devices": [
+            {
+                "name": "0",
+                "containerEdits": {"env": ["X=1"], "deviceNodes": [{"path": "/dev/null"}]},
+            }
+        ],
+    }
+    spec_dir = tmp_path / "cdi"
+    spec_dir.mkdir()
+    (spec_dir / "v.json").write_text(json.dumps(spec))
+    b = make_bundle(tmp_path / "b", [f"{variable}={kind}=0"])
+    r = _edit_cli(b, spec_dir)
+    assert r.returncode == 0, r.stderr
+    env = json.loads((b / "config.json").read_text())["process"]["env"]
+    assert f"{variable}=void" in env and "X=1" in env
+    state = json.dumps({"ociVersion": "1.0.2", "id": "c", "pid": 1, "bundle": str(b)})
+    hook = run_cli("hook", "prestart", stdin=state)
+    assert hook.returncode == 0, hook.stderr
+
+
+@pytest.mark.parametrize(
+    ("node", "stale"),
+    [
+        ({"path": "/dev/nonexistent-xyz", "type": "c", "major": 1, "minor": 3}, False),
+        ({"path": "/dev/nonexistent-xyz", "type": "p"}, False),
+        ({"path": "/dev/nonexistent-xyz"}, True),
+        ({"path": "/dev/nonexistent-xyz", "type": "c"}, True),
+        ({"path": "/dev/x", "hostPath": "/dev/nonexistent-xyz", "type": "c", "major": 1}, True),
+    ],
+)
+def test_stale_check_of_device_nodes(node: dict[str, Any], stale: bool) -> None:
+    """A node given in full (type and major) needs no host file: the runtime makes it. One
+    that names a hostPath, or needs the host node for its numbers, does."""
+    from ocihook.cdi.inject import stale_host_file
+    from ocihook.cdi.spec import load_spec
+
+    doc = {
+        "cdiVersion": "0.5.0",
+        "kind": "a.com/b",
+        "devices": [{"name": "0", "containerEdits": {"deviceNodes": [node]}}],
+    }
+    spec = load_spec(json.dumps(doc), path="x")
+    assert (stale_host_file(spec.devices[0].container_edits) is not None) == stale
+
+
+def test_stale_check_of_hook_programs() -> None:
+    from ocihook.cdi.inject import stale_host_file
+    from ocihook.cdi.spec import load_spec
+
+    hooks = [{"hookName": "createContainer", "path": "/opt/gone/bin/nvidia-ctk"}]
+    doc = {
+        "cdiVersion": "0.5.0",
+        "kind": "a.com/b",
+        "devices": [{"name": "0", "containerEdits": {"hooks": hooks}}],
+    }
+    spec = load_spec(json.dumps(doc), path="x")
+    assert stale_host_file(spec.devices[0].container_edits) == "/opt/gone/bin/nvidia-ctk"
+
+
+def test_nul_in_a_cdi_mount_path_is_one_line_and_leaves_nothing(tmp_path: Path) -> None:
+    """A containerPath with a NUL byte once raised ValueError from the mount-target code
+    (exit 1) and left the targets made before it."""
+    ok = tmp_path / "ok"
+    ok.write_text("")
+    mounts = [
+        {"hostPath": str(ok), "containerPath": "/ok/file", "options": ["bind"]},
+        {"hostPath": str(ok), "containerPath": "/a/b/bad\u0000x", "options": ["bind"]},
+    ]
+    doc = {
+        "cdiVersion": "0.5.0",
+        "kind": "a.com/b",
+        "devices": [{"name": "0", "containerEdits": {"mounts": mounts}}],
+    }
+    spec_dir = tmp_path / "cdi"
+    spec_dir.mkdir()
+    (spec_dir / "a.json").write_text(json.dumps(doc))
+    b = make_bundle(tmp_path / "b", ["NVIDIA_VISIBLE_DEVICES=a.com/b=0"])
+    before = (b / "config.json").read_bytes()
+    r = _edit_cli(b, spec_dir)
+    assert r.returncode == 11, r.stderr
+    assert "mount containerPath holds a NUL byte" in r.stderr and "Traceback" not in r.stderr
+    assert (b / "config.json").read_bytes() == before
+    assert _listing(b / "rootfs") == []

@@ -307,3 +307,18 @@ def test_hook_mode_cdi_names_same_answer_for_every_vendor(
         f"value '{name}'); hint: use spec mode (ocihook edit) or a CDI-aware runtime, or "
         "request the GPU by index\n"
     )
+
+
+@pytest.mark.parametrize(("request_env", "code"), [(None, 0), ("NVIDIA_VISIBLE_DEVICES=0", 3)])
+def test_hook_oversized_config_json(tmp_path: Path, request_env: str | None, code: int) -> None:
+    """Over 16 MiB: a container that asks for nothing takes the fast exit (the file is
+    scanned in pieces, as runc reads it whole); one that asks for a GPU is refused."""
+    bundle = make_bundle(tmp_path, [request_env] if request_env else [])
+    doc = json.loads((bundle / "config.json").read_text())
+    doc["annotations"] = {"org.example/blob": "x" * (17 << 20)}
+    (bundle / "config.json").write_text(json.dumps(doc))
+    state = json.dumps({"ociVersion": "1.0.2", "id": "c", "pid": 1, "bundle": str(bundle)})
+    r = run_cli_process("hook", "prestart", stdin=state, timeout=60)
+    assert r.returncode == code, r.stderr
+    if code:
+        assert "larger than 16777216 bytes (16 MiB)" in r.stderr

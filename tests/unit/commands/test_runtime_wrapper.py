@@ -856,3 +856,21 @@ def test_stale_cdi_spec_refused_before_runc(
     assert len(proc.stderr.splitlines()) == 1
     assert _config(bundle) == before
     assert stage.called() is None
+
+
+def test_oversized_config_json_without_a_request_passes_through(
+    stage: Stage, bundle_factory: Callable[..., str]
+) -> None:
+    """A config.json over 16 MiB that asks for no GPU (a huge annotation) is runc's to
+    read: the wrapper scans it in pieces for the request markers and runs runc."""
+    bundle = bundle_factory(["true"], [])
+    path = os.path.join(bundle, "config.json")
+    doc = json.loads(Path(path).read_text())
+    doc["annotations"] = {"org.example/blob": "x" * (17 << 20)}
+    Path(path).write_text(json.dumps(doc))
+    before = _config(bundle)
+    proc = stage.run("create", "--bundle", bundle, "cid")
+    assert proc.returncode == 0, proc.stderr
+    called = stage.called()
+    assert called is not None and called["argv"][1:] == ["create", "--bundle", bundle, "cid"]
+    assert _config(bundle) == before

@@ -114,3 +114,30 @@ def test_stream_stops_one_byte_past_limit(data: bytes, limit: int) -> None:
         os.close(r)
         t.join(10)
     assert got == data[: limit + 1]
+
+
+@given(
+    data=st.binary(max_size=300),
+    needles=st.lists(st.binary(min_size=1, max_size=6), min_size=1, max_size=3),
+    chunk=st.integers(min_value=1, max_value=17),
+)
+def test_contains_any_across_chunk_boundaries(
+    tmp_path_factory: pytest.TempPathFactory, data: bytes, needles: list[bytes], chunk: int
+) -> None:
+    """Read in pieces of any size, a needle split across two pieces is still found."""
+    from ocihook.core.readfile import contains_any
+
+    path = tmp_path_factory.mktemp("c") / "f"
+    path.write_bytes(data)
+    assert contains_any(str(path), tuple(needles), chunk) == any(n in data for n in needles)
+
+
+def test_contains_any_refuses_special_files(tmp_path: Path) -> None:
+    from ocihook.core.readfile import contains_any
+
+    with pytest.raises(NotRegularFile):
+        contains_any("/dev/zero", (b"x",))
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(NotRegularFile):
+        contains_any(str(fifo), (b"x",))

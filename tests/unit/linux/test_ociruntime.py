@@ -103,3 +103,74 @@ def test_failing_or_silent_runtime_claims_nothing(tmp_path: Path) -> None:
     assert runtime_version(str(tmp_path / "absent"), cache_dir=str(tmp_path)) is None
     (tmp_path / "noexec").write_text("")
     assert runtime_version(str(tmp_path / "noexec"), cache_dir=str(tmp_path)) is None
+
+
+def _script(tmp_path: Path, name: str, body: str) -> str:
+    path = tmp_path / name
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_a_hung_runtime_is_killed_after_the_timeout(tmp_path: Path) -> None:
+    """A runtime stuck on --version costs the timeout, not a container start's worth."""
+    import time
+
+    from ocihook.linux.ociruntime import _run_version
+
+    hung = _script(tmp_path, "hung", "sleep 30\n")
+    start = time.monotonic()
+    assert _run_version(hung, 0.5) is None
+    assert time.monotonic() - start < 3
+
+
+def test_a_child_left_holding_the_pipe_does_not_keep_us(tmp_path: Path) -> None:
+    import time
+
+    from ocihook.linux.ociruntime import _run_version
+
+    path = _script(tmp_path, "bg", "sleep 30 &\necho runc version 1.1.5\n")
+    start = time.monotonic()
+    assert _run_version(path, 5.0) == "runc version 1.1.5\n"
+    assert time.monotonic() - start < 3
+
+
+@pytest.mark.parametrize(
+    ("shown", "racy"),
+    [
+        ("1.1.13", True),
+        ("1.1.14", False),
+        ("1.2.0-rc.1", True),
+        ("1.2.0-rc.2", True),
+        ("1.2.0-rc2", True),
+        ("1.2.0-rc.3", False),
+        ("1.2.0", False),
+        ("1.2.1-rc.1", False),
+    ],
+)
+def test_release_candidates_of_1_2_0(tmp_path: Path, shown: str, racy: bool) -> None:
+    """The fix came in 1.1.14 and 1.2.0-rc.3: 1.2.0-rc.1 and rc.2 are warned about."""
+    path = _script(tmp_path, "runc", f"echo runc version {shown}\n")
+    assert (mount_race_warning(path, cache_dir=str(tmp_path / "none")) is not None) == racy
+
+
+def test_the_wrapper_on_path_is_seen_through(tmp_path: Path) -> None:
+    """ocihook-runtime --version prints its own version, then the real runtime's: the
+    real one is what counts."""
+    path = _script(
+        tmp_path, "runc", "echo ocihook-runtime version 0.1.0\necho\necho runc version 1.1.5\n"
+    )
+    assert runtime_version(path, cache_dir=str(tmp_path / "none")) == ("runc", "1.1.5", (1, 1, 5))
+
+
+def test_ignored_sigchld_claims_nothing(tmp_path: Path) -> None:
+    """With SIGCHLD ignored the kernel reaps the child at once: no version, no crash."""
+    code = (
+        "import signal, sys; signal.signal(signal.SIGCHLD, signal.SIG_IGN)\n"
+        "from ocihook.linux.ociruntime import mount_race_warning\n"
+        f"print(mount_race_warning({_script(tmp_path, 'runc', 'echo runc version 1.1.5')!r}, "
+        f"cache_dir={str(tmp_path / 'none')!r}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() in ("None",) or "CVE-2024-45310" in out.stdout
