@@ -5,14 +5,20 @@ variant and the realistic host."""
 
 from __future__ import annotations
 
+import json
 import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support import load_pynvml_double, run_cli, sim_nvml
 
-from ocihook.cdi.generate import generate_spec
+from ocihook.cdi.generate import generate_drm_spec, generate_spec
 from ocihook.cdi.hookargs import hook_data
 from ocihook.cdi.names import CdiError
 from ocihook.cdi.spec import Spec, validate_spec
@@ -25,7 +31,10 @@ from ocihook.cdi.toolkitopts import (
     resolve_hooks,
 )
 from ocihook.core.hostroot import HostRoot
+from ocihook.discovery.drm import discover_vendor
 from ocihook.discovery.nvidia import NvidiaHost, discover
+from ocihook.sim import vendors as simvendors
+from ocihook.sim import wsl as simwsl
 
 #: The hook arguments each of the toolkit's hook names stands for in ocihook's spec.
 FLAGS = {
@@ -55,6 +64,14 @@ def _paths(edits: Any) -> list[str]:
 
 def _flags(args: Any) -> set[str]:
     return {a for a in args if a.startswith("--")} - {"--ocihook-version"}
+
+
+def _roots(root: str) -> list[str]:
+    return ["--driver-root", root, "--dev-root", root]
+
+
+def _generate(root: str, *args: str) -> Any:
+    return run_cli("cdi", "generate", "--format", "json", *_roots(root), *args)
 
 
 # --- --device-id: reading the list --------------------------------------------------------
@@ -208,6 +225,34 @@ def test_a_selection_without_names_is_refused(host: NvidiaHost) -> None:
     assert _names(spec) == [host.gpus[1].uuid, "all"]
 
 
+def test_cli_device_ids_and_no_all_device(sim: Any) -> None:
+    r = _generate(sim.root, "--device-id", "2", "--devices", "1:0,1:1", "--no-all-device")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ""
+    spec = json.loads(r.stdout)
+    g2 = discover(HostRoot.single(sim.root), gpu_backend="procfs").gpus[2]
+    assert [d["name"] for d in spec["devices"]] == ["1:0", "1:1", "2", g2.uuid]
+    r = _generate(sim.root, "--device-ids", "0", "--device", "all")
+    assert [d["name"] for d in json.loads(r.stdout)["devices"]][-1] == "all"
+    assert len(json.loads(r.stdout)["devices"]) == 8 * 2 + 2 + 1
+
+
+@pytest.mark.parametrize(
+    ("value", "code", "words"),
+    [
+        ("none", 2, "a CDI spec needs at least one"),
+        ("0,,1", 2, "not a device id"),
+        ("3b:00.0", 2, "not a device id"),
+        ("9", 11, "no such GPU"),
+    ],
+)
+def test_cli_device_id_errors(sim: Any, value: str, code: int, words: str) -> None:
+    r = _generate(sim.root, "--device-id", value)
+    assert r.returncode == code, r.stderr
+    (line,) = r.stderr.splitlines()
+    assert words in line and "--device-id" in line and r.stdout == ""
+
+
 # --- --disable-hook / --enable-hook -----------------------------------------------------------
 
 
@@ -305,6 +350,30 @@ def test_every_hook_disabled_means_no_hook(host: NvidiaHost) -> None:
         generate_spec(host, hooks={"chmod"})
 
 
+def test_cli_hooks(sim: Any) -> None:
+    r = _generate(sim.root, "--disable-hook", "all", "--enable-hooks", "update-ldcache")
+    assert (r.returncode, r.stderr) == (0, "")
+    spec = json.loads(r.stdout)
+    (hook,) = spec["containerEdits"]["hooks"]
+    assert _flags(hook["args"]) == {"--links", "--libs", "--ld-so-conf"}
+    assert not [d for d in spec["devices"] if d["containerEdits"].get("hooks")]
+    r = _generate(sim.root, "--disable-hooks", "all")
+    assert "hooks" not in json.loads(r.stdout)["containerEdits"]
+    # a name without an equivalent: the spec is the default one, and one note says why
+    default = _generate(sim.root).stdout
+    r = _generate(sim.root, "--disable-hook", "chmod")
+    assert (r.returncode, r.stdout) == (0, default)
+    (line,) = r.stderr.splitlines()
+    assert line.startswith("ocihook: note: --disable-hook chmod has no effect: ")
+    r = _generate(sim.root, "--disable-hook", "ldcache")
+    assert (r.returncode, r.stdout) == (2, "")
+    (line,) = r.stderr.splitlines()
+    assert line.startswith("ocihook: error[usage]: unknown hook name (field --disable-hook, ")
+    assert "update-ldcache" in line  # the names there are
+    r = _generate(sim.root, "--enable-hook", "all")
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1
+
+
 def test_realistic_host_hooks(realistic: dict[str, Any]) -> None:
     """On the host built from NVIDIA's packages: create-symlinks off keeps every soname
     link and drops the development and GLVND links; update-ldcache off the reverse."""
@@ -344,4 +413,85 @@ def test_modes() -> None:
     }  # fmt: skip
 
 
+@pytest.mark.parametrize("mode", [*OTHER_TOOLKIT_MODES, "GDS", "bogus"])
+def test_cli_modes_ocihook_does_not_generate(sim: Any, mode: str) -> None:
+    r = _generate(sim.root, "--mode", mode)
+    assert (r.returncode, r.stdout) == (2, "")
+    (line,) = r.stderr.splitlines()
+    assert line.startswith("ocihook: error[usage]: ")
+    assert f"field --mode, value {mode!r}" in line
+    assert line.endswith("hint: ocihook generates auto, nvml, wsl")
+    if mode.lower() in OTHER_TOOLKIT_MODES:
+        assert f"the toolkit's {mode.lower()} mode is not generated by ocihook" in line
+
+
+@pytest.fixture
+def fake_nvml(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
+    module = load_pynvml_double()
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    yield module
+
+
+def test_cli_mode_nvml_is_the_nvml_backend(sim: Any, fake_nvml: Any) -> None:
+    fake_nvml.load(sim_nvml(sim))
+    r = _generate(sim.root, "--discovery-mode", "nvml")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == _generate(sim.root, "--gpu-backend", "nvml").stdout
+    names = [d["name"] for d in json.loads(r.stdout)["devices"]]
+    mig = sim.gpus[1].mig_devices[0]
+    assert mig.uuid in names  # NVML knows MIG UUIDs; procfs does not
+    assert mig.uuid not in _generate(sim.root, "--gpu-backend", "procfs").stdout
+    r = _generate(sim.root, "--mode", "nvml", "--gpu-backend", "procfs")
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1
+
+
+def test_cli_mode_wsl_on_another_host(sim: Any) -> None:
+    r = _generate(sim.root, "--mode", "wsl")
+    assert r.returncode == 6
+    (line,) = r.stderr.splitlines()
+    assert "this host is not WSL2" in line
+
+
+@pytest.fixture
+def wsl_host(tmp_path: Path) -> simwsl.SimulatedWslHost:
+    if os.geteuid() != 0:
+        pytest.skip("making /dev/dxg needs root (mknod)")
+    return simwsl.build(str(tmp_path / "wsl"))
+
+
+def test_wsl_spec_with_toolkit_options(wsl_host: simwsl.SimulatedWslHost) -> None:
+    store = f"/usr/lib/wsl/drivers/{simwsl.STORE}"
+    r = _generate(wsl_host.root, "--mode", "wsl", "--disable-hook", "update-ldcache")
+    assert r.returncode == 0, r.stderr
+    spec = json.loads(r.stdout)
+    assert [d["name"] for d in spec["devices"]] == ["all"]
+    (hook,) = spec["containerEdits"]["hooks"]
+    data = hook_data(hook["args"])
+    assert data is not None
+    assert data[1] == [f"{store}/nvidia-smi::/usr/bin/nvidia-smi"]  # no soname links
+    assert data[2] == [] and "--cuda-compat" not in hook["args"]
+    r = _generate(wsl_host.root, "--disable-hook", "create-symlinks,update-ldcache")
+    assert "hooks" not in json.loads(r.stdout)["containerEdits"]
+    # one device, all, is /dev/dxg for every GPU: a note says the options change nothing
+    r = _generate(wsl_host.root, "--device-id", "0", "--no-all-device")
+    assert r.returncode == 0
+    assert [d["name"] for d in json.loads(r.stdout)["devices"]] == ["all"]
+    (line,) = r.stderr.splitlines()
+    assert line.startswith("ocihook: note: --device-id and --no-all-device have no effect on WSL2")
+
+
 # --- AMD and Intel --------------------------------------------------------------------------------
+
+
+def test_drm_specs(tmp_path: Path) -> None:
+    amd = simvendors.build_amd(str(tmp_path / "amd"))
+    host = discover_vendor("amd", HostRoot.single(amd.root))
+    names = [d.name for d in generate_drm_spec(host, all_device=False).devices]
+    assert names == [str(i) for i in range(len(host.gpus))]
+    r = run_cli("cdi", "generate", "--vendor", "amd", *_roots(amd.root), "--no-all-device")
+    assert r.returncode == 0, r.stderr
+    assert "name: all" not in r.stdout
+    r = run_cli("cdi", "generate", "--vendor", "amd", *_roots(amd.root), "--device-id", "0")
+    assert r.returncode == 11
+    (line,) = r.stderr.splitlines()
+    assert "field --device-id" in line
