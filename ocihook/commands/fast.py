@@ -240,6 +240,8 @@ COMMANDS: tuple[tuple[tuple[str, ...], str, tuple[Option, ...]], ...] = (
         (
             Option(
                 "--vendor",
+                "--cdi-vendor",
+                dest="vendor",
                 default="nvidia.com",
                 help="vendor part of the kind (nvidia.com; nvidia means nvidia.com); amd or "
                 "intel: the spec of the host's AMD (amd.com/gpu) or Intel (intel.com/gpu) "
@@ -251,7 +253,13 @@ COMMANDS: tuple[tuple[tuple[str, ...], str, tuple[Option, ...]], ...] = (
                 help="amd/intel: list the device nodes' groups in additionalGids "
                 "(needs cdiVersion 0.7.0, which podman 4 and containerd 1.6/1.7 reject)",
             ),
-            Option("--class", default="gpu", help="class part of the kind (gpu)"),
+            Option(
+                "--class",
+                "--cdi-class",
+                dest="class",
+                default="gpu",
+                help="class part of the kind (gpu)",
+            ),
             Option(
                 "--device-name-strategy",
                 action="append",

@@ -483,6 +483,14 @@ def test_wsl_spec_with_toolkit_options(wsl_host: simwsl.SimulatedWslHost) -> Non
 # --- AMD and Intel --------------------------------------------------------------------------------
 
 
+def test_cli_cdi_vendor_and_class_aliases(sim: Any) -> None:
+    r = _generate(sim.root, "--cdi-vendor", "example.com", "--cdi-class", "accel")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["kind"] == "example.com/accel"
+    r = _generate(sim.root, "--cdi-class", "_bad")
+    assert r.returncode == 11 and "--class" in r.stderr
+
+
 def test_drm_specs(tmp_path: Path) -> None:
     amd = simvendors.build_amd(str(tmp_path / "amd"))
     host = discover_vendor("amd", HostRoot.single(amd.root))
