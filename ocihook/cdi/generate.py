@@ -28,6 +28,11 @@ generator does: the image layout is unknown when the spec is written); the hook 
 them in the container's ``ld.so.cache``. Every capability's files are included
 (``nvidia-ctk`` does the same): a spec is per host, not per container.
 
+The options of ``nvidia-ctk cdi generate`` that shape its spec mean the same here
+(:mod:`ocihook.cdi.toolkitopts` reads them): ``--device-id`` (:func:`generate_spec`'s
+``device_ids``), ``--no-all-device`` (``all_device``) and ``--disable-hook``/``--enable-hook``
+(``hooks``: the parts of ocihook's hook that stand for the toolkit's hooks).
+
 :func:`generate_drm_spec` does the same for AMD (``amd.com/gpu``) and Intel
 (``intel.com/gpu``) hosts from :func:`ocihook.discovery.drm.discover_vendor`.
 
@@ -47,13 +52,15 @@ from ..plan.build import development_links, node_groups
 from ..plan.edits import IPC_MOUNT_OPTIONS, LIBRARY_MOUNT_OPTIONS
 from .names import validate_class, validate_device_name, validate_vendor
 from .spec import ContainerEdits, Device, DeviceNode, Hook, Mount, Spec, minimum_version
+from .toolkitopts import DEFAULT_HOOKS, SPEC_HOOKS, parse_device_ids
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # collections.abc imports collections: milliseconds at start
-    from collections.abc import Sequence
+    from collections.abc import Collection, Sequence
 
     from ..discovery.nvidia import NvidiaHost
     from ..discovery.records import DrmGpu, DrmHost, Gpu, HostDeviceNode, MigDevice
+    from ..plan.select import Selection
 
 __all__ = [
     "DEFAULT_NAME_STRATEGIES",
@@ -134,16 +141,22 @@ def _gpu_edits(host: NvidiaHost, gpu: Gpu) -> tuple[list[DeviceNode], list[str]]
 
 
 def _edits(
-    nodes: Sequence[DeviceNode], links: Sequence[str], command: Sequence[str]
+    nodes: Sequence[DeviceNode],
+    links: Sequence[str],
+    command: Sequence[str],
+    hooks: Collection[str] = DEFAULT_HOOKS,
 ) -> ContainerEdits:
+    """A device's edits: ``nodes`` each once, and a hook making ``links`` (its
+    ``/dev/dri/by-path`` links) when there are any and ``create-symlinks`` is in
+    ``hooks``."""
     unique: list[DeviceNode] = []
     for n in nodes:
         if n not in unique:
             unique.append(n)
-    hooks: tuple[Hook, ...] = ()
-    if links:
-        hooks = (_hook(command, _cdi_hook_args(list(dict.fromkeys(links)))),)
-    return ContainerEdits(device_nodes=tuple(unique), hooks=hooks)
+    made: tuple[Hook, ...] = ()
+    if links and "create-symlinks" in hooks:
+        made = (_hook(command, _cdi_hook_args(list(dict.fromkeys(links)))),)
+    return ContainerEdits(device_nodes=tuple(unique), hooks=made)
 
 
 def _names(strategies: Sequence[str], gpu: Gpu) -> list[str]:
@@ -183,13 +196,20 @@ def _check_hook_path(path: str) -> None:
         )
 
 
-def _common_edits(host: NvidiaHost, command: Sequence[str]) -> ContainerEdits:
+def _common_edits(
+    host: NvidiaHost, command: Sequence[str], hooks: Collection[str] = DEFAULT_HOOKS
+) -> ContainerEdits:
+    """The edits every device of the spec shares (see the module docstring); the hook
+    holds the parts of :data:`~ocihook.cdi.toolkitopts.SPEC_HOOKS` in ``hooks``, and
+    there is none when it would have nothing to do."""
     from ..discovery.nvidia import SUPPORTED_CAPABILITIES
 
     capabilities = sorted(SUPPORTED_CAPABILITIES)
     nodes = [_node(n) for n in host.control_nodes]
     if host.modeset is not None:
         nodes.append(_node(host.modeset))
+    ldcache = "update-ldcache" in hooks
+    symlinks = "create-symlinks" in hooks
     mounts: list[Mount] = []
     links: list[str] = []
     libs: list[str] = []
@@ -202,10 +222,11 @@ def _common_edits(host: NvidiaHost, command: Sequence[str]) -> ContainerEdits:
         mounts.append(Mount(lib.host_path, lib.path, LIBRARY_MOUNT_OPTIONS, type=""))
         directory = os.path.dirname(lib.path)
         soname_path = f"{directory}/{lib.soname}"
-        if lib.soname != lib.name:
+        if lib.soname != lib.name and ldcache:  # ldconfig's link in the toolkit
             links.append(f"{lib.name}::{soname_path}")
-        libs.append(f"{soname_path}::{lib.abi_flags:#06x}")  # the hook reads no ELF header
-        for extra in development_links(lib.soname, lib.name, capabilities):
+        if ldcache:
+            libs.append(f"{soname_path}::{lib.abi_flags:#06x}")  # the hook reads no ELF header
+        for extra in development_links(lib.soname, lib.name, capabilities) if symlinks else ():
             links.append(f"{extra.target}::{directory}/{extra.link}")
     for f in host.files_for(capabilities):
         if f.path in seen:
@@ -214,14 +235,20 @@ def _common_edits(host: NvidiaHost, command: Sequence[str]) -> ContainerEdits:
         options = IPC_MOUNT_OPTIONS if f.kind == "ipc" else LIBRARY_MOUNT_OPTIONS
         mounts.append(Mount(f.host_path, f.path, options, type=""))
     args = _cdi_hook_args(links, libs)
-    args.append("--ld-so-conf")  # host directories: an ldconfig in the image must keep them
-    compat = "::".join(("/usr/local/cuda/compat", host.driver_version, host.cuda_version or ""))
-    args += ["--cuda-compat", compat.rstrip(":")]
-    args += ["--mask-proc", host.root.proc("driver/nvidia"), "--proc-gpus-from-devices"]
+    work = bool(links or libs)  # a hook with nothing to do is a usage error at start
+    if ldcache:  # host directories: an ldconfig in the image must keep them
+        args.append("--ld-so-conf")
+    if ldcache and "enable-cuda-compat" in hooks:
+        compat = "::".join(("/usr/local/cuda/compat", host.driver_version, host.cuda_version or ""))
+        args += ["--cuda-compat", compat.rstrip(":")]
+        work = True
+    if "disable-device-node-modification" in hooks:
+        args += ["--mask-proc", host.root.proc("driver/nvidia"), "--proc-gpus-from-devices"]
+        work = True
     return ContainerEdits(
         env=("NVIDIA_VISIBLE_DEVICES=void",),
         device_nodes=tuple(nodes),
-        hooks=(_hook(command, args),),
+        hooks=(_hook(command, args),) if work else (),
         mounts=tuple(mounts),
     )
 
@@ -233,6 +260,9 @@ def generate_spec(
     device_class: str = "gpu",
     name_strategies: Sequence[str] = DEFAULT_NAME_STRATEGIES,
     hook_command: Sequence[str] | None = None,
+    device_ids: Sequence[str] | None = None,
+    all_device: bool = True,
+    hooks: Collection[str] = DEFAULT_HOOKS,
 ) -> Spec:
     """The CDI spec for ``host`` (see the module docstring), at its minimum ``cdiVersion``.
 
@@ -246,20 +276,34 @@ def generate_spec(
         hook_command: argv prefix that runs ocihook (default:
             :func:`ocihook.config.options.cdi_hook_command`, this installation's
             ``ocihook`` command).
+        device_ids: only these devices (``nvidia-ctk cdi generate --device-id``, read by
+            :func:`~ocihook.cdi.toolkitopts.parse_device_ids`): a GPU id gives the GPU
+            alone, not its MIG devices, and a MIG id that MIG device; ``None``: every GPU
+            and MIG device.
+        all_device: also the device ``all``, holding every device of the spec (the
+            toolkit's ``--no-all-device`` is ``False``).
+        hooks: the names of :data:`~ocihook.cdi.toolkitopts.SPEC_HOOKS` whose part the
+            spec's hooks carry (:func:`~ocihook.cdi.toolkitopts.resolve_hooks`); a hook left
+            with nothing to do is left out.
 
     Returns:
         A valid :class:`~ocihook.cdi.spec.Spec` (devices in index order, MIG devices after
         their GPU, then ``all``).
 
     Raises:
-        CdiError: a malformed ``vendor``, ``device_class`` or strategy; a driver
-            library path containing ``::`` (the hook's field separator).
+        CdiError: a malformed ``vendor``, ``device_class``, strategy or device id, a hook
+            name not in :data:`~ocihook.cdi.toolkitopts.SPEC_HOOKS`, a device id the host
+            has no device for (the hint lists the host's), or no device left to write; a
+            driver library path containing ``::`` (the hook's field separator).
         DiscoveryError: the host has no GPU.
 
     On a WSL2 host (``host.wsl`` and no enumerated GPU) the spec has the one device
-    ``all`` (see :func:`_generate_wsl_spec`).
+    ``all`` (see :func:`_generate_wsl_spec`) whatever ``device_ids`` and ``all_device``
+    say: ``/dev/dxg`` serves every GPU at once, and the toolkit's WSL2 spec names its one
+    device ``all`` too.
     """
     from ..config.options import cdi_hook_command as default_command
+    from ..plan.select import Selection
     from .names import CdiError
 
     validate_vendor(vendor)
@@ -273,29 +317,43 @@ def generate_spec(
             )
     if not name_strategies:
         name_strategies = DEFAULT_NAME_STRATEGIES
+    for h in hooks:
+        if h not in SPEC_HOOKS:
+            raise CdiError(
+                f"not a hook of ocihook's spec (use {', '.join(SPEC_HOOKS)})",
+                field="hooks",
+                value=h,
+            )
+    if device_ids is not None:
+        device_ids = parse_device_ids(device_ids)
     if host.wsl is not None and not host.gpus:
-        return _generate_wsl_spec(host, f"{vendor}/{device_class}", hook_command)
+        return _generate_wsl_spec(host, f"{vendor}/{device_class}", hook_command, hooks)
     if not host.gpus:
         raise DiscoveryError(
             "no NVIDIA GPU found: nothing to put in a CDI spec",
             path=host.root.proc("driver/nvidia/gpus"),
         )
     command = tuple(hook_command or default_command())
+    chosen = None if device_ids is None else _selected(host, device_ids)
     devices: list[_Named] = []
     all_nodes: list[DeviceNode] = []
     all_links: list[str] = []
     for gpu in host.gpus:
-        nodes, links = _gpu_edits(host, gpu)
-        all_nodes += nodes
-        all_links += links
-        devices.append(_Named(tuple(_names(name_strategies, gpu)), _edits(nodes, links, command)))
+        if chosen is None or Selection(gpu) in chosen:
+            nodes, links = _gpu_edits(host, gpu)
+            all_nodes += nodes
+            all_links += links
+            edits = _edits(nodes, links, command, hooks)
+            devices.append(_Named(tuple(_names(name_strategies, gpu)), edits))
         parent = _node(host.gpu_nodes[gpu.minor])
         for pos, mig in enumerate(gpu.mig_devices):
+            if chosen is not None and Selection(gpu, mig) not in chosen:
+                continue
             names = _mig_names(name_strategies, gpu, pos, mig)
             if names:
                 mig_nodes = [parent, *(_node(n) for n in mig.nodes)]
                 all_nodes += mig_nodes
-                devices.append(_Named(tuple(names), _edits(mig_nodes, (), command)))
+                devices.append(_Named(tuple(names), _edits(mig_nodes, (), command, hooks)))
     out: list[Device] = []
     seen: set[str] = set()
     for d in devices:
@@ -304,8 +362,17 @@ def generate_spec(
                 seen.add(name)
                 validate_device_name(name)
                 out.append(Device(name, d.edits))
-    out.append(Device("all", _edits(all_nodes, all_links, command)))
-    common = _common_edits(host, command)
+    if all_device and all_nodes:
+        out.append(Device("all", _edits(all_nodes, all_links, command, hooks)))
+    if not out:
+        raise CdiError(
+            "no device to write: the devices selected have no name under the naming "
+            "strategies given",
+            field="--device-id",
+            value=",".join(device_ids) if device_ids else None,
+            hint="add --device-name-strategy index (MIG devices found without NVML have no UUID)",
+        )
+    common = _common_edits(host, command, hooks)
     # the groups of nodes a non-root user could not open otherwise (0660 group video):
     # with them the spec needs cdiVersion 0.7.0, so only a host that needs them has them
     gids = node_groups([*common.device_nodes, *all_nodes])
@@ -320,7 +387,33 @@ def generate_spec(
     return Spec(minimum_version(spec), spec.kind, spec.devices, spec.container_edits)
 
 
-def _generate_wsl_spec(host: NvidiaHost, kind: str, hook_command: Sequence[str] | None) -> Spec:
+def _selected(host: NvidiaHost, device_ids: Sequence[str]) -> set[Selection]:
+    """The GPUs and MIG devices of ``host`` that ``device_ids``
+    (:func:`~ocihook.cdi.toolkitopts.parse_device_ids`) name, matched as
+    ``NVIDIA_VISIBLE_DEVICES`` entries are (:func:`ocihook.plan.select.select_devices`:
+    UUIDs in any case, MIG ``i:j`` by NVML's MIG index).
+
+    Raises:
+        CdiError: an id the host has no device for; the hint lists the host's.
+    """
+    from ..core.errors import RequestError
+    from ..plan.select import select_devices
+    from ..request.nvidia import Request
+    from .names import CdiError
+
+    try:
+        found = select_devices(Request(kind="list", devices=tuple(device_ids)), host.gpus)
+    except RequestError as e:
+        raise CdiError(e.message, field="--device-id", value=e.value, hint=e.hint) from None
+    return set(found)
+
+
+def _generate_wsl_spec(
+    host: NvidiaHost,
+    kind: str,
+    hook_command: Sequence[str] | None,
+    hooks: Collection[str] = DEFAULT_HOOKS,
+) -> Spec:
     """The CDI spec of a WSL2 host, as the toolkit's WSL mode writes it
     (``pkg/nvcdi/lib-wsl.go``): one device, ``all``, holding ``/dev/dxg``; common edits
     with ``NVIDIA_VISIBLE_DEVICES=void``, the driver files mounted at their own paths
@@ -329,19 +422,27 @@ def _generate_wsl_spec(host: NvidiaHost, kind: str, hook_command: Sequence[str] 
     compatibility when the driver version is known; no ``/proc/driver/nvidia`` mask:
     WSL2 has none)."""
     from ..config.options import cdi_hook_command as default_command
-    from ..plan.build import wsl_edits
+    from ..plan.build import WSL_NVIDIA_SMI_LINK, wsl_edits
 
     wsl = host.wsl
     assert wsl is not None
     command = tuple(hook_command or default_command())
     mounts, links, libs = wsl_edits(wsl)
-    args = _cdi_hook_args([f"{link.target}::{link.link}" for link in links], libs)
-    if host.driver_version:
+    ldcache = "update-ldcache" in hooks
+    wanted = [  # the soname links (ldconfig's in the toolkit) go with the ld.so.cache
+        f"{link.target}::{link.link}"
+        for link in links
+        if (ldcache if link.link != WSL_NVIDIA_SMI_LINK else "create-symlinks" in hooks)
+    ]
+    args = _cdi_hook_args(wanted, libs if ldcache else ())
+    work = bool(wanted or (ldcache and libs))
+    if host.driver_version and ldcache and "enable-cuda-compat" in hooks:
         compat = "::".join(("/usr/local/cuda/compat", host.driver_version, host.cuda_version or ""))
         args += ["--cuda-compat", compat.rstrip(":")]
+        work = True
     common = ContainerEdits(
         env=("NVIDIA_VISIBLE_DEVICES=void",),
-        hooks=(_hook(command, args),),
+        hooks=(_hook(command, args),) if work else (),
         mounts=tuple(m.replace(type="") for m in mounts),
     )
     device = Device("all", ContainerEdits(device_nodes=(_node(wsl.dxg),)))
@@ -359,6 +460,7 @@ def generate_drm_spec(
     *,
     additional_gids: bool = False,
     hook_command: Sequence[str] | None = None,
+    all_device: bool = True,
 ) -> Spec:
     """The CDI spec for the AMD or Intel GPUs of ``host`` (what ``amd-ctk cdi generate``
     writes for ROCm), at its minimum ``cdiVersion``.
@@ -380,6 +482,7 @@ def generate_drm_spec(
             which podman 4.x and containerd 1.6/1.7 reject, so it is off by default (give
             the user the groups with ``--group-add`` instead).
         hook_command: argv prefix that runs ocihook (default: this installation).
+        all_device: also the device ``all`` (``--no-all-device``: ``False``).
 
     Raises:
         DiscoveryError: the host has no GPU of the vendor.
@@ -413,7 +516,8 @@ def generate_drm_spec(
         for name in names:
             validate_device_name(name)
             devices.append(Device(name, edits([gpu])))
-    devices.append(Device("all", edits(host.gpus)))
+    if all_device:
+        devices.append(Device("all", edits(host.gpus)))
     common = ContainerEdits(
         env=(f"{DRM_VARIABLES[host.vendor]}=void",),
         device_nodes=tuple(node(n) for n in host.shared_nodes),

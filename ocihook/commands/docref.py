@@ -54,7 +54,9 @@ OTHER_EXIT_CODES: tuple[tuple[int, str], ...] = (
     (
         2,
         "bad command-line usage (also: `ocihook hook` with a missing or unknown stage, or a"
-        " helper stage given nothing to do)",
+        " helper stage given nothing to do; `ocihook cdi generate` with a `--mode` ocihook"
+        " does not generate (the toolkit's csv, management, gds, mofed, imex, nvswitch,"
+        " gdrcopy), a malformed `--device-id`, or a hook name the toolkit does not know)",
     ),
     (
         9,

@@ -55,7 +55,8 @@ _UNCHECKED = "not checked"
 class Option:
     """One option of a fast command: ``names`` (``"-b"``, ``"--bundle"``), ``action``
     (``"store"``, ``"store_true"`` or ``"append"``), ``default``, ``help``, ``metavar``,
-    ``choices`` (the values allowed, or ``None`` for any)."""
+    ``choices`` (the values allowed, or ``None`` for any), ``dest`` (the attribute;
+    default: the last name's)."""
 
     __slots__ = ("action", "choices", "default", "dest", "help", "metavar", "names")
 
@@ -67,10 +68,11 @@ class Option:
         help: str = "",
         metavar: str | None = None,
         choices: tuple[str, ...] | None = None,
+        dest: str | None = None,
     ) -> None:
         self.names = names
         self.choices = choices
-        self.dest = names[-1].lstrip("-").replace("-", "_")
+        self.dest = dest or names[-1].lstrip("-").replace("-", "_")
         self.action = action
         self.default = (
             []
@@ -238,6 +240,8 @@ COMMANDS: tuple[tuple[tuple[str, ...], str, tuple[Option, ...]], ...] = (
         (
             Option(
                 "--vendor",
+                "--cdi-vendor",
+                dest="vendor",
                 default="nvidia.com",
                 help="vendor part of the kind (nvidia.com; nvidia means nvidia.com); amd or "
                 "intel: the spec of the host's AMD (amd.com/gpu) or Intel (intel.com/gpu) "
@@ -249,7 +253,13 @@ COMMANDS: tuple[tuple[tuple[str, ...], str, tuple[Option, ...]], ...] = (
                 help="amd/intel: list the device nodes' groups in additionalGids "
                 "(needs cdiVersion 0.7.0, which podman 4 and containerd 1.6/1.7 reject)",
             ),
-            Option("--class", default="gpu", help="class part of the kind (gpu)"),
+            Option(
+                "--class",
+                "--cdi-class",
+                dest="class",
+                default="gpu",
+                help="class part of the kind (gpu)",
+            ),
             Option(
                 "--device-name-strategy",
                 action="append",
@@ -266,6 +276,50 @@ COMMANDS: tuple[tuple[tuple[str, ...], str, tuple[Option, ...]], ...] = (
                 "--warm-cache",
                 action="store_true",
                 help="also fill the discovery cache in /run/ocihook (as root; the boot unit)",
+            ),
+            Option(
+                "--mode",
+                "--discovery-mode",
+                dest="mode",
+                default="auto",
+                metavar="MODE",
+                help="nvidia-ctk's discovery mode: auto (WSL2 or the GPUs, as the host has), "
+                "nvml (--gpu-backend nvml) or wsl; its other modes are not generated (exit 2)",
+            ),
+            Option(
+                "--device-id",
+                "--device-ids",
+                "--device",
+                "--devices",
+                dest="device_id",
+                action="append",
+                metavar="ID",
+                help="only these GPUs and MIG devices: index, MIG i:j, GPU-/MIG- UUID, or all; "
+                "repeatable or comma-separated (all)",
+            ),
+            Option(
+                "--no-all-device",
+                action="store_true",
+                help="no device all (the union of the others)",
+            ),
+            Option(
+                "--disable-hook",
+                "--disable-hooks",
+                dest="disable_hook",
+                action="append",
+                metavar="NAME",
+                help="leave out the part of the hook that stands for nvidia-ctk's hook NAME: "
+                "create-symlinks, update-ldcache, enable-cuda-compat, "
+                "disable-device-node-modification, or all; repeatable or comma-separated",
+            ),
+            Option(
+                "--enable-hook",
+                "--enable-hooks",
+                dest="enable_hook",
+                action="append",
+                metavar="NAME",
+                help="keep the part of nvidia-ctk's hook NAME although --disable-hook names it "
+                "or all; repeatable or comma-separated",
             ),
             GPU_BACKEND_OPTION,
             *ROOT_OPTIONS,
@@ -556,14 +610,49 @@ def _cmd_edit(ns: Any) -> int:
     return 0
 
 
+def _toolkit_options(ns: Any) -> tuple[str, str, Any, Any] | None:
+    """``cdi generate``'s options from ``nvidia-ctk cdi generate``, checked:
+    ``(mode, gpu_backend, device_ids, hooks)`` (:mod:`ocihook.cdi.toolkitopts`'s
+    ``check_mode``, ``parse_device_ids``, ``resolve_hooks``), or ``None`` after printing a
+    usage error on stderr (one line; exit 2): a ``--mode`` ocihook does not generate, a
+    malformed ``--device-id``, an unknown hook name, ``--enable-hook all``, or ``--mode
+    nvml`` with ``--gpu-backend procfs``. A hook name that changes nothing in ocihook's
+    spec is a note on stderr."""
+    from ..cdi.toolkitopts import check_mode, parse_device_ids, resolve_hooks
+    from ..core.errors import CdiError
+
+    try:
+        mode = check_mode(ns.mode)
+        device_ids = parse_device_ids(ns.device_id)
+        hooks, notes = resolve_hooks(ns.disable_hook, ns.enable_hook)
+    except CdiError as e:
+        print(f"ocihook: error[usage]: {e}", file=sys.stderr)
+        return None
+    backend = ns.gpu_backend
+    if mode == "nvml" and backend == "procfs":
+        print(
+            "ocihook: error[usage]: --mode nvml enumerates the GPUs with NVML and "
+            "--gpu-backend procfs without it: give one of them",
+            file=sys.stderr,
+        )
+        return None
+    for note in notes:
+        print(f"ocihook: note: {note}", file=sys.stderr)
+    return mode, "nvml" if mode == "nvml" else backend, device_ids, hooks
+
+
 def _cmd_cdi_generate(ns: Any) -> int:
     from ..cdi.generate import NAME_STRATEGIES, generate_spec, spec_bytes, spec_format, write_spec
     from ..cdi.names import validate_class, validate_vendor
-    from ..core.errors import CdiError
+    from ..core.errors import CdiError, DiscoveryError
     from ..discovery.nvidia import discover
 
     # --format, --gpu-backend and --device-name-strategy are checked by the parser (exit 2)
     assert set(ns.device_name_strategy) <= set(NAME_STRATEGIES)
+    checked = _toolkit_options(ns)
+    if checked is None:
+        return 2
+    mode, backend, device_ids, hooks = checked
     for flag, check, value in (
         ("--vendor", validate_vendor, ns.vendor),
         ("--class", validate_class, getattr(ns, "class")),
@@ -586,13 +675,48 @@ def _cmd_cdi_generate(ns: Any) -> int:
                 "AMD and Intel specs have class gpu and devices named by index",
                 field="--class/--device-name-strategy",
             )
+        nvidia_only = [
+            flag
+            for flag, given in (
+                ("--mode", mode != "auto"),
+                ("--device-id", device_ids is not None),
+                ("--disable-hook", bool(ns.disable_hook)),
+                ("--enable-hook", bool(ns.enable_hook)),
+            )
+            if given
+        ]
+        if nvidia_only:
+            raise CdiError(
+                "AMD and Intel specs have every GPU and no toolkit hooks: the option is "
+                "for NVIDIA specs",
+                field=", ".join(nvidia_only),
+            )
         drm_host = discover_vendor(drm_vendors[ns.vendor], host_root_from(ns, cfg))
-        drm_spec = generate_drm_spec(drm_host, additional_gids=ns.additional_gids)
+        drm_spec = generate_drm_spec(
+            drm_host, additional_gids=ns.additional_gids, all_device=not ns.no_all_device
+        )
         _warn(drm_host.warnings, ns.verbose)
         write_spec(spec_bytes(drm_spec, fmt), ns.output)
         return 0
     root = host_root_from(ns, cfg)
-    host = discover(root, gpu_backend=ns.gpu_backend)  # never the cache: this is the refresh
+    host = discover(root, gpu_backend=backend)  # never the cache: this is the refresh
+    wsl = host.wsl is not None and (mode == "wsl" or not host.gpus)
+    if mode == "wsl" and host.wsl is None:
+        raise DiscoveryError(
+            "this host is not WSL2: it has no /dev/dxg",
+            path=root.dev("/dev/dxg"),
+            field="--mode",
+            value=ns.mode,
+            hint="leave --mode out (auto)",
+        )
+    if wsl:
+        host = host.replace(gpus=())  # WSL2's spec: /dev/dxg serves every GPU
+        if device_ids is not None or ns.no_all_device:
+            print(
+                "ocihook: note: --device-id and --no-all-device have no effect on WSL2: the "
+                "spec's one device, all, is /dev/dxg, which serves every GPU",
+                file=sys.stderr,
+            )
     if ns.warm_cache:
         _warm_discovery_cache(root)
     vendor = "nvidia.com" if ns.vendor == "nvidia" else ns.vendor
@@ -601,6 +725,9 @@ def _cmd_cdi_generate(ns: Any) -> int:
         vendor=vendor,
         device_class=getattr(ns, "class"),
         name_strategies=tuple(ns.device_name_strategy),
+        device_ids=device_ids,
+        all_device=not ns.no_all_device,
+        hooks=hooks,
     )
     _warn(host.warnings, ns.verbose)
     write_spec(spec_bytes(spec, fmt), ns.output)

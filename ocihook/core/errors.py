@@ -228,10 +228,12 @@ class ApplyError(OcihookError):
 
 class CdiError(OcihookError):
     """A CDI spec file, qualified device name or CDI annotation is malformed (CDI
-    ``SPEC.md``), or a requested CDI device is in no spec. ``path`` is the spec file (when
-    there is one), ``field`` the JSON path inside it
-    (``devices[0].containerEdits.mounts[1].hostPath``) or the annotation key, ``value``
-    the offending value."""
+    ``SPEC.md``), or a requested CDI device is in no spec; also: an ``ocihook cdi
+    generate`` option whose value cannot make a spec (``--vendor``, ``--class``,
+    ``--output``, a ``--device-id`` the host has no device for). ``path`` is the spec file
+    (when there is one), ``field`` the JSON path inside it
+    (``devices[0].containerEdits.mounts[1].hostPath``), the annotation key or the option,
+    ``value`` the offending value."""
 
     reference = "bad-cdi-spec"
 

@@ -345,7 +345,8 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
         ocihook=_names(
             "ocihook.core.readfile "
             "ocihook ocihook._main ocihook.cdi ocihook.cdi.generate ocihook.cdi.hookargs "
-            "ocihook.cdi.names ocihook.cdi.spec ocihook.core.version ocihook.commands "
+            "ocihook.cdi.names ocihook.cdi.spec ocihook.cdi.toolkitopts ocihook.core.version "
+            "ocihook.commands "
             "ocihook.commands.fast ocihook.commands.voidexit "
             "ocihook.config ocihook.config.load ocihook.config.options ocihook.config.scan "
             "ocihook.config.validate ocihook.core ocihook.core.cudaversion ocihook.core.errors "

@@ -127,6 +127,37 @@ def test_every_exit_code_and_public_name_is_in_the_references() -> None:
             assert re.search(rf"^::: [\w.]+\.{re.escape(name)}$", api, re.M), name
 
 
+def test_the_toolkit_flags_page_says_what_cdi_generate_takes() -> None:
+    """docs/reference/toolkit-flags.md against the parser: every option of its ``nvidia-ctk
+    cdi generate`` table is taken by ``ocihook cdi generate`` unless its row says "not
+    supported", and then it is not; its hook table gives a part of ocihook's hook for each
+    of :data:`~ocihook.cdi.toolkitopts.SPEC_HOOKS`, and its mode table lists every mode."""
+    from ocihook.cdi.toolkitopts import GENERATE_MODES, OTHER_TOOLKIT_MODES, SPEC_HOOKS
+    from ocihook.commands.fast import COMMANDS
+
+    (options,) = [opts for words, _h, opts in COMMANDS if words == ("cdi", "generate")]
+    taken = {name for o in options for name in o.names}
+    page = _page("reference/toolkit-flags.md")
+    section = page.split("## `nvidia-ctk cdi generate`", 1)[1].split("\n## ", 1)[0]
+    table = section.split("### ", 1)[0]
+    rows = [ln for ln in table.splitlines() if ln.startswith("| `--")]
+    assert len(rows) >= 15
+    for row in rows:
+        toolkit, ours = row.split(" | ")[:2]
+        names = re.findall(r"`(--[a-z.-]+)", toolkit)
+        assert names, row
+        supported = ours != "not supported"
+        for name in names:
+            assert (name in taken) == supported, row
+    hook_table = section.split("### Hook names", 1)[1].split("### ", 1)[0]
+    hooks = re.findall(r"^\| `([a-z-]+)` \| `--", hook_table, re.M)
+    assert sorted(hooks) == sorted(SPEC_HOOKS)
+    mode_table = section.split("### Modes", 1)[1]
+    rows = re.findall(r"^\| (`[^|]+`) \| ", mode_table, re.M)
+    listed = {mode for row in rows for mode in re.findall(r"`([a-z]+)`", row)}
+    assert listed == {*GENERATE_MODES, *OTHER_TOOLKIT_MODES}
+
+
 def test_every_page_is_in_the_site_navigation() -> None:
     """mkdocs only warns about a page left out of ``nav`` (fatal under ``--strict`` in
     scripts/test); this says which page, without building the site."""
