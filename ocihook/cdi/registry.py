@@ -232,7 +232,5 @@ def _load_cached(path: str, cache_dir: str) -> Spec:
     after = os.stat(path)
     identity = [after.st_dev, after.st_ino, after.st_size, after.st_mtime_ns, after.st_ctime_ns]
     if identity == key["identity"]:  # the file did not change while it was read
-        cachestore.store(
-            key, spec, (), cache_dir, prefix=CACHE_PREFIX, max_entries=CACHE_ENTRIES
-        )
+        cachestore.store(key, spec, (), cache_dir, prefix=CACHE_PREFIX, max_entries=CACHE_ENTRIES)
     return spec

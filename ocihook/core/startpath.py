@@ -414,6 +414,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "ocihook.request.sources ocihook.runtime"
         ),
         stdlib=_names(
+            "select "  # linux.ociruntime: runc --version, unless cached
             "_socket "  # the system log (core.log), where /dev/log exists
             "__future__ _collections_abc _contextvars _ctypes _json _stat _struct binascii "
             "contextvars ctypes ctypes._endian errno fcntl genericpath os os.path posixpath stat "
@@ -448,6 +449,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "ocihook.request.sources ocihook.runtime"
         ),
         stdlib=_names(
+            "select "  # linux.ociruntime: runc --version, unless cached
             "_socket "  # the system log (core.log), where /dev/log exists
             "__future__ _collections_abc _contextvars _ctypes _json _stat _struct binascii "
             "contextvars ctypes ctypes._endian errno fcntl genericpath os os.path posixpath stat "
