@@ -65,6 +65,7 @@ if TYPE_CHECKING:  # collections.abc imports collections: milliseconds at start
 __all__ = [
     "DEFAULT_NAME_STRATEGIES",
     "DRM_KINDS",
+    "HOOK_FREE_DIRS",
     "NAME_STRATEGIES",
     "generate_drm_spec",
     "generate_spec",
@@ -196,12 +197,44 @@ def _check_hook_path(path: str) -> None:
         )
 
 
+#: Where a hook-free spec mounts each library by default: directories the images'
+#: loaders search without a cache entry or a link. glibc on Debian and Ubuntu searches
+#: ``/usr/lib`` after its multiarch directory (``ld.so --help``, "System search path"),
+#: musl searches ``/lib:/usr/local/lib:/usr/lib``, and glibc on RHEL-like x86_64 and
+#: aarch64 images searches ``/lib64:/usr/lib64``.
+HOOK_FREE_DIRS = ("/usr/lib", "/usr/lib64")
+
+
+def _hook_free_mounts(
+    host: NvidiaHost, capabilities: Sequence[str], dirs: Sequence[str]
+) -> list[Mount]:
+    """Each 64-bit driver library mounted as its real file at ``<dir>/<soname>`` for every
+    directory of ``dirs``: the loader finds it by soname with no link, no cache entry and
+    so no hook (see :func:`generate_spec`, ``hook_free``)."""
+    mounts: list[Mount] = []
+    taken: set[str] = set()
+    for lib in host.libraries_for(capabilities):
+        if lib.elf_class != 64:
+            continue
+        for directory in dirs:
+            destination = f"{directory.rstrip('/')}/{lib.soname}"
+            if destination not in taken:
+                taken.add(destination)
+                mounts.append(Mount(lib.host_path, destination, LIBRARY_MOUNT_OPTIONS, type=""))
+    return mounts
+
+
 def _common_edits(
-    host: NvidiaHost, command: Sequence[str], hooks: Collection[str] = DEFAULT_HOOKS
+    host: NvidiaHost,
+    command: Sequence[str],
+    hooks: Collection[str] = DEFAULT_HOOKS,
+    hook_free: Sequence[str] | None = None,
 ) -> ContainerEdits:
     """The edits every device of the spec shares (see the module docstring); the hook
     holds the parts of :data:`~ocihook.cdi.toolkitopts.SPEC_HOOKS` in ``hooks``, and
-    there is none when it would have nothing to do."""
+    there is none when it would have nothing to do. With ``hook_free`` (directories),
+    the libraries are mounted at their sonames there instead (:func:`_hook_free_mounts`)
+    and there is no hook."""
     from ..discovery.nvidia import SUPPORTED_CAPABILITIES
 
     capabilities = sorted(SUPPORTED_CAPABILITIES)
@@ -214,7 +247,10 @@ def _common_edits(
     links: list[str] = []
     libs: list[str] = []
     seen: set[str] = set()
-    for lib in host.libraries_for(capabilities):
+    if hook_free is not None:
+        hooks = ()
+        mounts = _hook_free_mounts(host, capabilities, hook_free)
+    for lib in host.libraries_for(capabilities) if hook_free is None else ():
         if lib.path in seen:
             continue
         seen.add(lib.path)
@@ -263,6 +299,7 @@ def generate_spec(
     device_ids: Sequence[str] | None = None,
     all_device: bool = True,
     hooks: Collection[str] = DEFAULT_HOOKS,
+    hook_free: Sequence[str] | None = None,
 ) -> Spec:
     """The CDI spec for ``host`` (see the module docstring), at its minimum ``cdiVersion``.
 
@@ -285,6 +322,15 @@ def generate_spec(
         hooks: the names of :data:`~ocihook.cdi.toolkitopts.SPEC_HOOKS` whose part the
             spec's hooks carry (:func:`~ocihook.cdi.toolkitopts.resolve_hooks`); a hook left
             with nothing to do is left out.
+        hook_free: directories (e.g. :data:`HOOK_FREE_DIRS`): a spec with no hook at all,
+            so that a container costs no process beyond the runtime's. Each 64-bit library
+            is mounted as its real file at ``<dir>/<soname>`` in each directory, where
+            the image's loader finds it without a link or a cache entry. What such a spec
+            loses (docs/guide/cdi.md): the ``ld.so.cache`` entries and links, the
+            development links (``libcuda.so``), the 32-bit libraries, CUDA forward
+            compatibility, the ``/proc/driver/nvidia`` mask and the ``/dev/dri/by-path``
+            links; an image whose loader searches none of the directories does not find
+            the libraries.
 
     Returns:
         A valid :class:`~ocihook.cdi.spec.Spec` (devices in index order, MIG devices after
@@ -326,6 +372,11 @@ def generate_spec(
             )
     if device_ids is not None:
         device_ids = parse_device_ids(device_ids)
+    if hook_free is not None:
+        hooks = ()
+        for directory in hook_free:
+            if not directory.startswith("/") or "::" in directory:
+                raise CdiError("not an absolute directory", field="--hook-free", value=directory)
     if host.wsl is not None and not host.gpus:
         return _generate_wsl_spec(host, f"{vendor}/{device_class}", hook_command, hooks)
     if not host.gpus:
@@ -372,7 +423,7 @@ def generate_spec(
             value=",".join(device_ids) if device_ids else None,
             hint="add --device-name-strategy index (MIG devices found without NVML have no UUID)",
         )
-    common = _common_edits(host, command, hooks)
+    common = _common_edits(host, command, hooks, hook_free)
     # the groups of nodes a non-root user could not open otherwise (0660 group video):
     # with them the spec needs cdiVersion 0.7.0, so only a host that needs them has them
     gids = node_groups([*common.device_nodes, *all_nodes])

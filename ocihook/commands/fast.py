@@ -303,6 +303,13 @@ COMMANDS: tuple[tuple[tuple[str, ...], str, tuple[Option, ...]], ...] = (
                 help="no device all (the union of the others)",
             ),
             Option(
+                "--hook-free",
+                action="store_true",
+                help="a spec with no hook: each library mounted at DIR/<soname> for each "
+                "--hook-free-dir DIR (/usr/lib, /usr/lib64); see docs/guide/cdi.md",
+            ),
+            Option("--hook-free-dir", action="append", metavar="DIR", help="see --hook-free"),
+            Option(
                 "--disable-hook",
                 "--disable-hooks",
                 dest="disable_hook",
@@ -642,7 +649,14 @@ def _toolkit_options(ns: Any) -> tuple[str, str, Any, Any] | None:
 
 
 def _cmd_cdi_generate(ns: Any) -> int:
-    from ..cdi.generate import NAME_STRATEGIES, generate_spec, spec_bytes, spec_format, write_spec
+    from ..cdi.generate import (
+        HOOK_FREE_DIRS,
+        NAME_STRATEGIES,
+        generate_spec,
+        spec_bytes,
+        spec_format,
+        write_spec,
+    )
     from ..cdi.names import validate_class, validate_vendor
     from ..core.errors import CdiError, DiscoveryError
     from ..discovery.nvidia import discover
@@ -728,6 +742,9 @@ def _cmd_cdi_generate(ns: Any) -> int:
         device_ids=device_ids,
         all_device=not ns.no_all_device,
         hooks=hooks,
+        hook_free=(ns.hook_free_dir or list(HOOK_FREE_DIRS))
+        if ns.hook_free or ns.hook_free_dir
+        else None,
     )
     _warn(host.warnings, ns.verbose)
     write_spec(spec_bytes(spec, fmt), ns.output)

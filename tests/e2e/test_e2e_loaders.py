@@ -259,3 +259,49 @@ def test_without_ocihook_the_musl_image_does_not_find_it(
     proc = run_container(bundle, state_root=str(tmp_path / "runc"), timeout=60)
     assert proc.returncode == 1
     assert proc.stdout.startswith("ERR ") and "libcuda.so.1" in proc.stdout, proc.stdout
+
+
+HOOK_FREE_KINDS = ["debian", "distroless", "rhel", "musl", "musl-path-file"]
+
+
+@pytest.mark.parametrize("kind", HOOK_FREE_KINDS)
+def test_hook_free_spec_needs_no_hook(
+    kind: str,
+    built: dict[str, str],
+    driver_root: str,
+    bundle_factory: Callable[..., str],
+    tmp_path: Path,
+) -> None:
+    """``cdi generate --hook-free``: config.json gets no hook at all, and each image's
+    loader still finds ``libcuda.so.1``, mounted as the real file at ``/usr/lib`` and
+    ``/usr/lib64`` (glibc's and musl's default search directories): no link, no
+    ``ld.so.cache`` entry, no path file."""
+    need_root_and("runc", "ldconfig")
+    bundle = bundle_factory(["/probe"], [], debian=True)
+    rootfs = Path(bundle, "rootfs")
+    make_image(kind, rootfs, built)
+    path_file = rootfs / "etc/ld-musl-x86_64.path"
+    before = path_file.read_text() if path_file.exists() else None
+    spec_dir = tmp_path / "cdi"
+    spec_dir.mkdir()
+    roots = ["--driver-root", driver_root, "--dev-root", driver_root]
+    out = ["--output", str(spec_dir / "nvidia.yaml"), "--hook-free"]
+    subprocess.run([sys.executable, "-m", "ocihook", "cdi", "generate", *roots, *out], check=True)
+    cfg = Path(bundle, "config.json")
+    doc = json.loads(cfg.read_text())
+    doc["process"]["env"].append("NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0")
+    cfg.write_text(json.dumps(doc))
+    edit_with_cdi(bundle, spec_dir, tmp_path)
+    doc = json.loads(cfg.read_text())
+    assert not any(doc.get("hooks", {}).values()), doc.get("hooks")
+    proc = run_container(bundle, state_root=str(tmp_path / "runc"), timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # this machine's glibc (Debian's, in every glibc image here) searches /lib before
+    # /usr/lib, the same directory in a merged-/usr image; a RHEL glibc searches /usr/lib64
+    want = {"OK /usr/lib/libcuda.so.1 12040"}
+    if (rootfs / "lib").is_symlink():
+        want.add("OK /lib/libcuda.so.1 12040")
+    if kind == "rhel":
+        want.add("OK /usr/lib64/libcuda.so.1 12040")
+    assert proc.stdout.splitlines()[-1] in want, proc.stdout
+    assert (path_file.read_text() if path_file.exists() else None) == before

@@ -623,3 +623,74 @@ def test_generate_discovers_afresh_after_a_warm_cache(
     assert "1.2.3" not in out and f"::{sim.driver_version}" in out
     paths = [m["containerPath"] for m in json.loads(out)["containerEdits"]["mounts"]]
     assert "/tmp/nvidia-mps" in paths
+
+
+# -- the hook-free spec ----------------------------------------------------------------------
+
+
+def test_hook_free_spec(sim: Any, tmp_path: Path) -> None:
+    """``--hook-free``: no hook anywhere; each 64-bit library mounted as its real file at
+    /usr/lib/<soname> and /usr/lib64/<soname> (read-only, nosuid, nodev), no 32-bit
+    library; the other files (binaries, sockets, firmware) as in the default spec."""
+    from ocihook.discovery.nvidia import discover
+
+    host = discover(HostRoot.single(sim.root))
+    out = tmp_path / "free.json"
+    r = run_cli(
+        "cdi",
+        "generate",
+        "--driver-root",
+        sim.root,
+        "--dev-root",
+        sim.root,
+        "--hook-free",
+        "--output",
+        str(out),
+    )
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    edits = [doc["containerEdits"], *(d["containerEdits"] for d in doc["devices"])]
+    assert not [h for e in edits for h in e.get("hooks", [])]
+    libs = [lib for lib in host.libraries if lib.elf_class == 64]
+    want = {
+        (lib.host_path, f"{d}/{lib.soname}") for lib in libs for d in ("/usr/lib", "/usr/lib64")
+    }
+    got = {(m["hostPath"], m["containerPath"]) for m in doc["containerEdits"]["mounts"]}
+    assert want <= got
+    assert all(
+        m["options"] == ["ro", "nosuid", "nodev", "bind"]
+        for m in doc["containerEdits"]["mounts"]
+        if m["containerPath"].startswith(("/usr/lib/", "/usr/lib64/"))
+    )
+    assert not {lib.path for lib in host.libraries if lib.elf_class == 32} & {c for _, c in got}
+    files = {(f.host_path, f.path) for f in host.files}
+    assert files <= got
+    # and the directories are the caller's to choose
+    r = run_cli(
+        "cdi",
+        "generate",
+        "--driver-root",
+        sim.root,
+        "--dev-root",
+        sim.root,
+        "--hook-free-dir",
+        "/usr/local/nvidia/lib64",
+        "--format",
+        "json",
+    )
+    assert r.returncode == 0, r.stderr
+    mounts = json.loads(r.stdout)["containerEdits"]["mounts"]
+    assert {m["containerPath"] for m in mounts} >= {
+        f"/usr/local/nvidia/lib64/{lib.soname}" for lib in libs
+    }
+    bad = run_cli(
+        "cdi",
+        "generate",
+        "--driver-root",
+        sim.root,
+        "--dev-root",
+        sim.root,
+        "--hook-free-dir",
+        "relative/dir",
+    )
+    assert bad.returncode == 11 and "not an absolute directory" in bad.stderr
