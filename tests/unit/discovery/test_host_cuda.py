@@ -103,6 +103,11 @@ def test_the_note_is_cached_with_discovery(tmp_path: Path) -> None:
     nor the table."""
     root = _host(tmp_path, "590.44.01", _note("13.1", [590]))
     cache_dir = tmp_path / "cache"
+    # the key holds the identity of ocihook's discovery directory: a first interpreter
+    # writing its __pycache__ there (a test run with PYTHONDONTWRITEBYTECODE wrote none)
+    # would change it, as it does once on a host whose install has no byte code
+    warm = f"import sys; sys.path.insert(0, {REPO!r}); import ocihook.discovery.nvidia"
+    subprocess.run([sys.executable, "-I", "-c", warm], check=True)
     stored = discover_cached(root, cache_dir=str(cache_dir), warm=True)
     assert (stored.cuda_version, stored.cuda_source) == ("13.1", "elf-note")
     code = (
