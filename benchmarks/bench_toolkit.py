@@ -72,6 +72,7 @@ TARGETS = {
     "wrapper 8 GPUs u+c": 0.7,
     "prestart hook u+c": 0.7,
     "engine-native CDI": 0.8,
+    "hook-free CDI spec": 0.3,
     "wrapper, nothing asked": 1.5,
     "cdi generate": 1.5,
 }
@@ -266,6 +267,19 @@ def main() -> int:
             nc2 = f.read()
         cases["engine-native CDI"] = (
             fresh_run(nb1, nc1, lambda: run_create([RUNC], nb1, None)),
+            fresh_run(nb2, nc2, lambda: run_create([RUNC], nb2, None)),
+        )
+        # the hook-free spec (cdi generate --hook-free) against the toolkit's CDI spec
+        free_cdi = os.path.join(ours, "cdi-hook-free")
+        os.makedirs(free_cdi, exist_ok=True)
+        free_out = ["--format", "json", "--output", f"{free_cdi}/nvidia.json", "--hook-free"]
+        _timed([*our_gen, *free_out])
+        fb, _ = case_bundle("hook-free CDI o", [])
+        _inject(fb, free_cdi)
+        with open(os.path.join(fb, "config.json"), "rb") as f:
+            fc = f.read()
+        cases["hook-free CDI spec"] = (
+            fresh_run(fb, fc, lambda: run_create([RUNC], fb, None)),
             fresh_run(nb2, nc2, lambda: run_create([RUNC], nb2, None)),
         )
         our_out, their_out = os.path.join(ours, "gen.json"), os.path.join(theirs, "gen.yaml")
