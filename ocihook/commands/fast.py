@@ -424,21 +424,6 @@ def load_settings(ns: Any, *, trust_environment: bool, **context: str) -> Any:
     return cfg
 
 
-def decision_fields(plan: Any) -> dict[str, object]:
-    """What a plan (:class:`~ocihook.plan.edits.Plan`) gave a container, as log fields:
-    the GPUs (NVIDIA UUIDs; AMD/Intel ids: UUID, else PCI address) and the counts of
-    device nodes, mounts and links."""
-    gpus = [uuid for _index, uuid, _minor in plan.gpus]
-    gpus += [f"{vendor}:{gpu_id}" for vendor, _index, gpu_id in plan.drm_gpus]
-    edits = plan.edits
-    return {
-        "gpus": ",".join(gpus) or "none",
-        "device_nodes": len(edits.device_nodes),
-        "mounts": len(edits.mounts),
-        "links": len(edits.symlinks),
-    }
-
-
 def host_root_from(ns: Any, cfg: Any = None) -> HostRoot:
     """The :class:`HostRoot` of the configuration with the root options given on the
     command line on top."""
@@ -605,7 +590,7 @@ def _cmd_edit(ns: Any) -> int:
     if result.written:
         from ..core import log
 
-        log.info("config.json edited", **decision_fields(result.plan))
+        log.info("config.json edited", **result.plan.log_fields())
     if not ns.quiet and result.written:
         print(f"ocihook: {result.bundle.config_path}: added {summary}; written", file=sys.stderr)
     elif not ns.quiet and not ns.dry_run:
@@ -852,7 +837,7 @@ def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
             options=options,
             drm_requests=drm_requests,
         )
-        log.info("gpus given", stage=ns.stage, **decision_fields(plan))
+        log.info("gpus given", stage=ns.stage, **plan.log_fields())
         _warn([w for w in plan.warnings if ns.verbose or _UNCHECKED in w], True)
         return 0
     if ns.stage == "poststop":

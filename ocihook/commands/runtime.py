@@ -571,6 +571,13 @@ def _prepare(bundle_dir: str, cfg: Config, mask_by_caller: bool = False) -> tupl
         if "not checked" in warning:  # requirements.UNCHECKED: a pass is never silent
             print(f"{PROG}: warning: {result.bundle.config_path}: {warning}", file=sys.stderr)
     done = "edited" if result.written else "unchanged"
+    if result.written:
+        from ..core import log
+
+        if result.plan is not None:
+            log.info("config.json edited", **result.plan.log_fields())
+        else:
+            log.info("config.json edited", cdi_devices=",".join(result.cdi_devices))
     return done, result if result.caller_mask is not None else None
 
 

@@ -130,6 +130,8 @@ def run_doctor(
     if image_env is not None:
         env, image = read_image_env(image_env)
     checks += check_request(ctx, env, bundle=bundle, options=options, image=image)
+    if bundle is not None:
+        checks += _hook_free(bundle)
     if driver_version is not None:
         upgrade_env = env if env is not None else ctx.facts.get("request_env") or {}
         checks.append(check_upgrade(ctx, upgrade_env, driver_version))
@@ -161,3 +163,17 @@ def run_doctor(
             for g in ctx.host.gpus
         ]
     return Report(tuple(checks), ctx.facts)
+
+
+def _hook_free(bundle: str) -> list[Check]:
+    """:func:`ocihook.doctor.hookfree.check_hook_free` for the bundle's image, when its
+    ``config.json`` can be read (the request layer reports it otherwise)."""
+    from ..core.errors import OcihookError
+    from ..oci.bundle import load_bundle
+    from .hookfree import check_hook_free
+
+    try:
+        rootfs = load_bundle(bundle).rootfs
+    except OcihookError:
+        return []
+    return [check_hook_free(rootfs)]

@@ -114,7 +114,7 @@ def log_plan(request: Request, plan: Plan, mode: str) -> None:
     for s in e.symlinks:
         log.debug("link", link=s.link, target=s.target)
     for w in plan.warnings:
-        log.info("warning", text=w)
+        log.warning(w)
 
 
 def occupied_links(rootfs: str, plan: Plan) -> set[str]:

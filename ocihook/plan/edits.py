@@ -253,6 +253,19 @@ class Plan(Record):
     warnings: tuple[str, ...] = ()
     drm_gpus: tuple[tuple[str, int, str], ...] = ()
 
+    def log_fields(self) -> dict[str, object]:
+        """What this plan gives a container, as log fields: the GPUs (NVIDIA UUIDs;
+        AMD/Intel ids: UUID, else PCI address) and the counts of device nodes, mounts and
+        links."""
+        gpus = [uuid for _index, uuid, _minor in self.gpus]
+        gpus += [f"{vendor}:{gpu_id}" for vendor, _index, gpu_id in self.drm_gpus]
+        return {
+            "gpus": ",".join(gpus) or "none",
+            "device_nodes": len(self.edits.device_nodes),
+            "mounts": len(self.edits.mounts),
+            "links": len(self.edits.symlinks),
+        }
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (``specs/plan.schema.json``); ``drmGpus`` and
         ``containerEdits.additionalGids`` only when not empty."""

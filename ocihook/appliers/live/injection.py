@@ -260,7 +260,7 @@ def _with_warning(plan: Plan, warning: str) -> Plan:
     """``plan`` with ``warning`` added (and logged)."""
     from ...core import log
 
-    log.info("warning", text=warning)
+    log.warning(warning)
     return Plan(
         plan.driver_version,
         plan.gpus,
@@ -318,7 +318,7 @@ def _check_groups(bundle: Bundle, plan: Plan) -> Plan:
     )
     from ...core import log
 
-    log.info("warning", text=warning)
+    log.warning(warning)
     return Plan(
         plan.driver_version,
         plan.gpus,
