@@ -121,7 +121,10 @@ def _to_syslog(level: str, text: str) -> None:
     except OSError:
         pass  # the log is for the operator; it must never fail a container start
     finally:
-        sock.close()
+        try:  # noqa: SIM105 (contextlib is not imported on the start path)
+            sock.close()  # an EIO here loses nothing: the datagram went, or did not
+        except OSError:
+            pass
 
 
 def _emit(level: str, message: str, fields: dict[str, object]) -> None:
