@@ -50,7 +50,7 @@ from .spec import ContainerEdits, Device, DeviceNode, Hook, Mount, Spec, minimum
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # collections.abc imports collections: milliseconds at start
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from ..discovery.nvidia import NvidiaHost
     from ..discovery.records import DrmGpu, DrmHost, Gpu, HostDeviceNode, MigDevice
@@ -61,6 +61,7 @@ __all__ = [
     "NAME_STRATEGIES",
     "generate_drm_spec",
     "generate_spec",
+    "map_host_paths",
     "spec_bytes",
     "spec_format",
     "transform_root",
@@ -530,7 +531,31 @@ def transform_root(spec: Spec, old: str, new: str, *, relative_to: str = "host")
         )
 
     def swap(p: str) -> str:
-        return _swap_prefix(p, old, new) if p else p
+        return _swap_prefix(p, old, new)
+
+    return _map_paths(spec, swap, host=host)
+
+
+def map_host_paths(spec: Spec, to_host: Callable[[str], str]) -> Spec:
+    """``spec`` with every host path passed through ``to_host``: mounts' ``source``, device
+    nodes' ``hostPath`` (or their ``path`` when it has none), hook ``path``s and the host
+    paths of ocihook's hook arguments (``--mask-proc``); container paths are left alone.
+    What :func:`transform_root` does for one root, for a mapping of several (a Kubernetes
+    plugin that sees the host's driver root and dev root under other paths:
+    :class:`ocihook.k8s.inventory.RootView`). ``to_host`` gets absolute paths only and
+    must return one; the result keeps the declared ``cdiVersion`` unless its content needs
+    a newer one."""
+
+    def swap(p: str) -> str:
+        return to_host(p) if p.startswith("/") else p
+
+    return _map_paths(spec, swap, host=True)
+
+
+def _map_paths(spec: Spec, swap: Callable[[str], str], *, host: bool) -> Spec:
+    """``spec`` with its host paths (``host``) or its container paths passed through
+    ``swap`` (see :func:`transform_root` for which are which); the ``cdiVersion`` raised
+    when the content needs it."""
 
     def hook(h: Hook) -> Hook:
         args = list(h.args)

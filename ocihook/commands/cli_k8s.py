@@ -75,6 +75,22 @@ def _k8s_inventory_options(f: Any) -> Any:
         help="ocihook as the host's runtime runs it, for the CDI specs' hooks "
         "(default: this installation).",
     )(f)
+    f = click.option(
+        "--container-dev-root",
+        default=None,
+        metavar="PATH",
+        help="Where this process sees the host's --dev-root (default: under "
+        "--container-driver-root when the dev root lies under the driver root, else "
+        "--dev-root itself).",
+    )(f)
+    f = click.option(
+        "--container-driver-root",
+        default=None,
+        metavar="PATH",
+        help="Where this process sees the host's --driver-root (a container's mount of it: "
+        "/host). Discovery reads there; the CDI specs and Allocate name the host's paths, "
+        "under --driver-root (default: --driver-root itself).",
+    )(f)
     return root_options(f)
 
 
@@ -89,9 +105,11 @@ def _k8s_inventory(
     gpu_backend: str,
     replicas: int,
     hook_path: str | None,
+    container_driver_root: str | None,
+    container_dev_root: str | None,
 ) -> Any:
     _need_k8s()
-    from ..k8s.inventory import build_inventory
+    from ..k8s.inventory import RootView, build_inventory
 
     root = host_root(driver_root, dev_root, ldcache, library_path, config_path)
     inventory = build_inventory(
@@ -101,6 +119,7 @@ def _k8s_inventory(
         replicas=replicas,
         hook_command=[hook_path] if hook_path else None,
         gpu_backend=gpu_backend,
+        view=RootView.of(root, container_driver_root, container_dev_root),
     )
     for w in inventory.warnings:
         click.echo(f"ocihook: warning: {w}", err=True)
@@ -155,6 +174,8 @@ def device_plugin(
     gpu_backend: str,
     replicas: int,
     hook_path: str | None,
+    container_driver_root: str | None,
+    container_dev_root: str | None,
     plugin_dir: str,
     cdi_dir: str,
     strategies: tuple[str, ...],
@@ -173,13 +194,19 @@ def device_plugin(
     inventory = _k8s_inventory(
         driver_root, dev_root, ldcache, library_path, config_path,
         resources, mig_strategy, gpu_backend, replicas, hook_path,
+        container_driver_root, container_dev_root,
     )  # fmt: skip
     if list_only:
         from ..k8s.inventory import health
 
         out = {
             r: [
-                {"id": d.id, "health": health(d), "numa_node": d.numa_node, "cdi": d.cdi_name}
+                {
+                    "id": d.id,
+                    "health": health(d, view=inventory.view),
+                    "numa_node": d.numa_node,
+                    "cdi": d.cdi_name,
+                }
                 for d in devs
             ]
             for r, devs in inventory.devices.items()
@@ -244,6 +271,8 @@ def dra_plugin(
     gpu_backend: str,
     replicas: int,
     hook_path: str | None,
+    container_driver_root: str | None,
+    container_dev_root: str | None,
     driver: str,
     node_name: str | None,
     plugin_dir: str,
@@ -259,6 +288,7 @@ def dra_plugin(
     inventory = _k8s_inventory(
         driver_root, dev_root, ldcache, library_path, config_path,
         resources, mig_strategy, gpu_backend, replicas, hook_path,
+        container_driver_root, container_dev_root,
     )  # fmt: skip
     node = node_name or os.uname().nodename
     if print_slices:
@@ -306,6 +336,8 @@ def k8s_features(
     gpu_backend: str,
     replicas: int,
     hook_path: str | None,
+    container_driver_root: str | None,
+    container_dev_root: str | None,
     output: str | None,
 ) -> None:
     """Print a node-feature-discovery features file (features.d/) for the node's GPUs:
@@ -314,6 +346,7 @@ def k8s_features(
     inventory = _k8s_inventory(
         driver_root, dev_root, ldcache, library_path, config_path,
         resources, mig_strategy, gpu_backend, replicas, hook_path,
+        container_driver_root, container_dev_root,
     )  # fmt: skip
     from ..k8s.features import nfd_features
 

@@ -47,7 +47,7 @@ import grpc
 from ..core.errors import ConfigError, DiscoveryError, OcihookError
 from . import rpc
 from .api import deviceplugin_pb2 as dp
-from .inventory import HEALTHY, UNHEALTHY, Inventory, K8sDevice, health
+from .inventory import HEALTHY, UNHEALTHY, Inventory, K8sDevice, RootView, health
 
 __all__ = [
     "API_VERSION",
@@ -192,8 +192,10 @@ class ResourcePlugin:
         devices: its devices (the inventory's list).
         plugin_dir: the device plugin directory (kubelet's socket is there).
         strategies: Allocate strategies from :data:`STRATEGIES`.
-        pass_device_specs: also return the device nodes as ``DeviceSpec``.
-        dev_root: prefix for relative host paths in health checks (tests).
+        pass_device_specs: also return the device nodes as ``DeviceSpec`` (their host
+            paths as the host has them: :attr:`K8sDevice.nodes`).
+        view: where this process sees the host's paths, for the health checks
+            (:attr:`~ocihook.k8s.inventory.Inventory.view`).
     """
 
     def __init__(
@@ -204,6 +206,7 @@ class ResourcePlugin:
         *,
         strategies: Sequence[str] = ("cdi-cri",),
         pass_device_specs: bool = False,
+        view: RootView | None = None,
     ) -> None:
         for s in strategies:
             if s not in STRATEGIES:
@@ -224,10 +227,11 @@ class ResourcePlugin:
         self.plugin_dir = plugin_dir
         self.strategies = tuple(strategies) or ("cdi-cri",)
         self.pass_device_specs = pass_device_specs
+        self.view = view
         self.socket = os.path.join(plugin_dir, socket_name(resource))
         self.metrics = Metrics()
         self._by_id = {d.id: d for d in self.devices}
-        self._health = {d.id: health(d) for d in self.devices}
+        self._health = {d.id: health(d, view=view) for d in self.devices}
         self._cond = threading.Condition()
         self._version = 0
         self._stopped = False
@@ -243,7 +247,7 @@ class ResourcePlugin:
     def check_health(self, lost: Collection[str] = ()) -> bool:
         """Re-check every device (``lost``: GPU UUIDs the driver reports lost); wake the
         ListAndWatch streams when one changed. Returns whether one changed."""
-        new = {d.id: health(d, lost=lost) for d in self.devices}
+        new = {d.id: health(d, lost=lost, view=self.view) for d in self.devices}
         with self._cond:
             if new == self._health:
                 return False
@@ -477,6 +481,7 @@ class DevicePluginServer:
                 self.plugin_dir,
                 strategies=self.strategies,
                 pass_device_specs=self.pass_device_specs,
+                view=self.inventory.view,
             )
             for r, devs in sorted(self.inventory.devices.items())
             if devs

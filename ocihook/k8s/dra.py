@@ -269,7 +269,7 @@ class DraPlugin:
             d = self.devices.get(name)
             if d is None:
                 raise _ClaimFailed(f"device {name!r} of request {request!r} is not on this node")
-            if health(d) != HEALTHY:
+            if health(d, view=self.inventory.view) != HEALTHY:
                 raise _ClaimFailed(f"device {name!r} ({d.real_id}) is unhealthy")
             var = "OCIHOOK_DRA_CLAIM_" + re.sub(r"[^A-Za-z0-9]", "_", name).upper()
             dev_name = f"{claim.uid}-{name}"

@@ -29,6 +29,14 @@ Each device knows what makes it healthy (:func:`health`): its device nodes exist
 dev root and its driver entry (``/proc/driver/nvidia/gpus/<bus id>``, the DRM device's
 sysfs directory) exists. NUMA nodes come from ``/sys/bus/pci/devices/<bdf>/numa_node``
 (``-1`` or missing: none).
+
+A plugin in a container sees the host's driver root and dev root where the container
+mounts them (``/host``), not where the host's container runtime finds them. A
+:class:`RootView` says where: discovery reads the host there, and every host path the
+inventory hands out (the CDI specs, :attr:`K8sDevice.nodes`, :attr:`K8sDevice.driver_entry`)
+is the host's own path; :func:`health` looks through the view. NVIDIA's device plugin has
+the same pair of settings, ``--driver-root`` (the host's path) and
+``--container-driver-root`` (the plugin's view of it; ``cmd/nvidia-device-plugin/main.go``).
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 
-from ..cdi.generate import DRM_KINDS, generate_drm_spec, generate_spec
+from ..cdi.generate import DRM_KINDS, generate_drm_spec, generate_spec, map_host_paths
 from ..cdi.spec import Spec
 from ..core.errors import ConfigError, DiscoveryError
 from ..core.hostroot import HostRoot, read_attr
@@ -55,6 +63,7 @@ __all__ = [
     "UNHEALTHY",
     "Inventory",
     "K8sDevice",
+    "RootView",
     "build_inventory",
     "health",
     "mig_resource_name",
@@ -142,6 +151,132 @@ class K8sDevice:
     mig_profile: str | None = None
 
 
+def _rest(path: str, root: str) -> str | None:
+    """What ``path`` has below ``root`` (``""`` for ``root`` itself, else starting with
+    ``/``), or ``None`` when ``path`` is not ``root`` or under it (whole components)."""
+    base = root.rstrip("/")
+    if not base:  # root is /
+        return None if not path.startswith("/") else "" if path == "/" else path
+    if path == base:
+        return ""
+    return path[len(base) :] if path.startswith(base + "/") else None
+
+
+def _below(root: str, rest: str) -> str:
+    return (root.rstrip("/") + rest) or "/"
+
+
+def _norm(path: str) -> str:
+    """``path`` (absolute) normalised lexically, one leading slash (POSIX ``normpath``
+    keeps ``//``)."""
+    return "/" + os.path.normpath(path).lstrip("/")
+
+
+@dataclass(frozen=True)
+class RootView:
+    """Where this process sees the host's driver root and dev root.
+
+    Attributes:
+        driver_root: the driver root as the host's container runtime sees it (``/``,
+            ``/run/nvidia/driver``): what the CDI specs and Allocate name.
+        container_driver_root: where this process sees it (``/host``).
+        dev_root: the dev root (``dev/``, ``proc/``, ``sys/``) as the host sees it.
+        container_dev_root: where this process sees it.
+
+    A host path is seen under the longest of the two host roots holding it; a path seen
+    under the longest of the two seen roots holding it is that root's host path plus the
+    rest. A path under neither is the same in both views.
+    """
+
+    driver_root: str = "/"
+    container_driver_root: str = "/"
+    dev_root: str = "/"
+    container_dev_root: str = "/"
+
+    @classmethod
+    def of(
+        cls,
+        host: HostRoot,
+        container_driver_root: str | None = None,
+        container_dev_root: str | None = None,
+    ) -> RootView:
+        """The view of ``host`` (its roots as the host sees them: ``--driver-root``,
+        ``--dev-root``) from a process that sees the driver root at
+        ``container_driver_root`` (default: where the host has it) and the dev root at
+        ``container_dev_root`` (default: under the container driver root when the dev
+        root lies under the driver root, as ``/`` does under ``/``; else where the host has
+        it).
+
+        Raises:
+            ConfigError: a relative path, or both roots seen at one path although they are
+                two directories of the host (a path read there could not be told apart).
+        """
+        for name, value in (
+            ("--container-driver-root", container_driver_root),
+            ("--container-dev-root", container_dev_root),
+        ):
+            if value is not None and not value.startswith("/"):
+                raise ConfigError("must be an absolute path", field=name, value=value)
+        driver = _norm(host.driver_root)
+        dev = _norm(host.dev_root)
+        seen_driver = _norm(container_driver_root or driver)
+        if container_dev_root is not None:
+            seen_dev = _norm(container_dev_root)
+        else:
+            rest = _rest(dev, driver)
+            seen_dev = dev if rest is None else _below(seen_driver, rest)
+        if seen_driver == seen_dev and driver != dev:
+            raise ConfigError(
+                f"the driver root ({driver}) and the dev root ({dev}) are two directories of "
+                f"the host but both would be read at {seen_driver}",
+                field="--container-dev-root",
+                value=container_dev_root,
+                hint="give --container-dev-root where this process sees the host's dev root",
+            )
+        return cls(driver, seen_driver, dev, seen_dev)
+
+    @property
+    def identity(self) -> bool:
+        """Whether both roots are seen where the host has them (no path changes)."""
+        return (
+            self.driver_root == self.container_driver_root
+            and self.dev_root == self.container_dev_root
+        )
+
+    def _pairs(self) -> tuple[tuple[str, str], tuple[str, str]]:
+        return (
+            (self.driver_root, self.container_driver_root),
+            (self.dev_root, self.container_dev_root),
+        )
+
+    @staticmethod
+    def _swap(path: str, pairs: Sequence[tuple[str, str]]) -> str:
+        best: tuple[int, str] | None = None
+        for old, new in pairs:
+            rest = _rest(path, old)
+            if rest is not None and (best is None or len(old) > best[0]):
+                best = (len(old), _below(new, rest))
+        return path if best is None else best[1]
+
+    def seen(self, host_path: str) -> str:
+        """Where this process finds the host's ``host_path``."""
+        return self._swap(host_path, self._pairs())
+
+    def to_host(self, seen_path: str) -> str:
+        """The host's path of ``seen_path`` (a path this process read)."""
+        return self._swap(seen_path, [(new, old) for old, new in self._pairs()])
+
+    def read_root(self, host: HostRoot) -> HostRoot:
+        """``host`` (the host's own roots) as this process reads it: its driver root and
+        dev root, and its procfs and sysfs roots when set, where this process sees them."""
+        return host.replace(
+            driver_root=self.seen(host.driver_root),
+            dev_root=self.seen(host.dev_root),
+            proc_root=None if host.proc_root is None else self.seen(host.proc_root),
+            sys_root=None if host.sys_root is None else self.seen(host.sys_root),
+        )
+
+
 @dataclass(frozen=True)
 class Inventory:
     """What :func:`build_inventory` found.
@@ -160,6 +295,8 @@ class Inventory:
         replicas: time-slicing replicas per device.
         gpu_backend: the NVIDIA GPU backend that was used (``procfs``, ``nvml``), or
             ``None`` without NVIDIA GPUs.
+        view: where discovery read the host (``None``: where the host has it); the
+            health checks look through it.
     """
 
     devices: dict[str, tuple[K8sDevice, ...]]
@@ -171,6 +308,7 @@ class Inventory:
     mig_strategy: str = "none"
     replicas: int = 1
     gpu_backend: str | None = None
+    view: RootView | None = None
 
 
 def _numa(root: HostRoot, bdf: str) -> int | None:
@@ -388,11 +526,13 @@ def build_inventory(
     replicas: int = 1,
     hook_command: Sequence[str] | None = None,
     gpu_backend: str = "procfs",
+    view: RootView | None = None,
 ) -> Inventory:
     """Discover the host and list the devices to advertise (see the module docstring).
 
     Args:
-        root: the host to read (default: ``/``).
+        root: the host (default: ``/``), its roots as the host's container runtime sees
+            them: the host paths in the specs and devices are under them.
         resources: resource prefixes or names to serve (``nvidia.com``, ``amd.com/gpu``);
             empty: every vendor whose driver is present.
         mig_strategy: one of :data:`MIG_STRATEGIES`.
@@ -402,6 +542,10 @@ def build_inventory(
         gpu_backend: NVIDIA GPU enumeration, ``procfs``, ``nvml`` or ``auto``
             (:func:`~ocihook.discovery.nvidia.enumerate_gpus`); only NVML knows GPU memory
             and MIG profiles.
+        view: where this process sees ``root``'s driver root and dev root
+            (:class:`RootView`; ``None``: where the host has them). Discovery reads
+            there; the specs' host paths, :attr:`K8sDevice.nodes` and
+            :attr:`K8sDevice.driver_entry` are turned back into the host's paths.
 
     Returns:
         An :class:`Inventory`; a vendor whose discovery fails is left out with a warning
@@ -432,7 +576,10 @@ def build_inventory(
             field="--gpu-backend",
             value=gpu_backend,
         )
-    root = root or HostRoot()
+    host_root = root or HostRoot()
+    if view is not None and view.identity:
+        view = None
+    root = view.read_root(host_root) if view is not None else host_root
     wanted: list[str] = []
     for r in resources:
         prefix = r.split("/", 1)[0]
@@ -483,6 +630,20 @@ def build_inventory(
         raise DiscoveryError(
             "no GPU to advertise", path=root.dev_root, hint="check the drivers and --resource"
         )
+    if view is not None:
+        to_host = view.to_host
+        specs = {kind: map_host_paths(spec, to_host) for kind, spec in specs.items()}
+        devices = {
+            r: [
+                replace(
+                    d,
+                    nodes=tuple((path, to_host(host)) for path, host in d.nodes),
+                    driver_entry=to_host(d.driver_entry) if d.driver_entry else "",
+                )
+                for d in devs
+            ]
+            for r, devs in devices.items()
+        }
     if replicas > 1:
         devices = {
             r: [replace(d, id=_check_id(f"{d.id}::{n}")) for d in devs for n in range(replicas)]
@@ -498,14 +659,21 @@ def build_inventory(
         mig_strategy=mig_strategy,
         replicas=replicas,
         gpu_backend=backend,
+        view=view,
     )
 
 
-def health(device: K8sDevice, dev_root: str | None = None, lost: Collection[str] = ()) -> str:
+def health(
+    device: K8sDevice,
+    dev_root: str | None = None,
+    lost: Collection[str] = (),
+    view: RootView | None = None,
+) -> str:
     """:data:`HEALTHY` when every device node of ``device`` exists (a host path, or under
     ``dev_root`` when the host paths are relative), its driver entry exists and its GPU is
-    not in ``lost`` (UUIDs the driver reports lost), else :data:`UNHEALTHY`. One ``lstat``
-    per path; never raises."""
+    not in ``lost`` (UUIDs the driver reports lost), else :data:`UNHEALTHY`. Host paths
+    are looked up where ``view`` (the inventory's :attr:`Inventory.view`) sees them. One
+    ``lstat`` per path; never raises."""
     if device.gpu_uuid and device.gpu_uuid in lost:
         return UNHEALTHY
     paths = [host for _, host in device.nodes]
@@ -514,6 +682,8 @@ def health(device: K8sDevice, dev_root: str | None = None, lost: Collection[str]
     for p in paths:
         if dev_root is not None and not os.path.isabs(p):
             p = os.path.join(dev_root, p)
+        if view is not None:
+            p = view.seen(p)
         if not os.path.lexists(p):
             return UNHEALTHY
     return HEALTHY
