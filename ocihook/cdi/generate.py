@@ -58,6 +58,8 @@ if TYPE_CHECKING:  # collections.abc imports collections: milliseconds at start
 __all__ = [
     "DEFAULT_NAME_STRATEGIES",
     "DRM_KINDS",
+    "K8S_KINDS",
+    "K8S_VENDOR",
     "NAME_STRATEGIES",
     "generate_drm_spec",
     "generate_spec",
@@ -354,17 +356,31 @@ def _generate_wsl_spec(host: NvidiaHost, kind: str, hook_command: Sequence[str] 
 #: DRA driver's.
 DRM_KINDS = {"amd": "amd.com/gpu", "intel": "intel.com/gpu"}
 
+#: The CDI vendor of the specs ocihook's Kubernetes plugins write. A kind of their own, as
+#: NVIDIA's device plugin has (``k8s.device-plugin.nvidia.com/gpu``,
+#: ``cmd/nvidia-device-plugin/plugin-manager.go``): the spec that ``ocihook cdi generate``,
+#: ``nvidia-ctk cdi generate`` or ``amd-ctk`` writes for the same GPUs (``nvidia.com/gpu``)
+#: may sit in the same directory, and two specs defining one qualified name at one
+#: priority make a CDI registry refuse both.
+K8S_VENDOR = "k8s.ocihook.io"
+#: The kind of each GPU vendor's devices in the plugins' specs: one spec per vendor (a
+#: spec's common edits, the NVIDIA driver's files, must not reach another vendor's
+#: devices, and device names such as ``0`` repeat across vendors).
+K8S_KINDS = {v: f"{K8S_VENDOR}/{v}-gpu" for v in ("nvidia", "amd", "intel")}
+
 
 def generate_drm_spec(
     host: DrmHost,
     *,
     additional_gids: bool = False,
     hook_command: Sequence[str] | None = None,
+    kind: str | None = None,
 ) -> Spec:
     """The CDI spec for the AMD or Intel GPUs of ``host`` (what ``amd-ctk cdi generate``
     writes for ROCm), at its minimum ``cdiVersion``.
 
-    * kind :data:`DRM_KINDS` of the vendor (``amd.com/gpu``, ``intel.com/gpu``);
+    * kind ``kind``, by default :data:`DRM_KINDS` of the vendor (``amd.com/gpu``,
+      ``intel.com/gpu``);
     * one device per GPU (AMD: per partition) named by its index (``0``, ``1``, ...; Intel
       GPUs also by ``card<N>``, the name Intel's device plugin uses), holding its card and
       render nodes with their numbers, mode and host group (``permissions`` ``rw``) and,
@@ -381,9 +397,12 @@ def generate_drm_spec(
             which podman 4.x and containerd 1.6/1.7 reject, so it is off by default (give
             the user the groups with ``--group-add`` instead).
         hook_command: argv prefix that runs ocihook (default: this installation).
+        kind: the spec's kind (``vendor/class``; the Kubernetes plugins':
+            :data:`K8S_KINDS`).
 
     Raises:
         DiscoveryError: the host has no GPU of the vendor.
+        CdiError: a malformed ``kind``.
     """
     from ..config.options import cdi_hook_command as default_command
     from ..request.drm import DRM_VARIABLES
@@ -419,9 +438,11 @@ def generate_drm_spec(
         env=(f"{DRM_VARIABLES[host.vendor]}=void",),
         device_nodes=tuple(node(n) for n in host.shared_nodes),
     )
-    spec = Spec(
-        version="0.3.0", kind=DRM_KINDS[host.vendor], devices=tuple(devices), container_edits=common
-    )
+    kind = kind or DRM_KINDS[host.vendor]
+    vendor, _, device_class = kind.partition("/")
+    validate_vendor(vendor)
+    validate_class(device_class)
+    spec = Spec(version="0.3.0", kind=kind, devices=tuple(devices), container_edits=common)
     return Spec(minimum_version(spec), spec.kind, spec.devices, spec.container_edits)
 
 

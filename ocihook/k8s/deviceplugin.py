@@ -10,9 +10,12 @@ runs them and a watch loop (every ``interval`` seconds) that:
 * re-registers when kubelet restarts: kubelet re-creates ``kubelet.sock`` (a new inode)
   and deletes the plugins' sockets, so a plugin whose socket is gone serves again on a new
   one before registering;
-* keeps the CDI specs it relies on written (``<cdi dir>/ocihook-k8s_<vendor>_<class>.json``,
-  atomically): a spec file that is missing or differs from the discovered one is written
-  again.
+* keeps the CDI specs it relies on written (``<cdi dir>/<vendor>-<class>.json``, of the
+  plugins' own kinds, :data:`~ocihook.cdi.generate.K8S_KINDS`:
+  ``k8s.ocihook.io-nvidia-gpu.json``, atomically): a spec file that is missing or differs
+  from the discovered one is written again. When another file in the directory defines
+  one of its qualified names (a second producer of the kind), one warning line names both
+  files (:func:`spec_collisions`).
 
 Allocate answers with the configured strategies (:data:`STRATEGIES`, several may be
 combined): ``cdi-cri`` (default: qualified CDI names in ``ContainerAllocateResponse.
@@ -61,6 +64,7 @@ __all__ = [
     "ResourcePlugin",
     "preferred_allocation",
     "socket_name",
+    "spec_collisions",
     "spec_file_name",
     "wait_until",
 ]
@@ -95,8 +99,25 @@ def socket_name(resource: str) -> str:
 
 
 def spec_file_name(kind: str) -> str:
-    """The CDI spec file the plugin writes for ``kind``: ``ocihook-k8s_nvidia.com_gpu.json``."""
-    return "ocihook-k8s_" + kind.replace("/", "_") + ".json"
+    """The CDI spec file the plugin writes for ``kind``: ``<vendor>-<class>.json``, the
+    name the CDI library gives a spec (``pkg/cdi/spec.go`` ``GenerateSpecName``):
+    ``k8s.ocihook.io-nvidia-gpu.json``."""
+    return kind.replace("/", "-") + ".json"
+
+
+def spec_collisions(cdi_dir: str, paths: Collection[str]) -> list[str]:
+    """One line per set of spec files in ``cdi_dir`` that define the same qualified names
+    as one of ``paths`` (the plugin's own specs) does
+    (:meth:`ocihook.cdi.registry.Registry.collisions`): the files, the names, what the
+    runtime will do and a hint. Never raises (a broken file is another file's concern)."""
+    from ..cdi.registry import Registry
+
+    registry = Registry.load([cdi_dir])
+    return [
+        f"{c.message()}; hint: {c.hint()}"
+        for c in registry.collisions()
+        if any(p in paths for p in c.paths)
+    ]
 
 
 def _ordered_groups(
@@ -532,6 +553,15 @@ class DevicePluginServer:
         self.spec_writes += written
         return written
 
+    def warn_collisions(self) -> list[str]:
+        """Log (warning) and return :func:`spec_collisions` of the plugin's specs."""
+        if self.cdi_dir is None or not self._spec_data:
+            return []
+        lines = spec_collisions(self.cdi_dir, self._spec_data)
+        for line in lines:
+            log.warning("%s", line)
+        return lines
+
     def start(self, *, wait_for_kubelet: bool = False) -> None:
         """Write the specs, serve every resource, register them, start the watch loop.
 
@@ -545,6 +575,7 @@ class DevicePluginServer:
                 :meth:`write_specs`, :meth:`ResourcePlugin.serve`.
         """
         self.write_specs()
+        self.warn_collisions()
         for p in self.plugins:
             p.serve()
         kubelet = os.path.join(self.plugin_dir, KUBELET_SOCKET)
@@ -582,7 +613,8 @@ class DevicePluginServer:
                         continue
             self._kubelet = now
         try:
-            self.write_specs()
+            if self.write_specs():
+                self.warn_collisions()
         except OcihookError as e:
             log.error("%s", e)
 

@@ -46,7 +46,7 @@ import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 
-from ..cdi.generate import DRM_KINDS, generate_drm_spec, generate_spec, map_host_paths
+from ..cdi.generate import K8S_KINDS, generate_drm_spec, generate_spec, map_host_paths
 from ..cdi.spec import Spec
 from ..core.errors import ConfigError, DiscoveryError
 from ..core.hostroot import HostRoot, read_attr
@@ -113,7 +113,8 @@ class K8sDevice:
         id: the ``Device.ID`` kubelet sees (at most 63 characters).
         resource: the extended resource (``nvidia.com/gpu``).
         real_id: the id of the device it stands for (itself unless a time-slicing replica).
-        cdi_name: the qualified CDI name (``nvidia.com/gpu=GPU-...``) in the plugin's spec.
+        cdi_name: the qualified CDI name in the plugin's spec, of its vendor's kind
+            (:data:`~ocihook.cdi.generate.K8S_KINDS`: ``k8s.ocihook.io/nvidia-gpu=GPU-...``).
         visible: what ``NVIDIA_VISIBLE_DEVICES`` / ``AMD_VISIBLE_DEVICES`` /
             ``INTEL_VISIBLE_DEVICES`` names it by (envvar strategy).
         vendor: ``nvidia``, ``amd`` or ``intel``.
@@ -283,7 +284,8 @@ class Inventory:
 
     Attributes:
         devices: devices by resource, in discovery order.
-        specs: the CDI specs (kind -> spec) the plugin writes.
+        specs: the CDI specs (kind -> spec) the plugin writes, one per GPU vendor, of the
+            plugins' own kinds (:data:`~ocihook.cdi.generate.K8S_KINDS`).
         warnings: what was left out or is unknown, and why.
         driver_version: driver version by vendor.
         cuda_version: the CUDA version the NVIDIA driver supports (discovery's: NVML, the
@@ -415,7 +417,14 @@ def _nvidia(
 
     host = discover(root, gpu_backend=gpu_backend)
     warnings.extend(host.warnings)
-    spec = generate_spec(host, name_strategies=("index", "uuid"), hook_command=command)
+    vendor, _, device_class = K8S_KINDS["nvidia"].partition("/")
+    spec = generate_spec(
+        host,
+        vendor=vendor,
+        device_class=device_class,
+        name_strategies=("index", "uuid"),
+        hook_command=command,
+    )
     migs = [m for g in host.gpus for m in g.mig_devices]
     if mig_strategy == "single" and not migs and host.gpus:
         warnings.append(
@@ -435,7 +444,7 @@ def _nvidia(
             id=_check_id(gpu.uuid),
             resource="nvidia.com/gpu",
             real_id=gpu.uuid,
-            cdi_name=f"nvidia.com/gpu={gpu.uuid}",
+            cdi_name=f"{spec.kind}={gpu.uuid}",
             visible=gpu.uuid,
             vendor="nvidia",
             bus_id=bdf,
@@ -472,7 +481,7 @@ def _nvidia(
                     id=_check_id(device_id),
                     resource=resource,
                     real_id=device_id,
-                    cdi_name=f"nvidia.com/gpu={mig.uuid or index_name}",
+                    cdi_name=f"{spec.kind}={mig.uuid or index_name}",
                     visible=mig.uuid or index_name,
                     nodes=(*whole.nodes, *(_node_pair(n) for n in mig.nodes)),
                     memory_mib=mig.memory_mib,
@@ -494,7 +503,7 @@ def _drm(
 
     host = discover_vendor(vendor, root)
     warnings.extend(host.warnings)
-    spec = generate_drm_spec(host, hook_command=command)
+    spec = generate_drm_spec(host, hook_command=command, kind=K8S_KINDS[vendor])
     shared = tuple(_node_pair(n) for n in host.shared_nodes)
     out: dict[str, list[K8sDevice]] = {}
     for g in host.gpus:
@@ -505,7 +514,7 @@ def _drm(
                 id=device_id,
                 resource=resource,
                 real_id=device_id,
-                cdi_name=f"{DRM_KINDS[vendor]}={g.index}",
+                cdi_name=f"{spec.kind}={g.index}",
                 visible=str(g.index),
                 vendor=vendor,
                 bus_id=g.bus_id,

@@ -28,6 +28,7 @@ from ocihook.sim import host as simhost
 
 GPU = "nvidia.com/gpu"
 HOOK = "/usr/local/bin/ocihook"
+KIND = "k8s.ocihook.io/nvidia-gpu"
 
 
 @pytest.fixture
@@ -58,7 +59,7 @@ def test_spec_names_host_paths(prefixed: tuple[simhost.SimulatedHost, str]) -> N
     view = RootView.of(HostRoot(), container_driver_root=prefix)
     assert (view.container_driver_root, view.container_dev_root) == (prefix, prefix)
     inv = build_inventory(HostRoot(), view=view, hook_command=[HOOK])
-    spec = inv.specs[GPU]
+    spec = inv.specs[KIND]
     paths = host_paths(spec)
     assert len(paths) > 50
     assert not [p for p in paths if prefix in p or "/ctr/" in p]
@@ -66,7 +67,7 @@ def test_spec_names_host_paths(prefixed: tuple[simhost.SimulatedHost, str]) -> N
     missing = [p for p in paths if p != HOOK and not os.path.lexists(prefix + p)]
     assert not missing
     # the same spec as one generated where the host is and moved with transform_root
-    local = build_inventory(HostRoot.single(prefix), hook_command=[HOOK]).specs[GPU]
+    local = build_inventory(HostRoot.single(prefix), hook_command=[HOOK]).specs[KIND]
     assert spec == transform_root(local, prefix, "/")
     # the devices: host paths out, health read through the view
     devs = inv.devices[GPU]
@@ -104,7 +105,7 @@ def test_allocate_and_written_spec(prefixed: tuple[simhost.SimulatedHost, str]) 
     assert server.write_specs() == 1
     (written,) = cdi.iterdir()
     assert prefix not in written.read_text()
-    assert json.loads(written.read_text())["kind"] == GPU
+    assert json.loads(written.read_text())["kind"] == KIND
 
 
 def test_dra_vendor_specs(prefixed: tuple[simhost.SimulatedHost, str], tmp_path: Path) -> None:
