@@ -30,7 +30,9 @@ NVIDIA toolkit's convention, which an image's environment cannot forge).
 where no hook creates them).
 
 Allocation of a time-slicing replica hands out its real device; two replicas of one GPU in
-one request give the GPU once. An unknown or unhealthy device id fails the request.
+one request give the GPU once, and with ``fail_requests_greater_than_one`` (NVIDIA's
+``sharing.timeSlicing.failRequestsGreaterThanOne``) a request for more than one device of
+which one is a replica is refused. An unknown or unhealthy device id fails the request.
 """
 
 from __future__ import annotations
@@ -217,6 +219,11 @@ class ResourcePlugin:
             paths as the host has them: :attr:`K8sDevice.nodes`).
         view: where this process sees the host's paths, for the health checks
             (:attr:`~ocihook.k8s.inventory.Inventory.view`).
+        fail_requests_greater_than_one: refuse a request for more than one device when
+            one of them is a time-slicing replica (NVIDIA's ``failRequestsGreaterThanOne``:
+            a pod asking for two replicas would get one GPU, not two).
+        annotation_prefix: the key prefix of the ``cdi-annotations`` strategy's annotation
+            (NVIDIA's ``--cdi-annotation-prefix``; default ``cdi.k8s.io/``).
     """
 
     def __init__(
@@ -228,6 +235,8 @@ class ResourcePlugin:
         strategies: Sequence[str] = ("cdi-cri",),
         pass_device_specs: bool = False,
         view: RootView | None = None,
+        fail_requests_greater_than_one: bool = False,
+        annotation_prefix: str | None = None,
     ) -> None:
         for s in strategies:
             if s not in STRATEGIES:
@@ -249,6 +258,8 @@ class ResourcePlugin:
         self.strategies = tuple(strategies) or ("cdi-cri",)
         self.pass_device_specs = pass_device_specs
         self.view = view
+        self.fail_requests_greater_than_one = fail_requests_greater_than_one
+        self.annotation_prefix = annotation_prefix
         self.socket = os.path.join(plugin_dir, socket_name(resource))
         self.metrics = Metrics()
         self._by_id = {d.id: d for d in self.devices}
@@ -349,10 +360,19 @@ class ResourcePlugin:
         """The response for one container asking for the devices ``ids``.
 
         Raises:
-            _Refused: an unknown or unhealthy id, or no id.
+            _Refused: an unknown or unhealthy id, no id, or more than one with a replica
+                among them when :attr:`fail_requests_greater_than_one`.
         """
         if not ids:
             raise _Refused(grpc.StatusCode.INVALID_ARGUMENT, "no device ids in the request")
+        if self.fail_requests_greater_than_one and len(ids) > 1:
+            replicas = [i for i in ids if i in self._by_id and self._by_id[i].real_id != i]
+            if replicas:
+                raise _Refused(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"{self.resource}: a request for a shared device may ask for one only "
+                    f"(failRequestsGreaterThanOne); this one asks for {len(ids)}",
+                )
         real: dict[str, K8sDevice] = {}
         for i in ids:
             d = self._by_id.get(i)
@@ -372,10 +392,12 @@ class ResourcePlugin:
             for d in devs:
                 resp.cdi_devices.add(name=d.cdi_name)
         if "cdi-annotations" in self.strategies:
-            from ..cdi.names import annotation_key, annotation_value
+            from ..cdi.names import ANNOTATION_PREFIX, annotation_key, annotation_value
 
             digest = hashlib.sha256(",".join(sorted(real)).encode()).hexdigest()[:16]
             key = annotation_key(ANNOTATION_PLUGIN, f"{self.resource.split('/')[0]}-{digest}")
+            if self.annotation_prefix:
+                key = self.annotation_prefix + key[len(ANNOTATION_PREFIX) :]
             resp.annotations[key] = annotation_value(d.cdi_name for d in devs)
         vendor = devs[0].vendor
         if "envvar" in self.strategies:
@@ -478,7 +500,8 @@ class DevicePluginServer:
         plugin_dir: kubelet's device plugin directory.
         cdi_dir: where to write the CDI specs (``None``: write none; then the CDI
             strategies need specs written by other means).
-        strategies, pass_device_specs: Allocate behaviour (:class:`ResourcePlugin`).
+        strategies, pass_device_specs, fail_requests_greater_than_one, annotation_prefix:
+            Allocate behaviour (:class:`ResourcePlugin`).
         interval: seconds between watch-loop rounds.
         nvml_health: also ask NVML each round which GPUs are lost
             (:class:`~ocihook.k8s.nvmlhealth.NvmlHealth`).
@@ -489,6 +512,8 @@ class DevicePluginServer:
     cdi_dir: str | None = "/var/run/cdi"
     strategies: Sequence[str] = ("cdi-cri",)
     pass_device_specs: bool = False
+    fail_requests_greater_than_one: bool = False
+    annotation_prefix: str | None = None
     interval: float = 1.0
     nvml_health: bool = False
     plugins: list[ResourcePlugin] = field(default_factory=list)
@@ -503,6 +528,8 @@ class DevicePluginServer:
                 strategies=self.strategies,
                 pass_device_specs=self.pass_device_specs,
                 view=self.inventory.view,
+                fail_requests_greater_than_one=self.fail_requests_greater_than_one,
+                annotation_prefix=self.annotation_prefix,
             )
             for r, devs in sorted(self.inventory.devices.items())
             if devs

@@ -21,9 +21,16 @@ schedulable unit:
 * ``amd.com/gpu``: each AMD GPU or compute partition;
 * ``gpu.intel.com/<driver>``: each Intel GPU (``i915``, ``xe``), as Intel's plugin names them.
 
-Time-slicing (``replicas`` > 1) advertises each unit ``replicas`` times with ids
-``<id>::<n>`` (n from 0); every replica names the real device (:attr:`K8sDevice.real_id`),
-which is what an allocation hands out.
+Time-slicing (``replicas`` > 1, or per resource: :class:`Sharing`, NVIDIA's
+``sharing.timeSlicing``) advertises each unit ``replicas`` times with ids ``<id>::<n>`` (n
+from 0), under the resource's own name or another (``nvidia.com/gpu.shared``); every
+replica names the real device (:attr:`K8sDevice.real_id`), which is what an allocation
+hands out.
+
+NVIDIA devices are known to kubelet by their UUIDs (device id strategy ``uuid``) or by
+their indices (``index``: ``0``, MIG ``1:0``), as NVIDIA's device plugin's
+``--device-id-strategy`` has it; the CDI names and the ``NVIDIA_VISIBLE_DEVICES`` values
+follow.
 
 Each device knows what makes it healthy (:func:`health`): its device nodes exist in the
 dev root and its driver entry (``/proc/driver/nvidia/gpus/<bus id>``, the DRM device's
@@ -43,7 +50,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..cdi.generate import K8S_KINDS, generate_drm_spec, generate_spec, map_host_paths
@@ -56,6 +63,7 @@ from ..discovery.nvml import NvmlError
 from ..discovery.records import DrmGpu, Gpu, HostDeviceNode, MigDevice
 
 __all__ = [
+    "DEVICE_ID_STRATEGIES",
     "HEALTHY",
     "MIG_RESOURCE",
     "MIG_STRATEGIES",
@@ -64,6 +72,7 @@ __all__ = [
     "Inventory",
     "K8sDevice",
     "RootView",
+    "Sharing",
     "build_inventory",
     "health",
     "mig_resource_name",
@@ -73,6 +82,8 @@ HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
 #: MIG strategies, as NVIDIA's device plugin calls them.
 MIG_STRATEGIES = ("none", "single", "mixed")
+#: How NVIDIA devices are named to kubelet (NVIDIA's ``--device-id-strategy``).
+DEVICE_ID_STRATEGIES = ("uuid", "index")
 #: The vendors (``ocihook`` discovery names) behind each resource prefix.
 RESOURCE_VENDORS = {"nvidia.com": "nvidia", "amd.com": "amd", "gpu.intel.com": "intel"}
 #: Longest device id kubelet accepts (device plugin API: ``Device.ID``).
@@ -279,6 +290,20 @@ class RootView:
 
 
 @dataclass(frozen=True)
+class Sharing:
+    """Time-slicing of one resource (NVIDIA's ``sharing.timeSlicing.resources[]``).
+
+    Attributes:
+        replicas: how many times each of its devices is advertised.
+        name: the resource name the replicas are advertised under (``nvidia.com/gpu.shared``
+            with NVIDIA's ``renameByDefault``); ``None``: the resource's own.
+    """
+
+    replicas: int
+    name: str | None = None
+
+
+@dataclass(frozen=True)
 class Inventory:
     """What :func:`build_inventory` found.
 
@@ -294,7 +319,10 @@ class Inventory:
             whether advertised or not.
         mig_strategy: the MIG strategy asked for (``single`` falls back to ``none``, with
             a warning, when no GPU has MIG devices).
-        replicas: time-slicing replicas per device.
+        replicas: time-slicing replicas per device (``--replicas``; per resource:
+            :attr:`sharing`).
+        sharing: the time-slicing applied, by resource (its name before any renaming).
+        device_id_strategy: ``uuid`` or ``index`` (:data:`DEVICE_ID_STRATEGIES`).
         gpu_backend: the NVIDIA GPU backend that was used (``procfs``, ``nvml``), or
             ``None`` without NVIDIA GPUs.
         view: where discovery read the host (``None``: where the host has it); the
@@ -311,6 +339,18 @@ class Inventory:
     replicas: int = 1
     gpu_backend: str | None = None
     view: RootView | None = None
+    sharing: dict[str, Sharing] = field(default_factory=dict)
+    device_id_strategy: str = "uuid"
+
+    def replicas_of(self, resource: str) -> int:
+        """The time-slicing replicas of ``resource`` (its own name); 1 when not shared."""
+        shared = self.sharing.get(resource)
+        return shared.replicas if shared is not None else 1
+
+    def advertised(self, resource: str) -> str:
+        """The name ``resource`` is advertised under (another one when shared renamed)."""
+        shared = self.sharing.get(resource)
+        return shared.name if shared is not None and shared.name else resource
 
 
 def _numa(root: HostRoot, bdf: str) -> int | None:
@@ -411,9 +451,11 @@ def _nvidia(
     warnings: list[str],
     command: Sequence[str] | None,
     gpu_backend: str,
+    id_strategy: str = "uuid",
 ) -> tuple[dict[str, list[K8sDevice]], Spec, NvidiaHost]:
     """The NVIDIA devices by resource, the CDI spec and the discovered host (``single``
-    falls back to ``none`` without MIG devices)."""
+    falls back to ``none`` without MIG devices); devices named by UUID or, with
+    ``id_strategy`` ``index``, by index."""
 
     host = discover(root, gpu_backend=gpu_backend)
     warnings.extend(host.warnings)
@@ -440,12 +482,13 @@ def _nvidia(
         bdf = _sysfs_bdf(gpu.bus_id)
         numa = _numa(root, bdf)
         gpu_node = _node_pair(host.gpu_nodes[gpu.minor])
+        name = gpu.uuid if id_strategy == "uuid" else str(gpu.index)
         whole = K8sDevice(
-            id=_check_id(gpu.uuid),
+            id=_check_id(name),
             resource="nvidia.com/gpu",
-            real_id=gpu.uuid,
-            cdi_name=f"{spec.kind}={gpu.uuid}",
-            visible=gpu.uuid,
+            real_id=name,
+            cdi_name=f"{spec.kind}={name}",
+            visible=name,
             vendor="nvidia",
             bus_id=bdf,
             numa_node=numa,
@@ -474,15 +517,19 @@ def _nvidia(
                 resource = mig_resource_name(mig.profile)
             j = mig.nvml_index if mig.nvml_index is not None else pos
             index_name = f"{gpu.index}:{j}"
-            device_id = mig.uuid or f"{gpu.uuid}::mig{mig.gi}.{mig.ci}"
+            if id_strategy == "index":
+                device_id = name = index_name
+            else:
+                device_id = mig.uuid or f"{gpu.uuid}::mig{mig.gi}.{mig.ci}"
+                name = mig.uuid or index_name
             out.setdefault(resource, []).append(
                 replace(
                     whole,
                     id=_check_id(device_id),
                     resource=resource,
                     real_id=device_id,
-                    cdi_name=f"{spec.kind}={mig.uuid or index_name}",
-                    visible=mig.uuid or index_name,
+                    cdi_name=f"{spec.kind}={name}",
+                    visible=name,
                     nodes=(*whole.nodes, *(_node_pair(n) for n in mig.nodes)),
                     memory_mib=mig.memory_mib,
                     mig=True,
@@ -536,6 +583,8 @@ def build_inventory(
     hook_command: Sequence[str] | None = None,
     gpu_backend: str = "procfs",
     view: RootView | None = None,
+    time_slicing: Mapping[str, Sharing] | None = None,
+    device_id_strategy: str = "uuid",
 ) -> Inventory:
     """Discover the host and list the devices to advertise (see the module docstring).
 
@@ -545,7 +594,12 @@ def build_inventory(
         resources: resource prefixes or names to serve (``nvidia.com``, ``amd.com/gpu``);
             empty: every vendor whose driver is present.
         mig_strategy: one of :data:`MIG_STRATEGIES`.
-        replicas: time-slicing replicas per device (1: no sharing).
+        replicas: time-slicing replicas per device of every resource (1: no sharing).
+        time_slicing: time-slicing per resource instead (the resource's name as it would
+            be advertised unshared -> its :class:`Sharing`); a resource named that is not
+            advertised is said in a warning.
+        device_id_strategy: ``uuid`` (default) or ``index``: how NVIDIA devices are named
+            to kubelet, in the CDI names and in ``NVIDIA_VISIBLE_DEVICES``.
         hook_command: argv prefix of ocihook in the CDI specs' hooks, as the container
             runtime on the host runs it (default: this installation).
         gpu_backend: NVIDIA GPU enumeration, ``procfs``, ``nvml`` or ``auto``
@@ -561,8 +615,10 @@ def build_inventory(
         when ``resources`` is empty, and raises otherwise.
 
     Raises:
-        ConfigError: an unknown MIG strategy, GPU backend, resource, a replica count below
-            1, or the ``single`` MIG strategy on MIG devices of several profiles.
+        ConfigError: an unknown MIG strategy, GPU backend, device id strategy, resource, a
+            replica count below 1, ``replicas`` above 1 with ``time_slicing``, a shared
+            resource renamed to a name that is not valid or is another resource's, or the
+            ``single`` MIG strategy on MIG devices of several profiles.
         DiscoveryError: a requested vendor cannot be discovered, NVML is missing or
             fails with ``gpu_backend`` ``nvml``
             (:class:`~ocihook.discovery.nvml.NvmlError`), or no device at all.
@@ -578,6 +634,26 @@ def build_inventory(
         raise ConfigError(
             "time-slicing replicas must be at least 1", field="--replicas", value=replicas
         )
+    if device_id_strategy not in DEVICE_ID_STRATEGIES:
+        raise ConfigError(
+            f"unknown device id strategy (use {', '.join(DEVICE_ID_STRATEGIES)})",
+            field="--device-id-strategy",
+            value=device_id_strategy,
+        )
+    if time_slicing and replicas > 1:
+        raise ConfigError(
+            "--replicas and time-slicing per resource cannot be combined",
+            field="--replicas",
+            value=replicas,
+            hint="give one of them",
+        )
+    for resource, shared in (time_slicing or {}).items():
+        if shared.replicas < 1:
+            raise ConfigError(
+                "time-slicing replicas must be at least 1", field=resource, value=shared.replicas
+            )
+        if shared.name is not None and not _valid_resource(shared.name):
+            raise ConfigError("not a valid resource name", field=resource, value=shared.name)
 
     if gpu_backend not in BACKENDS:
         raise ConfigError(
@@ -612,7 +688,9 @@ def build_inventory(
     for vendor in dict.fromkeys(wanted):
         try:
             if vendor == "nvidia":
-                found, spec, nv = _nvidia(root, mig_strategy, warnings, hook_command, gpu_backend)
+                found, spec, nv = _nvidia(
+                    root, mig_strategy, warnings, hook_command, gpu_backend, device_id_strategy
+                )
                 version, cuda, nvidia_gpus, backend = (
                     nv.driver_version,
                     nv.cuda_version,
@@ -653,11 +731,8 @@ def build_inventory(
             ]
             for r, devs in devices.items()
         }
-    if replicas > 1:
-        devices = {
-            r: [replace(d, id=_check_id(f"{d.id}::{n}")) for d in devs for n in range(replicas)]
-            for r, devs in devices.items()
-        }
+    sharing = _sharing(devices, replicas, time_slicing or {}, warnings)
+    devices = _share(devices, sharing)
     return Inventory(
         devices={r: tuple(d) for r, d in devices.items()},
         specs=specs,
@@ -669,7 +744,63 @@ def build_inventory(
         replicas=replicas,
         gpu_backend=backend,
         view=view,
+        sharing=sharing,
+        device_id_strategy=device_id_strategy,
     )
+
+
+def _valid_resource(name: str) -> bool:
+    """Whether ``name`` is an extended resource name (``prefix/name``, the name part a
+    Kubernetes qualified name)."""
+    prefix, sep, rest = name.partition("/")
+    return bool(prefix and sep and _RESOURCE_NAME.fullmatch(rest))
+
+
+def _sharing(
+    devices: Mapping[str, Sequence[K8sDevice]],
+    replicas: int,
+    time_slicing: Mapping[str, Sharing],
+    warnings: list[str],
+) -> dict[str, Sharing]:
+    """The time-slicing to apply, by resource: ``replicas`` for every resource, or
+    ``time_slicing`` for those advertised (the others said in ``warnings``).
+
+    Raises:
+        ConfigError: a shared resource renamed to another resource's name.
+    """
+    if replicas > 1:
+        return {r: Sharing(replicas) for r in devices}
+    out = {r: s for r, s in time_slicing.items() if r in devices and s.replicas > 1}
+    for r in time_slicing:
+        if r not in devices:
+            warnings.append(f"time-slicing of {r}: this node does not advertise it")
+    names = [(out[r].name or r) if r in out else r for r in devices]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ConfigError(
+            "two resources would be advertised under one name", field="rename", value=twice[0]
+        )
+    return out
+
+
+def _share(
+    devices: Mapping[str, Sequence[K8sDevice]], sharing: Mapping[str, Sharing]
+) -> dict[str, list[K8sDevice]]:
+    """``devices`` with each shared resource's devices advertised ``replicas`` times
+    (ids ``<id>::<n>``), under its new name when renamed."""
+    out: dict[str, list[K8sDevice]] = {}
+    for r, devs in devices.items():
+        shared = sharing.get(r)
+        if shared is None:
+            out[r] = list(devs)
+            continue
+        name = shared.name or r
+        out[name] = [
+            replace(d, id=_check_id(f"{d.id}::{n}"), resource=name)
+            for d in devs
+            for n in range(shared.replicas)
+        ]
+    return out
 
 
 def health(
