@@ -56,7 +56,7 @@ from .toolkitopts import DEFAULT_HOOKS, SPEC_HOOKS, parse_device_ids
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # collections.abc imports collections: milliseconds at start
-    from collections.abc import Collection, Sequence
+    from collections.abc import Callable, Collection, Sequence
 
     from ..discovery.nvidia import NvidiaHost
     from ..discovery.records import DrmGpu, DrmHost, Gpu, HostDeviceNode, MigDevice
@@ -66,9 +66,12 @@ __all__ = [
     "DEFAULT_NAME_STRATEGIES",
     "DRM_KINDS",
     "HOOK_FREE_DIRS",
+    "K8S_KINDS",
+    "K8S_VENDOR",
     "NAME_STRATEGIES",
     "generate_drm_spec",
     "generate_spec",
+    "map_host_paths",
     "spec_bytes",
     "spec_format",
     "transform_root",
@@ -505,6 +508,18 @@ def _generate_wsl_spec(
 #: DRA driver's.
 DRM_KINDS = {"amd": "amd.com/gpu", "intel": "intel.com/gpu"}
 
+#: The CDI vendor of the specs ocihook's Kubernetes plugins write. A kind of their own, as
+#: NVIDIA's device plugin has (``k8s.device-plugin.nvidia.com/gpu``,
+#: ``cmd/nvidia-device-plugin/plugin-manager.go``): the spec that ``ocihook cdi generate``,
+#: ``nvidia-ctk cdi generate`` or ``amd-ctk`` writes for the same GPUs (``nvidia.com/gpu``)
+#: may sit in the same directory, and two specs defining one qualified name at one
+#: priority make a CDI registry refuse both.
+K8S_VENDOR = "k8s.ocihook.io"
+#: The kind of each GPU vendor's devices in the plugins' specs: one spec per vendor (a
+#: spec's common edits, the NVIDIA driver's files, must not reach another vendor's
+#: devices, and device names such as ``0`` repeat across vendors).
+K8S_KINDS = {v: f"{K8S_VENDOR}/{v}-gpu" for v in ("nvidia", "amd", "intel")}
+
 
 def generate_drm_spec(
     host: DrmHost,
@@ -512,11 +527,13 @@ def generate_drm_spec(
     additional_gids: bool = False,
     hook_command: Sequence[str] | None = None,
     all_device: bool = True,
+    kind: str | None = None,
 ) -> Spec:
     """The CDI spec for the AMD or Intel GPUs of ``host`` (what ``amd-ctk cdi generate``
     writes for ROCm), at its minimum ``cdiVersion``.
 
-    * kind :data:`DRM_KINDS` of the vendor (``amd.com/gpu``, ``intel.com/gpu``);
+    * kind ``kind``, by default :data:`DRM_KINDS` of the vendor (``amd.com/gpu``,
+      ``intel.com/gpu``);
     * one device per GPU (AMD: per partition) named by its index (``0``, ``1``, ...; Intel
       GPUs also by ``card<N>``, the name Intel's device plugin uses), holding its card and
       render nodes with their numbers, mode and host group (``permissions`` ``rw``) and,
@@ -534,9 +551,12 @@ def generate_drm_spec(
             the user the groups with ``--group-add`` instead).
         hook_command: argv prefix that runs ocihook (default: this installation).
         all_device: also the device ``all`` (``--no-all-device``: ``False``).
+        kind: the spec's kind (``vendor/class``; the Kubernetes plugins':
+            :data:`K8S_KINDS`).
 
     Raises:
         DiscoveryError: the host has no GPU of the vendor.
+        CdiError: a malformed ``kind``.
     """
     from ..config.options import cdi_hook_command as default_command
     from ..request.drm import DRM_VARIABLES
@@ -573,9 +593,11 @@ def generate_drm_spec(
         env=(f"{DRM_VARIABLES[host.vendor]}=void",),
         device_nodes=tuple(node(n) for n in host.shared_nodes),
     )
-    spec = Spec(
-        version="0.3.0", kind=DRM_KINDS[host.vendor], devices=tuple(devices), container_edits=common
-    )
+    kind = kind or DRM_KINDS[host.vendor]
+    vendor, _, device_class = kind.partition("/")
+    validate_vendor(vendor)
+    validate_class(device_class)
+    spec = Spec(version="0.3.0", kind=kind, devices=tuple(devices), container_edits=common)
     return Spec(minimum_version(spec), spec.kind, spec.devices, spec.container_edits)
 
 
@@ -685,7 +707,31 @@ def transform_root(spec: Spec, old: str, new: str, *, relative_to: str = "host")
         )
 
     def swap(p: str) -> str:
-        return _swap_prefix(p, old, new) if p else p
+        return _swap_prefix(p, old, new)
+
+    return _map_paths(spec, swap, host=host)
+
+
+def map_host_paths(spec: Spec, to_host: Callable[[str], str]) -> Spec:
+    """``spec`` with every host path passed through ``to_host``: mounts' ``source``, device
+    nodes' ``hostPath`` (or their ``path`` when it has none), hook ``path``s and the host
+    paths of ocihook's hook arguments (``--mask-proc``); container paths are left alone.
+    What :func:`transform_root` does for one root, for a mapping of several (a Kubernetes
+    plugin that sees the host's driver root and dev root under other paths:
+    :class:`ocihook.k8s.inventory.RootView`). ``to_host`` gets absolute paths only and
+    must return one; the result keeps the declared ``cdiVersion`` unless its content needs
+    a newer one."""
+
+    def swap(p: str) -> str:
+        return to_host(p) if p.startswith("/") else p
+
+    return _map_paths(spec, swap, host=True)
+
+
+def _map_paths(spec: Spec, swap: Callable[[str], str], *, host: bool) -> Spec:
+    """``spec`` with its host paths (``host``) or its container paths passed through
+    ``swap`` (see :func:`transform_root` for which are which); the ``cdiVersion`` raised
+    when the content needs it."""
 
     def hook(h: Hook) -> Hook:
         args = list(h.args)

@@ -71,7 +71,9 @@ def inject_devices(
     request order) injected; ``oci_spec`` itself is never modified.
 
     Every name is resolved first: if any is unknown to ``registry`` a :class:`CdiError`
-    (``value`` = the tuple of missing names) lists all of them and nothing is applied.
+    (``value`` = the tuple of missing names) lists all of them and nothing is applied; a
+    name that two spec files of one priority define (:attr:`Registry.conflicts`) is
+    refused naming both files (:func:`_refuse_missing`).
     Then, per requested device, the first time its spec is met the spec's own edits are
     appended, then the device's edits; the whole is applied once, in the order env →
     device nodes (with cgroup rules) → net devices → mounts → hooks → intelRdt →
@@ -94,11 +96,7 @@ def inject_devices(
     resolved = [(name, registry.resolve(name)) for name in names]
     missing = [name for name, entry in resolved if entry is None]
     if missing:
-        raise CdiError(
-            "unresolvable CDI devices " + ", ".join(missing),
-            value=tuple(missing),
-            hint="check the device names against the CDI spec directories",
-        )
+        _refuse_missing(registry, missing)
     edits = _Edits()
     seen_specs: set[tuple[int, str, int]] = set()
     for _name, entry in resolved:
@@ -115,6 +113,38 @@ def inject_devices(
     out: dict[str, Any] = copy_json(oci_spec)
     _apply(out, edits, lstat)
     return out
+
+
+def _refuse_missing(registry: Registry, missing: Sequence[str]) -> None:
+    """Raise the one-line :class:`CdiError` for the requested names ``registry`` cannot
+    resolve: when one is defined by two spec files of one priority, the message names the
+    files (:meth:`~ocihook.cdi.registry.Collision.message`) and then any unknown names;
+    else it lists the unknown names.
+
+    Raises:
+        CdiError: always; ``value`` = the tuple of ``missing`` names (the message names
+            the spec files; ``path`` is left for the caller's ``config.json``).
+    """
+    clashing = [n for n in missing if n in registry.conflicts]
+    unknown = [n for n in missing if n not in registry.conflicts]
+    if not clashing:
+        raise CdiError(
+            "unresolvable CDI devices " + ", ".join(missing),
+            value=tuple(missing),
+            hint="check the device names against the CDI spec directories",
+        )
+    collision = registry.conflict_of(clashing[0])
+    assert collision is not None
+    others = [n for n in clashing if n not in collision.names]
+    message = (
+        f"requested CDI device{'s' if len(clashing) > 1 else ''} {', '.join(clashing)} "
+        f"in conflict: {collision.message()}"
+    )
+    if others:
+        message += f"; {', '.join(others)} in conflict too (ocihook cdi list names the files)"
+    if unknown:
+        message += f"; unresolvable CDI devices {', '.join(unknown)}"
+    raise CdiError(message, value=tuple(missing), hint=collision.hint())
 
 
 def _is_bind(mount: Mount) -> bool:

@@ -9,9 +9,15 @@ Rules (CDI ``SPEC.md``, "CDI spec file location"; reference ``pkg/cdi/cache.go``
   ``.yaml`` are read, in name order; a missing directory is skipped;
 * a file that cannot be read or fails :func:`~ocihook.cdi.spec.load_spec` is recorded in
   :attr:`Registry.errors` and the other files still load;
-* a device name met again at a higher priority replaces the earlier one; met again at the
-  same priority, every copy at that priority is dropped and the name is recorded in
-  :attr:`Registry.conflicts`.
+* a device name met again at a higher priority replaces the earlier one (the earlier files
+  are recorded in :attr:`Registry.overridden`); met again at the same priority, every copy
+  at that priority is dropped and the name is recorded in :attr:`Registry.conflicts`.
+
+Two producers of one qualified name (two generators writing the same kind into one
+directory: ``ocihook cdi generate``'s ``nvidia.com/gpu`` beside ``nvidia-ctk``'s) are
+told in one line per pair of files, naming both (:meth:`Registry.collisions`,
+:meth:`Collision.message`), wherever ocihook reads specs: ``ocihook cdi list``,
+``ocihook doctor`` and the injection of a requested device.
 
 One deliberate difference from ``cache.go``: there a same-priority conflict at a lower
 priority also removes a device that a higher-priority directory defines; here the
@@ -34,7 +40,7 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs millis
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
-__all__ = ["DEFAULT_SPEC_DIRS", "Registry", "RegistryDevice"]
+__all__ = ["DEFAULT_SPEC_DIRS", "Collision", "Registry", "RegistryDevice"]
 
 #: Default spec directories, lowest priority first (CDI ``SPEC.md``; ``cache.go``
 #: ``DefaultSpecDirs``).
@@ -53,6 +59,55 @@ class RegistryDevice(Record):
     priority: int
 
 
+#: How many qualified names a :class:`Collision` message spells out.
+_NAMES_SHOWN = 3
+
+
+class Collision(Record):
+    """Spec files that define the same qualified device names.
+
+    Attributes:
+        paths: the files. ``overrides`` false: files of one priority, none of whose
+            definitions of ``names`` is used; true: the first file, of the highest
+            priority, is used and replaces the others.
+        names: the qualified names they share, sorted.
+        overrides: whether a higher-priority file wins (the CDI rule "a later directory
+            wins") rather than every copy being dropped.
+    """
+
+    paths: tuple[str, ...]
+    names: tuple[str, ...]
+    overrides: bool = False
+
+    def shown_names(self) -> str:
+        """The names, the first few spelt out: ``a=0, a=1, a=2 and 14 more``."""
+        shown = ", ".join(self.names[:_NAMES_SHOWN])
+        more = len(self.names) - _NAMES_SHOWN
+        return f"{shown} and {more} more" if more > 0 else shown
+
+    def message(self) -> str:
+        """One line naming every file and the names they share."""
+        files = " and ".join(self.paths) if len(self.paths) < 3 else ", ".join(self.paths)
+        if self.overrides:
+            return (
+                f"CDI spec {self.paths[0]} overrides {', '.join(self.paths[1:])} for "
+                f"{self.shown_names()} (a later spec directory wins)"
+            )
+        return (
+            f"CDI specs {files} all define {self.shown_names()} at one priority: "
+            "a CDI registry uses none of these devices"
+        )
+
+    def hint(self) -> str:
+        """What to do about it, one clause."""
+        if self.overrides:
+            return f"remove {', '.join(self.paths[1:])} if its producer is gone"
+        return (
+            "keep one producer per kind in a spec directory (remove or move one of the "
+            "files, or have one producer write another kind)"
+        )
+
+
 class Registry:
     """CDI devices by qualified name, built by :meth:`load` or :meth:`from_specs`.
 
@@ -61,9 +116,11 @@ class Registry:
         errors: spec file path -> the :class:`CdiError` that stopped it loading.
         conflicts: qualified name -> the paths of the same-priority specs that all define
             it (none of them is used).
+        overridden: qualified name -> the paths of lower-priority specs that define it too
+            (the one used is :meth:`resolve`'s ``path``).
     """
 
-    __slots__ = ("_devices", "conflicts", "errors", "specs")
+    __slots__ = ("_devices", "conflicts", "errors", "overridden", "specs")
 
     def __init__(
         self,
@@ -71,11 +128,13 @@ class Registry:
         devices: Mapping[str, RegistryDevice],
         errors: Mapping[str, CdiError],
         conflicts: Mapping[str, tuple[str, ...]],
+        overridden: Mapping[str, tuple[str, ...]] | None = None,
     ) -> None:
         self.specs: tuple[tuple[int, str, Spec], ...] = tuple(specs)
         self._devices: dict[str, RegistryDevice] = dict(devices)
         self.errors: dict[str, CdiError] = dict(errors)
         self.conflicts: dict[str, tuple[str, ...]] = dict(conflicts)
+        self.overridden: dict[str, tuple[str, ...]] = dict(overridden or {})
 
     # -- building -----------------------------------------------------------------------
 
@@ -91,20 +150,27 @@ class Registry:
         spec_list = list(specs)
         chosen: dict[str, RegistryDevice] = {}
         clashes: dict[str, list[str]] = {}  # name -> paths at the chosen priority
+        replaced: dict[str, list[str]] = {}  # name -> paths of lower priorities
         for priority, path, spec in spec_list:
             for device in spec.devices:
                 name = f"{spec.kind}={device.name}"
                 entry = RegistryDevice(name, spec, device, path, priority)
                 old = chosen.get(name)
                 if old is None or priority > old.priority:
+                    if old is not None:
+                        lower = replaced.setdefault(name, [])
+                        lower += [p for p in clashes.pop(name, [old.path]) if p not in lower]
                     chosen[name] = entry
-                    clashes.pop(name, None)
                 elif priority == old.priority:
                     paths = clashes.setdefault(name, [old.path])
-                    paths.append(path)
+                    if path not in paths:
+                        paths.append(path)
+                elif path not in replaced.setdefault(name, []):
+                    replaced[name].append(path)  # a lower priority given after a higher one
         conflicts = {name: tuple(paths) for name, paths in clashes.items()}
         devices = {name: e for name, e in chosen.items() if name not in conflicts}
-        return cls(spec_list, devices, dict(errors or {}), conflicts)
+        overridden = {n: tuple(paths) for n, paths in replaced.items() if n in devices}
+        return cls(spec_list, devices, dict(errors or {}), conflicts, overridden)
 
     @classmethod
     def load(
@@ -179,6 +245,30 @@ class Registry:
     def classes(self) -> list[str]:
         """The device classes of every loaded spec, sorted, without repeats."""
         return sorted({spec.device_class for _, _, spec in self.specs})
+
+    def collisions(self) -> list[Collision]:
+        """Every set of spec files that define the same qualified names: the
+        same-priority :attr:`conflicts` (none used) first, then the :attr:`overridden`
+        ones; one :class:`Collision` per set of files, holding all the names they share,
+        in path order."""
+        groups: dict[tuple[tuple[str, ...], bool], list[str]] = {}
+        for name, paths in self.conflicts.items():
+            groups.setdefault((tuple(paths), False), []).append(name)
+        for name, paths in self.overridden.items():
+            groups.setdefault(((self._devices[name].path, *paths), True), []).append(name)
+        return [
+            Collision(paths, tuple(sorted(names)), overrides)
+            for (paths, overrides), names in sorted(groups.items(), key=lambda g: (g[0][1], g[0]))
+        ]
+
+    def conflict_of(self, qualified_name: str) -> Collision | None:
+        """The same-priority :class:`Collision` that makes ``qualified_name`` unusable
+        (every name those files share), or ``None``."""
+        paths = self.conflicts.get(qualified_name)
+        if paths is None:
+            return None
+        names = sorted(n for n, p in self.conflicts.items() if p == paths)
+        return Collision(tuple(paths), tuple(names))
 
     def __repr__(self) -> str:
         return (

@@ -81,10 +81,12 @@ def validate(files: tuple[str, ...]) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def cdi_list(spec_dirs: tuple[str, ...], as_json: bool) -> None:
     """List the qualified names (vendor/class=name) of the CDI devices in the spec
-    directories. Broken spec files and conflicting devices are reported on stderr and
-    skipped; the others are listed. A spec whose hook command is missing, or that another
-    ocihook version wrote, is said on stderr too (still listed). Missing spec directories,
-    and no spec file at all, are said on stderr (exit 0)."""
+    directories. Broken spec files and conflicting devices (two spec files of one
+    directory defining one name: one line naming both files) are reported on stderr and
+    skipped; the others are listed. A name a later directory's file overrides is noted. A
+    spec whose hook command is missing, or that another ocihook version wrote, is said on
+    stderr too (still listed). Missing spec directories, and no spec file at all, are said
+    on stderr (exit 0)."""
     from ..cdi.registry import DEFAULT_SPEC_DIRS, Registry
     from ..doctor.specs import SPEC_HOOK_FIX, spec_hook_problems
 
@@ -105,8 +107,14 @@ def cdi_list(spec_dirs: tuple[str, ...], as_json: bool) -> None:
             click.echo(f"ocihook: no CDI spec files in {', '.join(dirs)}", err=True)
     for path, err in sorted(registry.errors.items()):
         click.echo(f"ocihook: warning: skipped {path}: {err}", err=True)
-    for name, paths in sorted(registry.conflicts.items()):
-        click.echo(f"ocihook: warning: skipped {name}: defined in {', '.join(paths)}", err=True)
+    for collision in registry.collisions():  # one line per set of files, naming them all
+        if collision.overrides:
+            click.echo(f"ocihook: note: {collision.message()}", err=True)
+        else:
+            click.echo(
+                f"ocihook: warning: skipped: {collision.message()}; hint: {collision.hint()}",
+                err=True,
+            )
     hook_problems: dict[str, dict[str, list[str]]] = {}
     for _priority, path, spec in registry.specs:
         failures, warnings = spec_hook_problems(spec)
@@ -127,6 +135,9 @@ def cdi_list(spec_dirs: tuple[str, ...], as_json: bool) -> None:
             "classes": registry.classes(),
             "errors": {path: str(err) for path, err in sorted(registry.errors.items())},
             "conflicts": {name: list(paths) for name, paths in sorted(registry.conflicts.items())},
+            "overridden": {
+                name: list(paths) for name, paths in sorted(registry.overridden.items())
+            },
             "missing_dirs": missing,
             "hook_problems": hook_problems,
         }

@@ -69,46 +69,161 @@ def _k8s_inventory_options(f: Any) -> Any:
         "--replicas", type=int, default=1, show_default=True, help="Time-slicing replicas per GPU."
     )(f)
     f = click.option(
+        "--device-id-strategy",
+        type=click.Choice(["uuid", "index"]),
+        default="uuid",
+        show_default=True,
+        help="How NVIDIA devices are named to kubelet, in the CDI names and in "
+        "NVIDIA_VISIBLE_DEVICES: GPU-/MIG- UUIDs, or indices (0, MIG 1:0).",
+    )(f)
+    f = click.option(
         "--hook-path",
         default=None,
         metavar="PATH",
         help="ocihook as the host's runtime runs it, for the CDI specs' hooks "
         "(default: this installation).",
     )(f)
+    f = click.option(
+        "--container-dev-root",
+        default=None,
+        metavar="PATH",
+        help="Where this process sees the host's --dev-root (default: under "
+        "--container-driver-root when the dev root lies under the driver root, else "
+        "--dev-root itself).",
+    )(f)
+    f = click.option(
+        "--container-driver-root",
+        default=None,
+        metavar="PATH",
+        help="Where this process sees the host's --driver-root (a container's mount of it: "
+        "/host). Discovery reads there; the CDI specs and Allocate name the host's paths, "
+        "under --driver-root (default: --driver-root itself).",
+    )(f)
     return root_options(f)
 
 
-def _k8s_inventory(
-    driver_root: str | None,
-    dev_root: str | None,
-    ldcache: str | None,
-    library_path: tuple[str, ...],
-    config_path: str | None,
-    resources: tuple[str, ...],
-    mig_strategy: str,
-    gpu_backend: str,
-    replicas: int,
-    hook_path: str | None,
-) -> Any:
-    _need_k8s()
-    from ..k8s.inventory import build_inventory
+def _config_file_option(f: Any) -> Any:
+    return click.option(
+        "--config-file",
+        envvar="CONFIG_FILE",
+        default=None,
+        metavar="PATH",
+        help="NVIDIA k8s-device-plugin's configuration file (YAML or JSON, version v1; "
+        "$CONFIG_FILE): flags, sharing.timeSlicing. Options given here win over it; keys "
+        "ocihook does not implement are named in one warning.",
+    )(f)
 
-    root = host_root(driver_root, dev_root, ldcache, library_path, config_path)
+
+#: The options an NVIDIA device plugin configuration file can set (its values of the same
+#: names: :class:`ocihook.k8s.nvconfig.PluginConfig`).
+_CONFIG_OPTIONS = (
+    "mig_strategy",
+    "driver_root",
+    "dev_root",
+    "container_driver_root",
+    "gpu_backend",
+    "device_id_strategy",
+    "pass_device_specs",
+    "strategies",
+    "cdi_annotation_prefix",
+    "fail_on_init_error",
+)
+
+
+def _with_plugin_config(params: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    """``params`` (a command's values) with those of ``--config-file`` (NVIDIA's device
+    plugin configuration) where the command line (or its environment variable) gave none,
+    as NVIDIA's plugin ranks them: command line, then file, then defaults. Says in one
+    warning line which keys of the file ocihook does not act on, and when ``--replicas``
+    overrides the file's time-slicing. Returns the values and the
+    :class:`~ocihook.k8s.nvconfig.PluginConfig` (``None`` without a file).
+
+    Raises:
+        ConfigError: the file cannot be read or is refused
+            (:func:`~ocihook.k8s.nvconfig.parse_plugin_config`).
+    """
+    path = params.get("config_file")
+    if not path:
+        return params, None
+    from ..k8s.nvconfig import load_plugin_config
+
+    ctx = click.get_current_context()
+    config = load_plugin_config(path)
+    warning = config.warning()
+    if warning:
+        click.echo(f"ocihook: warning: {path}: {warning}", err=True)
+    out = dict(params)
+    for name in _CONFIG_OPTIONS:
+        value = getattr(config, name)
+        if name not in out or value is None:
+            continue
+        source = ctx.get_parameter_source(name)
+        if source in (None, click.core.ParameterSource.DEFAULT):
+            out[name] = value
+    if config.time_slicing and out.get("replicas", 1) > 1:
+        click.echo(
+            f"ocihook: warning: --replicas {out['replicas']} given: the time-slicing of "
+            f"{path} (sharing.timeSlicing) is not used",
+            err=True,
+        )
+    return out, config
+
+
+def _k8s_inventory(params: dict[str, Any], config: Any = None) -> Any:
+    """The inventory the values of :func:`_k8s_inventory_options` (and the NVIDIA
+    configuration ``config``'s time-slicing) describe; its warnings printed."""
+    _need_k8s()
+    from ..k8s.inventory import RootView, Sharing, build_inventory
+
+    root = host_root(
+        params["driver_root"],
+        params["dev_root"],
+        params["ldcache"],
+        params["library_path"],
+        params["config_path"],
+    )
+    time_slicing = None
+    if config is not None and config.time_slicing and params["replicas"] <= 1:
+        time_slicing = {
+            r.name: Sharing(
+                r.replicas, config.shared_name(r.name) if config.rename_by_default else None
+            )
+            for r in config.time_slicing
+        }
+    hook_path = params["hook_path"]
     inventory = build_inventory(
         root,
-        resources=_split(resources),
-        mig_strategy=mig_strategy,
-        replicas=replicas,
+        resources=_split(params["resources"]),
+        mig_strategy=params["mig_strategy"],
+        replicas=params["replicas"],
         hook_command=[hook_path] if hook_path else None,
-        gpu_backend=gpu_backend,
+        gpu_backend=params["gpu_backend"],
+        view=RootView.of(root, params["container_driver_root"], params["container_dev_root"]),
+        time_slicing=time_slicing,
+        device_id_strategy=params["device_id_strategy"],
     )
     for w in inventory.warnings:
         click.echo(f"ocihook: warning: {w}", err=True)
     return inventory
 
 
+def _wait_for_sigterm(message: str) -> None:
+    """Print ``message`` (stderr) once SIGTERM and SIGINT are caught, then block until
+    one comes."""
+    import signal
+    import threading
+
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: done.set())
+    click.echo(message, err=True)
+    while not done.wait(3600):
+        pass
+
+
 @k8s.command(name="device-plugin")
 @_k8s_inventory_options
+@_config_file_option
 @click.option(
     "--plugin-dir",
     default="/var/lib/kubelet/device-plugins",
@@ -131,6 +246,20 @@ def _k8s_inventory(
     "(repeatable or comma-separated).",
 )
 @click.option("--pass-device-specs", is_flag=True, help="Also return device nodes as DeviceSpecs.")
+@click.option(
+    "--cdi-annotation-prefix",
+    default="cdi.k8s.io/",
+    show_default=True,
+    metavar="PREFIX",
+    help="Key prefix of the cdi-annotations strategy's annotation.",
+)
+@click.option(
+    "--fail-on-init-error/--no-fail-on-init-error",
+    default=True,
+    show_default=True,
+    help="Exit when the host cannot be discovered (no driver, no GPU); with --no-..., "
+    "say so and wait for SIGTERM without serving (NVIDIA's failOnInitError: false).",
+)
 @click.option("--interval", type=float, default=1.0, show_default=True, help="Watch period (s).")
 @click.option(
     "--nvml-health",
@@ -144,42 +273,42 @@ def _k8s_inventory(
     help="Serve Prometheus metrics at http://HOST:PORT/metrics.",
 )
 @click.option("--list", "list_only", is_flag=True, help="Print the devices as JSON and exit.")
-def device_plugin(
-    driver_root: str | None,
-    dev_root: str | None,
-    ldcache: str | None,
-    library_path: tuple[str, ...],
-    config_path: str | None,
-    resources: tuple[str, ...],
-    mig_strategy: str,
-    gpu_backend: str,
-    replicas: int,
-    hook_path: str | None,
-    plugin_dir: str,
-    cdi_dir: str,
-    strategies: tuple[str, ...],
-    pass_device_specs: bool,
-    interval: float,
-    nvml_health: bool,
-    metrics_address: str | None,
-    list_only: bool,
-) -> None:
+def device_plugin(**params: Any) -> None:
     """Run the kubelet device plugin (API v1beta1) for the host's GPUs until SIGTERM.
 
     Serves nvidia.com/gpu (and nvidia.com/mig-<profile> with --mig-strategy mixed),
     amd.com/gpu and gpu.intel.com/<driver>, one socket each in --plugin-dir, registered
     with kubelet and registered again when kubelet restarts; reports device health
-    changes; writes the CDI specs the cdi-* strategies name into --cdi-dir."""
-    inventory = _k8s_inventory(
-        driver_root, dev_root, ldcache, library_path, config_path,
-        resources, mig_strategy, gpu_backend, replicas, hook_path,
-    )  # fmt: skip
-    if list_only:
+    changes; writes the CDI specs the cdi-* strategies name into --cdi-dir. Reads NVIDIA's
+    device plugin configuration file (--config-file, $CONFIG_FILE)."""
+    from ..core.errors import ConfigError, DiscoveryError
+
+    params, config = _with_plugin_config(params)
+    prefix = params["cdi_annotation_prefix"]
+    from ..k8s.nvconfig import ANNOTATION_PREFIX_RULE, is_annotation_prefix
+
+    if not is_annotation_prefix(prefix):
+        raise ConfigError(ANNOTATION_PREFIX_RULE, field="--cdi-annotation-prefix", value=prefix)
+    try:
+        inventory = _k8s_inventory(params, config)
+    except DiscoveryError as e:
+        if params["fail_on_init_error"] or params["list_only"]:
+            raise
+        _wait_for_sigterm(
+            f"ocihook: warning: {e}; not serving (--no-fail-on-init-error): waiting for SIGTERM"
+        )
+        return
+    if params["list_only"]:
         from ..k8s.inventory import health
 
         out = {
             r: [
-                {"id": d.id, "health": health(d), "numa_node": d.numa_node, "cdi": d.cdi_name}
+                {
+                    "id": d.id,
+                    "health": health(d, view=inventory.view),
+                    "numa_node": d.numa_node,
+                    "cdi": d.cdi_name,
+                }
                 for d in devs
             ]
             for r, devs in inventory.devices.items()
@@ -190,17 +319,19 @@ def device_plugin(
 
     server = DevicePluginServer(
         inventory,
-        plugin_dir=plugin_dir,
-        cdi_dir=cdi_dir,
-        strategies=_split(strategies),
-        pass_device_specs=pass_device_specs,
-        interval=interval,
-        nvml_health=nvml_health,
+        plugin_dir=params["plugin_dir"],
+        cdi_dir=params["cdi_dir"],
+        strategies=_split(tuple(params["strategies"])),
+        pass_device_specs=params["pass_device_specs"],
+        fail_requests_greater_than_one=bool(config and config.fail_requests_greater_than_one),
+        annotation_prefix=prefix,
+        interval=params["interval"],
+        nvml_health=params["nvml_health"],
     )
-    if metrics_address:
+    if params["metrics_address"]:
         from ..k8s.features import serve_metrics
 
-        httpd = serve_metrics(server, metrics_address)
+        httpd = serve_metrics(server, params["metrics_address"])
         host, port = httpd.server_address[:2]
         click.echo(f"ocihook: metrics on http://{host}:{port}/metrics", err=True)
     for p in server.plugins:
@@ -213,7 +344,12 @@ def device_plugin(
 @k8s.command(name="dra-plugin")
 @_k8s_inventory_options
 @click.option("--driver", default="gpu.ocihook.io", show_default=True, help="DRA driver name.")
-@click.option("--node-name", default=None, help="This node's name (default: the host name).")
+@click.option(
+    "--node-name",
+    envvar="NODE_NAME",
+    default=None,
+    help="This node's name ($NODE_NAME; default: the host name).",
+)
 @click.option(
     "--plugin-dir", default="/var/lib/kubelet/plugins", show_default=True,
     help="kubelet's plugin directory (the service socket is <dir>/<driver>/dra.sock).",
@@ -233,39 +369,19 @@ def device_plugin(
     default=None,
     help="Print the ResourceSlices this node would publish, and exit.",
 )
-def dra_plugin(
-    driver_root: str | None,
-    dev_root: str | None,
-    ldcache: str | None,
-    library_path: tuple[str, ...],
-    config_path: str | None,
-    resources: tuple[str, ...],
-    mig_strategy: str,
-    gpu_backend: str,
-    replicas: int,
-    hook_path: str | None,
-    driver: str,
-    node_name: str | None,
-    plugin_dir: str,
-    registry_dir: str,
-    cdi_dir: str,
-    claims_dir: str,
-    print_slices: str | None,
-) -> None:
+def dra_plugin(**params: Any) -> None:
     """Run the DRA kubelet plugin (v1beta1) until SIGTERM, or print its ResourceSlices.
 
     NodePrepareResources writes one CDI spec per claim (atomically) and returns its CDI
     device ids; NodeUnprepareResources removes it (idempotent)."""
-    inventory = _k8s_inventory(
-        driver_root, dev_root, ldcache, library_path, config_path,
-        resources, mig_strategy, gpu_backend, replicas, hook_path,
-    )  # fmt: skip
-    node = node_name or os.uname().nodename
-    if print_slices:
+    inventory = _k8s_inventory(params)
+    node = params["node_name"] or os.uname().nodename
+    driver = params["driver"]
+    if params["print_slices"]:
         from ..k8s.dra import resource_slices
 
         slices = resource_slices(inventory, node, driver=driver)
-        if print_slices == "json":
+        if params["print_slices"] == "json":
             click.echo(json.dumps(slices if len(slices) > 1 else slices[0], indent=2))
         else:
             import yaml
@@ -278,8 +394,8 @@ def dra_plugin(
     from ..k8s.dra import DirectoryClaims, DraPlugin
 
     plugin = DraPlugin(
-        inventory, DirectoryClaims(claims_dir), cdi_dir, driver=driver,
-        plugin_dir=plugin_dir, registry_dir=registry_dir, node_name=node,
+        inventory, DirectoryClaims(params["claims_dir"]), params["cdi_dir"], driver=driver,
+        plugin_dir=params["plugin_dir"], registry_dir=params["registry_dir"], node_name=node,
     )  # fmt: skip
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -294,27 +410,15 @@ def dra_plugin(
 
 @k8s.command(name="features")
 @_k8s_inventory_options
+@_config_file_option
 @click.option("--output", default=None, metavar="PATH", help="Write here (atomically), not stdout.")
-def k8s_features(
-    driver_root: str | None,
-    dev_root: str | None,
-    ldcache: str | None,
-    library_path: tuple[str, ...],
-    config_path: str | None,
-    resources: tuple[str, ...],
-    mig_strategy: str,
-    gpu_backend: str,
-    replicas: int,
-    hook_path: str | None,
-    output: str | None,
-) -> None:
+def k8s_features(**params: Any) -> None:
     """Print a node-feature-discovery features file (features.d/) for the node's GPUs:
     ocihook.io/ labels and GPU feature discovery's nvidia.com/ resource labels (memory and
     MIG profiles need NVML: a label discovery cannot know is left out, with a warning)."""
-    inventory = _k8s_inventory(
-        driver_root, dev_root, ldcache, library_path, config_path,
-        resources, mig_strategy, gpu_backend, replicas, hook_path,
-    )  # fmt: skip
+    params, config = _with_plugin_config(params)
+    inventory = _k8s_inventory(params, config)
+    output = params["output"]
     from ..k8s.features import nfd_features
 
     reasons: list[str] = []

@@ -27,7 +27,8 @@ code  class                        meaning
                                    or with the container's environment
 10    :class:`ConfigError`         the configuration file is missing, unreadable or wrong
 11    :class:`CdiError`            a CDI spec, name or annotation is malformed, or a
-                                   requested CDI device is in no spec
+                                   requested CDI device is in no spec (or in two of
+                                   one priority: their producers collide)
 12    :class:`RuntimeNotFound`     ``ocihook-runtime`` found no real OCI runtime to run
                                    (``runtimes``), or was started by itself
 13    :class:`EngineConfigError`   ``ocihook runtime configure``: a container engine's
@@ -228,7 +229,8 @@ class ApplyError(OcihookError):
 
 class CdiError(OcihookError):
     """A CDI spec file, qualified device name or CDI annotation is malformed (CDI
-    ``SPEC.md``), or a requested CDI device is in no spec; also: an ``ocihook cdi
+    ``SPEC.md``), or a requested CDI device is in no spec, or in two spec files of one
+    priority (two producers of one kind: the message names both); also: an ``ocihook cdi
     generate`` option whose value cannot make a spec (``--vendor``, ``--class``,
     ``--output``, a ``--device-id`` the host has no device for). ``path`` is the spec file
     (when there is one), ``field`` the JSON path inside it

@@ -180,9 +180,10 @@ def check_runtime(ctx: Context, engines: Sequence[str] | None = None) -> list[Ch
         checks.append(Check("runtime", engine, "PASS", f"{shown} in {where}"))
     checks += check_oci_runtimes(ctx)
     checks += check_cdi(ctx)
-    from .specs import check_spec_hooks
+    from .specs import check_spec_collisions, check_spec_hooks
 
     checks += check_spec_hooks(ctx, CDI_SPEC_DIRS)
+    checks += check_spec_collisions(ctx, CDI_SPEC_DIRS)
     return checks
 
 

@@ -1,6 +1,7 @@
 """The hooks of the CDI specs on this host: does each hook command still exist, and was
 the spec written by this ocihook? (``ocihook doctor``'s runtime layer and ``ocihook cdi
-list``.)
+list``.) And does any qualified device name have two producers
+(:func:`check_spec_collisions`)?
 
 A CDI spec names its ``createContainer`` hooks by absolute path; the runtime runs that
 path for every container given one of the spec's devices. A path that is gone (ocihook
@@ -25,7 +26,7 @@ from ..engines import CDI_SPEC_DIRS
 from .context import Context
 from .report import Check
 
-__all__ = ["SPEC_HOOK_FIX", "check_spec_hooks", "spec_hook_problems"]
+__all__ = ["SPEC_HOOK_FIX", "check_spec_collisions", "check_spec_hooks", "spec_hook_problems"]
 
 #: What to do about a spec whose hooks :func:`spec_hook_problems` finds fault with.
 SPEC_HOOK_FIX = (
@@ -112,4 +113,38 @@ def check_spec_hooks(ctx: Context, spec_dirs: Sequence[str] = CDI_SPEC_DIRS) -> 
                     f"every hook command exists; written by ocihook {VERSION}",
                 )
             )
+    return checks
+
+
+def check_spec_collisions(ctx: Context, spec_dirs: Sequence[str] = CDI_SPEC_DIRS) -> list[Check]:
+    """Qualified device names that two spec files in ``spec_dirs`` (under the config root)
+    define (:meth:`ocihook.cdi.registry.Registry.collisions`), one check per set of files,
+    named ``CDI device names of <files>``: FAIL when the files share a priority (a CDI
+    registry uses none of those devices: a container asking for one does not start), WARN
+    when a later directory's file overrides an earlier one (the earlier one is dead
+    weight, or a second producer left behind). One PASS when specs loaded and no name has
+    two producers; nothing without specs."""
+    from ..cdi.registry import Registry
+
+    registry = Registry.load([ctx.etc(d) for d in spec_dirs])
+    checks = [
+        Check(
+            "runtime",
+            f"CDI device names of {', '.join(c.paths)}",
+            "WARN" if c.overrides else "FAIL",
+            c.message(),
+            c.hint(),
+        )
+        for c in registry.collisions()
+    ]
+    if not checks and registry.specs:
+        n = len(registry.list_devices())
+        checks.append(
+            Check(
+                "runtime",
+                "CDI device names",
+                "PASS",
+                f"{n} devices in {len(registry.specs)} spec files, each defined by one file",
+            )
+        )
     return checks

@@ -10,7 +10,8 @@ never import this package.
   with their generated message modules (committed; see ``scripts/gen-k8s-protos``);
 * :mod:`.rpc` — the gRPC services bound by hand to those messages (server and client);
 * :mod:`.inventory` — the devices the node advertises, per resource, with their health and
-  NUMA node, from host discovery;
+  NUMA node, from host discovery (read through a containerised plugin's view of the host);
+* :mod:`.nvconfig` — NVIDIA's device plugin configuration file, read as it is;
 * :mod:`.deviceplugin` — ``ocihook k8s device-plugin``;
 * :mod:`.dra` — ``ocihook k8s dra-plugin``;
 * :mod:`.features` — node-feature-discovery labels and Prometheus metrics.

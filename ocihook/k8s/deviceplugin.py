@@ -10,9 +10,12 @@ runs them and a watch loop (every ``interval`` seconds) that:
 * re-registers when kubelet restarts: kubelet re-creates ``kubelet.sock`` (a new inode)
   and deletes the plugins' sockets, so a plugin whose socket is gone serves again on a new
   one before registering;
-* keeps the CDI specs it relies on written (``<cdi dir>/ocihook-k8s_<vendor>_<class>.json``,
-  atomically): a spec file that is missing or differs from the discovered one is written
-  again.
+* keeps the CDI specs it relies on written (``<cdi dir>/<vendor>-<class>.json``, of the
+  plugins' own kinds, :data:`~ocihook.cdi.generate.K8S_KINDS`:
+  ``k8s.ocihook.io-nvidia-gpu.json``, atomically): a spec file that is missing or differs
+  from the discovered one is written again. When another file in the directory defines
+  one of its qualified names (a second producer of the kind), one warning line names both
+  files (:func:`spec_collisions`).
 
 Allocate answers with the configured strategies (:data:`STRATEGIES`, several may be
 combined): ``cdi-cri`` (default: qualified CDI names in ``ContainerAllocateResponse.
@@ -27,7 +30,9 @@ NVIDIA toolkit's convention, which an image's environment cannot forge).
 where no hook creates them).
 
 Allocation of a time-slicing replica hands out its real device; two replicas of one GPU in
-one request give the GPU once. An unknown or unhealthy device id fails the request.
+one request give the GPU once, and with ``fail_requests_greater_than_one`` (NVIDIA's
+``sharing.timeSlicing.failRequestsGreaterThanOne``) a request for more than one device of
+which one is a replica is refused. An unknown or unhealthy device id fails the request.
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ import grpc
 from ..core.errors import ConfigError, DiscoveryError, OcihookError
 from . import rpc
 from .api import deviceplugin_pb2 as dp
-from .inventory import HEALTHY, UNHEALTHY, Inventory, K8sDevice, health
+from .inventory import HEALTHY, UNHEALTHY, Inventory, K8sDevice, RootView, health
 
 __all__ = [
     "API_VERSION",
@@ -61,6 +66,7 @@ __all__ = [
     "ResourcePlugin",
     "preferred_allocation",
     "socket_name",
+    "spec_collisions",
     "spec_file_name",
     "wait_until",
 ]
@@ -95,8 +101,25 @@ def socket_name(resource: str) -> str:
 
 
 def spec_file_name(kind: str) -> str:
-    """The CDI spec file the plugin writes for ``kind``: ``ocihook-k8s_nvidia.com_gpu.json``."""
-    return "ocihook-k8s_" + kind.replace("/", "_") + ".json"
+    """The CDI spec file the plugin writes for ``kind``: ``<vendor>-<class>.json``, the
+    name the CDI library gives a spec (``pkg/cdi/spec.go`` ``GenerateSpecName``):
+    ``k8s.ocihook.io-nvidia-gpu.json``."""
+    return kind.replace("/", "-") + ".json"
+
+
+def spec_collisions(cdi_dir: str, paths: Collection[str]) -> list[str]:
+    """One line per set of spec files in ``cdi_dir`` that define the same qualified names
+    as one of ``paths`` (the plugin's own specs) does
+    (:meth:`ocihook.cdi.registry.Registry.collisions`): the files, the names, what the
+    runtime will do and a hint. Never raises (a broken file is another file's concern)."""
+    from ..cdi.registry import Registry
+
+    registry = Registry.load([cdi_dir])
+    return [
+        f"{c.message()}; hint: {c.hint()}"
+        for c in registry.collisions()
+        if any(p in paths for p in c.paths)
+    ]
 
 
 def _ordered_groups(
@@ -192,8 +215,15 @@ class ResourcePlugin:
         devices: its devices (the inventory's list).
         plugin_dir: the device plugin directory (kubelet's socket is there).
         strategies: Allocate strategies from :data:`STRATEGIES`.
-        pass_device_specs: also return the device nodes as ``DeviceSpec``.
-        dev_root: prefix for relative host paths in health checks (tests).
+        pass_device_specs: also return the device nodes as ``DeviceSpec`` (their host
+            paths as the host has them: :attr:`K8sDevice.nodes`).
+        view: where this process sees the host's paths, for the health checks
+            (:attr:`~ocihook.k8s.inventory.Inventory.view`).
+        fail_requests_greater_than_one: refuse a request for more than one device when
+            one of them is a time-slicing replica (NVIDIA's ``failRequestsGreaterThanOne``:
+            a pod asking for two replicas would get one GPU, not two).
+        annotation_prefix: the key prefix of the ``cdi-annotations`` strategy's annotation
+            (NVIDIA's ``--cdi-annotation-prefix``; default ``cdi.k8s.io/``).
     """
 
     def __init__(
@@ -204,6 +234,9 @@ class ResourcePlugin:
         *,
         strategies: Sequence[str] = ("cdi-cri",),
         pass_device_specs: bool = False,
+        view: RootView | None = None,
+        fail_requests_greater_than_one: bool = False,
+        annotation_prefix: str | None = None,
     ) -> None:
         for s in strategies:
             if s not in STRATEGIES:
@@ -224,10 +257,13 @@ class ResourcePlugin:
         self.plugin_dir = plugin_dir
         self.strategies = tuple(strategies) or ("cdi-cri",)
         self.pass_device_specs = pass_device_specs
+        self.view = view
+        self.fail_requests_greater_than_one = fail_requests_greater_than_one
+        self.annotation_prefix = annotation_prefix
         self.socket = os.path.join(plugin_dir, socket_name(resource))
         self.metrics = Metrics()
         self._by_id = {d.id: d for d in self.devices}
-        self._health = {d.id: health(d) for d in self.devices}
+        self._health = {d.id: health(d, view=view) for d in self.devices}
         self._cond = threading.Condition()
         self._version = 0
         self._stopped = False
@@ -243,7 +279,7 @@ class ResourcePlugin:
     def check_health(self, lost: Collection[str] = ()) -> bool:
         """Re-check every device (``lost``: GPU UUIDs the driver reports lost); wake the
         ListAndWatch streams when one changed. Returns whether one changed."""
-        new = {d.id: health(d, lost=lost) for d in self.devices}
+        new = {d.id: health(d, lost=lost, view=self.view) for d in self.devices}
         with self._cond:
             if new == self._health:
                 return False
@@ -324,10 +360,19 @@ class ResourcePlugin:
         """The response for one container asking for the devices ``ids``.
 
         Raises:
-            _Refused: an unknown or unhealthy id, or no id.
+            _Refused: an unknown or unhealthy id, no id, or more than one with a replica
+                among them when :attr:`fail_requests_greater_than_one`.
         """
         if not ids:
             raise _Refused(grpc.StatusCode.INVALID_ARGUMENT, "no device ids in the request")
+        if self.fail_requests_greater_than_one and len(ids) > 1:
+            replicas = [i for i in ids if i in self._by_id and self._by_id[i].real_id != i]
+            if replicas:
+                raise _Refused(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"{self.resource}: a request for a shared device may ask for one only "
+                    f"(failRequestsGreaterThanOne); this one asks for {len(ids)}",
+                )
         real: dict[str, K8sDevice] = {}
         for i in ids:
             d = self._by_id.get(i)
@@ -347,10 +392,12 @@ class ResourcePlugin:
             for d in devs:
                 resp.cdi_devices.add(name=d.cdi_name)
         if "cdi-annotations" in self.strategies:
-            from ..cdi.names import annotation_key, annotation_value
+            from ..cdi.names import ANNOTATION_PREFIX, annotation_key, annotation_value
 
             digest = hashlib.sha256(",".join(sorted(real)).encode()).hexdigest()[:16]
             key = annotation_key(ANNOTATION_PLUGIN, f"{self.resource.split('/')[0]}-{digest}")
+            if self.annotation_prefix:
+                key = self.annotation_prefix + key[len(ANNOTATION_PREFIX) :]
             resp.annotations[key] = annotation_value(d.cdi_name for d in devs)
         vendor = devs[0].vendor
         if "envvar" in self.strategies:
@@ -453,7 +500,8 @@ class DevicePluginServer:
         plugin_dir: kubelet's device plugin directory.
         cdi_dir: where to write the CDI specs (``None``: write none; then the CDI
             strategies need specs written by other means).
-        strategies, pass_device_specs: Allocate behaviour (:class:`ResourcePlugin`).
+        strategies, pass_device_specs, fail_requests_greater_than_one, annotation_prefix:
+            Allocate behaviour (:class:`ResourcePlugin`).
         interval: seconds between watch-loop rounds.
         nvml_health: also ask NVML each round which GPUs are lost
             (:class:`~ocihook.k8s.nvmlhealth.NvmlHealth`).
@@ -464,6 +512,8 @@ class DevicePluginServer:
     cdi_dir: str | None = "/var/run/cdi"
     strategies: Sequence[str] = ("cdi-cri",)
     pass_device_specs: bool = False
+    fail_requests_greater_than_one: bool = False
+    annotation_prefix: str | None = None
     interval: float = 1.0
     nvml_health: bool = False
     plugins: list[ResourcePlugin] = field(default_factory=list)
@@ -477,6 +527,9 @@ class DevicePluginServer:
                 self.plugin_dir,
                 strategies=self.strategies,
                 pass_device_specs=self.pass_device_specs,
+                view=self.inventory.view,
+                fail_requests_greater_than_one=self.fail_requests_greater_than_one,
+                annotation_prefix=self.annotation_prefix,
             )
             for r, devs in sorted(self.inventory.devices.items())
             if devs
@@ -527,6 +580,15 @@ class DevicePluginServer:
         self.spec_writes += written
         return written
 
+    def warn_collisions(self) -> list[str]:
+        """Log (warning) and return :func:`spec_collisions` of the plugin's specs."""
+        if self.cdi_dir is None or not self._spec_data:
+            return []
+        lines = spec_collisions(self.cdi_dir, self._spec_data)
+        for line in lines:
+            log.warning("%s", line)
+        return lines
+
     def start(self, *, wait_for_kubelet: bool = False) -> None:
         """Write the specs, serve every resource, register them, start the watch loop.
 
@@ -540,6 +602,7 @@ class DevicePluginServer:
                 :meth:`write_specs`, :meth:`ResourcePlugin.serve`.
         """
         self.write_specs()
+        self.warn_collisions()
         for p in self.plugins:
             p.serve()
         kubelet = os.path.join(self.plugin_dir, KUBELET_SOCKET)
@@ -577,7 +640,8 @@ class DevicePluginServer:
                         continue
             self._kubelet = now
         try:
-            self.write_specs()
+            if self.write_specs():
+                self.warn_collisions()
         except OcihookError as e:
             log.error("%s", e)
 

@@ -21,7 +21,7 @@ others go on): the allocation results of this driver -> the devices of
 a per-claim CDI spec ``<cdi dir>/ocihook-dra_<uid>.json`` (kind
 ``k8s.<driver>/claim``, one device ``<uid>-<device>`` per device, whose edits set
 ``OCIHOOK_DRA_CLAIM_<DEVICE>=<namespace>/<name>``), written atomically -> the CDI ids
-returned per device: the vendor spec's device (``nvidia.com/gpu=GPU-...``, the spec the
+returned per device: the vendor spec's device (``k8s.ocihook.io/nvidia-gpu=GPU-...``, the spec the
 plugin writes and keeps) and the claim's. Preparing a prepared claim again returns the
 same answer. Unprepare removes the claim's spec; a claim never prepared, or already
 unprepared, succeeds (kubelet retries).
@@ -269,7 +269,7 @@ class DraPlugin:
             d = self.devices.get(name)
             if d is None:
                 raise _ClaimFailed(f"device {name!r} of request {request!r} is not on this node")
-            if health(d) != HEALTHY:
+            if health(d, view=self.inventory.view) != HEALTHY:
                 raise _ClaimFailed(f"device {name!r} ({d.real_id}) is unhealthy")
             var = "OCIHOOK_DRA_CLAIM_" + re.sub(r"[^A-Za-z0-9]", "_", name).upper()
             dev_name = f"{claim.uid}-{name}"

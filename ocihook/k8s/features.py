@@ -54,12 +54,14 @@ def gfd_labels(inventory: Inventory) -> tuple[dict[str, str], tuple[str, ...]]:
 
     Rules (GFD, ``internal/lm/resource.go`` and ``mig-strategy.go`` of NVIDIA's
     k8s-device-plugin): for ``nvidia.com/gpu``, ``.count`` (every GPU, MIG-enabled ones
-    included), ``.product`` (the model, spaces as ``-``, ``-SHARED`` with time-slicing),
-    ``.replicas`` and ``.memory`` (MiB, ``nvmlDeviceGetMemoryInfo`` total); with the
-    ``single`` strategy applied those describe the MIG devices instead (product
-    ``<model>-MIG-<profile>``, memory of one MIG device); with ``mixed``, the same four
-    for each ``nvidia.com/mig-<profile>`` resource (memory: ``nvmlDeviceGetAttributes``
-    ``memorySizeMB``); ``nvidia.com/mig.strategy`` unless the strategy is ``none``.
+    included), ``.product`` (the model, spaces as ``-``, ``-SHARED`` with time-slicing
+    unless the shared resource is renamed), ``.replicas`` (of that resource) and
+    ``.memory`` (MiB, ``nvmlDeviceGetMemoryInfo`` total); with the ``single`` strategy
+    applied those describe the MIG devices instead (product ``<model>-MIG-<profile>``,
+    memory of one MIG device); with ``mixed``, the same four for each
+    ``nvidia.com/mig-<profile>`` resource (memory: ``nvmlDeviceGetAttributes``
+    ``memorySizeMB``); ``nvidia.com/mig.strategy`` unless the strategy is ``none``. Labels
+    name a resource as it is called unshared.
 
     A value discovery does not know is never guessed: ``.memory`` is left out when the
     memory is unknown (the procfs GPU backend never knows it), a MIG profile that is
@@ -76,13 +78,16 @@ def gfd_labels(inventory: Inventory) -> tuple[dict[str, str], tuple[str, ...]]:
         return {}, ()
     labels: dict[str, str] = {}
     reasons: list[str] = []
-    replicas = inventory.replicas
     procfs = inventory.gpu_backend == "procfs"
+    own_name = {inventory.advertised(r): r for r in inventory.sharing}
 
     def put(resource: str, count: int, parts: tuple[str, ...], memory: int | None) -> None:
+        replicas = inventory.replicas_of(resource)
+        renamed = inventory.advertised(resource) != resource
         product = "-".join(p.replace(" ", "-") for p in parts if p)
+        shared = "-SHARED" if replicas > 1 and not renamed else ""
         labels[f"{resource}.count"] = str(count)
-        labels[f"{resource}.product"] = _value(product + ("-SHARED" if replicas > 1 else ""))
+        labels[f"{resource}.product"] = _value(product + shared)
         labels[f"{resource}.replicas"] = str(replicas)
         if memory is not None:
             labels[f"{resource}.memory"] = str(memory)
@@ -101,7 +106,7 @@ def gfd_labels(inventory: Inventory) -> tuple[dict[str, str], tuple[str, ...]]:
             "nvidia.com/gpu labels describe GPU 0's"
         )
     strategy = inventory.mig_strategy
-    advertised = _real(inventory.devices.get("nvidia.com/gpu", ()))
+    advertised = _real(inventory.devices.get(inventory.advertised("nvidia.com/gpu"), ()))
     if strategy == "single" and any(d.mig for d in advertised):
         first = advertised[0]
         if first.mig_profile is None:
@@ -113,7 +118,8 @@ def gfd_labels(inventory: Inventory) -> tuple[dict[str, str], tuple[str, ...]]:
     if strategy != "none":
         labels["nvidia.com/mig.strategy"] = strategy
     if strategy == "mixed":
-        for resource, devices in sorted(inventory.devices.items()):
+        for name, devices in sorted(inventory.devices.items()):
+            resource = own_name.get(name, name)  # the labels name the resource unrenamed
             real = _real(devices)
             if resource == MIG_RESOURCE:
                 reasons.append(

@@ -21,24 +21,39 @@ schedulable unit:
 * ``amd.com/gpu``: each AMD GPU or compute partition;
 * ``gpu.intel.com/<driver>``: each Intel GPU (``i915``, ``xe``), as Intel's plugin names them.
 
-Time-slicing (``replicas`` > 1) advertises each unit ``replicas`` times with ids
-``<id>::<n>`` (n from 0); every replica names the real device (:attr:`K8sDevice.real_id`),
-which is what an allocation hands out.
+Time-slicing (``replicas`` > 1, or per resource: :class:`Sharing`, NVIDIA's
+``sharing.timeSlicing``) advertises each unit ``replicas`` times with ids ``<id>::<n>`` (n
+from 0), under the resource's own name or another (``nvidia.com/gpu.shared``); every
+replica names the real device (:attr:`K8sDevice.real_id`), which is what an allocation
+hands out.
+
+NVIDIA devices are known to kubelet by their UUIDs (device id strategy ``uuid``) or by
+their indices (``index``: ``0``, MIG ``1:0``), as NVIDIA's device plugin's
+``--device-id-strategy`` has it; the CDI names and the ``NVIDIA_VISIBLE_DEVICES`` values
+follow.
 
 Each device knows what makes it healthy (:func:`health`): its device nodes exist in the
 dev root and its driver entry (``/proc/driver/nvidia/gpus/<bus id>``, the DRM device's
 sysfs directory) exists. NUMA nodes come from ``/sys/bus/pci/devices/<bdf>/numa_node``
 (``-1`` or missing: none).
+
+A plugin in a container sees the host's driver root and dev root where the container
+mounts them (``/host``), not where the host's container runtime finds them. A
+:class:`RootView` says where: discovery reads the host there, and every host path the
+inventory hands out (the CDI specs, :attr:`K8sDevice.nodes`, :attr:`K8sDevice.driver_entry`)
+is the host's own path; :func:`health` looks through the view. NVIDIA's device plugin has
+the same pair of settings, ``--driver-root`` (the host's path) and
+``--container-driver-root`` (the plugin's view of it; ``cmd/nvidia-device-plugin/main.go``).
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from ..cdi.generate import DRM_KINDS, generate_drm_spec, generate_spec
+from ..cdi.generate import K8S_KINDS, generate_drm_spec, generate_spec, map_host_paths
 from ..cdi.spec import Spec
 from ..core.errors import ConfigError, DiscoveryError
 from ..core.hostroot import HostRoot, read_attr
@@ -48,6 +63,7 @@ from ..discovery.nvml import NvmlError
 from ..discovery.records import DrmGpu, Gpu, HostDeviceNode, MigDevice
 
 __all__ = [
+    "DEVICE_ID_STRATEGIES",
     "HEALTHY",
     "MIG_RESOURCE",
     "MIG_STRATEGIES",
@@ -55,6 +71,8 @@ __all__ = [
     "UNHEALTHY",
     "Inventory",
     "K8sDevice",
+    "RootView",
+    "Sharing",
     "build_inventory",
     "health",
     "mig_resource_name",
@@ -64,6 +82,8 @@ HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
 #: MIG strategies, as NVIDIA's device plugin calls them.
 MIG_STRATEGIES = ("none", "single", "mixed")
+#: How NVIDIA devices are named to kubelet (NVIDIA's ``--device-id-strategy``).
+DEVICE_ID_STRATEGIES = ("uuid", "index")
 #: The vendors (``ocihook`` discovery names) behind each resource prefix.
 RESOURCE_VENDORS = {"nvidia.com": "nvidia", "amd.com": "amd", "gpu.intel.com": "intel"}
 #: Longest device id kubelet accepts (device plugin API: ``Device.ID``).
@@ -104,7 +124,8 @@ class K8sDevice:
         id: the ``Device.ID`` kubelet sees (at most 63 characters).
         resource: the extended resource (``nvidia.com/gpu``).
         real_id: the id of the device it stands for (itself unless a time-slicing replica).
-        cdi_name: the qualified CDI name (``nvidia.com/gpu=GPU-...``) in the plugin's spec.
+        cdi_name: the qualified CDI name in the plugin's spec, of its vendor's kind
+            (:data:`~ocihook.cdi.generate.K8S_KINDS`: ``k8s.ocihook.io/nvidia-gpu=GPU-...``).
         visible: what ``NVIDIA_VISIBLE_DEVICES`` / ``AMD_VISIBLE_DEVICES`` /
             ``INTEL_VISIBLE_DEVICES`` names it by (envvar strategy).
         vendor: ``nvidia``, ``amd`` or ``intel``.
@@ -142,13 +163,154 @@ class K8sDevice:
     mig_profile: str | None = None
 
 
+def _rest(path: str, root: str) -> str | None:
+    """What ``path`` has below ``root`` (``""`` for ``root`` itself, else starting with
+    ``/``), or ``None`` when ``path`` is not ``root`` or under it (whole components)."""
+    base = root.rstrip("/")
+    if not base:  # root is /
+        return None if not path.startswith("/") else "" if path == "/" else path
+    if path == base:
+        return ""
+    return path[len(base) :] if path.startswith(base + "/") else None
+
+
+def _below(root: str, rest: str) -> str:
+    return (root.rstrip("/") + rest) or "/"
+
+
+def _norm(path: str) -> str:
+    """``path`` (absolute) normalised lexically, one leading slash (POSIX ``normpath``
+    keeps ``//``)."""
+    return "/" + os.path.normpath(path).lstrip("/")
+
+
+@dataclass(frozen=True)
+class RootView:
+    """Where this process sees the host's driver root and dev root.
+
+    Attributes:
+        driver_root: the driver root as the host's container runtime sees it (``/``,
+            ``/run/nvidia/driver``): what the CDI specs and Allocate name.
+        container_driver_root: where this process sees it (``/host``).
+        dev_root: the dev root (``dev/``, ``proc/``, ``sys/``) as the host sees it.
+        container_dev_root: where this process sees it.
+
+    A host path is seen under the longest of the two host roots holding it; a path seen
+    under the longest of the two seen roots holding it is that root's host path plus the
+    rest. A path under neither is the same in both views.
+    """
+
+    driver_root: str = "/"
+    container_driver_root: str = "/"
+    dev_root: str = "/"
+    container_dev_root: str = "/"
+
+    @classmethod
+    def of(
+        cls,
+        host: HostRoot,
+        container_driver_root: str | None = None,
+        container_dev_root: str | None = None,
+    ) -> RootView:
+        """The view of ``host`` (its roots as the host sees them: ``--driver-root``,
+        ``--dev-root``) from a process that sees the driver root at
+        ``container_driver_root`` (default: where the host has it) and the dev root at
+        ``container_dev_root`` (default: under the container driver root when the dev
+        root lies under the driver root, as ``/`` does under ``/``; else where the host has
+        it).
+
+        Raises:
+            ConfigError: a relative path, or both roots seen at one path although they are
+                two directories of the host (a path read there could not be told apart).
+        """
+        for name, value in (
+            ("--container-driver-root", container_driver_root),
+            ("--container-dev-root", container_dev_root),
+        ):
+            if value is not None and not value.startswith("/"):
+                raise ConfigError("must be an absolute path", field=name, value=value)
+        driver = _norm(host.driver_root)
+        dev = _norm(host.dev_root)
+        seen_driver = _norm(container_driver_root or driver)
+        if container_dev_root is not None:
+            seen_dev = _norm(container_dev_root)
+        else:
+            rest = _rest(dev, driver)
+            seen_dev = dev if rest is None else _below(seen_driver, rest)
+        if seen_driver == seen_dev and driver != dev:
+            raise ConfigError(
+                f"the driver root ({driver}) and the dev root ({dev}) are two directories of "
+                f"the host but both would be read at {seen_driver}",
+                field="--container-dev-root",
+                value=container_dev_root,
+                hint="give --container-dev-root where this process sees the host's dev root",
+            )
+        return cls(driver, seen_driver, dev, seen_dev)
+
+    @property
+    def identity(self) -> bool:
+        """Whether both roots are seen where the host has them (no path changes)."""
+        return (
+            self.driver_root == self.container_driver_root
+            and self.dev_root == self.container_dev_root
+        )
+
+    def _pairs(self) -> tuple[tuple[str, str], tuple[str, str]]:
+        return (
+            (self.driver_root, self.container_driver_root),
+            (self.dev_root, self.container_dev_root),
+        )
+
+    @staticmethod
+    def _swap(path: str, pairs: Sequence[tuple[str, str]]) -> str:
+        best: tuple[int, str] | None = None
+        for old, new in pairs:
+            rest = _rest(path, old)
+            if rest is not None and (best is None or len(old) > best[0]):
+                best = (len(old), _below(new, rest))
+        return path if best is None else best[1]
+
+    def seen(self, host_path: str) -> str:
+        """Where this process finds the host's ``host_path``."""
+        return self._swap(host_path, self._pairs())
+
+    def to_host(self, seen_path: str) -> str:
+        """The host's path of ``seen_path`` (a path this process read)."""
+        return self._swap(seen_path, [(new, old) for old, new in self._pairs()])
+
+    def read_root(self, host: HostRoot) -> HostRoot:
+        """``host`` (the host's own roots) as this process reads it: its driver root and
+        dev root, and its procfs and sysfs roots when set, where this process sees them."""
+        return host.replace(
+            driver_root=self.seen(host.driver_root),
+            dev_root=self.seen(host.dev_root),
+            proc_root=None if host.proc_root is None else self.seen(host.proc_root),
+            sys_root=None if host.sys_root is None else self.seen(host.sys_root),
+        )
+
+
+@dataclass(frozen=True)
+class Sharing:
+    """Time-slicing of one resource (NVIDIA's ``sharing.timeSlicing.resources[]``).
+
+    Attributes:
+        replicas: how many times each of its devices is advertised.
+        name: the resource name the replicas are advertised under (``nvidia.com/gpu.shared``
+            with NVIDIA's ``renameByDefault``); ``None``: the resource's own.
+    """
+
+    replicas: int
+    name: str | None = None
+
+
 @dataclass(frozen=True)
 class Inventory:
     """What :func:`build_inventory` found.
 
     Attributes:
         devices: devices by resource, in discovery order.
-        specs: the CDI specs (kind -> spec) the plugin writes.
+        specs: the CDI specs (kind -> spec) the plugin writes, one per GPU vendor, of the
+            plugins' own kinds (:data:`~ocihook.cdi.generate.K8S_KINDS`).
         warnings: what was left out or is unknown, and why.
         driver_version: driver version by vendor.
         cuda_version: the CUDA version the NVIDIA driver supports (discovery's: NVML, the
@@ -157,9 +319,14 @@ class Inventory:
             whether advertised or not.
         mig_strategy: the MIG strategy asked for (``single`` falls back to ``none``, with
             a warning, when no GPU has MIG devices).
-        replicas: time-slicing replicas per device.
+        replicas: time-slicing replicas per device (``--replicas``; per resource:
+            :attr:`sharing`).
+        sharing: the time-slicing applied, by resource (its name before any renaming).
+        device_id_strategy: ``uuid`` or ``index`` (:data:`DEVICE_ID_STRATEGIES`).
         gpu_backend: the NVIDIA GPU backend that was used (``procfs``, ``nvml``), or
             ``None`` without NVIDIA GPUs.
+        view: where discovery read the host (``None``: where the host has it); the
+            health checks look through it.
     """
 
     devices: dict[str, tuple[K8sDevice, ...]]
@@ -171,6 +338,19 @@ class Inventory:
     mig_strategy: str = "none"
     replicas: int = 1
     gpu_backend: str | None = None
+    view: RootView | None = None
+    sharing: dict[str, Sharing] = field(default_factory=dict)
+    device_id_strategy: str = "uuid"
+
+    def replicas_of(self, resource: str) -> int:
+        """The time-slicing replicas of ``resource`` (its own name); 1 when not shared."""
+        shared = self.sharing.get(resource)
+        return shared.replicas if shared is not None else 1
+
+    def advertised(self, resource: str) -> str:
+        """The name ``resource`` is advertised under (another one when shared renamed)."""
+        shared = self.sharing.get(resource)
+        return shared.name if shared is not None and shared.name else resource
 
 
 def _numa(root: HostRoot, bdf: str) -> int | None:
@@ -271,13 +451,22 @@ def _nvidia(
     warnings: list[str],
     command: Sequence[str] | None,
     gpu_backend: str,
+    id_strategy: str = "uuid",
 ) -> tuple[dict[str, list[K8sDevice]], Spec, NvidiaHost]:
     """The NVIDIA devices by resource, the CDI spec and the discovered host (``single``
-    falls back to ``none`` without MIG devices)."""
+    falls back to ``none`` without MIG devices); devices named by UUID or, with
+    ``id_strategy`` ``index``, by index."""
 
     host = discover(root, gpu_backend=gpu_backend)
     warnings.extend(host.warnings)
-    spec = generate_spec(host, name_strategies=("index", "uuid"), hook_command=command)
+    vendor, _, device_class = K8S_KINDS["nvidia"].partition("/")
+    spec = generate_spec(
+        host,
+        vendor=vendor,
+        device_class=device_class,
+        name_strategies=("index", "uuid"),
+        hook_command=command,
+    )
     migs = [m for g in host.gpus for m in g.mig_devices]
     if mig_strategy == "single" and not migs and host.gpus:
         warnings.append(
@@ -293,12 +482,13 @@ def _nvidia(
         bdf = _sysfs_bdf(gpu.bus_id)
         numa = _numa(root, bdf)
         gpu_node = _node_pair(host.gpu_nodes[gpu.minor])
+        name = gpu.uuid if id_strategy == "uuid" else str(gpu.index)
         whole = K8sDevice(
-            id=_check_id(gpu.uuid),
+            id=_check_id(name),
             resource="nvidia.com/gpu",
-            real_id=gpu.uuid,
-            cdi_name=f"nvidia.com/gpu={gpu.uuid}",
-            visible=gpu.uuid,
+            real_id=name,
+            cdi_name=f"{spec.kind}={name}",
+            visible=name,
             vendor="nvidia",
             bus_id=bdf,
             numa_node=numa,
@@ -327,15 +517,19 @@ def _nvidia(
                 resource = mig_resource_name(mig.profile)
             j = mig.nvml_index if mig.nvml_index is not None else pos
             index_name = f"{gpu.index}:{j}"
-            device_id = mig.uuid or f"{gpu.uuid}::mig{mig.gi}.{mig.ci}"
+            if id_strategy == "index":
+                device_id = name = index_name
+            else:
+                device_id = mig.uuid or f"{gpu.uuid}::mig{mig.gi}.{mig.ci}"
+                name = mig.uuid or index_name
             out.setdefault(resource, []).append(
                 replace(
                     whole,
                     id=_check_id(device_id),
                     resource=resource,
                     real_id=device_id,
-                    cdi_name=f"nvidia.com/gpu={mig.uuid or index_name}",
-                    visible=mig.uuid or index_name,
+                    cdi_name=f"{spec.kind}={name}",
+                    visible=name,
                     nodes=(*whole.nodes, *(_node_pair(n) for n in mig.nodes)),
                     memory_mib=mig.memory_mib,
                     mig=True,
@@ -356,7 +550,7 @@ def _drm(
 
     host = discover_vendor(vendor, root)
     warnings.extend(host.warnings)
-    spec = generate_drm_spec(host, hook_command=command)
+    spec = generate_drm_spec(host, hook_command=command, kind=K8S_KINDS[vendor])
     shared = tuple(_node_pair(n) for n in host.shared_nodes)
     out: dict[str, list[K8sDevice]] = {}
     for g in host.gpus:
@@ -367,7 +561,7 @@ def _drm(
                 id=device_id,
                 resource=resource,
                 real_id=device_id,
-                cdi_name=f"{DRM_KINDS[vendor]}={g.index}",
+                cdi_name=f"{spec.kind}={g.index}",
                 visible=str(g.index),
                 vendor=vendor,
                 bus_id=g.bus_id,
@@ -388,28 +582,43 @@ def build_inventory(
     replicas: int = 1,
     hook_command: Sequence[str] | None = None,
     gpu_backend: str = "procfs",
+    view: RootView | None = None,
+    time_slicing: Mapping[str, Sharing] | None = None,
+    device_id_strategy: str = "uuid",
 ) -> Inventory:
     """Discover the host and list the devices to advertise (see the module docstring).
 
     Args:
-        root: the host to read (default: ``/``).
+        root: the host (default: ``/``), its roots as the host's container runtime sees
+            them: the host paths in the specs and devices are under them.
         resources: resource prefixes or names to serve (``nvidia.com``, ``amd.com/gpu``);
             empty: every vendor whose driver is present.
         mig_strategy: one of :data:`MIG_STRATEGIES`.
-        replicas: time-slicing replicas per device (1: no sharing).
+        replicas: time-slicing replicas per device of every resource (1: no sharing).
+        time_slicing: time-slicing per resource instead (the resource's name as it would
+            be advertised unshared -> its :class:`Sharing`); a resource named that is not
+            advertised is said in a warning.
+        device_id_strategy: ``uuid`` (default) or ``index``: how NVIDIA devices are named
+            to kubelet, in the CDI names and in ``NVIDIA_VISIBLE_DEVICES``.
         hook_command: argv prefix of ocihook in the CDI specs' hooks, as the container
             runtime on the host runs it (default: this installation).
         gpu_backend: NVIDIA GPU enumeration, ``procfs``, ``nvml`` or ``auto``
             (:func:`~ocihook.discovery.nvidia.enumerate_gpus`); only NVML knows GPU memory
             and MIG profiles.
+        view: where this process sees ``root``'s driver root and dev root
+            (:class:`RootView`; ``None``: where the host has them). Discovery reads
+            there; the specs' host paths, :attr:`K8sDevice.nodes` and
+            :attr:`K8sDevice.driver_entry` are turned back into the host's paths.
 
     Returns:
         An :class:`Inventory`; a vendor whose discovery fails is left out with a warning
         when ``resources`` is empty, and raises otherwise.
 
     Raises:
-        ConfigError: an unknown MIG strategy, GPU backend, resource, a replica count below
-            1, or the ``single`` MIG strategy on MIG devices of several profiles.
+        ConfigError: an unknown MIG strategy, GPU backend, device id strategy, resource, a
+            replica count below 1, ``replicas`` above 1 with ``time_slicing``, a shared
+            resource renamed to a name that is not valid or is another resource's, or the
+            ``single`` MIG strategy on MIG devices of several profiles.
         DiscoveryError: a requested vendor cannot be discovered, NVML is missing or
             fails with ``gpu_backend`` ``nvml``
             (:class:`~ocihook.discovery.nvml.NvmlError`), or no device at all.
@@ -425,6 +634,26 @@ def build_inventory(
         raise ConfigError(
             "time-slicing replicas must be at least 1", field="--replicas", value=replicas
         )
+    if device_id_strategy not in DEVICE_ID_STRATEGIES:
+        raise ConfigError(
+            f"unknown device id strategy (use {', '.join(DEVICE_ID_STRATEGIES)})",
+            field="--device-id-strategy",
+            value=device_id_strategy,
+        )
+    if time_slicing and replicas > 1:
+        raise ConfigError(
+            "--replicas and time-slicing per resource cannot be combined",
+            field="--replicas",
+            value=replicas,
+            hint="give one of them",
+        )
+    for resource, shared in (time_slicing or {}).items():
+        if shared.replicas < 1:
+            raise ConfigError(
+                "time-slicing replicas must be at least 1", field=resource, value=shared.replicas
+            )
+        if shared.name is not None and not _valid_resource(shared.name):
+            raise ConfigError("not a valid resource name", field=resource, value=shared.name)
 
     if gpu_backend not in BACKENDS:
         raise ConfigError(
@@ -432,7 +661,10 @@ def build_inventory(
             field="--gpu-backend",
             value=gpu_backend,
         )
-    root = root or HostRoot()
+    host_root = root or HostRoot()
+    if view is not None and view.identity:
+        view = None
+    root = view.read_root(host_root) if view is not None else host_root
     wanted: list[str] = []
     for r in resources:
         prefix = r.split("/", 1)[0]
@@ -456,7 +688,9 @@ def build_inventory(
     for vendor in dict.fromkeys(wanted):
         try:
             if vendor == "nvidia":
-                found, spec, nv = _nvidia(root, mig_strategy, warnings, hook_command, gpu_backend)
+                found, spec, nv = _nvidia(
+                    root, mig_strategy, warnings, hook_command, gpu_backend, device_id_strategy
+                )
                 version, cuda, nvidia_gpus, backend = (
                     nv.driver_version,
                     nv.cuda_version,
@@ -483,11 +717,22 @@ def build_inventory(
         raise DiscoveryError(
             "no GPU to advertise", path=root.dev_root, hint="check the drivers and --resource"
         )
-    if replicas > 1:
+    if view is not None:
+        to_host = view.to_host
+        specs = {kind: map_host_paths(spec, to_host) for kind, spec in specs.items()}
         devices = {
-            r: [replace(d, id=_check_id(f"{d.id}::{n}")) for d in devs for n in range(replicas)]
+            r: [
+                replace(
+                    d,
+                    nodes=tuple((path, to_host(host)) for path, host in d.nodes),
+                    driver_entry=to_host(d.driver_entry) if d.driver_entry else "",
+                )
+                for d in devs
+            ]
             for r, devs in devices.items()
         }
+    sharing = _sharing(devices, replicas, time_slicing or {}, warnings)
+    devices = _share(devices, sharing)
     return Inventory(
         devices={r: tuple(d) for r, d in devices.items()},
         specs=specs,
@@ -498,14 +743,77 @@ def build_inventory(
         mig_strategy=mig_strategy,
         replicas=replicas,
         gpu_backend=backend,
+        view=view,
+        sharing=sharing,
+        device_id_strategy=device_id_strategy,
     )
 
 
-def health(device: K8sDevice, dev_root: str | None = None, lost: Collection[str] = ()) -> str:
+def _valid_resource(name: str) -> bool:
+    """Whether ``name`` is an extended resource name (``prefix/name``, the name part a
+    Kubernetes qualified name)."""
+    prefix, sep, rest = name.partition("/")
+    return bool(prefix and sep and _RESOURCE_NAME.fullmatch(rest))
+
+
+def _sharing(
+    devices: Mapping[str, Sequence[K8sDevice]],
+    replicas: int,
+    time_slicing: Mapping[str, Sharing],
+    warnings: list[str],
+) -> dict[str, Sharing]:
+    """The time-slicing to apply, by resource: ``replicas`` for every resource, or
+    ``time_slicing`` for those advertised (the others said in ``warnings``).
+
+    Raises:
+        ConfigError: a shared resource renamed to another resource's name.
+    """
+    if replicas > 1:
+        return {r: Sharing(replicas) for r in devices}
+    out = {r: s for r, s in time_slicing.items() if r in devices and s.replicas > 1}
+    for r in time_slicing:
+        if r not in devices:
+            warnings.append(f"time-slicing of {r}: this node does not advertise it")
+    names = [(out[r].name or r) if r in out else r for r in devices]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ConfigError(
+            "two resources would be advertised under one name", field="rename", value=twice[0]
+        )
+    return out
+
+
+def _share(
+    devices: Mapping[str, Sequence[K8sDevice]], sharing: Mapping[str, Sharing]
+) -> dict[str, list[K8sDevice]]:
+    """``devices`` with each shared resource's devices advertised ``replicas`` times
+    (ids ``<id>::<n>``), under its new name when renamed."""
+    out: dict[str, list[K8sDevice]] = {}
+    for r, devs in devices.items():
+        shared = sharing.get(r)
+        if shared is None:
+            out[r] = list(devs)
+            continue
+        name = shared.name or r
+        out[name] = [
+            replace(d, id=_check_id(f"{d.id}::{n}"), resource=name)
+            for d in devs
+            for n in range(shared.replicas)
+        ]
+    return out
+
+
+def health(
+    device: K8sDevice,
+    dev_root: str | None = None,
+    lost: Collection[str] = (),
+    view: RootView | None = None,
+) -> str:
     """:data:`HEALTHY` when every device node of ``device`` exists (a host path, or under
     ``dev_root`` when the host paths are relative), its driver entry exists and its GPU is
-    not in ``lost`` (UUIDs the driver reports lost), else :data:`UNHEALTHY`. One ``lstat``
-    per path; never raises."""
+    not in ``lost`` (UUIDs the driver reports lost), else :data:`UNHEALTHY`. Host paths
+    are looked up where ``view`` (the inventory's :attr:`Inventory.view`) sees them. One
+    ``lstat`` per path; never raises."""
     if device.gpu_uuid and device.gpu_uuid in lost:
         return UNHEALTHY
     paths = [host for _, host in device.nodes]
@@ -514,6 +822,8 @@ def health(device: K8sDevice, dev_root: str | None = None, lost: Collection[str]
     for p in paths:
         if dev_root is not None and not os.path.isabs(p):
             p = os.path.join(dev_root, p)
+        if view is not None:
+            p = view.seen(p)
         if not os.path.lexists(p):
             return UNHEALTHY
     return HEALTHY

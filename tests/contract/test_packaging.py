@@ -14,6 +14,7 @@ import subprocess
 import sys
 import sysconfig
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support import REPO
@@ -244,6 +245,46 @@ def test_hooks_d_files() -> None:
         "ocihook-poststop.json.in",
         "ocihook-prestart.json.in",
     ]
+
+
+def _k8s_plugin_containers() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(manifest, container, pod spec) of every ``ocihook k8s`` container in
+    packaging/kubernetes/."""
+    import yaml
+
+    out = []
+    directory = os.path.join(PACKAGING, "kubernetes")
+    for name in sorted(os.listdir(directory)):
+        with open(os.path.join(directory, name)) as f:
+            for doc in yaml.safe_load_all(f):
+                pod = doc.get("spec", {}).get("template", {}).get("spec", {})
+                for c in pod.get("containers", []):
+                    if c.get("command", [])[:2] == ["ocihook", "k8s"]:
+                        out.append((name, c, pod))
+    return out
+
+
+def test_k8s_manifests_name_host_paths() -> None:
+    """The plugins' manifests: every option exists, and the driver root is the host's
+    path while the plugin reads it where a hostPath volume mounts it (specs written with
+    the container's ``/host`` prefix fail every pod)."""
+    from ocihook.commands.cli_k8s import k8s
+
+    found = _k8s_plugin_containers()
+    assert {(name, c["command"][2]) for name, c, _ in found} == {
+        ("device-plugin-daemonset.yaml", "device-plugin"),
+        ("dra-plugin-daemonset.yaml", "dra-plugin"),
+    }
+    for name, c, pod in found:
+        command = k8s.commands[c["command"][2]]
+        known = {o for p in command.params for o in getattr(p, "opts", ())}
+        args = dict(a.partition("=")[::2] for a in c["command"][3:] + c.get("args", []))
+        assert set(args) <= known, (name, set(args) - known)
+        driver, seen = args["--driver-root"], args["--container-driver-root"]
+        host_path = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+        mounts = {m["mountPath"]: host_path[m["name"]] for m in c["volumeMounts"]}
+        assert mounts.get(seen) == driver, (name, seen, driver)
+        assert "--dev-root" not in args, name  # the dev root follows: / under the driver root
 
 
 # --- the distribution -------------------------------------------------------------------------

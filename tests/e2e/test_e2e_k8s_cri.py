@@ -35,7 +35,7 @@ from support import (
 
 from ocihook.core.hostroot import HostRoot
 from ocihook.k8s.deviceplugin import DevicePluginServer
-from ocihook.k8s.inventory import build_inventory
+from ocihook.k8s.inventory import RootView, build_inventory
 from ocihook.sim import host as simhost
 
 GPU = "nvidia.com/gpu"
@@ -66,10 +66,12 @@ def node(cri: CriContainerd, sim: simhost.SimulatedHost, tmp_path: Path) -> Iter
     servers: list[DevicePluginServer] = []
 
     def start(**kw: Any) -> DevicePluginServer:
-        inv_kw = {k: kw.pop(k) for k in ("mig_strategy", "replicas", "gpu_backend") if k in kw}
+        keys = ("mig_strategy", "replicas", "gpu_backend", "view")
+        inv_kw = {k: kw.pop(k) for k in keys if k in kw}
         inventory = build_inventory(HostRoot.single(kw.pop("root", sim.root)), **inv_kw)
+        kw.setdefault("interval", 0.05)
         server = DevicePluginServer(
-            inventory, plugin_dir=str(plugin_dir), cdi_dir=str(cri.cdi_dir), interval=0.05, **kw
+            inventory, plugin_dir=str(plugin_dir), cdi_dir=str(cri.cdi_dir), **kw
         )
         server.start()
         servers.append(server)
@@ -181,13 +183,59 @@ def test_cdi_cri_gives_exactly_the_allocated_gpus(
     u = [g.uuid for g in sim.gpus]
     want = kubelet.preferred(GPU, u, [], 2)
     resp = kubelet.allocate(GPU, want).container_responses[0]
-    assert [c.name for c in resp.cdi_devices] == [f"{GPU}={x}" for x in want]
+    assert [c.name for c in resp.cdi_devices] == [f"k8s.ocihook.io/nvidia-gpu={x}" for x in want]
     view = run_pod(cri, tmp_path / "pod1", resp)
     assert _gpu_nodes(view) == sorted(f"nvidia{_minor(sim, x)}" for x in want), view["dev.txt"]
     for line in view["nodes.txt"].splitlines():
         assert line.startswith("crw-rw-rw-") and " 195, " in line, line
     assert "NVIDIA_VISIBLE_DEVICES=void" in view["env.txt"].splitlines()
     assert "nvidiactl" in view["dev.txt"].split()
+
+
+def test_beside_the_nodes_own_spec(
+    cri: CriContainerd, node: Any, sim: simhost.SimulatedHost, tmp_path: Path
+) -> None:
+    """The node's own spec (``ocihook cdi generate``, kind nvidia.com/gpu) in the same CDI
+    directory as the plugin's: no collision, a pod gets its allocated GPU through the
+    plugin's kind and another its GPU through nvidia.com/gpu."""
+    from support import run_cli
+
+    own = Path(cri.cdi_dir) / "nvidia.yaml"
+    root = ["--driver-root", sim.root, "--dev-root", sim.root]
+    assert run_cli("cdi", "generate", *root, "--output", str(own)).returncode == 0
+    try:
+        kubelet, start = node
+        start()
+        kubelet.wait(lambda: len(kubelet.healthy(GPU)) == 8)
+        g = sim.gpus[5]
+        view = run_pod(
+            cri, tmp_path / "plugin", kubelet.allocate(GPU, [g.uuid]).container_responses[0]
+        )
+        assert _gpu_nodes(view) == [f"nvidia{g.minor}"]
+        view = run_pod(cri, tmp_path / "own", cdi=[f"nvidia.com/gpu={sim.gpus[2].index}"])
+        assert _gpu_nodes(view) == [f"nvidia{sim.gpus[2].minor}"]
+    finally:
+        own.unlink()
+
+
+def test_container_driver_root(
+    cri: CriContainerd, node: Any, sim: simhost.SimulatedHost, tmp_path: Path
+) -> None:
+    """The plugin reads the host through another path (``--container-driver-root``, here
+    a link that is gone before the pod starts): the spec names the host's paths, which
+    containerd opens."""
+    seen = tmp_path / "ctr-host"
+    seen.symlink_to(sim.root)
+    kubelet, start = node
+    view_ = RootView.of(HostRoot.single(sim.root), str(seen))
+    start(view=view_, interval=3600)  # no health round once the link is gone
+    kubelet.wait(lambda: len(kubelet.healthy(GPU)) == 8)
+    spec = (Path(cri.cdi_dir) / "k8s.ocihook.io-nvidia-gpu.json").read_text()
+    assert str(seen) not in spec and sim.root in spec
+    seen.unlink()
+    g = sim.gpus[6]
+    view = run_pod(cri, tmp_path / "pod", kubelet.allocate(GPU, [g.uuid]).container_responses[0])
+    assert _gpu_nodes(view) == [f"nvidia{g.minor}"]
 
 
 def test_no_allocation_no_gpu(cri: CriContainerd, tmp_path: Path) -> None:
@@ -275,7 +323,7 @@ def test_mig_profile_resource_pod(
     one = g1.mig_devices[1]  # gi 2: 1g.10gb
     assert list(kubelet.devices["nvidia.com/mig-1g.10gb"]) == [one.uuid]
     resp = kubelet.allocate("nvidia.com/mig-1g.10gb", [one.uuid]).container_responses[0]
-    assert [c.name for c in resp.cdi_devices] == [f"nvidia.com/gpu={one.uuid}"]
+    assert [c.name for c in resp.cdi_devices] == [f"k8s.ocihook.io/nvidia-gpu={one.uuid}"]
     view = run_pod(cri, tmp_path / "mig1g", resp)
     assert _gpu_nodes(view) == [f"nvidia{g1.minor}"]
     gi = 3 + 135 * g1.minor + 9 * one.gi  # the driver's mig-minors table

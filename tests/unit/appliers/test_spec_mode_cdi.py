@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -148,6 +149,24 @@ def test_cli_unresolvable_exit_11(tmp_path: Path, spec_dir: Path) -> None:
     r = _edit_cli(b, spec_dir)
     assert r.returncode == 11
     assert "unresolvable CDI devices nvidia.com/gpu=7" in r.stderr
+
+
+def test_cli_conflicting_producers_exit_11(tmp_path: Path, spec_dir: Path) -> None:
+    """Two producers of nvidia.com/gpu in one directory (the toolkit's spec beside
+    ocihook's): a request for one of their devices fails in one line naming both files
+    and saying why, not "unresolvable"; config.json is untouched."""
+    first = spec_dir / "nvidia.json"
+    second = spec_dir / "nvidia-ctk.yaml"
+    shutil.copy(first, second)
+    b = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0,nvidia.com/gpu=9"])
+    before = (b / "config.json").read_bytes()
+    r = _edit_cli(b, spec_dir)
+    assert r.returncode == 11
+    assert r.stderr.count("\n") == 1 and "unresolvable CDI devices nvidia.com/gpu=9" in r.stderr
+    assert f"CDI specs {second} and {first} all define nvidia.com/gpu=0" in r.stderr
+    assert "requested CDI device nvidia.com/gpu=0 in conflict:" in r.stderr
+    assert "hint: keep one producer per kind in a spec directory" in r.stderr
+    assert (b / "config.json").read_bytes() == before
 
 
 BASE = {"ociVersion": "1.0.2", "root": {"path": "rootfs"}}

@@ -8,9 +8,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from hypothesis import given
+from hypothesis import strategies as st
 from support import GOOD_CDI_YAML as GOOD_YAML
 
 from ocihook.cdi import DEFAULT_SPEC_DIRS, CdiError, Registry, load_spec
+from ocihook.cdi.registry import Collision
 
 
 def spec_data(kind: str, *devices: str, env: str = "X=1") -> dict[str, Any]:
@@ -123,6 +126,81 @@ def test_conflict_at_higher_priority_drops_lower_too(tmp_path: Path) -> None:
     reg = Registry.load([str(low), str(high)])
     assert reg.list_devices() == []
     assert reg.conflicts == {"v.com/gpu=1": (b, c)}
+
+
+def test_collisions_one_per_pair_of_files(tmp_path: Path) -> None:
+    """Two producers of one kind in one directory: one Collision naming both files and
+    every name they share, its message one line; a later directory's file overriding an
+    earlier one is a collision of its own kind (the used file first)."""
+    low, high = tmp_path / "etc", tmp_path / "run"
+    names = [str(i) for i in range(17)]
+    a = write(high, "a-nvidia.yaml", spec_data("nvidia.com/gpu", *names))
+    b = write(high, "b-ocihook.json", spec_data("nvidia.com/gpu", *names, "all"))
+    old = write(low, "old.json", spec_data("nvidia.com/gpu", "all", "x"))
+    reg = Registry.load([str(low), str(high)])
+    assert reg.list_devices() == ["nvidia.com/gpu=all", "nvidia.com/gpu=x"]
+    assert reg.overridden == {"nvidia.com/gpu=all": (old,)}
+    conflict, override = reg.collisions()
+    assert (conflict.paths, conflict.overrides, len(conflict.names)) == ((a, b), False, 17)
+    message = conflict.message()
+    assert "\n" not in message and message.count(a) == message.count(b) == 1
+    assert message == (
+        f"CDI specs {a} and {b} all define nvidia.com/gpu=0, nvidia.com/gpu=1, "
+        "nvidia.com/gpu=10 and 14 more at one priority: a CDI registry uses none of these "
+        "devices"
+    )
+    assert override == Collision((b, old), ("nvidia.com/gpu=all",), overrides=True)
+    assert override.message() == (
+        f"CDI spec {b} overrides {old} for nvidia.com/gpu=all (a later spec directory wins)"
+    )
+    assert reg.conflict_of("nvidia.com/gpu=3") == conflict
+    assert reg.conflict_of("nvidia.com/gpu=all") is None
+    # three files: every one named
+    c = write(high, "c.json", spec_data("nvidia.com/gpu", "0"))
+    (three,) = [c for c in Registry.load([str(high)]).collisions() if len(c.paths) == 3]
+    assert three.paths == (a, b, c) and three.names == ("nvidia.com/gpu=0",)
+    assert f"CDI specs {a}, {b}, {c} all define nvidia.com/gpu=0 at" in three.message()
+
+
+_SPEC_FILES = st.lists(
+    st.tuples(st.integers(0, 2), st.sets(st.sampled_from("0123"), min_size=1)),
+    min_size=1,
+    max_size=5,
+)
+
+
+@given(_SPEC_FILES)
+def test_collisions_account_for_every_second_definition(
+    files: list[tuple[int, set[str]]],
+) -> None:
+    """Whatever the files and priorities (given lowest first, as load reads them): every
+    name is resolved or in conflict, never both; a name in conflict is in one collision
+    naming exactly the files of the highest priority defining it; a resolved name
+    defined more than once is in one override naming the used file first, then every
+    other file defining it."""
+    specs = []
+    for i, (priority, names) in enumerate(sorted(files, key=lambda f: f[0])):
+        spec = load_spec(json.dumps(spec_data("v.com/gpu", *sorted(names))), path=f"/d/{i}.json")
+        specs.append((priority, f"/d{priority}/{i}.json", spec))
+    reg = Registry.from_specs(specs)
+    defined: dict[str, list[tuple[int, str]]] = {}
+    for priority, path, spec in specs:
+        for d in spec.devices:
+            defined.setdefault(f"v.com/gpu={d.name}", []).append((priority, path))
+    for name, where in defined.items():
+        entry = reg.resolve(name)
+        assert (entry is None) == (name in reg.conflicts)
+        found = [c for c in reg.collisions() if name in c.names]
+        top = max(p for p, _ in where)
+        if entry is None:
+            (c,) = found
+            assert not c.overrides and c.paths == tuple(path for p, path in where if p == top)
+        elif len(where) == 1:
+            assert not found
+        else:
+            (c,) = found
+            assert c.overrides and c.paths[0] == entry.path
+            assert sorted(c.paths) == sorted(path for _, path in where)
 
 
 def test_lookups_from_specs() -> None:

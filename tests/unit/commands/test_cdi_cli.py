@@ -84,9 +84,20 @@ def test_list_priorities_errors_and_conflicts(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["other.org/net=eth", "vendor.com/gpu=0"]
     assert f"skipped {high / 'bad.json'}:" in r.stderr
+    d1, d2 = high / "d1.json", high / "d2.json"
     assert (
-        f"skipped other.org/net=dup: defined in {high / 'd1.json'}, {high / 'd2.json'}" in r.stderr
+        f"ocihook: warning: skipped: CDI specs {d1} and {d2} all define other.org/net=dup at one "
+        "priority: a CDI registry uses none of these devices; hint: keep one producer per kind"
+        in r.stderr
     )
+    # a later directory's copy of a.json: a note naming both files, the later one used
+    _write(high / "a-again.json", GOOD)
+    r = run_cli("cdi", "list", "--spec-dir", str(low), "--spec-dir", str(high), cwd=tmp_path)
+    assert (
+        f"ocihook: note: CDI spec {high / 'a-again.json'} overrides {low / 'a.json'} for "
+        "vendor.com/gpu=0 (a later spec directory wins)\n" in r.stderr
+    )
+    (high / "a-again.json").unlink()
 
     j = run_cli(
         "cdi", "list", "--json", "--spec-dir", str(low), "--spec-dir", str(high), cwd=tmp_path
@@ -97,6 +108,7 @@ def test_list_priorities_errors_and_conflicts(tmp_path: Path) -> None:
     assert out["classes"] == ["gpu", "net"]
     assert list(out["errors"]) == [str(high / "bad.json")]
     assert out["conflicts"] == {"other.org/net=dup": [str(high / "d1.json"), str(high / "d2.json")]}
+    assert out["overridden"] == {}
 
 
 def test_list_missing_dirs_is_empty(tmp_path: Path) -> None:

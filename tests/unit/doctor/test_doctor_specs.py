@@ -21,7 +21,7 @@ from ocihook.config.options import HOOK_PROGRAM
 from ocihook.core.hostroot import HostRoot
 from ocihook.core.version import VERSION
 from ocihook.doctor import Context
-from ocihook.doctor.specs import check_spec_hooks, spec_hook_problems
+from ocihook.doctor.specs import check_spec_collisions, check_spec_hooks, spec_hook_problems
 
 INSTALLED = os.path.join(os.path.dirname(sys.executable), "ocihook")
 
@@ -155,3 +155,33 @@ def test_cdi_list_reports_the_hooks(spec_doc: dict[str, Any], tmp_path: Path) ->
             "warnings": [],
         }
     }
+
+
+def test_two_producers_of_one_name(spec_doc: dict[str, Any], tmp_path: Path) -> None:
+    """Two spec files of one directory defining the same names: one FAIL naming both
+    files; a later directory's file overriding an earlier one: one WARN; one producer per
+    name: one PASS; no spec at all: nothing."""
+    root = _write(tmp_path, spec_doc)
+    ctx = Context(HostRoot(), str(root))
+    (c,) = check_spec_collisions(ctx)
+    assert (c.name, c.status) == ("CDI device names", "PASS")
+    first = root / "etc/cdi/nvidia.json"
+    second = root / "etc/cdi/toolkit.json"
+    shutil.copy(first, second)
+    (c,) = check_spec_collisions(ctx)
+    assert (c.layer, c.status, c.name) == (
+        "runtime",
+        "FAIL",
+        f"CDI device names of {first}, {second}",
+    )
+    assert c.evidence.startswith(f"CDI specs {first} and {second} all define nvidia.com/gpu=")
+    assert "\n" not in c.evidence and c.fix.startswith("keep one producer per kind")
+    run = root / "var/run/cdi"
+    run.mkdir(parents=True)
+    second.rename(run / "nvidia.json")
+    (c,) = check_spec_collisions(ctx)
+    assert (c.status, c.evidence.split(" for ")[0]) == (
+        "WARN",
+        f"CDI spec {run / 'nvidia.json'} overrides {first}",
+    )
+    assert check_spec_collisions(Context(HostRoot(), str(tmp_path / "empty"))) == []

@@ -117,16 +117,19 @@ def test_allocate_cdi_cri_and_spec(node: Any) -> None:
     kubelet.wait(lambda: len(kubelet.devices.get(GPU, {})) == 8)
     a, b = sim.gpus[0].uuid, sim.gpus[6].uuid
     r = kubelet.allocate(GPU, [a, b], [sim.gpus[2].uuid]).container_responses
-    assert [c.name for c in r[0].cdi_devices] == [f"nvidia.com/gpu={a}", f"nvidia.com/gpu={b}"]
-    assert [c.name for c in r[1].cdi_devices] == [f"nvidia.com/gpu={sim.gpus[2].uuid}"]
+    assert [c.name for c in r[0].cdi_devices] == [
+        f"k8s.ocihook.io/nvidia-gpu={a}",
+        f"k8s.ocihook.io/nvidia-gpu={b}",
+    ]
+    assert [c.name for c in r[1].cdi_devices] == [f"k8s.ocihook.io/nvidia-gpu={sim.gpus[2].uuid}"]
     assert (dict(r[0].envs), list(r[0].mounts), list(r[0].devices), dict(r[0].annotations)) == (
         {},
         [],
         [],
         {},
     )
-    spec = json.loads((tmp / "cdi/ocihook-k8s_nvidia.com_gpu.json").read_text())
-    assert spec["kind"] == GPU
+    spec = json.loads((tmp / "cdi/k8s.ocihook.io-nvidia-gpu.json").read_text())
+    assert spec["kind"] == "k8s.ocihook.io/nvidia-gpu"
     names = {d["name"] for d in spec["devices"]}
     assert {a, b, "0", "6", "all"} <= names
 
@@ -134,7 +137,7 @@ def test_allocate_cdi_cri_and_spec(node: Any) -> None:
 def test_spec_kept_fresh(node: Any) -> None:
     _, start, _, tmp = node
     server = start()
-    path = tmp / "cdi/ocihook-k8s_nvidia.com_gpu.json"
+    path = tmp / "cdi/k8s.ocihook.io-nvidia-gpu.json"
     good = path.read_bytes()
     path.unlink()
     assert wait_until(path.exists)
@@ -142,6 +145,33 @@ def test_spec_kept_fresh(node: Any) -> None:
     path.write_text("{}")
     assert wait_until(lambda: path.exists() and path.read_bytes() == good)
     assert wait_until(lambda: server.spec_writes >= 3)
+
+
+def test_no_collision_with_cdi_generate(node: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """The plugin's spec has a kind of its own: ``ocihook cdi generate``'s spec for the
+    same GPUs in the same directory (``nvidia.com/gpu``) collides with nothing, and both
+    resolve; a second producer of the plugin's kind is one warning naming both files."""
+    from ocihook.cdi.registry import Registry
+
+    _, start, sim, tmp = node
+    cdi = tmp / "cdi"
+    root = ["--driver-root", sim.root, "--dev-root", sim.root]
+    r = run_cli("cdi", "generate", *root, "--output", str(cdi / "nvidia.yaml"))
+    assert r.returncode == 0, r.stderr
+    server = start()
+    registry = Registry.load([str(cdi)])
+    assert registry.collisions() == []
+    uuid = sim.gpus[0].uuid
+    assert registry.resolve(f"nvidia.com/gpu={uuid}") is not None
+    assert registry.resolve(f"k8s.ocihook.io/nvidia-gpu={uuid}") is not None
+    assert server.warn_collisions() == []
+    ours = cdi / "k8s.ocihook.io-nvidia-gpu.json"
+    other = cdi / "other-plugin.json"
+    other.write_bytes(ours.read_bytes())
+    with caplog.at_level("WARNING", logger="ocihook.k8s"):
+        (line,) = server.warn_collisions()
+    assert line.startswith(f"CDI specs {ours} and {other} all define k8s.ocihook.io/nvidia-gpu=")
+    assert "\n" not in line and line in caplog.text
 
 
 def test_allocate_envvar_volume_mounts_annotations(node: Any) -> None:
@@ -164,7 +194,8 @@ def test_allocate_envvar_volume_mounts_annotations(node: Any) -> None:
     assert r.devices[3].host_path == os.path.join(sim.root, "dev/nvidia3")
     ((key, value),) = r.annotations.items()
     assert (
-        key.startswith("cdi.k8s.io/ocihook-k8s_nvidia.com-") and value == f"nvidia.com/gpu={g.uuid}"
+        key.startswith("cdi.k8s.io/ocihook-k8s_nvidia.com-")
+        and value == f"k8s.ocihook.io/nvidia-gpu={g.uuid}"
     )
 
 
@@ -215,7 +246,7 @@ def test_mig_strategies(node: Any) -> None:
     mig = sorted(kubelet.devices["nvidia.com/mig"])
     assert mig == [f"{sim.gpus[1].uuid}::mig1.0", f"{sim.gpus[1].uuid}::mig2.0"]
     r = kubelet.allocate("nvidia.com/mig", [mig[1]]).container_responses[0]
-    assert [c.name for c in r.cdi_devices] == ["nvidia.com/gpu=1:1"]
+    assert [c.name for c in r.cdi_devices] == ["k8s.ocihook.io/nvidia-gpu=1:1"]
     assert sim.gpus[1].uuid not in kubelet.devices[GPU]
     # procfs knows no profile: one resource for both, and the inventory says why
     assert sorted(r.resource_name for r in kubelet.registrations) == [GPU, "nvidia.com/mig"]
@@ -278,7 +309,7 @@ def test_mig_mixed_one_resource_per_profile(node: Any, nvml_sim: Any) -> None:
     assert kubelet.devices["nvidia.com/mig-3g.40gb"] == {three.uuid: "Healthy"}
     assert sorted(kubelet.devices[GPU]) == sorted(g.uuid for g in sim.gpus if g.index != 1)
     r = kubelet.allocate("nvidia.com/mig-1g.10gb", [one.uuid]).container_responses[0]
-    assert [c.name for c in r.cdi_devices] == [f"nvidia.com/gpu={one.uuid}"]
+    assert [c.name for c in r.cdi_devices] == [f"k8s.ocihook.io/nvidia-gpu={one.uuid}"]
     # the driver's mig-minors: 3 + 135 * <GPU minor> + 9 * <gi> for the GI, + 1 for CI 0
     assert [(d.container_path, d.host_path) for d in r.devices] == [
         (p, os.path.join(sim.root, p.lstrip("/")))
@@ -299,7 +330,7 @@ def test_mig_mixed_one_resource_per_profile(node: Any, nvml_sim: Any) -> None:
     with pytest.raises(grpc.RpcError) as e:  # the 3g device is not a 1g one
         kubelet.allocate("nvidia.com/mig-1g.10gb", [three.uuid])
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    spec = json.loads((tmp / "cdi/ocihook-k8s_nvidia.com_gpu.json").read_text())
+    spec = json.loads((tmp / "cdi/k8s.ocihook.io-nvidia-gpu.json").read_text())
     assert {one.uuid, three.uuid} <= {d["name"] for d in spec["devices"]}
 
 
@@ -424,7 +455,7 @@ def test_time_slicing(node: Any) -> None:
     kubelet.wait(lambda: len(kubelet.devices.get(GPU, {})) == 24)
     u0 = sim.gpus[0].uuid
     r = kubelet.allocate(GPU, [f"{u0}::0", f"{u0}::2"]).container_responses[0]
-    assert [c.name for c in r.cdi_devices] == [f"nvidia.com/gpu={u0}"]
+    assert [c.name for c in r.cdi_devices] == [f"k8s.ocihook.io/nvidia-gpu={u0}"]
     # preferred spreads two replicas over two GPUs
     avail = sorted(kubelet.devices[GPU])
     got = kubelet.preferred(GPU, avail, [], 2)
@@ -589,7 +620,7 @@ def test_cli_serves_until_sigterm(node: Any, tmp_path: Path) -> None:
     )  # fmt: skip
     try:
         kubelet.wait(lambda: len(kubelet.healthy(GPU)) == 8, timeout=60)
-        assert (tmp_path / "cli-cdi/ocihook-k8s_nvidia.com_gpu.json").exists()
+        assert (tmp_path / "cli-cdi/k8s.ocihook.io-nvidia-gpu.json").exists()
         socket = os.path.join(plugin_dir, "ocihook-nvidia.com-gpu.sock")
         assert os.path.exists(socket)
         proc.send_signal(signal.SIGTERM)
@@ -638,7 +669,7 @@ def test_amd_intel_and_mixed_resources(tmp_path: Path) -> None:
     inv = build_inventory(HostRoot.single(amd.root))
     assert list(inv.devices) == ["amd.com/gpu"]
     devs = inv.devices["amd.com/gpu"]
-    assert [d.cdi_name for d in devs] == [f"amd.com/gpu={i}" for i in range(5)]
+    assert [d.cdi_name for d in devs] == [f"k8s.ocihook.io/amd-gpu={i}" for i in range(5)]
     assert [d.id for d in devs][3:] == [
         f"{devs[3].id.rsplit('-p', 1)[0]}-p0",
         f"{devs[3].id.rsplit('-p', 1)[0]}-p1",
@@ -646,15 +677,18 @@ def test_amd_intel_and_mixed_resources(tmp_path: Path) -> None:
     assert ("/dev/kfd", os.path.join(amd.root, "dev/kfd")) in devs[0].nodes
     plugin = ResourcePlugin("amd.com/gpu", devs, str(tmp_path), strategies=("cdi-cri", "envvar"))
     r = plugin.allocate_one([devs[1].id, devs[4].id])
-    assert [c.name for c in r.cdi_devices] == ["amd.com/gpu=1", "amd.com/gpu=4"]
+    assert [c.name for c in r.cdi_devices] == [
+        "k8s.ocihook.io/amd-gpu=1",
+        "k8s.ocihook.io/amd-gpu=4",
+    ]
     assert dict(r.envs) == {"AMD_VISIBLE_DEVICES": "1,4"}
-    assert set(inv.specs) == {"amd.com/gpu"}
+    assert set(inv.specs) == {"k8s.ocihook.io/amd-gpu"}
 
     intel = vendors.build_intel(str(tmp_path / "intel"))
     inv = build_inventory(HostRoot.single(intel.root))
     assert {r: [d.cdi_name for d in ds] for r, ds in inv.devices.items()} == {
-        "gpu.intel.com/i915": ["intel.com/gpu=0"],
-        "gpu.intel.com/xe": ["intel.com/gpu=1"],
+        "gpu.intel.com/i915": ["k8s.ocihook.io/intel-gpu=0"],
+        "gpu.intel.com/xe": ["k8s.ocihook.io/intel-gpu=1"],
     }
 
     mixed = vendors.build_mixed(str(tmp_path / "mixed"))

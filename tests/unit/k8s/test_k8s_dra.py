@@ -88,12 +88,12 @@ def test_prepare_unprepare(plugin: Any) -> None:
         (
             "node-a",
             "gpu-0",
-            [f"nvidia.com/gpu={sim.gpus[0].uuid}", f"k8s.{DRIVER}/claim=uid-1-gpu-0"],
+            [f"k8s.ocihook.io/nvidia-gpu={sim.gpus[0].uuid}", f"k8s.{DRIVER}/claim=uid-1-gpu-0"],
         ),
         (
             "node-a",
             "gpu-3",
-            [f"nvidia.com/gpu={sim.gpus[3].uuid}", f"k8s.{DRIVER}/claim=uid-1-gpu-3"],
+            [f"k8s.ocihook.io/nvidia-gpu={sim.gpus[3].uuid}", f"k8s.{DRIVER}/claim=uid-1-gpu-3"],
         ),
     ]
     assert "'gpu-9'" in out.claims["uid-2"].error and not out.claims["uid-2"].devices
@@ -104,7 +104,7 @@ def test_prepare_unprepare(plugin: Any) -> None:
     assert spec["devices"][0]["containerEdits"]["env"] == [
         "OCIHOOK_DRA_CLAIM_GPU_0=default/claim-uid-1"
     ]
-    assert (tmp / "cdi" / "ocihook-k8s_nvidia.com_gpu.json").exists()
+    assert (tmp / "cdi" / "k8s.ocihook.io-nvidia-gpu.json").exists()
     assert not (tmp / "cdi" / "ocihook-dra_uid-2.json").exists()
     # idempotent prepare
     again = client.NodePrepareResources(
