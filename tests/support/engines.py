@@ -140,9 +140,13 @@ def start_podman(d: Path, host_guard: str) -> Iterator[Podman]:
     base += ["--events-backend=file", "--runtime", "runc"]
     yield Podman(base, str(d), f"/{host_guard}")
     # podman's storage would unmount its own mounts on `system reset`; there should be none
+    # but the overlay driver's home, which it bind-mounts onto itself (made private) on
+    # first use and sometimes keeps after its last command
     left = mounts_under(str(d))
     for line in left:
         subprocess.run(["umount", "-l", line.split()[4]], check=False)
+    home = str(d / "root" / "overlay")
+    left = [ln for ln in left if not (ln.split()[3] == home and ln.split()[4] == home)]
     assert not left, left
 
 
