@@ -169,10 +169,13 @@ def _with_plugin_config(params: dict[str, Any]) -> tuple[dict[str, Any], Any]:
     return out, config
 
 
-def _k8s_inventory(params: dict[str, Any], config: Any = None) -> Any:
+def _k8s_inventory(params: dict[str, Any], config: Any = None, *, grpc: bool = True) -> Any:
     """The inventory the values of :func:`_k8s_inventory_options` (and the NVIDIA
-    configuration ``config``'s time-slicing) describe; its warnings printed."""
-    _need_k8s()
+    configuration ``config``'s time-slicing) describe; its warnings printed. ``grpc``:
+    the command serves the kubelet, so the k8s extra must be installed (``features``
+    only prints, and needs none of it)."""
+    if grpc:
+        _need_k8s()
     from ..k8s.inventory import RootView, Sharing, build_inventory
 
     root = host_root(
@@ -417,7 +420,7 @@ def k8s_features(**params: Any) -> None:
     ocihook.io/ labels and GPU feature discovery's nvidia.com/ resource labels (memory and
     MIG profiles need NVML: a label discovery cannot know is left out, with a warning)."""
     params, config = _with_plugin_config(params)
-    inventory = _k8s_inventory(params, config)
+    inventory = _k8s_inventory(params, config, grpc=False)
     output = params["output"]
     from ..k8s.features import nfd_features
 
