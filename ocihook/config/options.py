@@ -41,16 +41,25 @@ _HOOK_TAIL = HOOK_PROGRAM.removeprefix("import sys; ")
 
 def start_path_dirs() -> list[str]:
     """The directories a hook started without ``site`` (``-S``) needs on ``sys.path``: the
-    one holding the ``ocihook`` package, then this process's site directories
-    (``site-packages``/``dist-packages`` entries of ``sys.path``, where the optional
-    packages live), each once. Read from ``sys.path`` as it is, so a virtual environment's
-    directories are the ones named (``site.getsitepackages()`` under ``-S`` names the base
-    interpreter's)."""
+    one holding the ``ocihook`` package, then every entry of this process's ``sys.path``
+    that the interpreter does not put there itself without ``site`` (its standard
+    library, its zip and ``lib-dynload``): the site directories, a virtual environment's
+    system site directories, what ``.pth`` files added. Read from ``sys.path`` as it is,
+    so a virtual environment's directories are the ones named (``site.getsitepackages()``
+    under ``-S`` names the base interpreter's). Only existing directories, each once."""
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    # os is the standard library's (sysconfig would cost an import on the start path)
+    stdlib = {os.path.normpath(os.path.dirname(os.__file__))}
     dirs = [os.path.dirname(package)]
     for entry in sys.path:
-        if entry.endswith(("site-packages", "dist-packages")) and entry not in dirs:
-            dirs.append(entry)
+        if not entry or not os.path.isabs(entry):
+            continue  # the current directory: never for a hook
+        norm = os.path.normpath(entry)
+        lib_dynload = os.path.basename(norm) == "lib-dynload" and os.path.dirname(norm) in stdlib
+        if norm in stdlib or norm.endswith(".zip") or lib_dynload:
+            continue  # the standard library, its zip, lib-dynload
+        if norm not in dirs and os.path.isdir(norm):
+            dirs.append(norm)
     return dirs
 
 

@@ -6,8 +6,11 @@ registration), :func:`stage_hook` / :func:`register_stage_hook`, :func:`fake_pro
 
 from __future__ import annotations
 
+import ast
+import functools
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -74,12 +77,25 @@ def busybox_bundle(
     return make_busybox_bundle(str(path), args, env, debian=debian)
 
 
+@functools.cache
+def installed_start_path_dirs() -> list[str]:
+    """:func:`ocihook.config.options.start_path_dirs` as the installed commands see it: in
+    a fresh ``-I`` interpreter (this test process has the test directories on
+    ``sys.path`` too), what ``runtime configure`` and the wrapper write into the hooks."""
+    code = "from ocihook.config.options import start_path_dirs as s; print(repr(s()))"
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True, cwd="/"
+    ).stdout
+    dirs: list[str] = ast.literal_eval(out.strip())
+    return dirs
+
+
 def fill_packaged(text: str) -> str:
     """A packaged registration template (``packaging/``) as its README says to fill it:
-    ``@PYTHON@`` this interpreter, ``@SYSPATH@`` its start-path directories."""
-    from ocihook.config.options import start_path_dirs
-
-    return text.replace("@SYSPATH@", repr(start_path_dirs())).replace("@PYTHON@", sys.executable)
+    ``@PYTHON@`` this interpreter, ``@SYSPATH@`` its start-path directories
+    (:func:`installed_start_path_dirs`)."""
+    filled = text.replace("@SYSPATH@", repr(installed_start_path_dirs()))
+    return filled.replace("@PYTHON@", sys.executable)
 
 
 def packaged_hook(stage: str, root: str) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import WRAPPER, host_cdi_spec, need_root_and, packaged_hook
+from support import WRAPPER, host_cdi_spec, installed_start_path_dirs, need_root_and, packaged_hook
 from support import config_bytes as _config
 from support import make_executable as _executable
 
@@ -34,7 +34,7 @@ from ocihook.commands.runtime import (
     legacy_hook,
     parse_args,
 )
-from ocihook.config.options import hook_program
+from ocihook.config.options import hook_program, is_hook_program
 from ocihook.core.errors import EXIT_CODES, RuntimeNotFound
 from ocihook.core.hostroot import HostRoot
 from ocihook.sim import host as simhost
@@ -347,7 +347,7 @@ def test_gpu_create_edits_like_ocihook_edit(
     twin = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0,3"])
     # the console script's interpreter registers the hooks: sh starts the python3 beside it
     python = os.path.join(os.path.dirname(WRAPPER), "python3")
-    command = (python, "-I", "-S", "-c", hook_program())
+    command = (python, "-I", "-S", "-c", hook_program(installed_start_path_dirs()))
     want = edit_bundle(
         twin, HostRoot.single(sim.root), dry_run=True, command=command, indent=None
     ).after  # compact: only runc reads it
@@ -392,7 +392,10 @@ def test_legacy_mode_adds_the_packaged_hook_once(
     python = os.path.join(os.path.dirname(WRAPPER), "python3")  # what the script starts
     packaged["path"] = packaged["args"][0] = python
     assert hook == packaged
-    assert legacy_hook(str(stage.config))["args"][1:] == hook["args"][1:]
+    # in this process the program names this process's sys.path (the tests' too)
+    mine = legacy_hook(str(stage.config))["args"]
+    assert mine[1:4] + mine[5:] == hook["args"][1:4] + hook["args"][5:]
+    assert is_hook_program(mine[4]) and is_hook_program(hook["args"][4])
     assert "linux" not in doc or "devices" not in doc["linux"]
     # the rules are in the spec too, where a re-applying cgroup manager reads them
     rules = doc["linux"]["resources"]["devices"]
@@ -626,7 +629,7 @@ def test_runc_creates_with_help_false(
     bundle = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0"])
     twin = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0"])
     python = os.path.join(os.path.dirname(sys.executable), "python3")  # ocihook-runtime's
-    command = (python, "-I", "-S", "-c", hook_program())
+    command = (python, "-I", "-S", "-c", hook_program(installed_start_path_dirs()))
     want = edit_bundle(
         twin, HostRoot.single(sim.root), dry_run=True, command=command, indent=None
     ).after  # compact: only runc reads it

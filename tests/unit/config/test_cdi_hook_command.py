@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import REPO
 
 from ocihook.config.options import cdi_hook_command, hook_program
 
@@ -53,3 +54,28 @@ def test_without_an_installed_command_the_interpreter_form(
         "-c",
         hook_program(),
     )
+
+
+def test_start_path_dirs_are_what_site_added(tmp_path: Path) -> None:
+    """A hook started with -I -S gets the directories this interpreter's site added: the
+    site-packages, and a directory a .pth file added (a venv's dependencies can come from
+    one), never the standard library or the current directory."""
+    import subprocess
+    import sysconfig
+
+    extra = tmp_path / "from-a-pth"
+    extra.mkdir()
+    code = (
+        "import sys\n"
+        f"sys.path.append({str(extra)!r}); sys.path.insert(0, '')\n"
+        "from ocihook.config.options import start_path_dirs\n"
+        "print('\\n'.join(start_path_dirs()))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
+    ).stdout.split()
+    assert out[0] == REPO
+    assert sysconfig.get_path("purelib") in out
+    assert str(extra) in out
+    assert sysconfig.get_path("stdlib") not in out and "" not in out
+    assert not [p for p in out if p.endswith((".zip", "lib-dynload"))]

@@ -423,7 +423,7 @@ def test_crio_drop_in(tmp_path: Path) -> None:
 
 def _packaged(stage: str) -> dict[str, Any]:
     with open(os.path.join(REPO, f"packaging/hooks.d/ocihook-{stage}.json.in")) as f:
-        text = f.read().replace("@SYSPATH@", repr(start_path_dirs()))
+        text = f.read().replace("@SYSPATH@", repr(start_path_dirs()))  # this process's
         doc: dict[str, Any] = json.loads(text.replace("@PYTHON@", sys.executable))
     return doc
 
