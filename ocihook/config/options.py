@@ -41,23 +41,30 @@ _HOOK_TAIL = HOOK_PROGRAM.removeprefix("import sys; ")
 
 def start_path_dirs() -> list[str]:
     """The directories a hook started without ``site`` (``-S``) needs on ``sys.path``: the
-    one holding the ``ocihook`` package, then every entry of this process's ``sys.path``
-    that the interpreter does not put there itself without ``site`` (its standard
-    library, its zip and ``lib-dynload``): the site directories, a virtual environment's
-    system site directories, what ``.pth`` files added. Read from ``sys.path`` as it is,
+    one holding the ``ocihook`` package, then the entries of this process's ``sys.path``
+    that come after the standard library (its zip, its directory, ``lib-dynload``), which
+    is where ``site`` puts what it adds: the site directories, a virtual environment's
+    system site directories, what ``.pth`` files add. Entries before the standard library
+    (``PYTHONPATH``, a script's directory, what a program inserted at the front) are not
+    named: a hook runs as root on every container start. Read from ``sys.path`` as it is,
     so a virtual environment's directories are the ones named (``site.getsitepackages()``
-    under ``-S`` names the base interpreter's). Only existing directories, each once."""
+    under ``-S`` names the base interpreter's). Only existing absolute directories, each
+    once."""
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     # os is the standard library's (sysconfig would cost an import on the start path)
-    stdlib = {os.path.normpath(os.path.dirname(os.__file__))}
+    stdlib = os.path.normpath(os.path.dirname(os.__file__))
+
+    def is_stdlib(norm: str) -> bool:
+        return (
+            norm == stdlib
+            or norm.endswith(".zip")
+            or (os.path.basename(norm) == "lib-dynload" and os.path.dirname(norm) == stdlib)
+        )
+
+    entries = [os.path.normpath(e) for e in sys.path if e and os.path.isabs(e)]
+    last = max((i for i, e in enumerate(entries) if is_stdlib(e)), default=-1)
     dirs = [os.path.dirname(package)]
-    for entry in sys.path:
-        if not entry or not os.path.isabs(entry):
-            continue  # the current directory: never for a hook
-        norm = os.path.normpath(entry)
-        lib_dynload = os.path.basename(norm) == "lib-dynload" and os.path.dirname(norm) in stdlib
-        if norm in stdlib or norm.endswith(".zip") or lib_dynload:
-            continue  # the standard library, its zip, lib-dynload
+    for norm in entries[last + 1 :]:
         if norm not in dirs and os.path.isdir(norm):
             dirs.append(norm)
     return dirs

@@ -4,6 +4,7 @@ interpreter), never the interpreter with a program unless no such command exists
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -59,7 +60,7 @@ def test_without_an_installed_command_the_interpreter_form(
 def test_start_path_dirs_are_what_site_added(tmp_path: Path) -> None:
     """A hook started with -I -S gets the directories this interpreter's site added: the
     site-packages, and a directory a .pth file added (a venv's dependencies can come from
-    one), never the standard library or the current directory."""
+    one), never the standard library, the current directory or PYTHONPATH's."""
     import subprocess
     import sysconfig
 
@@ -71,9 +72,18 @@ def test_start_path_dirs_are_what_site_added(tmp_path: Path) -> None:
         "from ocihook.config.options import start_path_dirs\n"
         "print('\\n'.join(start_path_dirs()))\n"
     )
+    before = tmp_path / "from-pythonpath"
+    before.mkdir()
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(before)},
     ).stdout.split()
+    # PYTHONPATH comes before the standard library: never named (the hook runs as root)
+    assert str(before) not in out
     assert out[0] == REPO
     assert sysconfig.get_path("purelib") in out
     assert str(extra) in out
