@@ -430,7 +430,7 @@ def _asks_for_nothing(config_json: str, settings: _Settings) -> bool:
     no-GPU hook exit does (:func:`ocihook.commands.voidexit.void_hook_exit`): none of the request
     markers, no ``\\u`` escape. Unreadable: ``False`` (the full path reports it)."""
     from ..core.fastexit import REQUEST_MARKERS
-    from ..core.readfile import FileTooLarge, contains_any, read_regular
+    from ..core.readfile import FileTooLarge, holds_any, read_regular
 
     raw: bytes | None
     try:
@@ -440,15 +440,7 @@ def _asks_for_nothing(config_json: str, settings: _Settings) -> bool:
     except OSError:
         return False
 
-    def holds(markers: tuple[bytes, ...]) -> bool:
-        if raw is not None:
-            return any(m in raw for m in markers)
-        try:
-            return contains_any(config_json, markers)
-        except OSError:
-            return True
-
-    if holds((b"\\u", *REQUEST_MARKERS)):
+    if holds_any(config_json, raw, (b"\\u", *REQUEST_MARKERS)):
         return False
     from ..config.scan import DEFAULT_REQUEST_MARKERS, REQUEST_DETECTION_KEYS
 
@@ -457,7 +449,7 @@ def _asks_for_nothing(config_json: str, settings: _Settings) -> bool:
         markers = settings.get().extra_request_markers()
     else:
         markers = DEFAULT_REQUEST_MARKERS
-    return not holds(tuple(markers))
+    return not holds_any(config_json, raw, tuple(markers))
 
 
 class _Settings:

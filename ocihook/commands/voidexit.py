@@ -9,7 +9,7 @@ import sys
 
 from ..core.errors import OcihookError
 from ..core.fastexit import REQUEST_MARKERS, bundle_from_state, config_arg, state_string
-from ..core.readfile import FileTooLarge, contains_any, read_binary_stream, read_regular
+from ..core.readfile import FileTooLarge, holds_any, read_binary_stream, read_regular
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ def void_hook_exit(argv: Sequence[str]) -> tuple[int | None, bytes]:
         raw = None  # larger than the full path reads: scanned in pieces, as runc reads it
     except OSError:
         return None, stdin
-    if _holds_any(config_json, raw, (b"\\u", *REQUEST_MARKERS)):
+    if holds_any(config_json, raw, (b"\\u", *REQUEST_MARKERS)):
         return None, stdin
     from ..config.load import read_config_bytes
 
@@ -77,24 +77,12 @@ def void_hook_exit(argv: Sequence[str]) -> tuple[int | None, bytes]:
     return 0, stdin
 
 
-def _holds_any(config_json: str, raw: bytes | None, markers: tuple[bytes, ...]) -> bool:
-    """Whether ``config.json`` holds one of ``markers``: in ``raw``, its bytes, or, for a
-    file too large to read whole (``raw`` is ``None``), scanned in pieces; a file that
-    cannot be scanned counts as holding one (the full command reports it)."""
-    if raw is not None:
-        return any(m in raw for m in markers)
-    try:
-        return contains_any(config_json, markers)
-    except OSError:
-        return True
-
-
 def _config_markers(
     path: str | None, data: bytes | None, config_json: str, raw: bytes | None
 ) -> bool:
     """Whether the operator's configuration (``data``, the bytes of the file at ``path``)
     makes more requests possible (swarm resource names, annotation prefixes, device
-    mounts) and ``config.json`` (``raw``, see :func:`_holds_any`) holds one of them. The
+    mounts) and ``config.json`` (``raw``, see :func:`~ocihook.core.readfile.holds_any`) holds one of them. The
     file is parsed only when it can set those keys at all
     (:func:`ocihook.config.scan.bytes_may_set`); a broken file is reported by the full
     command."""
@@ -107,7 +95,7 @@ def _config_markers(
         markers = load_config(path, environ={}).extra_request_markers()
     except OcihookError:
         return True  # let the full command say what is wrong
-    return _holds_any(config_json, raw, tuple(markers))
+    return holds_any(config_json, raw, tuple(markers))
 
 
 def _log_fast_exit(path: str | None, data: bytes, stdin: bytes, bundle: str, stage: str) -> None:

@@ -24,6 +24,7 @@ __all__ = [
     "FileTooLarge",
     "NotRegularFile",
     "contains_any",
+    "holds_any",
     "read_binary_stream",
     "read_regular",
     "read_stream",
@@ -165,3 +166,16 @@ def contains_any(path: str, needles: tuple[bytes, ...], chunk: int = 1 << 20) ->
             tail = window[-(longest - 1) :] if longest > 1 else b""
     finally:
         os.close(fd)
+
+
+def holds_any(path: str, raw: bytes | None, needles: tuple[bytes, ...]) -> bool:
+    """Whether the file at ``path`` holds one of ``needles``: in ``raw``, its bytes when
+    they were read, or (``raw`` is ``None``: the file was larger than the reader takes)
+    scanned in pieces with :func:`contains_any`. A file that cannot be scanned counts as
+    holding one: the caller's full path then reads it and reports why it cannot."""
+    if raw is not None:
+        return any(n in raw for n in needles)
+    try:
+        return contains_any(path, needles)
+    except OSError:
+        return True
