@@ -82,8 +82,8 @@ def _config_markers(
 ) -> bool:
     """Whether the operator's configuration (``data``, the bytes of the file at ``path``)
     makes more requests possible (swarm resource names, annotation prefixes, device
-    mounts) and ``config.json`` (``raw``, see :func:`~ocihook.core.readfile.holds_any`) holds one of them. The
-    file is parsed only when it can set those keys at all
+    mounts) and ``config.json`` (``raw``, see :func:`~ocihook.core.readfile.holds_any`)
+    holds one of them. The file is parsed only when it can set those keys at all
     (:func:`ocihook.config.scan.bytes_may_set`); a broken file is reported by the full
     command."""
     from ..config.load import load_config
