@@ -13,6 +13,7 @@ import subprocess
 from collections.abc import Sequence
 from typing import Any
 
+from ..cdi.generate import K8S_KINDS
 from ..core.errors import OcihookError
 from ..core.readfile import read_regular
 from ..engines import CDI_SPEC_DIRS, READERS, Registration
@@ -25,6 +26,8 @@ __all__ = ["REFRESH_FIX", "REFRESH_UNIT", "check_cdi", "check_runtime"]
 
 #: The systemd unit that regenerates the CDI spec (``packaging/systemd``).
 REFRESH_UNIT = "ocihook-cdi-refresh.service"
+#: The fix for a stale spec of the Kubernetes device plugin, which writes it at its start.
+PLUGIN_FIX = "restart the ocihook device plugin's pod on this node: it writes its spec at start"
 #: The fix a stale or invalid CDI spec's check gives.
 REFRESH_FIX = (
     f"regenerate it: systemctl start {REFRESH_UNIT} (and enable ocihook-cdi-refresh.path to "
@@ -304,8 +307,10 @@ def check_cdi(ctx: Context, spec_dirs: Sequence[str] = CDI_SPEC_DIRS) -> list[Ch
                 checks.append(Check("runtime", f"CDI spec {path}", "FAIL", str(exc), REFRESH_FIX))
                 continue
             kind = doc.get("kind") if isinstance(doc, dict) else None
-            if not (isinstance(kind, str) and kind.startswith("nvidia.com/")):
+            plugin = kind == K8S_KINDS["nvidia"]  # the device plugin's: it writes it at start
+            if not (isinstance(kind, str) and (kind.startswith("nvidia.com/") or plugin)):
                 continue
+            fix = PLUGIN_FIX if plugin else REFRESH_FIX
             info: dict[str, Any] = {
                 "path": path,
                 "sha256": hashlib.sha256(data).hexdigest(),
@@ -323,14 +328,14 @@ def check_cdi(ctx: Context, spec_dirs: Sequence[str] = CDI_SPEC_DIRS) -> list[Ch
                         name_,
                         "FAIL",
                         f"invalid against the CDI schema: {shown}{more}",
-                        REFRESH_FIX,
+                        fix,
                     )
                 )
                 continue
             try:
                 spec = load_spec(data, path=path)
             except OcihookError as exc:
-                checks.append(Check("runtime", name_, "FAIL", str(exc), REFRESH_FIX))
+                checks.append(Check("runtime", name_, "FAIL", str(exc), fix))
                 continue
             info["devices"] = len(spec.devices)
             info["cdiVersion"] = spec.version
@@ -348,7 +353,7 @@ def check_cdi(ctx: Context, spec_dirs: Sequence[str] = CDI_SPEC_DIRS) -> list[Ch
                         f"{len(missing)} host path(s) no longer exist ({', '.join(missing[:3])})"
                     )
                 checks.append(
-                    Check("runtime", name_, "FAIL", "stale: " + "; ".join(what), REFRESH_FIX)
+                    Check("runtime", name_, "FAIL", "stale: " + "; ".join(what), fix)
                 )
                 continue
             checks.append(

@@ -551,3 +551,23 @@ def test_persistenced_pid_file_of_a_dead_daemon_warns(tmp_path: Path) -> None:
     (root / "proc/4242").mkdir()
     c = _check(_run(root), "host", "persistence daemon")
     assert c.status == "PASS" and c.evidence.endswith("pid 4242 (running)")
+
+
+def test_the_device_plugins_stale_spec_names_its_fix(tmp_path: Path) -> None:
+    """The Kubernetes device plugin's spec (kind k8s.ocihook.io/nvidia-gpu) is checked as
+    the refresh unit's is; stale, its fix is the plugin's restart (it writes it at start)."""
+    old = _sim(tmp_path)
+    etc = _configured(tmp_path, old)
+    spec = etc / "etc/cdi/nvidia.json"
+    doc = json.loads(spec.read_text())
+    doc["kind"] = "k8s.ocihook.io/nvidia-gpu"
+    plugin = etc / "etc/cdi/k8s.ocihook.io-nvidia-gpu.json"
+    plugin.write_text(json.dumps(doc))
+    spec.unlink()
+    new = _sim(tmp_path, "560.35.03")
+    report = _run(new, etc)
+    (c,) = [x for x in report.checks if x.name == f"CDI spec {plugin}"]
+    assert c.status == "FAIL" and c.evidence.startswith("stale: generated for driver 550.127.05")
+    assert (
+        c.fix == "restart the ocihook device plugin's pod on this node: it writes its spec at start"
+    )
