@@ -549,9 +549,9 @@ def rootfs_edit_blocker(
     mounts = config.get("mounts")
     for m in mounts if isinstance(mounts, list) else ():
         dest = m.get("destination") if isinstance(m, dict) else None
-        if not isinstance(dest, str) or not dest.startswith("/"):
+        if not isinstance(dest, str) or not dest:
             continue
-        dest = _container_path(dest)
+        dest = _container_path(dest)  # a relative one is the rootfs's: runc makes it absolute
         for path in written:
             if _covers(dest, path):
                 return f"the mount at {dest} covers {path}", {}

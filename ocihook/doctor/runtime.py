@@ -352,9 +352,7 @@ def check_cdi(ctx: Context, spec_dirs: Sequence[str] = CDI_SPEC_DIRS) -> list[Ch
                     what.append(
                         f"{len(missing)} host path(s) no longer exist ({', '.join(missing[:3])})"
                     )
-                checks.append(
-                    Check("runtime", name_, "FAIL", "stale: " + "; ".join(what), fix)
-                )
+                checks.append(Check("runtime", name_, "FAIL", "stale: " + "; ".join(what), fix))
                 continue
             checks.append(
                 Check(

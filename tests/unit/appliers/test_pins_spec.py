@@ -39,6 +39,8 @@ def test_mount_at_the_root_covers_everything(tmp_path: Path, dest: str) -> None:
         ("/etc/", "the mount at /etc covers /etc/ld.so.cache"),
         ("/./etc", "the mount at /etc covers /etc/ld.so.cache"),
         ("//usr/./lib64/", f"the mount at /usr/lib64 covers {LIB}"),
+        ("usr/lib64", f"the mount at /usr/lib64 covers {LIB}"),  # runc: relative to /
+        ("etc", "the mount at /etc covers /etc/ld.so.cache"),
         ("/usr/lib64", f"the mount at /usr/lib64 covers {LIB}"),
         (LIB, f"the mount at {LIB} covers {LIB}"),
     ],
