@@ -344,6 +344,29 @@ def device_plugin(**params: Any) -> None:
     server.run_forever()
 
 
+def _publish(url: str | None, inventory: Any, node: str, driver: str) -> None:
+    """Publish the node's ResourceSlices to the API server at ``url``, else the pod's own
+    (:mod:`ocihook.k8s.apiserver`); outside a pod without ``url``, say they are not."""
+    from ..k8s.apiserver import ApiServer, publish_slices
+    from ..k8s.dra import resource_slices
+
+    api = ApiServer(url) if url else ApiServer.in_cluster()
+    if api is None:
+        click.echo(
+            "ocihook: no API server (not in a pod, no --apiserver): ResourceSlices not published",
+            err=True,
+        )
+        return
+    counts = publish_slices(
+        api, resource_slices(inventory, node, driver=driver), driver=driver, node=node
+    )
+    click.echo(
+        f"ocihook: ResourceSlices of {driver} on {node} published to {api.url}: "
+        f"{counts['created']} created, {counts['updated']} updated, {counts['deleted']} deleted",
+        err=True,
+    )
+
+
 @k8s.command(name="dra-plugin")
 @_k8s_inventory_options
 @click.option("--driver", default="gpu.ocihook.io", show_default=True, help="DRA driver name.")
@@ -365,6 +388,11 @@ def device_plugin(**params: Any) -> None:
 @click.option(
     "--claims-dir", default="/var/run/ocihook/claims", show_default=True,
     help="ResourceClaim objects as <uid>.json (the API server is not read).",
+)  # fmt: skip
+@click.option(
+    "--apiserver", default=None, metavar="URL",
+    help="Publish the ResourceSlices to this API server (kubectl proxy's URL, say); in a pod "
+    "the in-cluster one is used without it.",
 )  # fmt: skip
 @click.option(
     "--print-slices",
@@ -391,6 +419,7 @@ def dra_plugin(**params: Any) -> None:
 
             click.echo(yaml.safe_dump_all(slices, sort_keys=False), nl=False)
         return
+    _publish(params["apiserver"], inventory, node, driver)
     import signal
     import threading
 
