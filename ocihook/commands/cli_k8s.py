@@ -344,9 +344,10 @@ def device_plugin(**params: Any) -> None:
     server.run_forever()
 
 
-def _publish(url: str | None, inventory: Any, node: str, driver: str) -> None:
+def _publish(url: str | None, inventory: Any, node: str, driver: str) -> Any:
     """Publish the node's ResourceSlices to the API server at ``url``, else the pod's own
-    (:mod:`ocihook.k8s.apiserver`); outside a pod without ``url``, say they are not."""
+    (:mod:`ocihook.k8s.apiserver`), and return it; outside a pod without ``url``, say
+    they are not and return ``None``."""
     from ..k8s.apiserver import ApiServer, publish_slices
     from ..k8s.dra import resource_slices
 
@@ -356,7 +357,7 @@ def _publish(url: str | None, inventory: Any, node: str, driver: str) -> None:
             "ocihook: no API server (not in a pod, no --apiserver): ResourceSlices not published",
             err=True,
         )
-        return
+        return None
     counts = publish_slices(
         api, resource_slices(inventory, node, driver=driver), driver=driver, node=node
     )
@@ -365,6 +366,7 @@ def _publish(url: str | None, inventory: Any, node: str, driver: str) -> None:
         f"{counts['created']} created, {counts['updated']} updated, {counts['deleted']} deleted",
         err=True,
     )
+    return api
 
 
 @k8s.command(name="dra-plugin")
@@ -387,7 +389,7 @@ def _publish(url: str | None, inventory: Any, node: str, driver: str) -> None:
 @click.option("--cdi-dir", default="/var/run/cdi", show_default=True, help="CDI spec directory.")
 @click.option(
     "--claims-dir", default="/var/run/ocihook/claims", show_default=True,
-    help="ResourceClaim objects as <uid>.json (the API server is not read).",
+    help="ResourceClaim objects as <uid>.json, when there is no API server.",
 )  # fmt: skip
 @click.option(
     "--apiserver", default=None, metavar="URL",
@@ -419,14 +421,17 @@ def dra_plugin(**params: Any) -> None:
 
             click.echo(yaml.safe_dump_all(slices, sort_keys=False), nl=False)
         return
-    _publish(params["apiserver"], inventory, node, driver)
+    api = _publish(params["apiserver"], inventory, node, driver)
     import signal
     import threading
 
+    from ..k8s.apiserver import ApiClaims
     from ..k8s.dra import DirectoryClaims, DraPlugin
 
+    # claims from the API server when there is one, else from files (tests, a sidecar)
+    claims: Any = ApiClaims(api) if api is not None else DirectoryClaims(params["claims_dir"])
     plugin = DraPlugin(
-        inventory, DirectoryClaims(params["claims_dir"]), params["cdi_dir"], driver=driver,
+        inventory, claims, params["cdi_dir"], driver=driver,
         plugin_dir=params["plugin_dir"], registry_dir=params["registry_dir"], node_name=node,
     )  # fmt: skip
     done = threading.Event()

@@ -28,7 +28,7 @@ from typing import Any
 
 from ..core.errors import ConfigError
 
-__all__ = ["SERVICE_ACCOUNT_DIR", "ApiServer", "publish_slices"]
+__all__ = ["SERVICE_ACCOUNT_DIR", "ApiClaims", "ApiServer", "publish_slices"]
 
 #: Where a pod's service account credentials are mounted (client-go ``rest``).
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -172,3 +172,33 @@ def publish_slices(
             raise _failed(f"delete resourceslice {name}", status, answer, api.url)
         counts["deleted"] += 1
     return counts
+
+
+class ApiClaims:
+    """ResourceClaims read from the API server (a
+    :class:`~ocihook.k8s.dra.ClaimSource`): ``GET
+    /apis/resource.k8s.io/v1beta1/namespaces/<ns>/resourceclaims/<name>``, kept only when
+    its ``metadata.uid`` is the one kubelet named (a claim deleted and made again under the
+    same name is another claim). The ServiceAccount needs ``get`` on ``resourceclaims``."""
+
+    def __init__(self, api: ApiServer) -> None:
+        self.api = api
+
+    def get(self, namespace: str, name: str, uid: str) -> Mapping[str, Any] | None:
+        """The claim, or ``None`` when it is missing, another one, or cannot be read
+        (the plugin then reports the claim as not found)."""
+        quote = urllib.parse.quote
+        path = (
+            f"/apis/resource.k8s.io/v1beta1/namespaces/{quote(namespace, safe='')}"
+            f"/resourceclaims/{quote(name, safe='')}"
+        )
+        try:
+            status, answer = self.api.call("GET", path)
+        except ConfigError:
+            return None
+        if status != 200 or not isinstance(answer, dict):
+            return None
+        metadata = answer.get("metadata")
+        if not isinstance(metadata, dict) or metadata.get("uid") != uid:
+            return None
+        return answer

@@ -30,6 +30,7 @@ class FakeApi:
         self.items: dict[str, dict[str, Any]] = {}
         self.calls: list[tuple[str, str]] = []
         self.version = 0
+        self.claims: dict[tuple[str, str], dict[str, Any]] = {}
 
 
 def _handler(api: FakeApi) -> type[BaseHTTPRequestHandler]:
@@ -56,7 +57,7 @@ def _handler(api: FakeApi) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             api.calls.append(("GET", self.path))
-            if not self._auth():
+            if not self._auth() or self._claim():
                 return
             url = urllib.parse.urlsplit(self.path)
             selector = urllib.parse.parse_qs(url.query).get("fieldSelector", [""])[0]
@@ -71,6 +72,19 @@ def _handler(api: FakeApi) -> type[BaseHTTPRequestHandler]:
                 )
             ]
             self._send(200, {"kind": "ResourceSliceList", "items": items})
+
+        def _claim(self) -> bool:
+            """GET .../namespaces/<ns>/resourceclaims/<name>: from api.claims."""
+            parts = urllib.parse.urlsplit(self.path).path.split("/")
+            if "resourceclaims" not in parts:
+                return False
+            key = (urllib.parse.unquote(parts[-3]), urllib.parse.unquote(parts[-1]))
+            claim = api.claims.get(key)
+            if claim is None:
+                self._send(404, {"kind": "Status", "message": "not found"})
+            else:
+                self._send(200, claim)
+            return True
 
         def do_POST(self) -> None:
             api.calls.append(("POST", self.path))
@@ -244,3 +258,22 @@ def test_dra_plugin_publishes_at_start(fake_api: tuple[FakeApi, str], tmp_path: 
     client = ApiClient()
     obj = client._ApiClient__deserialize(item, "V1beta1ResourceSlice")  # type: ignore[attr-defined]
     assert obj.spec.node_name == "node-c"
+
+
+def test_claims_read_from_the_api_server(fake_api: tuple[FakeApi, str]) -> None:
+    """ApiClaims gets the claim kubelet names, and only when its uid is the one named (a
+    claim made again under the same name is another claim)."""
+    from ocihook.k8s.apiserver import ApiClaims
+
+    api, url = fake_api
+    claim = {"metadata": {"name": "gpu claim", "namespace": "team/a", "uid": "u-1"}, "status": {}}
+    api.claims[("team/a", "gpu claim")] = claim
+    claims = ApiClaims(ApiServer(url, token="s3cret"))
+    assert claims.get("team/a", "gpu claim", "u-1") == claim
+    assert claims.get("team/a", "gpu claim", "u-2") is None  # another claim of that name
+    assert claims.get("team/a", "missing", "u-1") is None
+    assert (
+        "GET",
+        "/apis/resource.k8s.io/v1beta1/namespaces/team%2Fa/resourceclaims/gpu%20claim",
+    ) in api.calls
+    assert ApiClaims(ApiServer("http://127.0.0.1:9")).get("n", "c", "u") is None  # unreachable
