@@ -143,6 +143,8 @@ class K8sDevice:
             (NVIDIA: NVML only).
         mig: whether it is a MIG device.
         mig_profile: a MIG device's profile (``1g.10gb``), or ``None`` when unknown.
+        mig_instance: a MIG device's (GPU instance id, compute instance id) on its GPU, as
+            NVML's XID events name it; ``None`` for a whole GPU.
     """
 
     id: str
@@ -161,6 +163,7 @@ class K8sDevice:
     memory_mib: int | None = None
     mig: bool = False
     mig_profile: str | None = None
+    mig_instance: tuple[int, int] | None = None
 
 
 def _rest(path: str, root: str) -> str | None:
@@ -534,6 +537,7 @@ def _nvidia(
                     memory_mib=mig.memory_mib,
                     mig=True,
                     mig_profile=mig.profile,
+                    mig_instance=(mig.gi, mig.ci),
                 )
             )
     return out, spec, host
