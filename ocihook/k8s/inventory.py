@@ -330,6 +330,9 @@ class Inventory:
             ``None`` without NVIDIA GPUs.
         view: where discovery read the host (``None``: where the host has it); the
             health checks look through it.
+        machine: the machine's product name (sysfs ``class/dmi/id/product_name``, what
+            GPU feature discovery labels ``nvidia.com/gpu.machine``), or ``None`` when
+            sysfs does not give it.
     """
 
     devices: dict[str, tuple[K8sDevice, ...]]
@@ -344,6 +347,7 @@ class Inventory:
     view: RootView | None = None
     sharing: dict[str, Sharing] = field(default_factory=dict)
     device_id_strategy: str = "uuid"
+    machine: str | None = None
 
     def replicas_of(self, resource: str) -> int:
         """The time-slicing replicas of ``resource`` (its own name); 1 when not shared."""
@@ -750,7 +754,17 @@ def build_inventory(
         view=view,
         sharing=sharing,
         device_id_strategy=device_id_strategy,
+        machine=_machine(root),
     )
+
+
+def _machine(root: HostRoot) -> str | None:
+    """The DMI product name under ``root``'s sysfs, or ``None`` (absent, unreadable, empty)."""
+    try:
+        name = read_attr(root.sys("class/dmi/id/product_name"))
+    except DiscoveryError:
+        return None
+    return name or None
 
 
 def _valid_resource(name: str) -> bool:
