@@ -5,8 +5,10 @@ in the device plugin directory (``/var/lib/kubelet/device-plugins``), registered
 kubelet's ``Registration`` service on ``kubelet.sock`` there. :class:`DevicePluginServer`
 runs them and a watch loop (every ``interval`` seconds) that:
 
-* re-checks every device's health (:func:`ocihook.k8s.inventory.health`) and pushes a new
-  device list to every ListAndWatch stream when one changes;
+* re-checks every device's health (:func:`ocihook.k8s.inventory.health`; with
+  ``nvml_health`` also NVML's lost GPUs and the devices critical XID events made
+  unhealthy, :mod:`ocihook.k8s.nvmlhealth`) and pushes a new device list to every
+  ListAndWatch stream when one changes;
 * re-registers when kubelet restarts: kubelet re-creates ``kubelet.sock`` (a new inode)
   and deletes the plugins' sockets, so a plugin whose socket is gone serves again on a new
   one before registering;

@@ -11,15 +11,16 @@ XID events (:meth:`NvmlHealth.watch_xids`), the rules of NVIDIA's k8s-device-plu
 (``internal/rm/health.go``): every GPU is registered (``nvmlDeviceRegisterEvents``) for
 critical XID, single-bit and double-bit ECC events, as far as
 ``nvmlDeviceGetSupportedEventTypes`` allows; a thread waits on the event set
-(``nvmlEventSetWait_v2``). Only a critical XID event counts, and not one of the
-application XIDs NVIDIA ignores (:data:`APPLICATION_XIDS`: the GPU stays healthy) nor one
-``DP_DISABLE_HEALTHCHECKS`` names (:class:`XidRules`). Such an event makes the devices of
-its GPU unhealthy: with GPU and compute instance ids, the MIG devices of that instance
-(and the GPU itself when it is advertised whole); without, every device of the GPU. A GPU
-whose events cannot be registered, an event whose GPU NVML cannot name, and a failed wait
-make devices unhealthy too (the GPU's, or all), as NVIDIA's plugin does. Unhealthy from an
-XID is for good: the device is Healthy again only when the plugin restarts (NVIDIA's rule
-too; a GPU with a critical XID needs a reset).
+(``nvmlEventSetWait_v2``, or ``nvmlEventSetWait`` where the driver lacks it). Only a
+critical XID event counts, and not one of the application XIDs NVIDIA ignores
+(:data:`APPLICATION_XIDS`: the GPU stays healthy) nor one ``DP_DISABLE_HEALTHCHECKS``
+names (:class:`XidRules`). Such an event makes the devices of its GPU unhealthy: with GPU
+and compute instance ids, the MIG devices of that instance (and the GPU itself when it is
+advertised whole); without, every device of the GPU. A GPU whose events cannot be
+registered, an event whose GPU NVML cannot name, and a failed wait make devices unhealthy
+too (the GPU's, or all), as NVIDIA's plugin does. Unhealthy from an XID is for good: the
+device is Healthy again only when the plugin restarts (NVIDIA's rule too; a GPU with a
+critical XID needs a reset).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ EVENT_MASK = EVENT_XID_CRITICAL | EVENT_DOUBLE_BIT_ECC | EVENT_SINGLE_BIT_ECC
 #: The instance id of an event that names no GPU or compute instance.
 NO_INSTANCE = 0xFFFFFFFF
 NVML_ERROR_TIMEOUT = 10
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
 
 
 def _xid_list(text: str) -> tuple[bool, frozenset[int], list[str]]:
@@ -161,6 +163,7 @@ class NvmlHealth:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._events: Any = None
+        self._timeout_s = 5.0
 
     def lost(self) -> set[str]:
         """The UUIDs of the GPUs NVML reports lost now (see the module docstring). Other
@@ -208,6 +211,7 @@ class NvmlHealth:
             log.info("XID health checks are off (DP_DISABLE_HEALTHCHECKS)")
             return False
         nv = self._nv
+        self._timeout_s = timeout_ms / 1000
         try:
             self._events = nv.nvmlEventSetCreate()
         except nv.NVMLError as e:
@@ -239,11 +243,15 @@ class NvmlHealth:
     ) -> None:
         nv = self._nv
         everything = [d for devs in by_gpu.values() for d in devs]
+        wait = nv.nvmlEventSetWait_v2
         while not self._stop.is_set():
             try:
-                event = nv.nvmlEventSetWait_v2(self._events, timeout_ms)
+                event = wait(self._events, timeout_ms)
             except nv.NVMLError as e:
-                if getattr(e, "value", None) != NVML_ERROR_TIMEOUT:
+                code = getattr(e, "value", None)
+                if code == NVML_ERROR_FUNCTION_NOT_FOUND and wait is not nv.nvmlEventSetWait:
+                    wait = nv.nvmlEventSetWait  # a driver before nvmlEventSetWait_v2
+                elif code != NVML_ERROR_TIMEOUT:
                     self._fail(everything, f"waiting for NVML events failed ({e})")
                     self._stop.wait(timeout_ms / 1000)
                 continue
@@ -288,7 +296,11 @@ class NvmlHealth:
         """Stop the XID thread, free the event set, ``nvmlShutdown`` (once)."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join()
+            self._thread.join(self._timeout_s + 5)
+            if self._thread.is_alive():  # NVML's wait hangs: leave the session to the exit
+                log.warning("the NVML event thread did not stop; NVML is not shut down")
+                self._nv = None
+                return
             self._thread = None
         if self._nv is not None:
             if self._events is not None:

@@ -613,8 +613,8 @@ def nvmlDeviceRegisterEvents(handle: _Device, eventTypes: int, eventSet: _EventS
         eventSet.registered[key] = eventSet.registered.get(key, 0) | eventTypes
 
 
-def nvmlEventSetWait_v2(eventSet: _EventSet, timeoutms: int) -> _Struct:
-    _enter("nvmlEventSetWait_v2")
+def _wait(name: str, eventSet: _EventSet, timeoutms: int) -> _Struct:
+    _enter(name)
     _check_set(eventSet)
     deadline = time.monotonic() + timeoutms / 1000
     with eventSet.cond:
@@ -630,8 +630,12 @@ def nvmlEventSetWait_v2(eventSet: _EventSet, timeoutms: int) -> _Struct:
             eventSet.cond.wait(left)
 
 
+def nvmlEventSetWait_v2(eventSet: _EventSet, timeoutms: int) -> _Struct:
+    return _wait("nvmlEventSetWait_v2", eventSet, timeoutms)
+
+
 def nvmlEventSetWait(eventSet: _EventSet, timeoutms: int) -> _Struct:
-    return nvmlEventSetWait_v2(eventSet, timeoutms)
+    return _wait("nvmlEventSetWait", eventSet, timeoutms)
 
 
 def nvmlEventSetFree(eventSet: _EventSet) -> None:

@@ -187,3 +187,15 @@ def test_registration_and_wait_failures(node: Any, caplog: pytest.LogCaptureFixt
     )
     nvml._description["wait_error"] = 999
     kubelet.wait(lambda: kubelet.healthy(GPU) == [])
+
+
+def test_driver_without_wait_v2(node: Any) -> None:
+    """A driver without ``nvmlEventSetWait_v2``: the events come through
+    ``nvmlEventSetWait``, and no device is marked for the missing function."""
+    kubelet, start, sim, nvml = node
+    nvml._description["missing"] = ["nvmlEventSetWait_v2"]
+    start()
+    nvml.deliver(3, XID, 79)
+    kubelet.wait(lambda: kubelet.devices[GPU][sim.gpus[3].uuid] == "Unhealthy")
+    assert kubelet.healthy(GPU) == [g.uuid for g in sim.gpus if g.index != 3]
+    assert "nvmlEventSetWait" in nvml.history()
