@@ -267,7 +267,8 @@ def _wait_for_sigterm(message: str) -> None:
 @click.option(
     "--nvml-health",
     is_flag=True,
-    help="Also mark GPUs unhealthy that NVML reports lost (needs nvidia-ml-py).",
+    help="Also mark GPUs unhealthy that NVML reports lost or that have a critical XID "
+    "(NVIDIA's rules: DP_DISABLE_HEALTHCHECKS, DP_ENABLE_HEALTHCHECKS; needs nvidia-ml-py).",
 )
 @click.option(
     "--metrics-address",

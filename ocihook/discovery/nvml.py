@@ -342,7 +342,14 @@ def _gpu(session: _Session, index: int, proc_dirs: dict[str, str], mig: MigConte
     architecture = None if cc is None else f"{int(cc[0])}.{int(cc[1])}"
     memory = session.optional("nvmlDeviceGetMemoryInfo", handle, what=f"{what} memory")
     total = int(memory.total) if memory is not None and int(memory.total) > 0 else None
-    mode = session.optional("nvmlDeviceGetMigMode", handle, what=f"{what} MIG mode")
+    try:
+        mode = session.call("nvmlDeviceGetMigMode", handle)
+        mig_capable: bool | None = True
+    except NvmlError as e:
+        mode = None
+        mig_capable = False if e.value == ERROR_NOT_SUPPORTED else None
+        if e.value not in _SILENT:
+            session.warnings.append(f"{what} MIG mode unknown: {e.message} (NVML error {e.value})")
     mig_devices = []
     if mode is not None and int(mode[0]) == DEVICE_MIG_ENABLE:
         count = int(session.call("nvmlDeviceGetMaxMigDeviceCount", handle))
@@ -380,6 +387,7 @@ def _gpu(session: _Session, index: int, proc_dirs: dict[str, str], mig: MigConte
         architecture=architecture,
         mig_devices=tuple(sorted(mig_devices, key=lambda m: (m.gi, m.ci))),
         memory_mib=None if total is None else total // MIB,
+        mig_capable=mig_capable,
     )
 
 

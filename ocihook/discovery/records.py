@@ -107,6 +107,9 @@ class Gpu(Record):
         memory_mib: total memory in MiB (NVML ``nvmlDeviceGetMemoryInfo`` ``total`` //
             2**20, what ``nvidia-smi`` and GPU feature discovery report); ``None`` when
             unknown (procfs backend: the driver's procfs files do not give it).
+        mig_capable: whether the GPU supports MIG (NVML answers ``nvmlDeviceGetMigMode``
+            rather than ``NVML_ERROR_NOT_SUPPORTED``); ``None`` when unknown (procfs
+            backend).
     """
 
     index: int
@@ -119,6 +122,7 @@ class Gpu(Record):
     architecture: str | None = None
     mig_devices: tuple[MigDevice, ...] = ()
     memory_mib: int | None = None
+    mig_capable: bool | None = None
 
     @property
     def device_path(self) -> str:

@@ -5,8 +5,10 @@ in the device plugin directory (``/var/lib/kubelet/device-plugins``), registered
 kubelet's ``Registration`` service on ``kubelet.sock`` there. :class:`DevicePluginServer`
 runs them and a watch loop (every ``interval`` seconds) that:
 
-* re-checks every device's health (:func:`ocihook.k8s.inventory.health`) and pushes a new
-  device list to every ListAndWatch stream when one changes;
+* re-checks every device's health (:func:`ocihook.k8s.inventory.health`; with
+  ``nvml_health`` also NVML's lost GPUs and the devices critical XID events made
+  unhealthy, :mod:`ocihook.k8s.nvmlhealth`) and pushes a new device list to every
+  ListAndWatch stream when one changes;
 * re-registers when kubelet restarts: kubelet re-creates ``kubelet.sock`` (a new inode)
   and deletes the plugins' sockets, so a plugin whose socket is gone serves again on a new
   one before registering;
@@ -276,10 +278,14 @@ class ResourcePlugin:
         with self._cond:
             return self._health[device_id]
 
-    def check_health(self, lost: Collection[str] = ()) -> bool:
-        """Re-check every device (``lost``: GPU UUIDs the driver reports lost); wake the
+    def check_health(self, lost: Collection[str] = (), failed: Collection[str] = ()) -> bool:
+        """Re-check every device (``lost``: GPU UUIDs the driver reports lost; ``failed``:
+        real device ids a critical XID made unhealthy, with their replicas); wake the
         ListAndWatch streams when one changed. Returns whether one changed."""
-        new = {d.id: health(d, lost=lost, view=self.view) for d in self.devices}
+        new = {
+            d.id: UNHEALTHY if d.real_id in failed else health(d, lost=lost, view=self.view)
+            for d in self.devices
+        }
         with self._cond:
             if new == self._health:
                 return False
@@ -503,8 +509,10 @@ class DevicePluginServer:
         strategies, pass_device_specs, fail_requests_greater_than_one, annotation_prefix:
             Allocate behaviour (:class:`ResourcePlugin`).
         interval: seconds between watch-loop rounds.
-        nvml_health: also ask NVML each round which GPUs are lost
-            (:class:`~ocihook.k8s.nvmlhealth.NvmlHealth`).
+        nvml_health: also ask NVML each round which GPUs are lost, and watch NVML's XID
+            events (:class:`~ocihook.k8s.nvmlhealth.NvmlHealth`).
+        xid_rules: which XIDs count (default: read from ``DP_DISABLE_HEALTHCHECKS`` and
+            ``DP_ENABLE_HEALTHCHECKS``, :meth:`~ocihook.k8s.nvmlhealth.XidRules.from_env`).
     """
 
     inventory: Inventory
@@ -516,6 +524,7 @@ class DevicePluginServer:
     annotation_prefix: str | None = None
     interval: float = 1.0
     nvml_health: bool = False
+    xid_rules: Any = None
     plugins: list[ResourcePlugin] = field(default_factory=list)
     spec_writes: int = 0
 
@@ -540,10 +549,16 @@ class DevicePluginServer:
         self._spec_data: dict[str, bytes] = {}
         self._nvml: Any = None
         if self.nvml_health:
-            from .nvmlhealth import NvmlHealth
+            from .nvmlhealth import NvmlHealth, XidRules
 
-            uuids = sorted({d.gpu_uuid for p in self.plugins for d in p.devices if d.gpu_uuid})
-            self._nvml = NvmlHealth(uuids)
+            nvidia = [d for p in self.plugins for d in p.devices if d.gpu_uuid]
+            self._nvml = NvmlHealth(sorted({d.gpu_uuid for d in nvidia}))
+            rules = self.xid_rules if self.xid_rules is not None else XidRules.from_env()
+            try:
+                self._nvml.watch_xids(nvidia, rules, max(10, min(5000, int(self.interval * 1000))))
+            except DiscoveryError:
+                self._nvml.close()
+                raise
         if self.cdi_dir is not None:
             from ..cdi.generate import spec_bytes
 
@@ -618,8 +633,9 @@ class DevicePluginServer:
     def step(self) -> None:
         """One round of the watch loop: health, kubelet restarts, CDI specs."""
         lost = self._nvml.lost() if self._nvml is not None else set()
+        failed = self._nvml.failed() if self._nvml is not None else frozenset()
         for p in self.plugins:
-            p.check_health(lost)
+            p.check_health(lost, failed)
         kubelet = os.path.join(self.plugin_dir, KUBELET_SOCKET)
         now = _inode(kubelet)
         restarted = now is not None and now != self._kubelet

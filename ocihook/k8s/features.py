@@ -7,10 +7,12 @@
   - ocihook's own, ``ocihook.io/...``: per vendor presence, device count, product, driver
     version and major, the CUDA version, MIG capability, and a count per resource
     (``ocihook.io/nvidia.com.gpu.count=8``);
-  - the resource labels of NVIDIA's GPU feature discovery under its own names
-    (:func:`gfd_labels`: ``nvidia.com/gpu.count``, ``.product``, ``.memory``,
-    ``.replicas``, ``nvidia.com/mig.strategy``, ``nvidia.com/mig-<profile>.count`` ...),
-    which GFD itself writes into the same directory;
+  - the labels of NVIDIA's GPU feature discovery under its own names (:func:`gfd_labels`:
+    ``nvidia.com/gpu.count``, ``.product``, ``.memory``, ``.replicas``,
+    ``.sharing-strategy``, ``.compute.major``, ``.family``, ``nvidia.com/mig.strategy``,
+    ``nvidia.com/mig-<profile>.count`` ..., ``nvidia.com/cuda.driver-version.*``,
+    ``nvidia.com/cuda.runtime-version.*``, ``nvidia.com/gpu.machine``,
+    ``nvidia.com/mig.capable``), which GFD itself writes into the same directory;
 
 * :func:`metrics_text` — the device plugin's metrics in the Prometheus text exposition
   format 0.0.4; :func:`serve_metrics` serves them at ``http://HOST:PORT/metrics``.
@@ -61,7 +63,20 @@ def gfd_labels(inventory: Inventory) -> tuple[dict[str, str], tuple[str, ...]]:
     memory of one MIG device); with ``mixed``, the same four for each
     ``nvidia.com/mig-<profile>`` resource (memory: ``nvmlDeviceGetAttributes``
     ``memorySizeMB``); ``nvidia.com/mig.strategy`` unless the strategy is ``none``. Labels
-    name a resource as it is called unshared.
+    name a resource as it is called unshared. Each labelled resource also has
+    ``.sharing-strategy`` (``time-slicing`` with replicas, else ``none``; ocihook has no
+    MPS). With whole GPUs, ``nvidia.com/gpu.compute.major``/``.minor`` and ``.family``
+    (the compute capability, NVML only; the family as GFD names it, :data:`FAMILIES`).
+
+    Node labels (``internal/lm/nvml.go``, ``machine-type.go``): the driver version
+    (``/proc/driver/nvidia/version``) as ``nvidia.com/cuda.driver.major``/``.minor``/
+    ``.rev`` and ``nvidia.com/cuda.driver-version.major``/``.minor``/``.revision``/
+    ``.full``; the CUDA version the driver supports (:attr:`Inventory.cuda_version`) as
+    ``nvidia.com/cuda.runtime.major``/``.minor`` and
+    ``nvidia.com/cuda.runtime-version.major``/``.minor``/``.full``;
+    ``nvidia.com/gpu.machine`` (sysfs DMI product name, spaces as ``-``; GFD writes
+    ``unknown`` where ocihook leaves it out); ``nvidia.com/mig.capable`` (whether a GPU
+    supports MIG: NVML, or a GPU that has MIG devices).
 
     A value discovery does not know is never guessed: ``.memory`` is left out when the
     memory is unknown (the procfs GPU backend never knows it), a MIG profile that is
@@ -89,6 +104,7 @@ def gfd_labels(inventory: Inventory) -> tuple[dict[str, str], tuple[str, ...]]:
         labels[f"{resource}.count"] = str(count)
         labels[f"{resource}.product"] = _value(product + shared)
         labels[f"{resource}.replicas"] = str(replicas)
+        labels[f"{resource}.sharing-strategy"] = "time-slicing" if replicas > 1 else "none"
         if memory is not None:
             labels[f"{resource}.memory"] = str(memory)
             return
@@ -115,6 +131,7 @@ def gfd_labels(inventory: Inventory) -> tuple[dict[str, str], tuple[str, ...]]:
             first.memory_mib)  # fmt: skip
     else:
         put("nvidia.com/gpu", len(gpus), (model,), gpus[0].memory_mib)
+        _architecture(gpus[0].architecture, procfs, labels, reasons)
     if strategy != "none":
         labels["nvidia.com/mig.strategy"] = strategy
     if strategy == "mixed":
@@ -130,7 +147,103 @@ def gfd_labels(inventory: Inventory) -> tuple[dict[str, str], tuple[str, ...]]:
             profile = real[0].mig_profile if real and real[0].mig else None
             if profile is not None:
                 put(resource, len(real), (real[0].model, "MIG", profile), real[0].memory_mib)
+    _node(inventory, procfs, labels, reasons)
     return labels, tuple(reasons)
+
+
+#: Compute capability major -> GPU family, as GPU feature discovery names them (7 and 8
+#: split at a minor version: ``_family``).
+FAMILIES = {
+    1: "tesla", 2: "fermi", 3: "kepler", 5: "maxwell", 6: "pascal", 9: "hopper",
+    10: "blackwell", 12: "blackwell",
+}  # fmt: skip
+
+
+def _family(major: int, minor: int) -> str | None:
+    """GFD's ``nvidia.com/gpu.family`` of compute capability ``major.minor``, or ``None``
+    for one GFD has no name for (it writes ``undefined``)."""
+    if major == 7:
+        return "volta" if minor < 5 else "turing"
+    if major == 8:
+        return "ampere" if minor < 9 else "ada-lovelace"
+    return FAMILIES.get(major)
+
+
+def _architecture(
+    capability: str | None, procfs: bool, labels: dict[str, str], reasons: list[str]
+) -> None:
+    """``nvidia.com/gpu.compute.major``/``.minor`` and ``.family`` of a whole GPU of
+    compute capability ``capability`` (``"8.0"``)."""
+    if capability is None:
+        why = "the procfs GPU backend cannot tell it; use --gpu-backend nvml"
+        reasons.append(
+            "nvidia.com/gpu.compute.major, .compute.minor and .family left out: the compute "
+            f"capability is unknown ({why if procfs else 'NVML did not report it'})"
+        )
+        return
+    major, _, minor = capability.partition(".")
+    labels["nvidia.com/gpu.compute.major"] = major
+    labels["nvidia.com/gpu.compute.minor"] = minor
+    family = _family(int(major), int(minor or 0))
+    if family is None:
+        reasons.append(
+            f"nvidia.com/gpu.family left out: compute capability {capability} has no family name"
+        )
+    else:
+        labels["nvidia.com/gpu.family"] = family
+
+
+def _node(inventory: Inventory, procfs: bool, labels: dict[str, str], reasons: list[str]) -> None:
+    """GFD's node labels: the driver and CUDA versions (deprecated and current names),
+    ``nvidia.com/gpu.machine`` and ``nvidia.com/mig.capable``."""
+    driver = inventory.driver_version.get("nvidia")
+    parts = driver.split(".") if driver else []
+    if driver and 2 <= len(parts) <= 3 and all(p.isalnum() for p in parts):
+        rev = parts[2] if len(parts) == 3 else ""
+        for old, new, value in (
+            ("major", "major", parts[0]), ("minor", "minor", parts[1]), ("rev", "revision", rev),
+        ):  # fmt: skip
+            labels[f"nvidia.com/cuda.driver.{old}"] = value
+            labels[f"nvidia.com/cuda.driver-version.{new}"] = value
+        labels["nvidia.com/cuda.driver-version.full"] = _value(driver)
+    else:
+        reasons.append(
+            "nvidia.com/cuda.driver.* and nvidia.com/cuda.driver-version.* left out: "
+            + (f"driver version {driver!r} is not X.Y[.Z]" if driver else "no driver version")
+        )
+    cuda = inventory.cuda_version
+    major, _, minor = (cuda or "").partition(".")
+    if major.isdigit() and minor.isdigit():
+        for name in ("cuda.runtime", "cuda.runtime-version"):
+            labels[f"nvidia.com/{name}.major"] = major
+            labels[f"nvidia.com/{name}.minor"] = minor
+        labels["nvidia.com/cuda.runtime-version.full"] = f"{major}.{minor}"
+    else:
+        reasons.append(
+            "nvidia.com/cuda.runtime.* and nvidia.com/cuda.runtime-version.* left out: "
+            f"the CUDA version the driver supports is unknown ({cuda!r})"
+        )
+    if inventory.machine:
+        labels["nvidia.com/gpu.machine"] = _value(inventory.machine.replace(" ", "-"))
+    else:
+        reasons.append(
+            "nvidia.com/gpu.machine left out: sysfs class/dmi/id/product_name is missing or empty"
+        )
+    gpus = inventory.nvidia_gpus
+    if any(g.mig_capable or g.mig_devices for g in gpus):
+        labels["nvidia.com/mig.capable"] = "true"
+    elif all(g.mig_capable is False for g in gpus):
+        labels["nvidia.com/mig.capable"] = "false"
+    else:
+        reasons.append(
+            "nvidia.com/mig.capable left out: "
+            + (
+                "the procfs GPU backend cannot tell whether a GPU without MIG devices supports "
+                "MIG (use --gpu-backend nvml)"
+                if procfs
+                else "NVML did not tell whether every GPU supports MIG"
+            )
+        )
 
 
 def nfd_features(

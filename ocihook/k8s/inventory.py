@@ -143,6 +143,8 @@ class K8sDevice:
             (NVIDIA: NVML only).
         mig: whether it is a MIG device.
         mig_profile: a MIG device's profile (``1g.10gb``), or ``None`` when unknown.
+        mig_instance: a MIG device's (GPU instance id, compute instance id) on its GPU, as
+            NVML's XID events name it; ``None`` for a whole GPU.
     """
 
     id: str
@@ -161,6 +163,7 @@ class K8sDevice:
     memory_mib: int | None = None
     mig: bool = False
     mig_profile: str | None = None
+    mig_instance: tuple[int, int] | None = None
 
 
 def _rest(path: str, root: str) -> str | None:
@@ -327,6 +330,9 @@ class Inventory:
             ``None`` without NVIDIA GPUs.
         view: where discovery read the host (``None``: where the host has it); the
             health checks look through it.
+        machine: the machine's product name (sysfs ``class/dmi/id/product_name``, what
+            GPU feature discovery labels ``nvidia.com/gpu.machine``), or ``None`` when
+            sysfs does not give it.
     """
 
     devices: dict[str, tuple[K8sDevice, ...]]
@@ -341,6 +347,7 @@ class Inventory:
     view: RootView | None = None
     sharing: dict[str, Sharing] = field(default_factory=dict)
     device_id_strategy: str = "uuid"
+    machine: str | None = None
 
     def replicas_of(self, resource: str) -> int:
         """The time-slicing replicas of ``resource`` (its own name); 1 when not shared."""
@@ -534,6 +541,7 @@ def _nvidia(
                     memory_mib=mig.memory_mib,
                     mig=True,
                     mig_profile=mig.profile,
+                    mig_instance=(mig.gi, mig.ci),
                 )
             )
     return out, spec, host
@@ -746,7 +754,17 @@ def build_inventory(
         view=view,
         sharing=sharing,
         device_id_strategy=device_id_strategy,
+        machine=_machine(root),
     )
+
+
+def _machine(root: HostRoot) -> str | None:
+    """The DMI product name under ``root``'s sysfs, or ``None`` (absent, unreadable, empty)."""
+    try:
+        name = read_attr(root.sys("class/dmi/id/product_name"))
+    except DiscoveryError:
+        return None
+    return name or None
 
 
 def _valid_resource(name: str) -> bool:

@@ -26,7 +26,16 @@ It mirrors the surface ocihook's NVML backend uses, with the real module's behav
   profile tables ``nvmlDeviceGetGpuInstanceProfileInfo`` /
   ``nvmlGpuInstanceGetComputeInstanceProfileInfo``: an enum past the ``*_PROFILE_COUNT``
   of nvml.h is ``NVML_ERROR_INVALID_ARGUMENT``, a profile the GPU (or, for a compute
-  instance profile, the GPU instance's size) does not offer ``NVML_ERROR_NOT_SUPPORTED``.
+  instance profile, the GPU instance's size) does not offer ``NVML_ERROR_NOT_SUPPORTED``;
+* events: ``nvmlEventSetCreate``, ``nvmlDeviceGetSupportedEventTypes`` (a GPU's
+  ``events`` mask, default critical XID and both ECC types; a MIG handle answers its GPU's),
+  ``nvmlDeviceRegisterEvents`` (a type the GPU does not support is
+  ``NVML_ERROR_NOT_SUPPORTED``), ``nvmlEventSetWait_v2`` / ``nvmlEventSetWait`` (block up
+  to the timeout in ms, then ``NVML_ERROR_TIMEOUT``; the description's ``wait_error``
+  fails every wait with that code), ``nvmlEventSetFree``; the test calls :func:`deliver`
+  to raise an event, which reaches each event set its GPU registered for that type, as
+  ``c_nvmlEventData_t`` (``device``, ``eventType``, ``eventData``, ``gpuInstanceId``,
+  ``computeInstanceId``); ``nvmlDeviceGetHandleByUUID`` finds GPUs and MIG devices.
 
 A test calls :func:`load` with a description::
 
@@ -53,6 +62,7 @@ A test calls :func:`load` with a description::
                     "gi_profiles": {0: {"id": 19, "slices": 1, "memory_mib": 9728}},
                     "ci_profiles": {0: {"id": 0, "slices": 1}},
                 },
+                "events": 0xB,                      # supported nvmlEventType* bits
                 "errors": {"nvmlDeviceGetBrand": NVML_ERROR_UNKNOWN},  # forced failures
             },
         ],
@@ -64,6 +74,8 @@ A test calls :func:`load` with a description::
 from __future__ import annotations
 
 import string
+import threading
+import time
 from typing import Any
 
 NVML_SUCCESS = 0
@@ -107,6 +119,14 @@ NVML_BRAND_NVIDIA_RTX = 13
 NVML_BRAND_NVIDIA = 14
 NVML_BRAND_GEFORCE_RTX = 15
 NVML_BRAND_TITAN_RTX = 16
+
+nvmlEventTypeSingleBitEccError = 0x1
+nvmlEventTypeDoubleBitEccError = 0x2
+nvmlEventTypePState = 0x4
+nvmlEventTypeXidCriticalError = 0x8
+nvmlEventTypeClock = 0x10
+nvmlEventTypeNone = 0x0
+nvmlEventTypeAll = 0x1F
 
 NVML_DEVICE_MIG_DISABLE = 0
 NVML_DEVICE_MIG_ENABLE = 1
@@ -180,6 +200,7 @@ _ERROR_STRINGS = {
     NVML_ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
     NVML_ERROR_FUNCTION_NOT_FOUND: "Function Not Found",
     NVML_ERROR_GPU_IS_LOST: "GPU is lost",
+    NVML_ERROR_TIMEOUT: "Timeout",
     NVML_ERROR_UNKNOWN: "Unknown Error",
 }
 
@@ -193,6 +214,7 @@ def nvmlErrorString(result: int) -> str:
 _description: dict[str, Any] = {"gpus": []}
 _refcount = 0
 _history: list[str] = []
+_event_sets: list[_EventSet] = []
 
 
 def load(description: dict[str, Any]) -> None:
@@ -201,6 +223,7 @@ def load(description: dict[str, Any]) -> None:
     _description = description
     _refcount = 0
     _history.clear()
+    _event_sets.clear()
 
 
 def history() -> list[str]:
@@ -542,3 +565,117 @@ def nvmlGpuInstanceGetComputeInstanceProfileInfo(
     if info is None or info["slices"] > gi_slices:
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
     return _Struct(id=info["id"], sliceCount=info["slices"])
+
+
+# -- events -----------------------------------------------------------------------------------
+
+_NO_INSTANCE = 0xFFFFFFFF
+_DEFAULT_EVENTS = (
+    nvmlEventTypeXidCriticalError | nvmlEventTypeDoubleBitEccError | nvmlEventTypeSingleBitEccError
+)
+
+
+class _EventSet:
+    """An opaque ``nvmlEventSet_t``: the registrations (GPU identity -> event mask) and the
+    events delivered, not yet waited for."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.registered: dict[int, int] = {}
+        self.queue: list[_Struct] = []
+        self.freed = False
+
+
+def _check_set(eventSet: _EventSet) -> None:
+    if not isinstance(eventSet, _EventSet) or eventSet.freed:
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+
+
+def nvmlEventSetCreate() -> _EventSet:
+    _enter("nvmlEventSetCreate")
+    es = _EventSet()
+    _event_sets.append(es)
+    return es
+
+
+def nvmlDeviceGetSupportedEventTypes(handle: _Device) -> int:
+    _enter("nvmlDeviceGetSupportedEventTypes", handle)
+    return int(handle._gpu.get("events", _DEFAULT_EVENTS))
+
+
+def nvmlDeviceRegisterEvents(handle: _Device, eventTypes: int, eventSet: _EventSet) -> None:
+    _enter("nvmlDeviceRegisterEvents", handle)
+    _check_set(eventSet)
+    if eventTypes & ~int(handle._gpu.get("events", _DEFAULT_EVENTS)):
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    with eventSet.cond:
+        key = id(handle._gpu)
+        eventSet.registered[key] = eventSet.registered.get(key, 0) | eventTypes
+
+
+def _wait(name: str, eventSet: _EventSet, timeoutms: int) -> _Struct:
+    _enter(name)
+    _check_set(eventSet)
+    deadline = time.monotonic() + timeoutms / 1000
+    with eventSet.cond:
+        while True:
+            code = _description.get("wait_error")
+            if code is not None:
+                raise NVMLError(code)
+            if eventSet.queue:
+                return eventSet.queue.pop(0)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise NVMLError(NVML_ERROR_TIMEOUT)
+            eventSet.cond.wait(left)
+
+
+def nvmlEventSetWait_v2(eventSet: _EventSet, timeoutms: int) -> _Struct:
+    return _wait("nvmlEventSetWait_v2", eventSet, timeoutms)
+
+
+def nvmlEventSetWait(eventSet: _EventSet, timeoutms: int) -> _Struct:
+    return _wait("nvmlEventSetWait", eventSet, timeoutms)
+
+
+def nvmlEventSetFree(eventSet: _EventSet) -> None:
+    _enter("nvmlEventSetFree")
+    _check_set(eventSet)
+    eventSet.freed = True
+    _event_sets.remove(eventSet)
+
+
+def nvmlDeviceGetHandleByUUID(uuid: str | bytes) -> _Device:
+    _enter("nvmlDeviceGetHandleByUUID")
+    text = uuid.decode() if isinstance(uuid, bytes) else uuid
+    for gpu in _description["gpus"]:
+        if gpu["uuid"] == text:
+            return _Device(gpu)
+        for mig in gpu.get("mig", {}).get("devices", {}).values():
+            if mig["uuid"] == text:
+                return _Device(gpu, mig)
+    raise NVMLError(NVML_ERROR_NOT_FOUND)
+
+
+def deliver(
+    gpu_index: int,
+    event_type: int,
+    data: int = 0,
+    gi: int = _NO_INSTANCE,
+    ci: int = _NO_INSTANCE,
+) -> int:
+    """Raise an event of GPU ``gpu_index`` (``data``: the XID of a critical XID event;
+    ``gi``/``ci``: the instance ids, ``0xFFFFFFFF`` for none); the number of event sets it
+    reached (those the GPU registered for ``event_type``)."""
+    gpu = _description["gpus"][gpu_index]
+    reached = 0
+    for es in list(_event_sets):
+        with es.cond:
+            if es.registered.get(id(gpu), 0) & event_type:
+                es.queue.append(_Struct(
+                    device=_Device(gpu), eventType=event_type, eventData=data,
+                    gpuInstanceId=gi, computeInstanceId=ci,
+                ))  # fmt: skip
+                es.cond.notify_all()
+                reached += 1
+    return reached

@@ -363,15 +363,17 @@ def test_mig_single_one_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         (m.uuid, "1g.10gb", 9728) for m in sim.gpus[1].mig_devices
     ]
     assert not any("MIG profile" in w for w in inv.warnings)
-    assert gfd_labels(inv) == (
-        {
-            "nvidia.com/gpu.count": "2",
-            "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb",
-            "nvidia.com/gpu.replicas": "1",
-            "nvidia.com/gpu.memory": "9728",
-            "nvidia.com/mig.strategy": "single",
-        },
-        (),
+    labels, reasons = gfd_labels(inv)
+    assert {k: v for k, v in labels.items() if k.startswith("nvidia.com/gpu.")} == {
+        "nvidia.com/gpu.count": "2",
+        "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb",
+        "nvidia.com/gpu.replicas": "1",
+        "nvidia.com/gpu.sharing-strategy": "none",
+        "nvidia.com/gpu.memory": "9728",  # no compute labels: GFD gives MIG devices none
+    }
+    assert labels["nvidia.com/mig.strategy"] == "single"
+    assert reasons == (
+        "nvidia.com/gpu.machine left out: sysfs class/dmi/id/product_name is missing or empty",
     )
 
 
@@ -532,10 +534,12 @@ def test_nfd_features(host: simhost.SimulatedHost, caplog: pytest.LogCaptureFixt
     inv = build_inventory(HostRoot.single(host.root), mig_strategy="mixed")
     with caplog.at_level("WARNING", logger="ocihook.k8s"):
         text = nfd_features(inv)
-    assert text.splitlines() == [
+    assert [line for line in text.splitlines() if not line.startswith("nvidia.com/cuda.")] == [
         "nvidia.com/gpu.count=8",
         "nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB",
         "nvidia.com/gpu.replicas=1",
+        "nvidia.com/gpu.sharing-strategy=none",
+        "nvidia.com/mig.capable=true",  # a GPU has MIG devices
         "nvidia.com/mig.strategy=mixed",
         "ocihook.io/nvidia.com.gpu.count=7",
         "ocihook.io/nvidia.com.mig.count=2",
@@ -551,7 +555,10 @@ def test_nfd_features(host: simhost.SimulatedHost, caplog: pytest.LogCaptureFixt
     assert [r.getMessage() for r in caplog.records] == [
         "nvidia.com/gpu.memory left out: the procfs GPU backend cannot tell memory sizes "
         "(use --gpu-backend nvml)",
+        "nvidia.com/gpu.compute.major, .compute.minor and .family left out: the compute "
+        "capability is unknown (the procfs GPU backend cannot tell it; use --gpu-backend nvml)",
         "2 MIG devices of unknown profile have no nvidia.com/mig-<profile> labels",
+        "nvidia.com/gpu.machine left out: sysfs class/dmi/id/product_name is missing or empty",
     ]
 
 
@@ -564,26 +571,37 @@ def test_nfd_features_nvml(host: simhost.SimulatedHost, nvml_sim: Any) -> None:
     )
     reasons: list[str] = []
     lines = nfd_features(inv, reasons=reasons).splitlines()
-    assert reasons == []
-    assert [line for line in lines if line.startswith("nvidia.com/")] == [
+    assert reasons == [
+        "nvidia.com/gpu.machine left out: sysfs class/dmi/id/product_name is missing or empty"
+    ]
+    assert [line for line in lines if line.startswith(("nvidia.com/gpu", "nvidia.com/mig"))] == [
+        "nvidia.com/gpu.compute.major=8",
+        "nvidia.com/gpu.compute.minor=0",
         "nvidia.com/gpu.count=8",
+        "nvidia.com/gpu.family=ampere",
         "nvidia.com/gpu.memory=81920",
         "nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB-SHARED",
         "nvidia.com/gpu.replicas=2",
+        "nvidia.com/gpu.sharing-strategy=time-slicing",
         "nvidia.com/mig-1g.10gb.count=1",
         "nvidia.com/mig-1g.10gb.memory=9728",
         "nvidia.com/mig-1g.10gb.product=NVIDIA-A100-SXM4-80GB-MIG-1g.10gb-SHARED",
         "nvidia.com/mig-1g.10gb.replicas=2",
+        "nvidia.com/mig-1g.10gb.sharing-strategy=time-slicing",
         "nvidia.com/mig-3g.40gb.count=1",
         "nvidia.com/mig-3g.40gb.memory=40192",
         "nvidia.com/mig-3g.40gb.product=NVIDIA-A100-SXM4-80GB-MIG-3g.40gb-SHARED",
         "nvidia.com/mig-3g.40gb.replicas=2",
+        "nvidia.com/mig-3g.40gb.sharing-strategy=time-slicing",
+        "nvidia.com/mig.capable=true",
         "nvidia.com/mig.strategy=mixed",
     ]
     assert "ocihook.io/nvidia.cuda.version=12.4" in lines
     assert "ocihook.io/nvidia.com.mig-1g.10gb.count=2" in lines  # its two replicas
     none = build_inventory(HostRoot.single(host.root), gpu_backend="nvml")
-    assert not any("mig" in line for line in nfd_features(none).splitlines()[:4])
+    assert [line for line in nfd_features(none).splitlines() if "nvidia.com/mig" in line] == [
+        "nvidia.com/mig.capable=true"  # no strategy label, no per-profile labels
+    ]
 
 
 def test_cli_list(host: simhost.SimulatedHost) -> None:
