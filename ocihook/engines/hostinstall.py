@@ -6,16 +6,17 @@ The installer runs in ocihook's image with the node's ``/`` mounted at a *host r
 its dynamic loader and libraries, the standard library and the pure-Python packages
 ocihook runs with, listed in a *payload list* written when the image was built
 (``packaging/kubernetes/host-payload``) -- under a fixed *prefix* of the host
-(:data:`PREFIX`, ``/usr/local/ocihook``), writes the commands ``bin/ocihook``,
-``bin/ocihook-runtime`` and ``bin/nvidia-container-runtime-hook`` there (``sh``
-launchers that start the copied interpreter through the copied loader, so the node needs
-no Python of its own), and registers ``bin/ocihook-runtime`` with the node's engine
-(:func:`detect_engine`: containerd or CRI-O, from the host's files) as
-``ocihook runtime configure --cdi`` does. What it did is recorded in
-``<prefix>/share/ocihook/install-record.json``: the files, the engine's file and its
-bytes before and after. :func:`plan_uninstall` reads that record back: the engine's file
-is restored (removed, if it did not exist) when it still holds what the install wrote,
-the files are removed, then the directories left empty.
+(:data:`PREFIX`, ``/usr/local/ocihook``): the commands ``bin/ocihook``,
+``bin/ocihook-runtime`` and ``bin/nvidia-container-runtime-hook`` (the Debian package's
+scripts, which run the ``python3`` beside them), and writes that ``bin/python3``: an
+``sh`` launcher that starts the copied interpreter (``libexec/python3``) through the
+copied loader and libraries, so the node needs no Python of its own. It registers
+``bin/ocihook-runtime`` with the node's engine (:func:`detect_engine`: containerd or
+CRI-O, from the host's files) as ``ocihook runtime configure --cdi`` does. What it did is
+recorded in ``<prefix>/share/ocihook/install-record.json``: the files, the engine's file
+and its bytes before and after. :func:`plan_uninstall` reads that record back: the
+engine's file is restored (removed, if it did not exist) when it still holds what the
+install wrote, the files are removed, then the directories left empty.
 
 Planning (:func:`plan_install`, :func:`plan_uninstall`) reads and never writes; the
 appliers (:func:`apply_install`, :func:`apply_uninstall`) write only inside the host root,
@@ -48,14 +49,14 @@ RECORD = "share/ocihook/install-record.json"
 #: What the payload must hold (relative to the prefix): the interpreter, the loader that
 #: starts it, the commands' Python scripts.
 REQUIRED = (
-    "bin/python3",
+    "libexec/python3",
     "lib/ld.so",
-    "libexec/ocihook",
-    "libexec/ocihook-runtime",
-    "libexec/nvidia-container-runtime-hook",
+    "bin/ocihook",
+    "bin/ocihook-runtime",
+    "bin/nvidia-container-runtime-hook",
 )
-#: The commands written into ``<prefix>/bin``, each running ``libexec/<name>``.
-COMMANDS = ("ocihook", "ocihook-runtime", "nvidia-container-runtime-hook")
+#: The launcher the installer writes (the commands run the ``python3`` beside them).
+LAUNCHER_PATH = "bin/python3"
 #: Engines the installer configures, and the host files that tell each is there, most
 #: telling first: its sockets (it runs), its configuration files, its programs.
 ENGINE_SIGNS = {
@@ -80,11 +81,11 @@ MAX_PAYLOAD_FILE = 64 << 20
 
 LAUNCHER = """\
 #!/bin/sh
-# {name}: written by `ocihook k8s install`; removed by `ocihook k8s uninstall`.
+# python3: written by `ocihook k8s install`; removed by `ocihook k8s uninstall`.
 # Runs ocihook's own Python interpreter through its own loader and libraries (the node
-# needs no Python), isolated (-I).
+# needs no Python); as its argv[0] this file, so sys.executable is this launcher.
 p={prefix}
-exec "$p/lib/ld.so" --library-path "$p/lib" "$p/bin/python3" -I "$p/libexec/{name}" "$@"
+exec "$p/lib/ld.so" --argv0 "$p/bin/python3" --library-path "$p/lib" "$p/libexec/python3" "$@"
 """
 
 
@@ -161,7 +162,7 @@ def read_payload_list(list_path: str) -> tuple[tuple[str, str], ...]:
         if not sep or not source.startswith("/"):
             raise _refuse(f"line {number} is not DEST<TAB>/SOURCE", list_path)
         check_relative(dest, list_path)
-        reserved = dest == RECORD or dest in {f"bin/{n}" for n in COMMANDS}
+        reserved = dest in (RECORD, LAUNCHER_PATH)
         if dest in entries or reserved:
             raise _refuse(f"line {number}: {dest!r} is named twice or reserved", list_path)
         entries[dest] = source
@@ -184,9 +185,9 @@ def _read_source(source: str) -> tuple[bytes, int, float]:
     return data, mode, st.st_mtime
 
 
-def launcher(name: str, prefix: str = PREFIX) -> bytes:
-    """The ``sh`` script ``<prefix>/bin/<name>``."""
-    return LAUNCHER.format(name=name, prefix=prefix).encode()
+def launcher(prefix: str = PREFIX) -> bytes:
+    """The ``sh`` script ``<prefix>/bin/python3``."""
+    return LAUNCHER.format(prefix=prefix).encode()
 
 
 def _host_path(host_root: str, path: str) -> str:
@@ -295,7 +296,7 @@ def plan_install(
     for dest, source in read_payload_list(payload_list):
         data, mode, mtime = _read_source(source)
         files.append(FileStep(dest, data, mode, mtime))
-    files += [FileStep(f"bin/{n}", launcher(n, prefix), 0o755) for n in COMMANDS]
+    files.append(FileStep(LAUNCHER_PATH, launcher(prefix), 0o755))
     old = read_record(host_root, prefix)
     change = None
     if engine == "auto":
@@ -401,20 +402,56 @@ def _root_fd(host_root: str) -> int:
         raise _refuse(f"cannot open the host root: {e}", host_root) from None
 
 
-def _write(root_fd: int, path: str, data: bytes, mode: int, mtime: float | None) -> None:
+def _write(
+    root_fd: int,
+    path: str,
+    data: bytes,
+    mode: int,
+    mtime: float | None,
+    dirs: dict[str, int] | None = None,
+) -> None:
+    """Write the file ``path`` in the root: a new one straight (``O_CREAT|O_EXCL|
+    O_NOFOLLOW`` in its parent's descriptor; a cut-short install is finished by the next,
+    which rewrites every file that differs), an existing one replaced atomically (a hook
+    may be running it). ``dirs`` caches the parents' descriptors (closed by the caller)."""
     from ..linux import pathsafe
 
+    parent = os.path.dirname(path)
     try:
-        pathsafe.write_file_in_root(root_fd, path, data, mode)
-        if mtime is not None:
-            parent, name = os.path.split(path)
-            fd = pathsafe.open_in_root(root_fd, parent, os.O_PATH | os.O_DIRECTORY)
-            try:
-                os.utime(name, (mtime, mtime), dir_fd=fd, follow_symlinks=False)
-            finally:
-                os.close(fd)
+        if dirs is None or parent not in dirs:
+            fd = pathsafe.makedirs_in_root(root_fd, parent)
+            if dirs is None:
+                try:
+                    return _write_at(root_fd, fd, path, data, mode, mtime)
+                finally:
+                    os.close(fd)
+            dirs[parent] = fd
+        _write_at(root_fd, dirs[parent], path, data, mode, mtime)
     except (ApplyError, OSError) as e:
         raise _refuse(f"cannot write: {e}", path) from None
+
+
+def _write_at(
+    root_fd: int, parent_fd: int, path: str, data: bytes, mode: int, mtime: float | None
+) -> None:
+    from ..linux import pathsafe
+
+    name = os.path.basename(path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(name, flags, 0o600, dir_fd=parent_fd)
+    except FileExistsError:
+        pathsafe.write_file_in_root(root_fd, path, data, mode)
+    else:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
+    if mtime is not None:
+        os.utime(name, (mtime, mtime), dir_fd=parent_fd, follow_symlinks=False)
 
 
 def _prune(root_fd: int, prefix: str, paths: Iterable[str]) -> None:
@@ -462,8 +499,14 @@ def apply_install(plan: InstallPlan) -> None:
 
     root_fd = _root_fd(plan.host_root)
     try:
-        for step in plan.writes:
-            _write(root_fd, os.path.join(plan.prefix, step.path), step.data, step.mode, step.mtime)
+        dirs: dict[str, int] = {}
+        try:
+            for step in plan.writes:
+                path = os.path.join(plan.prefix, step.path)
+                _write(root_fd, path, step.data, step.mode, step.mtime, dirs)
+        finally:
+            for fd in dirs.values():
+                close_quietly(fd)
         for path in plan.removes:
             try:
                 remove_in_root(root_fd, os.path.join(plan.prefix, path))

@@ -1,5 +1,5 @@
 """``ocihook k8s install`` / ``uninstall`` (:mod:`ocihook.engines.hostinstall`) against a
-fake host root in tmp: the payload copied under the prefix with the launchers, the
+fake host root in tmp: the payload copied under the prefix with the launcher, the
 engine detected from the host's files and configured, the record; installing twice
 writes nothing; uninstall restores the engine's file byte for byte and leaves the host
 as it was; every refusal is one line and exit 13, nothing written outside the host root.
@@ -48,15 +48,15 @@ def _payload(tmp_path: Path, *, extra: dict[str, bytes] | None = None) -> Path:
     interpreter, loader, libraries and modules)."""
     src = tmp_path / "image"
     files = {
-        "bin/python3": (b"\x7fELF python3.11", 0o755),
+        "libexec/python3": (b"\x7fELF python3.11", 0o755),
         "lib/ld.so": (b"\x7fELF ld-linux-x86-64.so.2", 0o755),
         "lib/libc.so.6": (b"\x7fELF libc", 0o644),
         "lib/python3.11/os.py": (b"# os\n", 0o644),
         "lib/python3.11/__pycache__/os.cpython-311.pyc": (b"pyc", 0o644),
         "lib/python3/dist-packages/ocihook/__init__.py": (b"# ocihook\n", 0o644),
-        "libexec/ocihook": (b"#!/bin/sh\n# ocihook\n", 0o755),
-        "libexec/ocihook-runtime": (b"#!/bin/sh\n# runtime\n", 0o755),
-        "libexec/nvidia-container-runtime-hook": (b"#!/bin/sh\n# hook\n", 0o755),
+        "bin/ocihook": (b"#!/bin/sh\n# ocihook\n", 0o755),
+        "bin/ocihook-runtime": (b"#!/bin/sh\n# runtime\n", 0o755),
+        "bin/nvidia-container-runtime-hook": (b"#!/bin/sh\n# hook\n", 0o755),
     }
     for name, data in (extra or {}).items():
         files[name] = (data, 0o644)
@@ -109,16 +109,19 @@ def test_install_copies_the_payload_and_registers_with_containerd(tmp_path: Path
     assert (prefix / "lib/python3/dist-packages/ocihook/__init__.py").read_bytes() == (
         b"# ocihook\n"
     )
-    assert (prefix / "bin/python3").stat().st_mode & 0o777 == 0o755
+    assert (prefix / "libexec/python3").stat().st_mode & 0o777 == 0o755
     assert (prefix / "lib/libc.so.6").stat().st_mode & 0o777 == 0o644
     # the copied .pyc stays valid: the source's mtime is kept
     assert (prefix / "lib/python3.11/os.py").stat().st_mtime == OLD_MTIME
-    launcher = (prefix / "bin/ocihook").read_text()
+    launcher = (prefix / "bin/python3").read_text()
     assert launcher.startswith("#!/bin/sh\n")
-    assert (
-        'exec "$p/lib/ld.so" --library-path "$p/lib" "$p/bin/python3" -I "$p/libexec/ocihook" "$@"'
-    ) in launcher
+    assert launcher.endswith(
+        'exec "$p/lib/ld.so" --argv0 "$p/bin/python3" --library-path "$p/lib" '
+        '"$p/libexec/python3" "$@"\n'
+    )
     assert "p=/usr/local/ocihook\n" in launcher
+    assert (prefix / "bin/python3").stat().st_mode & 0o777 == 0o755
+    assert (prefix / "bin/ocihook").read_bytes() == b"#!/bin/sh\n# ocihook\n"
     assert (prefix / "bin/ocihook-runtime").stat().st_mode & 0o777 == 0o755
     # containerd: the ocihook runtime is ocihook-runtime as the host sees it, CDI on
     conf = tomllib.loads((host / "etc/containerd/config.toml").read_text())
@@ -132,8 +135,9 @@ def test_install_copies_the_payload_and_registers_with_containerd(tmp_path: Path
     assert record["engine"] == "containerd"
     assert bytes.fromhex(record["before"]) == CONTAINERD_TOML
     assert "bin/ocihook" in record["files"]
+    assert "bin/python3" in record["files"]
     assert "restart containerd on the node" in err
-    assert "12 files written" in err, err
+    assert "10 files written" in err, err
 
 
 def test_install_twice_writes_nothing_and_keeps_the_original(tmp_path: Path) -> None:
@@ -146,7 +150,7 @@ def test_install_twice_writes_nothing_and_keeps_the_original(tmp_path: Path) -> 
     assert plan.removes == ()
     rc, err = _install(host, listing)
     assert rc == 0
-    assert "0 files written (0 KiB), 12 unchanged" in err
+    assert "0 files written (0 KiB), 10 unchanged" in err
     assert "already configured; unchanged" in err
     assert _tree(host) == first  # the record too: the original bytes are still there
 
@@ -274,6 +278,7 @@ def test_nothing_is_written_outside_the_host_root(tmp_path: Path) -> None:
         ("../../etc/passwd\t/etc/hostname", "unsafe payload path '../../etc/passwd'"),
         ("/etc/x\t/etc/hostname", "unsafe payload path '/etc/x'"),
         ("bin/ocihook\t/etc/hostname", "'bin/ocihook' is named twice or reserved"),
+        ("bin/python3\t/etc/hostname", "'bin/python3' is named twice or reserved"),
         ("lib/x relative", "is not DEST<TAB>/SOURCE"),
     ],
 )
