@@ -2,8 +2,9 @@
 Debian 12 tree of :mod:`support.debian`, the Debian package, the k8s extra's wheels),
 then used the way the cluster uses it: its OCI archive unpacked layer by layer, its
 default command ``ocihook k8s device-plugin``, grpc and the generated messages importable
-there; then the installer -- ``ocihook k8s install --host-root /host`` run chrooted in the
-image with a node's ``/`` bound at ``/host`` -- on a node that has containerd but no
+there, its device plugin listing a simulated node's GPUs; then the installer --
+``ocihook k8s install --host-root /host`` run chrooted in the image with a node's ``/``
+bound at ``/host`` -- on a node that has containerd but no
 Python at all (busybox-static only): the node runs ``/usr/local/ocihook/bin/ocihook``
 (version, ``info`` and ``cdi generate`` on a simulated GPU host), containerd's file
 registers ``ocihook-runtime`` with CDI on; installing again writes nothing; ``ocihook k8s
@@ -43,6 +44,10 @@ in_image() { chroot "$R" env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/root "$@
 on_node() { chroot "$H" env -i PATH=/bin "$@"; }
 in_image python3 -I -c 'import grpc, google.protobuf, ocihook.k8s.rpc, ocihook.k8s.deviceplugin; print("GRPC", grpc.__version__)'
 in_image ocihook k8s device-plugin --help | head -n 1 | sed 's/^/PLUGINHELP /'
+in_image python3 -I -c "from ocihook.sim import host; host.build('/tmp/sim')"
+in_image ocihook k8s device-plugin --list --driver-root=/ --container-driver-root=/tmp/sim \
+    --gpu-backend procfs 2>/dev/null >"$R/tmp/list.json"
+echo "LIST $(tr -d '\n' <"$R/tmp/list.json")"
 in_image ocihook k8s install --host-root /host 2>&1 | sed 's/^/INSTALL /'
 echo "VERSION $(on_node /usr/local/ocihook/bin/ocihook --version)"
 echo "RUNTIME $(on_node /usr/local/ocihook/bin/ocihook-runtime --version)"
@@ -179,6 +184,11 @@ def test_image_builds_offline_and_installs_onto_a_node_without_python(tmp_path: 
     out = proc.stdout
     assert _tagged(out, "GRPC")[0].startswith("1.")
     assert _tagged(out, "PLUGINHELP") == ["Usage: ocihook k8s device-plugin [OPTIONS]"]
+    # the image's device plugin on a simulated node seen at /tmp/sim: eight GPUs, whose
+    # CDI names are of ocihook's own kind
+    listed = json.loads(_tagged(out, "LIST")[0])["nvidia.com/gpu"]
+    assert len(listed) == 8
+    assert listed[0]["cdi"].startswith("k8s.ocihook.io/nvidia-gpu=GPU-")
     install = _tagged(out, "INSTALL")
     assert re.fullmatch(
         r"ocihook: /usr/local/ocihook: \d{4} files written \(\d+ KiB\), 0 unchanged, 0 removed",
