@@ -469,3 +469,113 @@ def k8s_features(**params: Any) -> None:
         from ..oci.bundle import write_bytes_atomic
 
         write_bytes_atomic(output, text.encode())
+
+
+def _host_options(f: Any) -> Any:
+    from ..engines import hostinstall
+
+    f = click.option(
+        "--prefix",
+        default=hostinstall.PREFIX,
+        show_default=True,
+        metavar="PATH",
+        help="The host directory ocihook is installed in.",
+    )(f)
+    return click.option(
+        "--host-root",
+        default="/host",
+        show_default=True,
+        metavar="PATH",
+        help="Where this container sees the host's / (a hostPath mount of /).",
+    )(f)
+
+
+@k8s.command(name="install")
+@_host_options
+@click.option(
+    "--runtime",
+    "engine",
+    type=click.Choice(["auto", "containerd", "crio", "none"]),
+    default="auto",
+    show_default=True,
+    help="The engine to register ocihook-runtime with (and enable CDI in); auto: the one "
+    "the host's files show; none: install the files only.",
+)
+@click.option(
+    "--set-as-default", is_flag=True, help="Make ocihook-runtime the engine's default runtime."
+)
+@click.option(
+    "--payload",
+    default=None,
+    metavar="PATH",
+    help="The payload list (default: the image's /usr/share/ocihook/host-payload.list).",
+)
+@click.option("--dry-run", is_flag=True, help="Say what would be done; write nothing.")
+def k8s_install(
+    host_root: str,
+    prefix: str,
+    engine: str,
+    set_as_default: bool,
+    payload: str | None,
+    dry_run: bool,
+) -> None:
+    """Install ocihook on the node from its image, as NVIDIA's toolkit container does: a
+    self-contained copy (interpreter included) under --prefix with bin/ocihook,
+    bin/ocihook-runtime and bin/nvidia-container-runtime-hook, and ocihook-runtime
+    registered with the node's containerd or CRI-O, CDI enabled (restart the engine to
+    apply). Idempotent; `ocihook k8s uninstall` undoes it. Errors exit 13."""
+    from ..engines import describe, hostinstall
+
+    plan = hostinstall.plan_install(
+        host_root,
+        prefix=prefix,
+        payload_list=payload or hostinstall.PAYLOAD_LIST,
+        engine=engine,
+        set_as_default=set_as_default,
+    )
+    if not dry_run:
+        hostinstall.apply_install(plan)
+    would = "would be " if dry_run else ""
+    size = sum(len(s.data) for s in plan.writes)
+    click.echo(
+        f"ocihook: {prefix}: {len(plan.writes)} files {would}written ({size >> 10} KiB), "
+        f"{len(plan.keeps)} unchanged, {len(plan.removes)} {would}removed",
+        err=True,
+    )
+    if plan.change is not None:
+        click.echo(f"ocihook: {'dry run: ' if dry_run else ''}{describe(plan.change)}", err=True)
+        if plan.change.changed:
+            click.echo(
+                f"ocihook: restart {plan.change.engine} on the node to use ocihook-runtime and CDI",
+                err=True,
+            )
+
+
+@k8s.command(name="uninstall")
+@_host_options
+@click.option(
+    "--keep-engine-config",
+    is_flag=True,
+    help="Leave the engine's configuration file as it is (remove the files only).",
+)
+@click.option("--dry-run", is_flag=True, help="Say what would be done; write nothing.")
+def k8s_uninstall(host_root: str, prefix: str, keep_engine_config: bool, dry_run: bool) -> None:
+    """Undo `ocihook k8s install`: the engine's file restored as it was before (refused,
+    exit 13, when it changed since), the installed files removed, then the directories
+    left empty. Nothing installed: nothing done."""
+    from ..engines import hostinstall
+
+    plan = hostinstall.plan_uninstall(
+        host_root, prefix=prefix, keep_engine_config=keep_engine_config
+    )
+    if not plan.removes:
+        click.echo(f"ocihook: {prefix}: not installed; nothing to do", err=True)
+        return
+    if not dry_run:
+        hostinstall.apply_uninstall(plan)
+    would = "would be " if dry_run else ""
+    if plan.restore is not None:
+        path, data = plan.restore
+        done = "removed" if data is None else "restored"
+        click.echo(f"ocihook: {path}: {would}{done}", err=True)
+    click.echo(f"ocihook: {prefix}: {len(plan.removes)} files {would}removed", err=True)

@@ -34,7 +34,10 @@ code  class                        meaning
 13    :class:`EngineConfigError`   ``ocihook runtime configure``: a container engine's
                                    configuration file is malformed or cannot be written;
                                    ``ocihook install docker-hook``: another program's
-                                   ``nvidia-container-runtime-hook`` is in the way
+                                   ``nvidia-container-runtime-hook`` is in the way;
+                                   ``ocihook k8s install`` / ``uninstall``: a bad
+                                   payload list, no engine found, the engine's file
+                                   changed since the install
 14    :class:`DoctorFailed`        ``ocihook doctor``: a check FAILed (WARN and SKIP
                                    alone exit 0)
 ====  ===========================  =====================================================
@@ -254,7 +257,10 @@ class EngineConfigError(OcihookError):
     """``ocihook runtime configure``: a container engine's configuration file (Docker's
     ``daemon.json``, containerd's ``config.toml``, a CRI-O drop-in, a hooks.d file) is
     malformed, of a version ocihook does not edit, or cannot be written. ``path`` is the
-    file; it is left as it was."""
+    file; it is left as it was. Also ``ocihook k8s install`` / ``uninstall``
+    (:mod:`ocihook.engines.hostinstall`): a malformed or unsafe payload list, no engine (or
+    two) found on the host, a file that cannot be written under the host root, an engine
+    file changed since the install (not restored); ``path`` names it."""
 
     reference = "bad-engine-config"
 

@@ -254,7 +254,7 @@ def _k8s_plugin_containers() -> list[tuple[str, dict[str, Any], dict[str, Any]]]
 
     out = []
     directory = os.path.join(PACKAGING, "kubernetes")
-    for name in sorted(os.listdir(directory)):
+    for name in sorted(n for n in os.listdir(directory) if n.endswith(".yaml")):
         with open(os.path.join(directory, name)) as f:
             for doc in yaml.safe_load_all(f):
                 pod = doc.get("spec", {}).get("template", {}).get("spec", {})

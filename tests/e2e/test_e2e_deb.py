@@ -18,7 +18,6 @@ registries), where it fails.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shlex
@@ -29,57 +28,11 @@ from pathlib import Path
 
 import pytest
 from support import REPO, need_root_and
+from support.debian import base_tarball
 
-#: What the base tree holds beyond variant ``apt``: the package's Depends, what the test
-#: runs (runc, busybox-static), and deb-systemd-helper (init-system-helpers).
-BASE_PACKAGES = (
-    "python3",
-    "python3-pyelftools",
-    "python3-jsonschema",
-    "python3-click",
-    "python3-yaml",
-    "python3-tomlkit",
-    "runc",
-    "busybox-static",
-    "init-system-helpers",
-)
-SUITE = "bookworm"
-SOURCES = "/etc/apt/sources.list.d/debian.sources"
 #: The only path the purge may leave that was not there before: dpkg's own log, which
 #: the first dpkg run in a fresh mmdebstrap tree creates.
 DPKG_LOG = "f ./var/log/dpkg.log"
-
-
-def _cache() -> Path:
-    return Path(os.environ.get("OCIHOOK_CACHE") or os.path.expanduser("~/.cache/ocihook"))
-
-
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{reason} (CI=true: the registries are reachable there)")
-    pytest.skip(reason)
-
-
-def _base_tarball() -> Path:
-    """The cached base tree tarball, built by mmdebstrap when missing (about 45 s)."""
-    key = hashlib.sha256(" ".join((SUITE, *BASE_PACKAGES)).encode()).hexdigest()[:12]
-    tarball = _cache() / f"debian-{SUITE}-deb-test-{key}.tar"
-    if tarball.exists():
-        return tarball
-    if not os.path.exists(SOURCES):
-        _unavailable(f"no {SOURCES}: mmdebstrap has no mirror to build the Debian tree from")
-    tarball.parent.mkdir(parents=True, exist_ok=True)
-    partial = tarball.with_suffix(".partial.tar")
-    cmd = ["mmdebstrap", "--variant=apt", "--include=" + ",".join(BASE_PACKAGES)]
-    proc = subprocess.run(
-        [*cmd, SUITE, str(partial), SOURCES], capture_output=True, text=True, timeout=900
-    )
-    if proc.returncode != 0:
-        partial.unlink(missing_ok=True)
-        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        _unavailable(f"mmdebstrap could not build the Debian {SUITE} tree: {last}")
-    os.replace(partial, tarball)
-    return tarball
 
 
 def _file_list(tree: Path) -> set[str]:
@@ -133,7 +86,7 @@ def _tagged(out: str, tag: str) -> list[str]:
 def test_deb_installs_runs_and_purges_clean(tmp_path: Path) -> None:
     need_root_and("mmdebstrap", "dpkg-deb", "fakeroot", "unshare", "chroot", "find")
     pytest.importorskip("build", reason="pip install -e '.[test]' installs build")
-    tarball = _base_tarball()
+    tarball = base_tarball()
     built = subprocess.run(
         [os.path.join(REPO, "scripts/build-deb"), "--outdir", str(tmp_path), "--no-lintian"],
         env={**os.environ, "PYTHON": sys.executable},

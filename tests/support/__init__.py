@@ -21,6 +21,8 @@ generators here (:func:`guard_host`, :func:`start_podman`, :func:`start_containe
 - :mod:`support.rootless`: an unprivileged user of the tests' own;
 - :mod:`support.k8s`: the kubelet's side of the device plugin API, containerd with CRI;
 - :mod:`support.fuzz`: the fuzz campaign's settings, records and input strategies.
+- :mod:`support.debian` (imported as such): the Debian 12 tree of the packaging tests
+  (:func:`~support.debian.base_tarball`).
 """
 
 from support.bundles import (
