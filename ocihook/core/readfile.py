@@ -66,6 +66,29 @@ def _too_large(limit: int) -> FileTooLarge:
     return FileTooLarge(_EFBIG, f"larger than {limit} bytes ({limit / (1 << 20):g} MiB)")
 
 
+def _open_regular(path: str) -> tuple[int, os.stat_result]:
+    """A descriptor of the regular file at ``path`` and its status. A special file is
+    refused before it is opened at all (a device's open can have effects), and again
+    after: the path may name another file by then.
+
+    Raises:
+        NotRegularFile, OSError: as :func:`read_regular`.
+    """
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise NotRegularFile(_EINVAL, f"not a regular file ({_kind(mode)})")
+    fd = os.open(path, _FLAGS)
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise NotRegularFile(_EINVAL, f"not a regular file ({_kind(st.st_mode)})")
+    return fd, st
+
+
 def read_regular(path: str, limit: int = MAX_JSON_BYTES) -> bytes:
     """The bytes of the regular file at ``path`` (links followed), at most ``limit``.
 
@@ -76,14 +99,8 @@ def read_regular(path: str, limit: int = MAX_JSON_BYTES) -> bytes:
             before reading, and again by the read).
         OSError: it cannot be opened or read (``FileNotFoundError``...).
     """
-    mode = os.stat(path).st_mode  # a device is refused before it is opened at all
-    if not stat.S_ISREG(mode):
-        raise NotRegularFile(_EINVAL, f"not a regular file ({_kind(mode)})")
-    fd = os.open(path, _FLAGS)
+    fd, st = _open_regular(path)
     try:
-        st = os.fstat(fd)  # and again: the path may name another file by now
-        if not stat.S_ISREG(st.st_mode):
-            raise NotRegularFile(_EINVAL, f"not a regular file ({_kind(st.st_mode)})")
         if st.st_size > limit:
             raise _too_large(limit)
         chunks = []
@@ -147,14 +164,8 @@ def contains_any(path: str, needles: tuple[bytes, ...], chunk: int = 1 << 20) ->
         NotRegularFile, OSError: as :func:`read_regular`.
     """
     longest = max((len(n) for n in needles), default=1)
-    mode = os.stat(path).st_mode
-    if not stat.S_ISREG(mode):
-        raise NotRegularFile(_EINVAL, f"not a regular file ({_kind(mode)})")
-    fd = os.open(path, _FLAGS)
+    fd, _st = _open_regular(path)
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise NotRegularFile(_EINVAL, f"not a regular file ({_kind(st.st_mode)})")
         tail = b""
         while True:
             data = os.read(fd, chunk)
