@@ -35,6 +35,9 @@ RUNC_SAFE_MOUNT_TARGETS = (1, 1, 14)
 #: Entries of :mod:`ocihook.linux.cachestore` holding runtime versions.
 CACHE_PREFIX = "runtime-version"
 _ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
+#: What is stored for a binary whose version cannot be read (it printed nothing usable, it
+#: failed or timed out), so that it is not run again until the binary changes.
+UNKNOWN_VERSION = "unknown"
 
 
 def parse_version_output(text: str) -> tuple[str, str, tuple[int, int, int]] | None:
@@ -182,13 +185,16 @@ def runtime_version(
         "identity": [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns],
     }
     found = cachestore.lookup(key, {}, cache_dir, prefix=CACHE_PREFIX)
+    if found == UNKNOWN_VERSION:
+        return None
     if isinstance(found, tuple) and len(found) == 3:
         name, shown, version = found
         return str(name), str(shown), (int(version[0]), int(version[1]), int(version[2]))
     out = _run_version(path)
     parsed = None if out is None else parse_version_output(out)
-    if parsed is not None:
-        cachestore.store(key, parsed, (), cache_dir, prefix=CACHE_PREFIX)
+    # a runtime that does not say (youki, runsc, a wrapper) is not asked again on every start
+    stored = UNKNOWN_VERSION if parsed is None else parsed
+    cachestore.store(key, stored, (), cache_dir, prefix=CACHE_PREFIX)
     return parsed
 
 

@@ -174,3 +174,19 @@ def test_ignored_sigchld_claims_nothing(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() in ("None",) or "CVE-2024-45310" in out.stdout
+
+
+def test_a_runtime_that_does_not_say_is_asked_once(tmp_path: Path) -> None:
+    """A runtime whose output names no version (runsc, a wrapper): "unknown" is kept too,
+    so the binary is not run on every container start (it cost ~12 ms each)."""
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o755)
+    path, count = _fake(tmp_path, "runsc release-20240513.0")
+    assert runtime_version(path, cache_dir=str(cache)) is None
+    assert runtime_version(path, cache_dir=str(cache)) is None
+    assert mount_race_warning(path, cache_dir=str(cache)) is None
+    assert count.read_text() == "x"
+    path, count = _fake(tmp_path, "runc version 1.1.5")  # replaced: asked again
+    os.utime(path, ns=(2, 2))
+    assert runtime_version(path, cache_dir=str(cache)) == ("runc", "1.1.5", (1, 1, 5))
+    assert count.read_text() == "xx"
