@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from ..core.hostroot import HostRoot
 
-__all__ = ["FORMAT", "PREFIX", "host_key", "source_dirs"]
+__all__ = ["FORMAT", "PREFIX", "discovery_key", "host_key", "ipc_identity", "source_dirs"]
 
 #: Version of the key's and the entry's format: 2 since a discovered host records where
 #: its CUDA version came from (``NvidiaHost.cuda_source``).
@@ -85,6 +85,40 @@ def host_key(root: HostRoot, params: Mapping[str, object]) -> dict[str, object]:
         "ldcache": _identity(root.driver(root.ldcache)),
         "nodes": nodes,
     }
+
+
+def discovery_key(root: HostRoot, capabilities: Sequence[str] | None) -> dict[str, object]:
+    """The :func:`host_key` of :func:`ocihook.discovery.nvidia.discover_cached` for
+    ``capabilities`` (sorted, each once; ``None``: all): with the machine's architecture
+    and the :func:`ipc_identity` of ``root``.
+
+    Raises:
+        OSError: the host cannot be read (the caller discovers without the store)."""
+    params = {
+        "capabilities": None if capabilities is None else list(capabilities),
+        "machine": os.uname().machine,
+        "ipc": ipc_identity(root),
+    }
+    return host_key(root, params)
+
+
+def ipc_identity(root: HostRoot) -> list[list[object]]:
+    """``[path, file type, inode]`` of each IPC path (:data:`~.records.IPC_PATHS`) in the
+    driver root, ``None`` for one that is not there: a daemon's socket or the MPS
+    directory that appears, goes or is made again makes a cached discovery stale."""
+    from ..core.errors import DiscoveryError
+    from ..linux.pathsafe import resolve_in_root
+    from .records import IPC_PATHS
+
+    out: list[list[object]] = []
+    for _capability, path, _kind in IPC_PATHS:
+        try:  # resolved as find_ipcs resolves it: a /var/run -> /run link stays in the root
+            st = os.stat(resolve_in_root(root.driver_root, path))
+        except (OSError, DiscoveryError):
+            out.append([path, None, None])
+            continue
+        out.append([path, st.st_mode & 0o170000, st.st_ino])
+    return out
 
 
 def source_dirs(paths: Sequence[str]) -> list[str]:

@@ -437,9 +437,8 @@ def discover_cached(
     root = root or HostRoot()
     directory = cache_dir or cachestore.DEFAULT_DIR
     caps = None if capabilities is None else sorted(set(capabilities))
-    params = {"capabilities": caps, "machine": os.uname().machine, "ipc": _ipc_identity(root)}
     try:
-        key = cache.host_key(root, params)
+        key = cache.discovery_key(root, caps)
     except OSError:
         return discover(root, capabilities=caps)
     found = None if warm else cachestore.lookup(key, _CACHED_TYPES, directory, prefix=cache.PREFIX)
@@ -447,32 +446,24 @@ def discover_cached(
         return found
     host = discover(root, capabilities=caps)
     if warm or os.path.isdir(directory):
-        paths = [lib.host_path for lib in host.libraries]
-        paths += [root.driver(lib.cache_path) for lib in host.libraries if lib.cache_path]
-        paths += [f.host_path for f in host.files]
-        paths += [root.driver(f.path) for f in host.files]
-        dirs = [*cache.source_dirs(paths), root.dev("/dev")]
-        dirs += [root.driver(d) for d in root.library_dirs]
+        dirs = discovery_dirs(host)
         cachestore.store(key, host, dirs, directory, create=warm, prefix=cache.PREFIX)
     return host
 
 
-def _ipc_identity(root: HostRoot) -> list[list[object]]:
-    """``[path, file type, inode]`` of each IPC path (:data:`~.records.IPC_PATHS`) in the
-    driver root, ``None`` for one that is not there: a daemon's socket or the MPS
-    directory that appears, goes or is made again makes a cached discovery stale."""
-    from ..linux.pathsafe import resolve_in_root
-    from .records import IPC_PATHS
+def discovery_dirs(host: NvidiaHost) -> list[str]:
+    """The host directories ``host`` was read from (sorted parents of its libraries and
+    files, the dev root's ``/dev``, the library directories): a change in one makes a
+    stored value computed from ``host`` stale (:mod:`ocihook.linux.cachestore`)."""
+    from . import cache
 
-    out: list[list[object]] = []
-    for _capability, path, _kind in IPC_PATHS:
-        try:  # resolved as find_ipcs resolves it: a /var/run -> /run link stays in the root
-            st = os.stat(resolve_in_root(root.driver_root, path))
-        except (OSError, DiscoveryError):
-            out.append([path, None, None])
-            continue
-        out.append([path, st.st_mode & 0o170000, st.st_ino])
-    return out
+    root = host.root
+    paths = [lib.host_path for lib in host.libraries]
+    paths += [root.driver(lib.cache_path) for lib in host.libraries if lib.cache_path]
+    paths += [f.host_path for f in host.files]
+    paths += [root.driver(f.path) for f in host.files]
+    dirs = [*cache.source_dirs(paths), root.dev("/dev")]
+    return dirs + [root.driver(d) for d in root.library_dirs]
 
 
 #: The record classes a cached :class:`NvidiaHost` is made of.

@@ -14,9 +14,7 @@ from __future__ import annotations
 import os
 
 from ..core.errors import RequestError
-from ..plan.build import ContainerLayout, links_to_mounts, make_plan, merge_plans
 from ..plan.edits import ContainerEdits, Plan
-from .extras import request_device_nodes, request_mounts
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
 if TYPE_CHECKING:
@@ -25,10 +23,11 @@ if TYPE_CHECKING:
     from ..config.options import Options
     from ..core.hostroot import HostRoot
     from ..oci.bundle import Bundle
+    from ..plan.build import ContainerLayout
     from ..request.drm import DrmRequest
     from ..request.nvidia import Request
 
-__all__ = ["layout_for_rootfs", "log_plan", "occupied_links", "plan_for_bundle"]
+__all__ = ["is_debian_image", "layout_for_rootfs", "log_plan", "occupied_links", "plan_for_bundle"]
 
 
 def plan_for_bundle(
@@ -54,21 +53,7 @@ def plan_for_bundle(
     plans: list[Plan] = []
     try:
         if not request.is_void:
-            from ..discovery.nvidia import SUPPORTED_CAPABILITIES, discover_cached
-
-            host = discover_cached(root, capabilities=request.capabilities & SUPPORTED_CAPABILITIES)
-            plans.append(
-                make_plan(
-                    host,
-                    request,
-                    layout_for_rootfs(bundle.rootfs),
-                    request_device_nodes(host, request),
-                    request_mounts(host, request),
-                    cuda_compat=options.cuda_compat,
-                    check_requirements=options.check_requirements,
-                    supported=options.supported,
-                )
-            )
+            plans.append(_nvidia_plan(bundle.rootfs, request, root, options))
         for drm_request in drm_requests:
             from ..discovery.drm import discover_vendor
             from ..plan.build import make_drm_plan
@@ -77,11 +62,46 @@ def plan_for_bundle(
     except RequestError as e:
         raise e.with_path(bundle.config_path) from None
     plan = plans[0] if plans else Plan("", (), (), ContainerEdits())
-    for more in plans[1:]:
-        plan = merge_plans(plan, more)
-    plan = links_to_mounts(plan, occupied_links(bundle.rootfs, plan))
+    if len(plans) > 1:
+        from ..plan.build import merge_plans
+
+        for more in plans[1:]:
+            plan = merge_plans(plan, more)
+    occupied = occupied_links(bundle.rootfs, plan)
+    if occupied:
+        from ..plan.build import links_to_mounts
+
+        plan = links_to_mounts(plan, occupied)
     log_plan(request, plan, mode)
     return plan
+
+
+def _nvidia_plan(rootfs: str, request: Request, root: HostRoot | None, options: Options) -> Plan:
+    """The NVIDIA plan for ``request`` (not void) and the image in ``rootfs``, before its
+    own files are looked at: replayed from the compiled edits
+    (:mod:`ocihook.pipeline.compiled`) when the request is compilable, else made from
+    discovery."""
+    from ..core.hostroot import HostRoot
+    from .compiled import compilable, compiled_plan
+
+    debian = is_debian_image(rootfs)
+    if compilable(request):
+        return compiled_plan(root or HostRoot(), request, options, debian)
+    from ..discovery.nvidia import SUPPORTED_CAPABILITIES, discover_cached
+    from ..plan.build import ContainerLayout, make_plan
+    from .extras import request_device_nodes, request_mounts
+
+    host = discover_cached(root, capabilities=request.capabilities & SUPPORTED_CAPABILITIES)
+    return make_plan(
+        host,
+        request,
+        ContainerLayout.for_image(debian),
+        request_device_nodes(host, request),
+        request_mounts(host, request),
+        cuda_compat=options.cuda_compat,
+        check_requirements=options.check_requirements,
+        supported=options.supported,
+    )
 
 
 def log_plan(request: Request, plan: Plan, mode: str) -> None:
@@ -127,10 +147,19 @@ def occupied_links(rootfs: str, plan: Plan) -> set[str]:
     from ..linux.pathsafe import resolve_in_root
 
     out: set[str] = set()
+    parents: dict[str, str | None] = {}  # each directory resolved once
     for s in plan.edits.symlinks:
         parent, _, name = s.link.rpartition("/")
+        if parent not in parents:
+            try:
+                parents[parent] = resolve_in_root(rootfs, parent or "/")
+            except Exception:
+                parents[parent] = None
+        resolved = parents[parent]
+        if resolved is None:
+            continue
         try:
-            st = os.lstat(os.path.join(resolve_in_root(rootfs, parent or "/"), name))
+            st = os.lstat(os.path.join(resolved, name))
         except Exception:
             continue
         if stat.S_ISREG(st.st_mode):
@@ -139,14 +168,23 @@ def occupied_links(rootfs: str, plan: Plan) -> set[str]:
 
 
 def layout_for_rootfs(rootfs: str) -> ContainerLayout:
+    """The :class:`~ocihook.plan.build.ContainerLayout` of the image in ``rootfs``
+    (:func:`is_debian_image`)."""
+    from ..plan.build import ContainerLayout
+
+    return ContainerLayout.for_image(is_debian_image(rootfs))
+
+
+def is_debian_image(rootfs: str) -> bool:
     """Choose the container layout by looking at the image: the Debian multiarch layout
     (``/usr/lib/<triplet>``) when ``/etc/debian_version`` resolves inside ``rootfs``
     (libnvidia-container ``src/nvc_container.c``) or when the image's glibc loader lives
     in a multiarch directory (a distroless-like image built from Debian's packages without
     that file: :attr:`ocihook.linux.loaders.Loader.multiarch_dir`); else ``/usr/lib64``
     (RHEL-like, and musl images, whose loader is then told about it:
-    :func:`ocihook.appliers.live.libraries.write_musl_paths`). An unreadable or hostile
-    tree gets the generic layout. Only file types, links and ELF headers are read."""
+    :func:`ocihook.appliers.live.libraries.write_musl_paths`): whether the image has the
+    Debian layout. An unreadable or hostile tree gets the generic layout. Only file
+    types, links and ELF headers are read."""
     from ..linux.pathsafe import resolve_in_root
 
     try:
@@ -157,4 +195,4 @@ def layout_for_rootfs(rootfs: str) -> ContainerLayout:
         from ..linux.loaders import find_loaders
 
         is_debian = any(loader.multiarch_dir for loader in find_loaders(rootfs))
-    return ContainerLayout.for_image(is_debian)
+    return is_debian
