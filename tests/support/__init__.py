@@ -89,6 +89,7 @@ from support.k8s import (
     containerd_from_deb,
     cri_client,
     cri_messages,
+    run_cri_pod,
     start_cri_containerd,
 )
 from support.nvml import load_pynvml_double, sim_nvml
@@ -164,6 +165,7 @@ __all__ = [
     "register_stage_hook",
     "run_cli",
     "run_cli_process",
+    "run_cri_pod",
     "run_runtime",
     "sim_nvml",
     "stage_hook",

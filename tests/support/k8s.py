@@ -1,7 +1,7 @@
 """Kubernetes: :class:`FakeKubelet` (the kubelet's side of the device plugin API) and
 containerd with CRI and CDI from Debian's packages (:func:`containerd_from_deb`,
 :func:`start_cri_containerd`, :func:`cri_messages`, :func:`cri_client`,
-:func:`busybox_oci_archive`)."""
+:func:`busybox_oci_archive`) and a pod run through CRI (:func:`run_cri_pod`)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -543,3 +544,92 @@ def start_cri_containerd(d: Path, suite: str, host_guard: str) -> Iterator[CriCo
         stop_containerd(proc, address, 15)
         for line in mounts_under(str(d)):
             subprocess.run(["umount", "-l", line.split()[4]], check=False)
+
+
+def run_cri_pod(
+    cri: CriContainerd,
+    out: Path,
+    script: str,
+    allocation: Any = None,
+    cdi: list[str] | None = None,
+    env: dict[str, str] | None = None,
+) -> None:
+    """Run one pod (host network, cgroup parent of the test) with one container running
+    ``sh -c script`` in :data:`BUSYBOX_IMAGE` as kubelet would: ``out`` (created) mounted
+    at ``/out``, ``env`` as its environment, and with ``allocation`` (a
+    ``ContainerAllocateResponse``) copied into the CRI request as kubelet's device
+    manager copies it (envs, mounts, devices, annotations, CDI devices), plus the CDI
+    devices named in ``cdi``. Waits for the container to exit (60 s at most), asserts exit
+    status 0 (with its log), and removes the container and the pod."""
+    m = cri.messages
+    out.mkdir(parents=True, exist_ok=True)
+    pod_uid = str(uuid.uuid4())
+    sandbox = m.PodSandboxConfig(
+        metadata=m.PodSandboxMetadata(name=f"gpu-{pod_uid[:8]}", uid=pod_uid, namespace="default"),
+        log_directory=str(out / "logs"),
+        linux=m.LinuxPodSandboxConfig(
+            cgroup_parent=cri.cgroup_parent,
+            security_context=m.LinuxSandboxSecurityContext(
+                namespace_options=m.NamespaceOption(network=m.NODE)
+            ),
+        ),
+    )
+    pod = cri.client.RunPodSandbox(
+        m.RunPodSandboxRequest(config=sandbox), timeout=60
+    ).pod_sandbox_id
+    try:
+        config = m.ContainerConfig(
+            metadata=m.ContainerMetadata(name="main"),
+            image=m.ImageSpec(image=BUSYBOX_IMAGE),
+            command=["/bin/sh", "-c", script],
+            envs=[m.KeyValue(key=k, value=v) for k, v in sorted((env or {}).items())],
+            mounts=[m.Mount(container_path="/out", host_path=str(out))],
+            log_path="main.log",
+            linux=m.LinuxContainerConfig(
+                security_context=m.LinuxContainerSecurityContext(
+                    namespace_options=m.NamespaceOption(network=m.NODE)
+                )
+            ),
+        )
+        if allocation is not None:  # what kubelet's device manager copies into the CRI request
+            config.envs.extend(
+                m.KeyValue(key=k, value=v) for k, v in sorted(allocation.envs.items())
+            )
+            config.mounts.extend(
+                m.Mount(
+                    container_path=x.container_path, host_path=x.host_path, readonly=x.read_only
+                )
+                for x in allocation.mounts
+            )
+            config.devices.extend(
+                m.Device(
+                    container_path=x.container_path,
+                    host_path=x.host_path,
+                    permissions=x.permissions,
+                )
+                for x in allocation.devices
+            )
+            config.annotations.update(allocation.annotations)
+            config.CDI_devices.extend(m.CDIDevice(name=x.name) for x in allocation.cdi_devices)
+        config.CDI_devices.extend(m.CDIDevice(name=n) for n in cdi or [])
+        cid = cri.client.CreateContainer(
+            m.CreateContainerRequest(pod_sandbox_id=pod, config=config, sandbox_config=sandbox),
+            timeout=60,
+        ).container_id
+        cri.client.StartContainer(m.StartContainerRequest(container_id=cid), timeout=60)
+        deadline = time.monotonic() + 60
+        while True:
+            status = cri.client.ContainerStatus(
+                m.ContainerStatusRequest(container_id=cid), timeout=10
+            ).status
+            if status.state == m.CONTAINER_EXITED:
+                break
+            assert time.monotonic() < deadline, "the container did not exit"
+            time.sleep(0.1)
+        log_file = out / "logs" / "main.log"
+        log = log_file.read_text() if log_file.exists() else ""
+        assert status.exit_code == 0, (status.reason, status.message, log)
+        cri.client.RemoveContainer(m.RemoveContainerRequest(container_id=cid), timeout=60)
+    finally:
+        cri.client.StopPodSandbox(m.StopPodSandboxRequest(pod_sandbox_id=pod), timeout=60)
+        cri.client.RemovePodSandbox(m.RemovePodSandboxRequest(pod_sandbox_id=pod), timeout=60)
