@@ -352,16 +352,25 @@ def test_nvidia(
     cri: CriContainerd,
     plugin: Callable[[str], Plugin],
     nv_host: simhost.SimulatedHost,
+    hook: str,
     tmp_path: Path,
 ) -> None:
-    """nvidia.com/gpu: two pods, two GPUs and one (whose minor is not its index); the
-    metrics endpoint counts what happened."""
+    """nvidia.com/gpu: the plugin runs without capabilities in a root of its own and
+    writes a spec naming the host's paths and --hook-path; two pods, given two GPUs and
+    one (whose minor is not its index); the metrics endpoint counts what happened."""
     p = plugin(nv_host.root)
     kubelet = p.kubelet
     p.wait(lambda: len(kubelet.healthy(GPU)) == 8)
     assert {r.resource_name for r in kubelet.registrations} == {GPU}
+    status = Path(f"/proc/{p.proc.pid}/status").read_text()
+    assert re.search(r"^CapEff:\s+0+$", status, re.M), status  # capabilities: drop: [ALL]
+    assert os.readlink(f"/proc/{p.proc.pid}/root") != "/"  # its own root, not the host's
     spec = p.spec("k8s.ocihook.io/nvidia-gpu")
     assert "/host" not in json.dumps(spec)  # the host's paths, not where the plugin read them
+    hooks = [
+        h for e in [spec, *spec["devices"]] for h in e.get("containerEdits", e).get("hooks", [])
+    ]
+    assert hooks and {h["path"] for h in hooks} == {hook}  # --hook-path
     by_uuid = {g.uuid: g for g in nv_host.gpus}
     two = kubelet.preferred(GPU, list(by_uuid), [], 2)
     third = nv_host.gpus[2]
