@@ -71,6 +71,7 @@ from support import (
     FakeKubelet,
     daemonset_container,
     make_executable,
+    need_root_and,
     pod_binds,
     run_cli,
     run_cri_pod,
@@ -219,6 +220,7 @@ def plugin(cri: CriContainerd, hook: str, tmp_path: Path) -> Iterator[Callable[[
     """``start(host_root)``: the manifest's device plugin for the simulated host at
     ``host_root``, registered with a :class:`FakeKubelet`; stopped with SIGTERM at the
     end, which it must answer by exiting 0."""
+    need_root_and("unshare", "chroot", "setpriv")
     container, volumes = daemonset_container(MANIFEST, "device-plugin")
     kubelet_dir = tmp_path / "dp"  # short: a unix socket path has at most 107 bytes
     kubelet_dir.mkdir()
@@ -440,13 +442,20 @@ def test_intel(
     intel_host: vendors.SimDrmHost,
     tmp_path: Path,
 ) -> None:
-    """gpu.intel.com/i915 and gpu.intel.com/xe: a pod given the i915 GPU has its nodes and
-    not the xe GPU's."""
+    """gpu.intel.com/i915 and gpu.intel.com/xe, registered again after a kubelet restart
+    (through the bind-mounted directory): a pod given the i915 GPU has its nodes and not
+    the xe GPU's."""
     p = plugin(intel_host.root)
     kubelet = p.kubelet
     resources = {"gpu.intel.com/i915", "gpu.intel.com/xe"}
     p.wait(lambda: all(len(kubelet.healthy(r)) == 1 for r in resources))
     assert {r.resource_name for r in kubelet.registrations} == resources
+    kubelet.restart()  # a new kubelet.sock, the plugin's sockets gone: it registers again
+    p.wait(
+        lambda: (
+            len(kubelet.registrations) == 4 and all(len(kubelet.healthy(r)) == 1 for r in resources)
+        )
+    )
     spec = p.spec("k8s.ocihook.io/intel-gpu")
     (want,) = kubelet.healthy("gpu.intel.com/i915")
     resp = kubelet.allocate("gpu.intel.com/i915", [want]).container_responses[0]
