@@ -127,6 +127,21 @@ def containerd(
     yield from support.start_containerd(tmp_path_factory.mktemp("containerd"), host_guard)
 
 
+@pytest.fixture(scope="module", params=sorted(support.CONTAINERD_SUITES))
+def cri(
+    request: Any, tmp_path_factory: pytest.TempPathFactory, host_guard: str
+) -> Iterator[support.CriContainerd]:
+    """containerd of each Debian suite of :data:`support.CONTAINERD_SUITES` (1.7, 2.x)
+    with CRI and CDI (:func:`support.start_cri_containerd`; skips, saying why, when its
+    .deb cannot be had)."""
+    suite = request.param
+    for engine in support.start_cri_containerd(
+        tmp_path_factory.mktemp(f"cri-{suite}"), suite, host_guard
+    ):
+        assert engine.version.startswith(support.CONTAINERD_SUITES[suite]), engine.version
+        yield engine
+
+
 @pytest.fixture(scope="module")
 def rootless_user() -> Iterator[support.RootlessUser]:
     """An unprivileged user with subuid/subgid ranges, a workspace it can read and a

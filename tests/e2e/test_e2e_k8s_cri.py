@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,13 +23,11 @@ import pytest
 pytest.importorskip("grpc", reason="needs grpcio: pip install 'ocihook[k8s]'")
 
 from support import (
-    BUSYBOX_IMAGE,
-    CONTAINERD_SUITES,
     CriContainerd,
     FakeKubelet,
     load_pynvml_double,
+    run_cri_pod,
     sim_nvml,
-    start_cri_containerd,
 )
 
 from ocihook.core.hostroot import HostRoot
@@ -40,17 +37,6 @@ from ocihook.sim import host as simhost
 
 GPU = "nvidia.com/gpu"
 SCRIPT = "ls /dev > /out/dev.txt; ls /dev/dri > /out/dri.txt 2>/dev/null; ls /dev/nvidia-caps > /out/caps.txt 2>/dev/null; for n in /dev/nvidia[0-9]*; do ls -l $n; done > /out/nodes.txt; env > /out/env.txt"
-
-
-@pytest.fixture(scope="module", params=sorted(CONTAINERD_SUITES))
-def cri(
-    request: Any, tmp_path_factory: pytest.TempPathFactory, host_guard: str
-) -> Iterator[CriContainerd]:
-    """containerd of each Debian suite with CRI and CDI (skips when its .deb cannot be had)."""
-    suite = request.param
-    for engine in start_cri_containerd(tmp_path_factory.mktemp(f"cri-{suite}"), suite, host_guard):
-        assert engine.version.startswith(CONTAINERD_SUITES[suite]), engine.version
-        yield engine
 
 
 @pytest.fixture(scope="module")
@@ -87,79 +73,9 @@ def run_pod(
     cri: CriContainerd, out: Path, allocation: Any = None, cdi: list[str] | None = None
 ) -> dict[str, str]:
     """Run one pod with one container as kubelet would with ``allocation`` (a
-    ContainerAllocateResponse); returns the container's view files."""
-    m = cri.messages
-    out.mkdir(parents=True, exist_ok=True)
-    pod_uid = str(uuid.uuid4())
-    sandbox = m.PodSandboxConfig(
-        metadata=m.PodSandboxMetadata(name=f"gpu-{pod_uid[:8]}", uid=pod_uid, namespace="default"),
-        log_directory=str(out / "logs"),
-        linux=m.LinuxPodSandboxConfig(
-            cgroup_parent=cri.cgroup_parent,
-            security_context=m.LinuxSandboxSecurityContext(
-                namespace_options=m.NamespaceOption(network=m.NODE)
-            ),
-        ),
-    )
-    pod = cri.client.RunPodSandbox(
-        m.RunPodSandboxRequest(config=sandbox), timeout=60
-    ).pod_sandbox_id
-    try:
-        config = m.ContainerConfig(
-            metadata=m.ContainerMetadata(name="main"),
-            image=m.ImageSpec(image=BUSYBOX_IMAGE),
-            command=["/bin/sh", "-c", SCRIPT],
-            mounts=[m.Mount(container_path="/out", host_path=str(out))],
-            log_path="main.log",
-            linux=m.LinuxContainerConfig(
-                security_context=m.LinuxContainerSecurityContext(
-                    namespace_options=m.NamespaceOption(network=m.NODE)
-                )
-            ),
-        )
-        if allocation is not None:  # what kubelet's device manager copies into the CRI request
-            config.envs.extend(
-                m.KeyValue(key=k, value=v) for k, v in sorted(allocation.envs.items())
-            )
-            config.mounts.extend(
-                m.Mount(
-                    container_path=x.container_path, host_path=x.host_path, readonly=x.read_only
-                )
-                for x in allocation.mounts
-            )
-            config.devices.extend(
-                m.Device(
-                    container_path=x.container_path,
-                    host_path=x.host_path,
-                    permissions=x.permissions,
-                )
-                for x in allocation.devices
-            )
-            config.annotations.update(allocation.annotations)
-            config.CDI_devices.extend(m.CDIDevice(name=x.name) for x in allocation.cdi_devices)
-        config.CDI_devices.extend(m.CDIDevice(name=n) for n in cdi or [])
-        cid = cri.client.CreateContainer(
-            m.CreateContainerRequest(pod_sandbox_id=pod, config=config, sandbox_config=sandbox),
-            timeout=60,
-        ).container_id
-        cri.client.StartContainer(m.StartContainerRequest(container_id=cid), timeout=60)
-        deadline = time.monotonic() + 60
-        while True:
-            status = cri.client.ContainerStatus(
-                m.ContainerStatusRequest(container_id=cid), timeout=10
-            ).status
-            if status.state == m.CONTAINER_EXITED:
-                break
-            assert time.monotonic() < deadline, "the container did not exit"
-            time.sleep(0.1)
-        log = (
-            (out / "logs" / "main.log").read_text() if (out / "logs" / "main.log").exists() else ""
-        )
-        assert status.exit_code == 0, (status.reason, status.message, log)
-        cri.client.RemoveContainer(m.RemoveContainerRequest(container_id=cid), timeout=60)
-    finally:
-        cri.client.StopPodSandbox(m.StopPodSandboxRequest(pod_sandbox_id=pod), timeout=60)
-        cri.client.RemovePodSandbox(m.RemovePodSandboxRequest(pod_sandbox_id=pod), timeout=60)
+    ContainerAllocateResponse; :func:`support.run_cri_pod`); returns the container's view
+    files."""
+    run_cri_pod(cri, out, SCRIPT, allocation, cdi)
     return {
         name: (out / name).read_text() if (out / name).exists() else ""
         for name in ("dev.txt", "nodes.txt", "env.txt", "caps.txt", "dri.txt")

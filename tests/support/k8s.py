@@ -1,7 +1,9 @@
 """Kubernetes: :class:`FakeKubelet` (the kubelet's side of the device plugin API) and
 containerd with CRI and CDI from Debian's packages (:func:`containerd_from_deb`,
 :func:`start_cri_containerd`, :func:`cri_messages`, :func:`cri_client`,
-:func:`busybox_oci_archive`)."""
+:func:`busybox_oci_archive`), a pod run through CRI (:func:`run_cri_pod`), and a shipped
+DaemonSet's container run as its process in a mount namespace of its own
+(:func:`daemonset_container`, :func:`pod_binds`, :func:`start_in_own_mounts`)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import os
 import shutil
 import subprocess
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -543,3 +546,209 @@ def start_cri_containerd(d: Path, suite: str, host_guard: str) -> Iterator[CriCo
         stop_containerd(proc, address, 15)
         for line in mounts_under(str(d)):
             subprocess.run(["umount", "-l", line.split()[4]], check=False)
+
+
+def run_cri_pod(
+    cri: CriContainerd,
+    out: Path,
+    script: str,
+    allocation: Any = None,
+    cdi: list[str] | None = None,
+    env: dict[str, str] | None = None,
+) -> None:
+    """Run one pod (host network, cgroup parent of the test) with one container running
+    ``sh -c script`` in :data:`BUSYBOX_IMAGE` as kubelet would: ``out`` (created) mounted
+    at ``/out``, ``env`` as its environment, and with ``allocation`` (a
+    ``ContainerAllocateResponse``) copied into the CRI request as kubelet's device
+    manager copies it (envs, mounts, devices, annotations, CDI devices), plus the CDI
+    devices named in ``cdi``. Waits for the container to exit (60 s at most), asserts exit
+    status 0 (with its log), and removes the container and the pod."""
+    m = cri.messages
+    out.mkdir(parents=True, exist_ok=True)
+    pod_uid = str(uuid.uuid4())
+    sandbox = m.PodSandboxConfig(
+        metadata=m.PodSandboxMetadata(name=f"gpu-{pod_uid[:8]}", uid=pod_uid, namespace="default"),
+        log_directory=str(out / "logs"),
+        linux=m.LinuxPodSandboxConfig(
+            cgroup_parent=cri.cgroup_parent,
+            security_context=m.LinuxSandboxSecurityContext(
+                namespace_options=m.NamespaceOption(network=m.NODE)
+            ),
+        ),
+    )
+    pod = cri.client.RunPodSandbox(
+        m.RunPodSandboxRequest(config=sandbox), timeout=60
+    ).pod_sandbox_id
+    try:
+        config = m.ContainerConfig(
+            metadata=m.ContainerMetadata(name="main"),
+            image=m.ImageSpec(image=BUSYBOX_IMAGE),
+            command=["/bin/sh", "-c", script],
+            envs=[m.KeyValue(key=k, value=v) for k, v in sorted((env or {}).items())],
+            mounts=[m.Mount(container_path="/out", host_path=str(out))],
+            log_path="main.log",
+            linux=m.LinuxContainerConfig(
+                security_context=m.LinuxContainerSecurityContext(
+                    namespace_options=m.NamespaceOption(network=m.NODE)
+                )
+            ),
+        )
+        if allocation is not None:  # what kubelet's device manager copies into the CRI request
+            config.envs.extend(
+                m.KeyValue(key=k, value=v) for k, v in sorted(allocation.envs.items())
+            )
+            config.mounts.extend(
+                m.Mount(
+                    container_path=x.container_path, host_path=x.host_path, readonly=x.read_only
+                )
+                for x in allocation.mounts
+            )
+            config.devices.extend(
+                m.Device(
+                    container_path=x.container_path,
+                    host_path=x.host_path,
+                    permissions=x.permissions,
+                )
+                for x in allocation.devices
+            )
+            config.annotations.update(allocation.annotations)
+            config.CDI_devices.extend(m.CDIDevice(name=x.name) for x in allocation.cdi_devices)
+        config.CDI_devices.extend(m.CDIDevice(name=n) for n in cdi or [])
+        cid = cri.client.CreateContainer(
+            m.CreateContainerRequest(pod_sandbox_id=pod, config=config, sandbox_config=sandbox),
+            timeout=60,
+        ).container_id
+        cri.client.StartContainer(m.StartContainerRequest(container_id=cid), timeout=60)
+        deadline = time.monotonic() + 60
+        while True:
+            status = cri.client.ContainerStatus(
+                m.ContainerStatusRequest(container_id=cid), timeout=10
+            ).status
+            if status.state == m.CONTAINER_EXITED:
+                break
+            assert time.monotonic() < deadline, "the container did not exit"
+            time.sleep(0.1)
+        log_file = out / "logs" / "main.log"
+        log = log_file.read_text() if log_file.exists() else ""
+        assert status.exit_code == 0, (status.reason, status.message, log)
+        cri.client.RemoveContainer(m.RemoveContainerRequest(container_id=cid), timeout=60)
+    finally:
+        cri.client.StopPodSandbox(m.StopPodSandboxRequest(pod_sandbox_id=pod), timeout=60)
+        cri.client.RemovePodSandbox(m.RemovePodSandboxRequest(pod_sandbox_id=pod), timeout=60)
+
+
+def daemonset_container(manifest: str, name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The container ``name`` of the pod template of the first document of ``manifest``
+    (a DaemonSet, parsed with PyYAML) and the template's ``volumes``."""
+    import yaml
+
+    with open(manifest) as f:
+        doc = next(iter(yaml.safe_load_all(f)))
+    assert doc["kind"] == "DaemonSet", (manifest, doc["kind"])
+    pod = doc["spec"]["template"]["spec"]
+    (container,) = [c for c in pod["containers"] if c["name"] == name]
+    return container, list(pod.get("volumes", []))
+
+
+def pod_binds(
+    container: dict[str, Any], volumes: list[dict[str, Any]], host: dict[str, str]
+) -> list[tuple[str, str, bool]]:
+    """The ``volumeMounts`` of ``container`` as ``(source, mountPath, readOnly)``: each
+    volume's ``hostPath.path`` is replaced by what ``host`` maps it to (the test's stand-in
+    for that host directory). Fails when the manifest mounts a volume that is no host path,
+    or a host path ``host`` does not map: the test must then be told what it stands for."""
+    by_name = {v["name"]: v for v in volumes}
+    binds = []
+    for mount in container.get("volumeMounts", []):
+        volume = by_name[mount["name"]]
+        if "hostPath" not in volume:
+            pytest.fail(f"volume {volume['name']} is no hostPath: the test cannot stand in for it")
+        path = volume["hostPath"]["path"]
+        if path not in host:
+            pytest.fail(f"volume {volume['name']}: host path {path} has no stand-in in the test")
+        binds.append((host[path], mount["mountPath"], bool(mount.get("readOnly", False))))
+    return binds
+
+
+#: The host's directories a process started by :func:`start_in_own_mounts` sees read-only
+#: at the same paths (its "image"); symbolic links among them (merged /usr) are copied.
+IMAGE_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc")
+
+
+def start_in_own_mounts(
+    argv: list[str],
+    root: Path,
+    binds: list[tuple[str, str, bool]],
+    *,
+    env: dict[str, str],
+    log: Path,
+    drop_capabilities: bool = True,
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` as a pod's container process would run, without an image or a
+    runtime: in a mount namespace of its own (``unshare -m --propagation private``),
+    chrooted into a tmpfs mounted on ``root`` (an empty directory) that holds only the
+    host's :data:`IMAGE_DIRS`, this interpreter's prefixes and the ``ocihook`` package's
+    directory (read-only, at their own paths), a fresh ``/proc``, a read-only ``/sys``, a
+    ``/dev`` with ``null``, ``zero``, ``random`` and ``urandom``, an empty ``/tmp``, and
+    ``binds`` (``(host source, path inside, read-only)``: a pod's volume mounts). With
+    ``drop_capabilities`` (``capabilities: {drop: [ALL]}``) it runs as root without any
+    capability (``setpriv``). ``env`` is its whole environment, its standard output and
+    error go to ``log``. The mounts vanish with the process; nothing is mounted on the
+    host. Returns the process (its pid is the program's: every step execs)."""
+    import shlex
+    import sys
+
+    import ocihook
+
+    q = shlex.quote
+    r = str(root)
+    lines = ["set -e", f"mount -t tmpfs -o mode=755 ocihook-pod {q(r)}"]
+
+    def bind(source: str, target: str, read_only: bool) -> None:
+        kind = "-d" if os.path.isdir(source) else "-f"
+        make = f"mkdir -p {q(r + target)}" if kind == "-d" else (
+            f"mkdir -p {q(os.path.dirname(r + target))} && touch {q(r + target)}"
+        )  # fmt: skip
+        lines.append(make)
+        lines.append(f"mount --bind {q(source)} {q(r + target)}")
+        if read_only:
+            lines.append(f"mount -o remount,bind,ro {q(r + target)}")
+
+    bound: list[str] = []
+    for d in IMAGE_DIRS:
+        path = "/" + d
+        if os.path.islink(path):
+            lines.append(f"ln -s {q(os.readlink(path))} {q(r + path)}")
+        elif os.path.isdir(path):
+            bind(path, path, True)
+            bound.append(path)
+    package = os.path.dirname(os.path.dirname(os.path.abspath(ocihook.__file__)))
+    for path in sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, package)}):
+        if not any(path == b or path.startswith(b + "/") for b in bound):
+            bind(path, path, True)
+            bound.append(path)
+    if sys.prefix != os.path.realpath(sys.prefix):  # the interpreter's path as it is named
+        lines.append(f"mkdir -p {q(os.path.dirname(r + sys.prefix))}")
+        lines.append(f"ln -s {q(os.path.realpath(sys.prefix))} {q(r + sys.prefix)}")
+    lines += [
+        f"mkdir {q(r + '/proc')} {q(r + '/sys')} {q(r + '/dev')} {q(r + '/tmp')}",
+        f"mount -t proc proc {q(r + '/proc')}",
+        f"mount -t sysfs -o ro sysfs {q(r + '/sys')}",
+        f"mount -t tmpfs -o mode=755 dev {q(r + '/dev')}",
+        f"mount -t tmpfs tmp {q(r + '/tmp')}",
+    ]
+    for name in ("null", "zero", "random", "urandom"):
+        bind(f"/dev/{name}", f"/dev/{name}", False)
+    for source, target, read_only in binds:
+        bind(source, target, read_only)
+    drop = "setpriv --bounding-set=-all --inh-caps=-all -- " if drop_capabilities else ""
+    command = " ".join(q(a) for a in argv)
+    lines.append(
+        f"exec chroot {q(r)} {drop}env -i {' '.join(q(f'{k}={v}') for k, v in env.items())} {command}"
+    )
+    with open(log, "wb") as f:
+        return subprocess.Popen(
+            ["unshare", "-m", "--propagation", "private", "sh", "-c", "\n".join(lines)],
+            stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
