@@ -239,6 +239,8 @@ def _containers(ds: dict[str, Any]) -> list[dict[str, Any]]:
         {"driverRoot": "/run/nvidia/driver", "containerDriverRoot": "/host/run/nvidia/driver"},
         {"prefix": "/opt/ocihook", "devicePlugin__deviceIdStrategy": "index"},
         {"draPlugin__enabled": True},
+        {"installer__restartMode": "systemd"},
+        {"installer__runtime": "crio", "installer__restartMode": "signal"},
         {
             "draPlugin__enabled": True,
             "prefix": "/opt/ocihook",
@@ -475,3 +477,30 @@ def test_dra_plugin_publishes_with_its_own_token(
     monkeypatch.setenv("NODE_NAME", "gpu-node-7")
     with command.make_context("dra-plugin", argv[3:]) as ctx:
         assert ctx.params["node_name"] == "gpu-node-7"
+
+
+@pytest.mark.parametrize(
+    ("runtime", "mode", "refused"),
+    [("auto", "none", False), ("containerd", "systemd", False), ("crio", "signal", False),
+     ("containerd", "signal", True), ("none", "systemd", True)],
+)  # fmt: skip
+def test_installer_restart_mode(runtime: str, mode: str, refused: bool) -> None:
+    """installer.restartMode reaches install and uninstall alike; the pod sees the host's
+    processes (hostPID: signal and systemd need them); a pair of values the installer
+    refuses at its start (containerd does not reload on SIGHUP) is refused by the same
+    check here."""
+    from ocihook.core.errors import EngineConfigError
+    from ocihook.engines.restart import check_mode
+
+    objects = rendered(_values(installer__runtime=runtime, installer__restartMode=mode))
+    pod = _pod(objects[("DaemonSet", "ocihook-installer")])
+    assert pod["hostPID"] is True
+    for sub in ("install", "uninstall"):
+        ((_c, args),) = _ocihook_args(pod, sub)
+        assert args["--restart-mode"] == mode
+    engine = None if runtime == "none" else "containerd" if runtime == "auto" else runtime
+    if refused:
+        with pytest.raises(EngineConfigError):
+            check_mode(engine, mode)
+    else:
+        check_mode(engine, mode)
