@@ -475,6 +475,15 @@ def _host_options(f: Any) -> Any:
     from ..engines import hostinstall
 
     f = click.option(
+        "--restart-mode",
+        type=click.Choice(["none", "signal", "systemd"]),
+        default="none",
+        show_default=True,
+        help="After changing the engine's file: none (say a restart is needed), signal "
+        "(SIGHUP; CRI-O only: containerd does not reload on it) or systemd (systemctl "
+        "restart on the host, through nsenter in a pod). signal and systemd need hostPID.",
+    )(f)
+    f = click.option(
         "--prefix",
         default=hostinstall.PREFIX,
         show_default=True,
@@ -514,6 +523,7 @@ def _host_options(f: Any) -> Any:
 def k8s_install(
     host_root: str,
     prefix: str,
+    restart_mode: str,
     engine: str,
     set_as_default: bool,
     payload: str | None,
@@ -522,9 +532,10 @@ def k8s_install(
     """Install ocihook on the node from its image, as NVIDIA's toolkit container does: a
     self-contained copy (interpreter included) under --prefix with bin/ocihook,
     bin/ocihook-runtime and bin/nvidia-container-runtime-hook, and ocihook-runtime
-    registered with the node's containerd or CRI-O, CDI enabled (restart the engine to
-    apply). Idempotent; `ocihook k8s uninstall` undoes it. Errors exit 13."""
-    from ..engines import describe, hostinstall
+    registered with the node's containerd or CRI-O, CDI enabled (applied by
+    --restart-mode; none: restart the engine yourself). Idempotent; `ocihook k8s
+    uninstall` undoes it. Errors exit 13."""
+    from ..engines import describe, hostinstall, restart
 
     plan = hostinstall.plan_install(
         host_root,
@@ -533,6 +544,10 @@ def k8s_install(
         engine=engine,
         set_as_default=set_as_default,
     )
+    # before anything is written: the mode, and what a restart needs when one is
+    registered = plan.change.engine if plan.change is not None else None
+    needed = plan.change is not None and plan.change.changed and not dry_run
+    restart.check_mode(registered, restart_mode, host_root if needed else None)
     if not dry_run:
         hostinstall.apply_install(plan)
     would = "would be " if dry_run else ""
@@ -545,10 +560,12 @@ def k8s_install(
     if plan.change is not None:
         click.echo(f"ocihook: {'dry run: ' if dry_run else ''}{describe(plan.change)}", err=True)
         if plan.change.changed:
-            click.echo(
-                f"ocihook: restart {plan.change.engine} on the node to use ocihook-runtime and CDI",
-                err=True,
+            done = restart.restart_engine(
+                plan.change.engine, restart_mode, host_root, dry_run=dry_run
             )
+            if restart_mode == "none":
+                done = f"restart {plan.change.engine} on the node to use ocihook-runtime and CDI"
+            click.echo(f"ocihook: {done}", err=True)
 
 
 @k8s.command(name="uninstall")
@@ -559,11 +576,13 @@ def k8s_install(
     help="Leave the engine's configuration file as it is (remove the files only).",
 )
 @click.option("--dry-run", is_flag=True, help="Say what would be done; write nothing.")
-def k8s_uninstall(host_root: str, prefix: str, keep_engine_config: bool, dry_run: bool) -> None:
+def k8s_uninstall(
+    host_root: str, prefix: str, restart_mode: str, keep_engine_config: bool, dry_run: bool
+) -> None:
     """Undo `ocihook k8s install`: the engine's file restored as it was before (refused,
-    exit 13, when it changed since), the installed files removed, then the directories
-    left empty. Nothing installed: nothing done."""
-    from ..engines import hostinstall
+    exit 13, when it changed since; applied by --restart-mode), the installed files
+    removed, then the directories left empty. Nothing installed: nothing done."""
+    from ..engines import hostinstall, restart
 
     plan = hostinstall.plan_uninstall(
         host_root, prefix=prefix, keep_engine_config=keep_engine_config
@@ -571,6 +590,8 @@ def k8s_uninstall(host_root: str, prefix: str, keep_engine_config: bool, dry_run
     if not plan.removes:
         click.echo(f"ocihook: {prefix}: not installed; nothing to do", err=True)
         return
+    if plan.engine is not None:  # before anything is written
+        restart.check_mode(plan.engine, restart_mode, None if dry_run else host_root)
     if not dry_run:
         hostinstall.apply_uninstall(plan)
     would = "would be " if dry_run else ""
@@ -579,3 +600,8 @@ def k8s_uninstall(host_root: str, prefix: str, keep_engine_config: bool, dry_run
         done = "removed" if data is None else "restored"
         click.echo(f"ocihook: {path}: {would}{done}", err=True)
     click.echo(f"ocihook: {prefix}: {len(plan.removes)} files {would}removed", err=True)
+    if plan.engine is not None:
+        done = restart.restart_engine(plan.engine, restart_mode, host_root, dry_run=dry_run)
+        if restart_mode == "none":
+            done = f"restart {plan.engine} on the node to apply its restored file"
+        click.echo(f"ocihook: {done}", err=True)

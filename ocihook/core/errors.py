@@ -260,7 +260,9 @@ class EngineConfigError(OcihookError):
     file; it is left as it was. Also ``ocihook k8s install`` / ``uninstall``
     (:mod:`ocihook.engines.hostinstall`): a malformed or unsafe payload list, no engine (or
     two) found on the host, a file that cannot be written under the host root, an engine
-    file changed since the install (not restored); ``path`` names it."""
+    file changed since the install (not restored); ``path`` names it. And their
+    ``--restart-mode`` (:mod:`ocihook.engines.restart`): a mode the engine cannot take
+    (``signal`` for containerd), its process not found, ``systemctl`` failing."""
 
     reference = "bad-engine-config"
 

@@ -118,12 +118,15 @@ class InstallPlan(Record):
 class UninstallPlan(Record):
     """What :func:`apply_uninstall` does: restore the engine's file (``restore``: its host
     path and the bytes to write, ``None`` bytes: remove it) and remove ``removes`` (paths
-    relative to the prefix, the record last), then the directories left empty."""
+    relative to the prefix, the record last), then the directories left empty.
+    ``engine``: the engine whose file is restored (``containerd``, ``crio``), else
+    ``None``."""
 
     host_root: str
     prefix: str
     restore: tuple[str, bytes | None] | None
     removes: tuple[str, ...]
+    engine: str | None = None
 
 
 def _refuse(message: str, path: str, hint: str | None = None) -> EngineConfigError:
@@ -390,7 +393,14 @@ def plan_uninstall(
         saved = record.get("before")
         restore = (engine_file, None if saved is None else bytes.fromhex(str(saved)))
     files = [check_relative(str(p), RECORD) for p in record["files"]]  # type: ignore[attr-defined]
-    return UninstallPlan(host_root, prefix, restore, (*sorted(files), RECORD))
+    engine = record.get("engine")
+    return UninstallPlan(
+        host_root,
+        prefix,
+        restore,
+        (*sorted(files), RECORD),
+        str(engine) if restore is not None and engine in ENGINE_FILES else None,
+    )
 
 
 def _root_fd(host_root: str) -> int:

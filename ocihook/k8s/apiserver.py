@@ -11,8 +11,12 @@ Only the few REST calls this needs, over ``urllib`` (no ``kubernetes`` client pa
 the in-cluster configuration of a pod (``KUBERNETES_SERVICE_HOST``/``_PORT``, the service
 account's token and CA under ``/var/run/secrets/kubernetes.io/serviceaccount``;
 client-go ``rest.InClusterConfig``) or a URL given on the command line (``--apiserver``,
-for a proxy or tests). The ServiceAccount needs ``create``, ``get``, ``list``, ``update``
-and ``delete`` on ``resourceslices``.
+for a proxy or tests). Every call goes through :meth:`ApiServer.request`, which issues
+only the (API group, resource, verb) triples of :data:`API_CALLS`: ``list``, ``create``,
+``update`` and ``delete`` on ``resourceslices`` and ``get`` on ``resourceclaims``
+(``resource.k8s.io``), what the DRA plugin's ClusterRole grants
+(``packaging/kubernetes/dra-plugin-daemonset.yaml`` and the chart; a contract test
+compares the two).
 """
 
 from __future__ import annotations
@@ -28,11 +32,33 @@ from typing import Any
 
 from ..core.errors import ConfigError
 
-__all__ = ["SERVICE_ACCOUNT_DIR", "ApiClaims", "ApiServer", "publish_slices"]
+__all__ = [
+    "API_CALLS",
+    "SERVICE_ACCOUNT_DIR",
+    "ApiClaims",
+    "ApiServer",
+    "needed_permissions",
+    "publish_slices",
+]
 
 #: Where a pod's service account credentials are mounted (client-go ``rest``).
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
-_SLICES = "/apis/resource.k8s.io/v1beta1/resourceslices"
+#: The API group and version of the DRA objects.
+GROUP, VERSION = "resource.k8s.io", "v1beta1"
+#: Every (API group, resource, verb) the client issues, and nothing else
+#: (:meth:`ApiServer.request` refuses any other): the RBAC rules the plugin's
+#: ServiceAccount needs. ``resourceslices`` are cluster-scoped, ``resourceclaims``
+#: namespaced (read in the claim's namespace: a ClusterRole bound cluster-wide).
+API_CALLS: tuple[tuple[str, str, str], ...] = (
+    (GROUP, "resourceslices", "list"),
+    (GROUP, "resourceslices", "create"),
+    (GROUP, "resourceslices", "update"),
+    (GROUP, "resourceslices", "delete"),
+    (GROUP, "resourceclaims", "get"),
+)
+#: The HTTP method of each verb (Kubernetes API concepts, "API verbs").
+_METHODS = {"get": "GET", "list": "GET", "create": "POST", "update": "PUT", "delete": "DELETE"}
+_SLICES = f"/apis/{GROUP}/{VERSION}/resourceslices"
 #: Seconds one request may take.
 TIMEOUT = 10.0
 
@@ -80,6 +106,38 @@ class ApiServer:
         netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         return cls(f"https://{netloc}", token, ca if os.path.isfile(ca) else None)
 
+    def request(
+        self,
+        verb: str,
+        resource: str,
+        name: str | None = None,
+        *,
+        namespace: str | None = None,
+        query: str = "",
+        body: Any = None,
+    ) -> tuple[int, Any]:
+        """``verb`` (``list``, ``get``, ``create``, ``update``, ``delete``) on ``resource``
+        of :data:`GROUP` (the object ``name``, in ``namespace`` when namespaced; ``query``:
+        a URL query without ``?``), as :meth:`call` answers it.
+
+        Raises:
+            ValueError: the triple is not in :data:`API_CALLS` (a call the plugin's role
+                does not grant: a programming error).
+            ConfigError: as :meth:`call`.
+        """
+        if (GROUP, resource, verb) not in API_CALLS:
+            raise ValueError(f"{verb} {resource} is not in API_CALLS (the plugin's RBAC rules)")
+        quote = urllib.parse.quote
+        path = f"/apis/{GROUP}/{VERSION}"
+        if namespace is not None:
+            path += f"/namespaces/{quote(namespace, safe='')}"
+        path += f"/{resource}"
+        if name is not None:
+            path += f"/{quote(name, safe='')}"
+        if query:
+            path += f"?{query}"
+        return self.call(_METHODS[verb], path, body)
+
     def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         """``(status, decoded JSON or None)`` of ``method path``; an HTTP error status is
         returned, not raised.
@@ -114,13 +172,25 @@ class ApiServer:
             ) from None
 
 
+def needed_permissions() -> str:
+    """:data:`API_CALLS` in words: ``list, create, update and delete on resourceslices;
+    get on resourceclaims (resource.k8s.io)``."""
+    verbs: dict[str, list[str]] = {}
+    for _group, resource, verb in API_CALLS:
+        verbs.setdefault(resource, []).append(verb)
+    parts = []
+    for resource, names in verbs.items():
+        listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+        parts.append(f"{listed} on {resource}")
+    return f"{'; '.join(parts)} ({GROUP})"
+
+
 def _failed(what: str, status: int, answer: Any, url: str) -> ConfigError:
     message = answer.get("message") if isinstance(answer, dict) else None
     return ConfigError(
         f"the API server refused to {what}: {status} {message or ''}".rstrip(),
         path=url,
-        hint="the plugin's ServiceAccount needs create, get, list, update and delete on "
-        "resourceslices (resource.k8s.io)"
+        hint=f"the plugin's ServiceAccount needs {needed_permissions()}"
         if status in (401, 403)
         else None,
     )
@@ -139,7 +209,7 @@ def publish_slices(
             and the server's message; for 401/403 what the ServiceAccount needs).
     """
     selector = urllib.parse.quote(f"spec.nodeName={node},spec.driver={driver}")
-    status, answer = api.call("GET", f"{_SLICES}?fieldSelector={selector}")
+    status, answer = api.request("list", "resourceslices", query=f"fieldSelector={selector}")
     if status != 200 or not isinstance(answer, dict):
         raise _failed("list resourceslices", status, answer, api.url + _SLICES)
     present = {
@@ -157,17 +227,17 @@ def publish_slices(
             version = present[name]["metadata"].get("resourceVersion")
             if version is not None:
                 body["metadata"]["resourceVersion"] = version
-            status, answer = api.call("PUT", f"{_SLICES}/{name}", body)
+            status, answer = api.request("update", "resourceslices", name, body=body)
             if status != 200:
                 raise _failed(f"update resourceslice {name}", status, answer, api.url)
             counts["updated"] += 1
         else:
-            status, answer = api.call("POST", _SLICES, body)
+            status, answer = api.request("create", "resourceslices", body=body)
             if status not in (200, 201):
                 raise _failed(f"create resourceslice {name}", status, answer, api.url)
             counts["created"] += 1
     for name in sorted(set(present) - wanted):
-        status, answer = api.call("DELETE", f"{_SLICES}/{name}")
+        status, answer = api.request("delete", "resourceslices", name)
         if status not in (200, 202, 404):
             raise _failed(f"delete resourceslice {name}", status, answer, api.url)
         counts["deleted"] += 1
@@ -179,7 +249,8 @@ class ApiClaims:
     :class:`~ocihook.k8s.dra.ClaimSource`): ``GET
     /apis/resource.k8s.io/v1beta1/namespaces/<ns>/resourceclaims/<name>``, kept only when
     its ``metadata.uid`` is the one kubelet named (a claim deleted and made again under the
-    same name is another claim). The ServiceAccount needs ``get`` on ``resourceclaims``."""
+    same name is another claim). The ServiceAccount needs ``get`` on ``resourceclaims``
+    (:data:`API_CALLS`)."""
 
     def __init__(self, api: ApiServer) -> None:
         self.api = api
@@ -187,13 +258,8 @@ class ApiClaims:
     def get(self, namespace: str, name: str, uid: str) -> Mapping[str, Any] | None:
         """The claim, or ``None`` when it is missing, another one, or cannot be read
         (the plugin then reports the claim as not found)."""
-        quote = urllib.parse.quote
-        path = (
-            f"/apis/resource.k8s.io/v1beta1/namespaces/{quote(namespace, safe='')}"
-            f"/resourceclaims/{quote(name, safe='')}"
-        )
         try:
-            status, answer = self.api.call("GET", path)
+            status, answer = self.api.request("get", "resourceclaims", name, namespace=namespace)
         except ConfigError:
             return None
         if status != 200 or not isinstance(answer, dict):

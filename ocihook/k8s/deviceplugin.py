@@ -615,6 +615,7 @@ class DevicePluginServer:
         Raises:
             KubeletError, CdiError, OSError: as :meth:`ResourcePlugin.register`,
                 :meth:`write_specs`, :meth:`ResourcePlugin.serve`.
+            ConfigError: a socket path too long for gRPC (:func:`~ocihook.k8s.rpc.unix_server`).
         """
         self.write_specs()
         self.warn_collisions()

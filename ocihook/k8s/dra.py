@@ -338,6 +338,7 @@ class DraPlugin:
 
         Raises:
             OSError, CdiError: a socket cannot be bound, a spec cannot be written.
+            ConfigError: a socket path too long for gRPC (:func:`~ocihook.k8s.rpc.unix_server`).
         """
         self.write_vendor_specs()
         for path in (self.endpoint, self.registration_socket):

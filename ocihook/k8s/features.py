@@ -272,9 +272,8 @@ def nfd_features(
     lines: dict[str, str] = {}
     counts: dict[str, int] = {}
     for resource, devs in inventory.devices.items():
-        for d in devs:
-            if d.id == d.real_id:
-                counts[d.vendor] = counts.get(d.vendor, 0) + 1
+        for d in _real(devs):  # a time-slicing replica's id is not its real id: count each once
+            counts[d.vendor] = counts.get(d.vendor, 0) + 1
         lines[f"{PREFIX}/{resource.replace('/', '.')}.count"] = str(len(devs))
     for vendor, n in counts.items():
         lines[f"{PREFIX}/{vendor}.present"] = "true"

@@ -29,12 +29,16 @@ key                                                    ocihook
 
 Everything else NVIDIA's schema has is accepted and, when its value asks for something
 ocihook does not do, listed in :attr:`PluginConfig.ignored` (``flags.gdsEnabled: true``,
-``flags.plugin.nvidiaCTKPath``, ``flags.gfd``, ``resources``, ``sharing.mps``, ``imex``,
-a ``rename`` other than the default one and ``devices`` other than ``all`` — NVIDIA's
-plugin ignores those two as well); keys its schema does not have go to
+``flags.plugin.nvidiaCTKPath``, ``flags.gfd``, ``resources``, ``imex``, an empty
+``sharing.mps``, a ``rename`` other than the default one and ``devices`` other than
+``all`` — NVIDIA's plugin ignores those two as well); keys its schema does not have go to
 :attr:`PluginConfig.unknown`. :meth:`PluginConfig.warning` says both in one line. A value
 of the wrong type or out of range is a :class:`~ocihook.core.errors.ConfigError` (exit
-10) naming the key, as NVIDIA's plugin refuses to start on it.
+10) naming the key, as NVIDIA's plugin refuses to start on it. So is ``sharing.mps`` with
+``resources``: ocihook does not implement MPS (NVIDIA's plugin starts an MPS control
+daemon per resource and points the containers at it), and replicas advertised without it
+would each reach the whole GPU, time-sliced, without the memory and compute limits MPS
+gives — a silent change a migrating operator should not get.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ __all__ = [
     "DEVICE_ID_STRATEGIES",
     "DEVICE_LIST_STRATEGIES",
     "MAX_CONFIG_BYTES",
+    "MPS_REFUSAL",
     "SHARED_SUFFIX",
     "PluginConfig",
     "SharedResource",
@@ -400,6 +405,42 @@ def _time_slicing(r: _Reader, sharing: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+#: Why ``sharing.mps`` asking for replicas is refused (:func:`_mps`).
+MPS_REFUSAL = (
+    "MPS sharing is not implemented by ocihook (it needs NVIDIA's MPS control daemon on "
+    "the node); refused rather than advertising replicas without MPS's memory and "
+    "compute limits"
+)
+
+
+def _mps(r: _Reader, mps: object) -> None:
+    """``sharing.mps``: ocihook has no MPS (no control daemon, no per-client limits), so a
+    configuration asking for MPS replicas is refused rather than advertising replicas
+    that would each reach the whole GPU, time-sliced, with none of MPS's limits; one that
+    asks for none (null, no ``resources``) is only named among the ignored keys.
+
+    Raises:
+        ConfigError: ``resources`` is not empty (its resource names as the value).
+    """
+    if mps is None:
+        return
+    where = "sharing.mps"
+    entries = r.mapping(where, mps).get("resources")
+    if not entries:
+        r.ignored.append(where)
+        return
+    if not isinstance(entries, list):
+        raise r.error(f"{where}.resources", "must be a list", _kind(entries))
+    names = tuple(str(e.get("name")) if isinstance(e, dict) else str(_kind(e)) for e in entries)
+    raise r.error(
+        where,
+        MPS_REFUSAL,
+        names,
+        hint="share with sharing.timeSlicing (no memory or compute limits), or keep "
+        "NVIDIA's device plugin on the nodes that need MPS",
+    )
+
+
 def parse_plugin_config(data: bytes | str, path: str = "<config>") -> PluginConfig:
     """Parse NVIDIA k8s-device-plugin's configuration file (``data``, YAML or JSON).
 
@@ -412,8 +453,9 @@ def parse_plugin_config(data: bytes | str, path: str = "<config>") -> PluginConf
 
     Raises:
         ConfigError: not YAML (or larger than :data:`MAX_CONFIG_BYTES`, or with aliases),
-            not a mapping, a ``version`` other than ``v1``, or a value of the wrong type
-            or out of range (the key is named).
+            not a mapping, a ``version`` other than ``v1``, a value of the wrong type
+            or out of range (the key is named), or ``sharing.mps`` asking for replicas
+            (:data:`MPS_REFUSAL`).
     """
     if len(data) > MAX_CONFIG_BYTES:
         raise ConfigError(f"larger than {MAX_CONFIG_BYTES} bytes", path=path)
@@ -431,8 +473,7 @@ def parse_plugin_config(data: bytes | str, path: str = "<config>") -> PluginConf
             r.ignored.append("resources")  # NVIDIA's plugin ignores it as well
     sharing = r.mapping("sharing", top.get("sharing"))
     values.update(_time_slicing(r, sharing))
-    if sharing.get("mps") is not None:
-        r.ignored.append("sharing.mps")
+    _mps(r, sharing.get("mps"))
     imex = top.get("imex")
     if imex is not None:
         imex = r.mapping("imex", imex)

@@ -18,7 +18,6 @@ The services (package names as kubelet declares them on the wire):
 
 from __future__ import annotations
 
-import errno
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from .api import pluginregistration_pb2 as reg
 __all__ = [
     "DEVICE_PLUGIN",
     "DRA_PLUGIN",
+    "MAX_SOCKET_PATH",
     "PLUGIN_REGISTRATION",
     "REGISTRATION",
     "Method",
@@ -42,6 +42,13 @@ __all__ = [
     "unix_channel",
     "unix_server",
 ]
+
+#: The longest unix socket path (bytes of the absolute path) gRPC binds. ``sun_path``
+#: holds 107 bytes and a NUL (unix(7)), but gRPC core refuses a path of 106 bytes or more
+#: (its log says "Path name should not have more than 107 characters"): grpcio 1.85 binds
+#: 105 and refuses 106 (``tests/unit/k8s/test_k8s_device_plugin.py`` checks both against
+#: the installed grpcio).
+MAX_SOCKET_PATH = 105
 
 
 @dataclass(frozen=True)
@@ -154,14 +161,22 @@ def unix_server(path: str, *, workers: int = 8) -> grpc.Server:
     is removed first; the socket is made mode 0600 by the umask of the process).
 
     Raises:
-        OSError: the socket cannot be bound; ``ENAMETOOLONG`` when its absolute path is
-            longer than the 107 bytes of ``sockaddr_un.sun_path`` (unix(7)).
+        ConfigError: the absolute path is longer than :data:`MAX_SOCKET_PATH` bytes (one
+            line naming it and its length; the directory comes from the command line).
+        OSError: the socket cannot be bound.
     """
     from concurrent import futures
 
+    from ..core.errors import ConfigError
+
     address = os.path.abspath(path)
-    if len(os.fsencode(address)) > 107:
-        raise OSError(errno.ENAMETOOLONG, "unix socket path longer than 107 bytes", address)
+    length = len(os.fsencode(address))
+    if length > MAX_SOCKET_PATH:
+        raise ConfigError(
+            f"unix socket path {address} is {length} bytes long; gRPC binds at most "
+            f"{MAX_SOCKET_PATH}",
+            hint="choose a shorter directory (--plugin-dir, --registry-dir)",
+        )
     if os.path.lexists(path):
         os.unlink(path)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers))

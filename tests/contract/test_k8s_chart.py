@@ -8,7 +8,10 @@ choices and all; the host paths agree (the installer's host root is where the no
 is mounted, its prefix is where the device plugin's CDI hooks run ocihook, the plugin's
 container driver root is where a hostPath volume of its driver root is mounted), also
 with the values for NVIDIA's driver container; the DaemonSets load as the Kubernetes
-API models."""
+API models. The DRA plugin (``draPlugin.enabled``, dra-plugin-daemonset.yaml) publishes
+with its own ServiceAccount token, and its ClusterRole grants exactly the (API group,
+resource, verb) triples its API client issues (``ocihook.k8s.apiserver.API_CALLS``,
+checked against the requests the client really makes); no other pod has a token."""
 
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from support import REPO
 
 from ocihook.commands.cli_k8s import k8s
 from ocihook.engines.hostinstall import PREFIX
+from ocihook.k8s.apiserver import ApiServer
 
 KUBERNETES = os.path.join(REPO, "packaging/kubernetes")
 CHART = os.path.join(KUBERNETES, "chart/ocihook")
@@ -108,9 +112,10 @@ def rendered(values: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
     return objects
 
 
-def plain_manifests() -> dict[tuple[str, str], dict[str, Any]]:
+def plain_manifests(*, dra: bool = False) -> dict[tuple[str, str], dict[str, Any]]:
     objects = {}
-    for name in ("installer-daemonset.yaml", "device-plugin-daemonset.yaml"):
+    names = ["installer-daemonset.yaml", "device-plugin-daemonset.yaml"]
+    for name in names + (["dra-plugin-daemonset.yaml"] if dra else []):
         with open(os.path.join(KUBERNETES, name)) as f:
             for doc in yaml.safe_load_all(f):
                 if doc["kind"] != "Pod":  # the example pods are not the chart's
@@ -152,7 +157,7 @@ def host_path_problems(objects: dict[tuple[str, str], dict[str, Any]], prefix: s
             continue
         pod = _pod(obj)
         volumes = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
-        for sub in ("install", "uninstall", "device-plugin"):
+        for sub in ("install", "uninstall", "device-plugin", "dra-plugin"):
             for c, args in _ocihook_args(pod, sub):
                 mounts = {m["mountPath"]: volumes[m["name"]] for m in c["volumeMounts"]}
                 if sub in ("install", "uninstall"):
@@ -182,11 +187,22 @@ def test_chart_version_is_the_project_version() -> None:
     assert meta["appVersion"] == version
 
 
-def test_chart_renders_the_plain_manifests() -> None:
+DRA_OBJECTS = {
+    ("ServiceAccount", "ocihook-dra-plugin"),
+    ("ClusterRole", "ocihook-dra-plugin"),
+    ("ClusterRoleBinding", "ocihook-dra-plugin"),
+    ("DaemonSet", "ocihook-dra-plugin"),
+}
+
+
+@pytest.mark.parametrize("dra", [False, True])
+def test_chart_renders_the_plain_manifests(dra: bool) -> None:
     """Images aside (the chart names repository:tag from its values), the chart with its
-    own values is packaging/kubernetes/{installer,device-plugin}-daemonset.yaml."""
-    values = _values()
-    chart, plain = rendered(values), plain_manifests()
+    own values is packaging/kubernetes/{installer,device-plugin}-daemonset.yaml; with
+    ``draPlugin.enabled`` also dra-plugin-daemonset.yaml (its ServiceAccount, ClusterRole
+    and binding too)."""
+    values = _values(draPlugin__enabled=dra)
+    chart, plain = rendered(values), plain_manifests(dra=dra)
     assert (
         set(chart)
         == set(plain)
@@ -195,6 +211,7 @@ def test_chart_renders_the_plain_manifests() -> None:
             ("DaemonSet", "ocihook-installer"),
             ("DaemonSet", "ocihook-device-plugin"),
         }
+        | (DRA_OBJECTS if dra else set())
     )
     image = f"{values['image']['repository']}:{_chart_meta()['appVersion']}"
     for key, obj in chart.items():
@@ -221,6 +238,15 @@ def _containers(ds: dict[str, Any]) -> list[dict[str, Any]]:
         {"installer__runtime": "containerd", "devicePlugin__migStrategy": "mixed"},
         {"driverRoot": "/run/nvidia/driver", "containerDriverRoot": "/host/run/nvidia/driver"},
         {"prefix": "/opt/ocihook", "devicePlugin__deviceIdStrategy": "index"},
+        {"draPlugin__enabled": True},
+        {"installer__restartMode": "systemd"},
+        {"installer__runtime": "crio", "installer__restartMode": "signal"},
+        {
+            "draPlugin__enabled": True,
+            "prefix": "/opt/ocihook",
+            "driverRoot": "/run/nvidia/driver",
+            "containerDriverRoot": "/host/run/nvidia/driver",
+        },
     ],
 )
 def test_every_ocihook_command_parses_and_host_paths_agree(overrides: dict[str, Any]) -> None:
@@ -240,7 +266,8 @@ def test_every_ocihook_command_parses_and_host_paths_agree(overrides: dict[str, 
             with command.make_context(argv[2], list(argv[3:])) as ctx:
                 assert ctx.params
             seen.add(argv[2])
-    assert seen == {"install", "uninstall", "device-plugin"}
+    dra = {"dra-plugin"} if values["draPlugin"]["enabled"] else set()
+    assert seen == {"install", "uninstall", "device-plugin"} | dra
     assert host_path_problems(objects, values["prefix"]) == []
 
 
@@ -270,6 +297,9 @@ def test_components_can_be_left_out() -> None:
     assert ("DaemonSet", "ocihook-device-plugin") in objects
     objects = rendered(_values(devicePlugin__enabled=False))
     assert set(objects) == {("ServiceAccount", "ocihook"), ("DaemonSet", "ocihook-installer")}
+    objects = rendered(_values(draPlugin__enabled=True, installer__enabled=False,
+                               devicePlugin__enabled=False))  # fmt: skip
+    assert set(objects) == DRA_OBJECTS | {("ServiceAccount", "ocihook")}
 
 
 def test_the_renderer_refuses_what_it_does_not_know() -> None:
@@ -282,10 +312,195 @@ def test_the_renderer_refuses_what_it_does_not_know() -> None:
 def test_daemonsets_load_as_kubernetes_models() -> None:
     kubernetes = pytest.importorskip("kubernetes", reason="pip install -e '.[test]'")
     api = kubernetes.client.ApiClient()
-    for (kind, name), obj in rendered(_values()).items():
+    for (kind, name), obj in rendered(_values(draPlugin__enabled=True)).items():
         model = api._ApiClient__deserialize(obj, f"V1{kind}")
         assert model.metadata.name == name
         if kind == "DaemonSet":
             pod = model.spec.template.spec
-            assert pod.automount_service_account_token is False
+            # only the DRA plugin calls the API server
+            assert pod.automount_service_account_token is (name == "ocihook-dra-plugin")
             assert all(c.image for c in pod.containers)
+        if kind == "ClusterRole":
+            assert [(r.api_groups, r.resources, r.verbs) for r in model.rules] == [
+                (["resource.k8s.io"], ["resourceslices"], ["list", "create", "update", "delete"]),
+                (["resource.k8s.io"], ["resourceclaims"], ["get"]),
+            ]
+
+
+# --- the DRA plugin's RBAC --------------------------------------------------------------------
+
+
+def _role_of(objects: dict[tuple[str, str], dict[str, Any]], daemonset: str) -> set[Any]:
+    """The (API group, resource, verb) triples the pods of ``daemonset`` may call: the
+    rules of every ClusterRole (and Role) bound to its ServiceAccount, expanded; wildcards
+    kept as ``*`` (so that they fail the comparison)."""
+    pod = _pod(objects[("DaemonSet", daemonset)])
+    account = pod.get("serviceAccountName", "default")
+    namespace = objects[("DaemonSet", daemonset)]["metadata"]["namespace"]
+    granted = set()
+    for (kind, _name), binding in objects.items():
+        if kind not in ("ClusterRoleBinding", "RoleBinding"):
+            continue
+        if {"kind": "ServiceAccount", "name": account, "namespace": namespace} not in binding[
+            "subjects"
+        ]:
+            continue
+        role = objects[(binding["roleRef"]["kind"], binding["roleRef"]["name"])]
+        for rule in role["rules"]:
+            assert set(rule) == {"apiGroups", "resources", "verbs"}, rule  # no resourceNames
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    for verb in rule["verbs"]:
+                        granted.add((group, resource, verb))
+    return granted
+
+
+class _Recording(ApiServer):
+    """An :class:`~ocihook.k8s.apiserver.ApiServer` whose ``call`` (the one HTTP layer)
+    records each request as (API group, resource, verb), read back from the method and
+    the path the way the API server reads them, and answers as a server holding two
+    slices would."""
+
+    def __init__(self) -> None:
+        super().__init__("http://apiserver.test")
+        self.seen: set[tuple[str, str, str]] = set()
+
+    def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(path).path.strip("/").split("/")
+        assert parts[0] == "apis", path
+        group, rest = parts[1], parts[3:]
+        if rest[0] == "namespaces":
+            rest = rest[2:]
+        resource, named = rest[0], len(rest) > 1
+        verb = {
+            ("GET", False): "list", ("GET", True): "get", ("POST", False): "create",
+            ("PUT", True): "update", ("DELETE", True): "delete",
+        }[(method, named)]  # fmt: skip
+        self.seen.add((group, resource, verb))
+        if verb == "list":
+            items = [{"metadata": {"name": n, "resourceVersion": "7"}} for n in ("kept", "gone")]
+            return 200, {"items": items}
+        if verb == "get":
+            return 200, {"metadata": {"uid": "u-1"}}
+        return {"create": 201, "update": 200, "delete": 200}[verb], {}
+
+
+def _calls_the_code_makes() -> set[tuple[str, str, str]]:
+    """Every call the DRA plugin's API client makes: a publish that updates, creates and
+    deletes, and a claim read, through :class:`_Recording`."""
+    from ocihook.k8s.apiserver import ApiClaims, publish_slices
+
+    api = _Recording()
+    slices = [{"metadata": {"name": n}, "spec": {}} for n in ("kept", "new")]
+    counts = publish_slices(api, slices, driver="gpu.ocihook.io", node="n")
+    assert counts == {"created": 1, "updated": 1, "deleted": 1}
+    assert ApiClaims(api).get("default", "claim", "u-1") is not None
+    return api.seen
+
+
+def test_dra_role_grants_exactly_what_the_client_calls() -> None:
+    """The DRA plugin's ClusterRole, in the plain manifest and in the chart, grants every
+    (API group, resource, verb) the API client issues and nothing more. The client's list
+    is ocihook.k8s.apiserver.API_CALLS (ApiServer.request refuses any other), and it is
+    checked against the calls the client really makes (read back from the HTTP method and
+    path): a call added to the code and not to the role fails here."""
+    from ocihook.k8s.apiserver import API_CALLS
+
+    calls = _calls_the_code_makes()
+    assert calls == set(API_CALLS)
+    assert calls == {
+        ("resource.k8s.io", "resourceslices", "list"),
+        ("resource.k8s.io", "resourceslices", "create"),
+        ("resource.k8s.io", "resourceslices", "update"),
+        ("resource.k8s.io", "resourceslices", "delete"),
+        ("resource.k8s.io", "resourceclaims", "get"),
+    }
+    for objects in (plain_manifests(dra=True), rendered(_values(draPlugin__enabled=True))):
+        assert _role_of(objects, "ocihook-dra-plugin") == calls
+        # the installer and the device plugin have no API access at all
+        assert _role_of(objects, "ocihook-installer") == set()
+        assert _role_of(objects, "ocihook-device-plugin") == set()
+
+
+def test_the_role_check_catches_a_wrong_role() -> None:
+    """Not vacuous: a verb missing from the role, or one too many, or a wildcard, shows."""
+    objects = plain_manifests(dra=True)
+    role = objects[("ClusterRole", "ocihook-dra-plugin")]
+    role["rules"][0]["verbs"] = ["list", "create", "update"]
+    assert _calls_the_code_makes() - _role_of(objects, "ocihook-dra-plugin") == {
+        ("resource.k8s.io", "resourceslices", "delete")
+    }
+    role["rules"][1]["verbs"] = ["get", "watch"]
+    assert ("resource.k8s.io", "resourceclaims", "watch") in _role_of(objects, "ocihook-dra-plugin")
+    role["rules"][1]["resources"] = ["*"]
+    assert ("resource.k8s.io", "*", "get") in _role_of(objects, "ocihook-dra-plugin")
+
+
+@pytest.mark.parametrize("source", ["plain", "chart"])
+def test_dra_plugin_publishes_with_its_own_token(
+    source: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The DRA plugin runs in publishing mode: no --print-slices, no --apiserver (the
+    in-cluster configuration), its ServiceAccount's token mounted (the only token of
+    ocihook's pods), NODE_NAME from the downward API's spec.nodeName; the command parses
+    with the CLI's own parser and --node-name takes NODE_NAME."""
+    objects = (
+        plain_manifests(dra=True)
+        if source == "plain"
+        else rendered(_values(draPlugin__enabled=True))
+    )
+    ds = objects[("DaemonSet", "ocihook-dra-plugin")]
+    pod = _pod(ds)
+    assert pod["serviceAccountName"] == "ocihook-dra-plugin"
+    assert pod["automountServiceAccountToken"] is True
+    account = objects[("ServiceAccount", "ocihook-dra-plugin")]
+    assert account["automountServiceAccountToken"] is True
+    assert account["metadata"]["namespace"] == ds["metadata"]["namespace"]
+    assert objects[("ServiceAccount", "ocihook")]["automountServiceAccountToken"] is False
+    for name in ("ocihook-installer", "ocihook-device-plugin"):
+        other = _pod(objects[("DaemonSet", name)])
+        assert other["serviceAccountName"] == "ocihook"
+        assert other["automountServiceAccountToken"] is False
+    (container,) = pod["containers"]
+    argv = container["command"]
+    assert argv[:3] == ["ocihook", "k8s", "dra-plugin"]
+    assert not any(a.startswith(("--print-slices", "--apiserver", "--node-name")) for a in argv)
+    assert container["env"] == [
+        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+    ]
+    command = k8s.commands["dra-plugin"]
+    with command.make_context("dra-plugin", argv[3:]) as ctx:
+        assert ctx.params["print_slices"] is None and ctx.params["apiserver"] is None
+        assert ctx.params["driver"] == "gpu.ocihook.io"
+    monkeypatch.setenv("NODE_NAME", "gpu-node-7")
+    with command.make_context("dra-plugin", argv[3:]) as ctx:
+        assert ctx.params["node_name"] == "gpu-node-7"
+
+
+@pytest.mark.parametrize(
+    ("runtime", "mode", "refused"),
+    [("auto", "none", False), ("containerd", "systemd", False), ("crio", "signal", False),
+     ("containerd", "signal", True), ("none", "systemd", True)],
+)  # fmt: skip
+def test_installer_restart_mode(runtime: str, mode: str, refused: bool) -> None:
+    """installer.restartMode reaches install and uninstall alike; the pod sees the host's
+    processes (hostPID: signal and systemd need them); a pair of values the installer
+    refuses at its start (containerd does not reload on SIGHUP) is refused by the same
+    check here."""
+    from ocihook.core.errors import EngineConfigError
+    from ocihook.engines.restart import check_mode
+
+    objects = rendered(_values(installer__runtime=runtime, installer__restartMode=mode))
+    pod = _pod(objects[("DaemonSet", "ocihook-installer")])
+    assert pod["hostPID"] is True
+    for sub in ("install", "uninstall"):
+        ((_c, args),) = _ocihook_args(pod, sub)
+        assert args["--restart-mode"] == mode
+    engine = None if runtime == "none" else "containerd" if runtime == "auto" else runtime
+    if refused:
+        with pytest.raises(EngineConfigError):
+            check_mode(engine, mode)
+    else:
+        check_mode(engine, mode)

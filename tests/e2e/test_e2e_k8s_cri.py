@@ -46,7 +46,7 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> simhost.SimulatedHost:
 
 @pytest.fixture
 def node(cri: CriContainerd, sim: simhost.SimulatedHost, tmp_path: Path) -> Iterator[Any]:
-    plugin_dir = tmp_path / "dp"  # short: a unix socket path has at most 107 bytes
+    plugin_dir = tmp_path / "dp"  # short: gRPC binds a unix socket path of at most 105 bytes
     plugin_dir.mkdir()
     kubelet = FakeKubelet(str(plugin_dir))
     servers: list[DevicePluginServer] = []

@@ -201,7 +201,10 @@ def test_refusals_are_one_line(fake_api: tuple[FakeApi, str]) -> None:
     with pytest.raises(ConfigError) as err:
         publish_slices(ApiServer(url, token="wrong"), [], driver="gpu.ocihook.io", node="n")
     assert "the API server refused to list resourceslices: 401 Unauthorized" in str(err.value)
-    assert err.value.hint is not None and "resourceslices" in err.value.hint
+    assert err.value.hint == (
+        "the plugin's ServiceAccount needs list, create, update and delete on resourceslices; "
+        "get on resourceclaims (resource.k8s.io)"
+    )
     with pytest.raises(ConfigError, match="cannot reach the API server"):
         publish_slices(ApiServer("http://127.0.0.1:9"), [], driver="d.example.com", node="n")
     with pytest.raises(ConfigError, match="not an http"):
@@ -277,3 +280,22 @@ def test_claims_read_from_the_api_server(fake_api: tuple[FakeApi, str]) -> None:
         "/apis/resource.k8s.io/v1beta1/namespaces/team%2Fa/resourceclaims/gpu%20claim",
     ) in api.calls
     assert ApiClaims(ApiServer("http://127.0.0.1:9")).get("n", "c", "u") is None  # unreachable
+
+
+def test_only_the_listed_calls_are_issued(fake_api: tuple[FakeApi, str]) -> None:
+    """ApiServer.request issues the triples of API_CALLS (the DRA plugin's RBAC rules)
+    and refuses any other before a request is sent."""
+    from ocihook.k8s.apiserver import API_CALLS
+
+    api, url = fake_api
+    server = ApiServer(url, token="s3cret")
+    for verb, resource in (("get", "resourceslices"), ("watch", "resourceslices"),
+                           ("list", "resourceclaims"), ("get", "nodes")):  # fmt: skip
+        assert ("resource.k8s.io", resource, verb) not in API_CALLS
+        calls = len(api.calls)
+        with pytest.raises(ValueError, match=f"{verb} {resource} is not in API_CALLS"):
+            server.request(verb, resource, "x")
+        assert len(api.calls) == calls
+    status, answer = server.request("list", "resourceslices")
+    assert status == 200 and answer["items"] == []
+    assert api.calls[-1] == ("GET", PATH)

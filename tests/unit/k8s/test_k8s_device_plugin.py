@@ -45,7 +45,7 @@ def host(tmp_path: Path) -> simhost.SimulatedHost:
 
 @pytest.fixture
 def node(tmp_path: Path, host: simhost.SimulatedHost) -> Any:
-    plugin_dir = tmp_path / "dp"  # short: a unix socket path has at most 107 bytes
+    plugin_dir = tmp_path / "dp"  # short: gRPC binds a unix socket path of at most 105 bytes
     plugin_dir.mkdir()
     kubelet = FakeKubelet(str(plugin_dir))
     servers: list[DevicePluginServer] = []
@@ -387,15 +387,89 @@ def test_mig_single_without_mig_falls_back_to_none(tmp_path: Path) -> None:
     ) in inv.warnings
 
 
-def test_socket_path_too_long(tmp_path: Path) -> None:
-    import errno
+def _socket_path(base: Path, length: int) -> str:
+    """A path of ``length`` bytes under ``base`` (which must exist)."""
+    path = f"{base}/{'s' * (length - len(str(base)) - 1)}"
+    assert len(path) == length
+    return path
 
+
+class _Registration:
+    def GetInfo(self, request: Any, context: Any) -> Any:
+        from ocihook.k8s.api import pluginregistration_pb2 as reg
+
+        return reg.PluginInfo(name="boundary")
+
+    def NotifyRegistrationStatus(self, request: Any, context: Any) -> Any:
+        raise NotImplementedError
+
+
+def test_socket_path_limit_is_grpcs(tmp_path: Path) -> None:
+    """At the boundary, against the installed grpcio: a socket path of MAX_SOCKET_PATH
+    (105) bytes is served and answers a call; one byte more is refused by ocihook in one
+    line naming the path and its length, and gRPC itself cannot bind it either (were
+    grpcio to bind it, the check would be too strict and this test says so)."""
+    import tempfile
+    from concurrent import futures
+
+    import grpc
+
+    from ocihook.core.errors import ConfigError
     from ocihook.k8s import rpc
+    from ocihook.k8s.api import pluginregistration_pb2 as reg
 
-    path = tmp_path / ("d" * (108 - len(str(tmp_path)))) / "x.sock"
-    with pytest.raises(OSError) as e:
-        rpc.unix_server(str(path))
-    assert e.value.errno == errno.ENAMETOOLONG and e.value.filename == str(path)
+    base = Path(tempfile.mkdtemp(prefix="s", dir="/tmp"))
+    try:
+        assert rpc.MAX_SOCKET_PATH == 105
+        longest = _socket_path(base, rpc.MAX_SOCKET_PATH)
+        server = rpc.unix_server(longest)
+        try:
+            rpc.add_service(server, rpc.PLUGIN_REGISTRATION, _Registration())
+            with rpc.unix_channel(longest) as channel:
+                stub = rpc.client(channel, rpc.PLUGIN_REGISTRATION)
+                assert stub.GetInfo(reg.InfoRequest(), timeout=5).name == "boundary"
+        finally:
+            server.stop(None)
+        too_long = _socket_path(base, rpc.MAX_SOCKET_PATH + 1)
+        with pytest.raises(ConfigError) as e:
+            rpc.unix_server(too_long)
+        assert str(e.value) == (
+            f"unix socket path {too_long} is 106 bytes long; gRPC binds at most 105; hint: "
+            "choose a shorter directory (--plugin-dir, --registry-dir)"
+        )
+        assert not os.path.lexists(too_long)
+        raw = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+        try:
+            port = raw.add_insecure_port(f"unix://{too_long}")
+        except RuntimeError:  # grpcio >= 1.50
+            port = 0
+        assert port == 0, "grpcio binds 106 bytes now: raise rpc.MAX_SOCKET_PATH"
+    finally:
+        shutil.rmtree(base)
+
+
+def test_cli_socket_path_too_long(tmp_path: Path) -> None:
+    """The device plugin with a --plugin-dir too long for its sockets: exit 10, one line."""
+    import tempfile
+
+    sim = simhost.build(str(tmp_path / "h"), gpus=1, make_dev_nodes=False)
+    base = Path(tempfile.mkdtemp(prefix="s", dir="/tmp"))
+    try:
+        plugin_dir = _socket_path(base, 80)
+        os.makedirs(plugin_dir)
+        result = run_cli(
+            "k8s", "device-plugin", f"--driver-root={sim.root}", f"--dev-root={sim.root}",
+            f"--plugin-dir={plugin_dir}",
+            f"--cdi-dir={tmp_path}/cdi", "--gpu-backend=procfs",
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(base)
+    socket = f"{plugin_dir}/ocihook-nvidia.com-gpu.sock"
+    assert result.returncode == 10, result.stderr
+    assert result.stderr.splitlines()[-1:] == [
+        f"ocihook: error[bad-config]: unix socket path {socket} is {len(socket)} bytes long; "
+        "gRPC binds at most 105; hint: choose a shorter directory (--plugin-dir, --registry-dir)"
+    ]
 
 
 def test_gpu_backend_asked_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

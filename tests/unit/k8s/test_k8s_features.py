@@ -195,3 +195,60 @@ def test_features_needs_no_grpc(sim: Any) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "ocihook.io/" in out.stdout
+
+
+def _ocihook_labels(text: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in text.splitlines() if line.startswith("ocihook.io/"))
+
+
+@pytest.mark.parametrize("replicas", [2, 3])
+def test_replicas_keep_the_vendor_labels(tmp_path: Path, replicas: int) -> None:
+    """Time-slicing replicas (``--replicas`` above 1) change only the advertised counts:
+    ``ocihook.io/<vendor>.present`` and ``.devices`` (real devices, each once) are those of
+    the unshared node, for both vendors of a mixed NVIDIA and AMD host. (They were left
+    out: a replica's id is not its real id, and only devices whose id was their real id
+    were counted.)"""
+    from ocihook.k8s.features import nfd_features
+    from ocihook.sim import vendors
+
+    mixed = vendors.build_mixed(str(tmp_path / "mixed"))
+    root = HostRoot.single(mixed.root)
+    unshared = _ocihook_labels(nfd_features(build_inventory(root), reasons=[]))
+    shared = _ocihook_labels(nfd_features(build_inventory(root, replicas=replicas), reasons=[]))
+    assert unshared["ocihook.io/nvidia.present"] == unshared["ocihook.io/amd.present"] == "true"
+    assert unshared["ocihook.io/nvidia.devices"] == unshared["ocihook.io/amd.devices"] == "2"
+    assert shared == {
+        **unshared,
+        "ocihook.io/nvidia.com.gpu.count": str(2 * replicas),
+        "ocihook.io/amd.com.gpu.count": str(2 * replicas),
+    }
+
+
+def test_time_slicing_renamed_keeps_the_vendor_labels(sim: simhost.SimulatedHost) -> None:
+    """NVIDIA's time-slicing of one resource, renamed (``nvidia.com/gpu.shared``): the
+    vendor labels count the 9 real devices (7 GPUs, 2 MIG devices) once each."""
+    from ocihook.k8s.features import nfd_features
+    from ocihook.k8s.inventory import Sharing
+
+    inv = build_inventory(
+        HostRoot.single(sim.root),
+        mig_strategy="mixed",
+        time_slicing={"nvidia.com/gpu": Sharing(4, "nvidia.com/gpu.shared")},
+    )
+    labels = _ocihook_labels(nfd_features(inv, reasons=[]))
+    assert labels["ocihook.io/nvidia.present"] == "true"
+    assert labels["ocihook.io/nvidia.devices"] == "9"
+    assert labels["ocihook.io/nvidia.com.gpu.shared.count"] == "28"
+    assert labels["ocihook.io/nvidia.com.mig.count"] == "2"
+
+
+def test_cli_features_with_replicas(sim: simhost.SimulatedHost) -> None:
+    proc = run_cli(
+        "k8s", "features", "--driver-root", sim.root, "--dev-root", sim.root, "--replicas", "2",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert "ocihook.io/nvidia.present=true" in lines
+    assert "ocihook.io/nvidia.devices=8" in lines
+    assert "ocihook.io/nvidia.com.gpu.count=16" in lines
+    assert "nvidia.com/gpu.replicas=2" in lines

@@ -151,8 +151,7 @@ sharing:
   timeSlicing:
     resources:
     - {name: nvidia.com/gpu, replicas: 2, rename: gpu-shared, devices: [0, "GPU-1"]}
-  mps:
-    resources: [{name: nvidia.com/gpu, replicas: 2}]
+  mps: {}
 imex:
   channelIDs: [0]
 extra: 1
@@ -489,3 +488,62 @@ def test_annotation_prefix(root_sim: simhost.SimulatedHost) -> None:
     ((key, value),) = plugin.allocate_one([devs[0].id]).annotations.items()
     assert key.startswith("nvidia.cdi.k8s.io/ocihook-k8s_nvidia.com-")
     assert value == f"{KIND}={devs[0].id}"
+
+
+MPS = """
+version: v1
+sharing:
+  mps:
+    renameByDefault: true
+    resources:
+    - {name: nvidia.com/gpu, replicas: 4}
+    - {name: mig-1g.10gb, replicas: 2}
+"""
+
+
+def test_mps_is_refused_in_one_line() -> None:
+    """ocihook has no MPS: sharing.mps asking for replicas is refused (not advertised as
+    replicas without MPS's limits), naming the key, the resources and what to do
+    instead; an MPS section that asks for nothing is only named among the ignored keys."""
+    with pytest.raises(ConfigError) as e:
+        parse(MPS)
+    assert e.value.field == "sharing.mps"
+    assert e.value.value == ("nvidia.com/gpu", "mig-1g.10gb")
+    assert str(e.value) == (
+        "MPS sharing is not implemented by ocihook (it needs NVIDIA's MPS control daemon on "
+        "the node); refused rather than advertising replicas without MPS's memory and compute "
+        "limits (file config.yaml, field sharing.mps, value 'nvidia.com/gpu, mig-1g.10gb'); "
+        "hint: share with sharing.timeSlicing (no memory or compute limits), or keep NVIDIA's "
+        "device plugin on the nodes that need MPS"
+    )
+    # with time-slicing too: still refused (the MPS part would not be done)
+    with pytest.raises(ConfigError, match="MPS sharing is not implemented"):
+        both = yaml.safe_load(TIME_SLICING)
+        both["sharing"]["mps"] = yaml.safe_load(MPS)["sharing"]["mps"]
+        parse(yaml.safe_dump(both))
+    for empty in ("sharing: {mps: {}}", "sharing: {mps: {resources: []}}",
+                  "sharing: {mps: {renameByDefault: true}}"):  # fmt: skip
+        assert parse(empty).ignored == ("sharing.mps",)
+    assert parse("sharing: {mps: null}").ignored == ()
+    with pytest.raises(ConfigError) as e:
+        parse("sharing: {mps: {resources: {name: gpu}}}")
+    assert (e.value.field, e.value.message) == ("sharing.mps.resources", "must be a list")
+
+
+def test_cli_refuses_mps(root_sim: simhost.SimulatedHost, tmp_path: Path) -> None:
+    """The device plugin and ``k8s features`` given an MPS configuration: exit 10, one
+    line, nothing served or printed."""
+    roots = ["--driver-root", root_sim.root, "--dev-root", root_sim.root]
+    cfg = _write(tmp_path, MPS)
+    for command in (["device-plugin", "--list"], ["features"]):
+        r = run_cli("k8s", command[0], *roots, "--config-file", cfg, *command[1:])
+        assert r.returncode == 10, r.stderr
+        assert r.stdout == ""
+        assert r.stderr.splitlines() == [
+            "ocihook: error[bad-config]: MPS sharing is not implemented by ocihook (it needs "
+            "NVIDIA's MPS control daemon on the node); refused rather than advertising "
+            f"replicas without MPS's memory and compute limits (file {cfg}, field sharing.mps, "
+            "value 'nvidia.com/gpu, mig-1g.10gb'); hint: share with sharing.timeSlicing (no "
+            "memory or compute limits), or keep NVIDIA's device plugin on the nodes that need "
+            "MPS"
+        ]
