@@ -31,7 +31,15 @@ from .common import (
     table_value,
     under_root,
 )
-from .tomledit import check_toml, edit_error, parse_toml, set_key, style_like, sub_table
+from .tomledit import (
+    check_toml,
+    edit_error,
+    parse_toml,
+    set_key,
+    style_like,
+    sub_table,
+    unchanged_meaning,
+)
 
 __all__ = [
     "CONTAINERD_PLUGINS",
@@ -541,6 +549,9 @@ def configure_containerd(
         raise edit_error(e, path) from None
     if after == before:
         return after, ()
+    if before is not None and unchanged_meaning(text, after.decode()):
+        # configured already: the file's own bytes, not tomlkit's rendering of them
+        return before, ()
     check_toml(doc_text, after.decode(), wrote, path=path)
     notes = [*import_notes, "restart containerd to apply (systemctl restart containerd)"]
     disabled = doc.get("disabled_plugins") or []
