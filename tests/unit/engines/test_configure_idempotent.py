@@ -6,10 +6,14 @@ table whose parents are implied under an indented header)."""
 
 from __future__ import annotations
 
+import copy
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support import run_cli
 
 from ocihook.core.errors import EngineConfigError
@@ -83,3 +87,149 @@ def test_containerd_cli_second_run_is_unchanged(tmp_path: Path) -> None:
         proc = run_cli(*args, "--runtime-path", WRAPPER)
         assert proc.returncode == 0 and "already configured" in proc.stderr, proc.stderr
         assert path.read_bytes() == once
+
+
+# --- property: generated containerd files ------------------------------------------------
+
+#: Where containerd of each config version reads the CRI runtimes (containerd
+#: ``docs/cri/config.md``: 1.x ``plugins."io.containerd.grpc.v1.cri".containerd.runtimes``,
+#: 2.x ``plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes``); version 1 (no
+#: ``version`` key) files are converted to version 2 when they hold no plugins.
+RUNTIMES_AT = {
+    2: ("plugins", V2, "containerd", "runtimes"),
+    3: ("plugins", V3, "containerd", "runtimes"),
+}
+
+
+@st.composite
+def containerd_files(draw: st.DrawFn) -> tuple[int, str]:
+    """A containerd ``config.toml`` written with ``[table]`` headers (the layouts ocihook
+    edits): version 1, 2 or 3; with or without the CRI table, its ``containerd``
+    sub-table, runtimes (runc, another, an ``ocihook`` entry); comments; flat or indented
+    as ``containerd config default`` writes; the plugin name double- or single-quoted."""
+    version = draw(st.sampled_from([1, 2, 3]))
+    unit = draw(st.sampled_from(["", "  ", "    "]))
+    comment = draw(st.booleans())
+    quote = draw(st.sampled_from(['"', "'"]))
+    plugin = CONTAINERD_PLUGINS.get(version, "cri")
+    cri = f"plugins.{quote}{plugin}{quote}"
+    lines: list[str] = []
+    if version != 1:
+        lines.append(f"version = {version}")
+    if comment:
+        lines.append("# managed by hand")
+    if draw(st.booleans()):
+        lines.append("oom_score = -999")
+    if draw(st.booleans()):
+        lines += ["", "[grpc]", f'{unit}address = "/run/containerd/containerd.sock"']
+
+    def table(depth: int, header: str, body: dict[str, str]) -> None:
+        lines.append("")
+        if comment and draw(st.booleans()):
+            lines.append(unit * depth + f"# {header}")
+        lines.append(unit * depth + f"[{header}]")
+        lines.extend(unit * (depth + 1) + f"{k} = {v}" for k, v in body.items())
+
+    with_plugins = version != 1 or draw(st.integers(0, 9)) == 0  # v1 with plugins: refused
+    if with_plugins and draw(st.booleans()):
+        if draw(st.booleans()):
+            table(0, "plugins", {})
+        cri_keys = draw(
+            st.dictionaries(
+                st.sampled_from(["sandbox_image", "enable_selinux", "enable_cdi"]),
+                st.sampled_from(['"x"', "false", "true"]),
+                max_size=2,
+            )
+        )
+        if draw(st.booleans()) or cri_keys:
+            table(1, cri, cri_keys)
+        if draw(st.booleans()):
+            table(2, f"{cri}.cni", {"bin_dir": '"/opt/cni/bin"'})
+        if draw(st.booleans()):
+            body = draw(
+                st.dictionaries(
+                    st.sampled_from(["snapshotter", "default_runtime_name"]),
+                    st.sampled_from(['"overlayfs"', '"runc"']),
+                    max_size=2,
+                )
+            )
+            table(2, f"{cri}.containerd", body)
+        names = draw(st.lists(st.sampled_from(["runc", "kata", "ocihook"]), unique=True))
+        for name in names:
+            table(
+                4, f"{cri}.containerd.runtimes.{name}", {"runtime_type": '"io.containerd.runc.v2"'}
+            )
+            options = {"runc": {"SystemdCgroup": "true"}, "ocihook": {"BinaryName": '"/old"'}}
+            if name in options and draw(st.booleans()):
+                table(5, f"{cri}.containerd.runtimes.{name}.options", options[name])
+    return version, "\n".join(lines) + ("\n" if lines else "")
+
+
+def undo(doc: dict[str, Any], old: dict[str, Any], version: int) -> dict[str, Any]:
+    """``doc`` (a configured file, parsed) with what ``configure`` writes set back as it is
+    in ``old`` (the file before): the ``ocihook`` entry, a ``runc`` entry it added,
+    ``default_runtime_name``, ``enable_cdi``, ``cdi_spec_dirs``, the version it added, and
+    the tables it made that are left empty."""
+    doc = copy.deepcopy(doc)
+    plugin = CONTAINERD_PLUGINS[version]
+    for keys in (
+        (*RUNTIMES_AT[version], "ocihook"),
+        (*RUNTIMES_AT[version], "runc"),
+        ("plugins", plugin, "containerd", "default_runtime_name"),
+        ("plugins", plugin, "enable_cdi"),
+        ("plugins", plugin, "cdi_spec_dirs"),
+        ("version",),
+    ):
+        was = value_at(old, keys)
+        chain = [doc]
+        for key in keys[:-1]:
+            chain.append(chain[-1].setdefault(key, {}))
+        if was is None:
+            chain[-1].pop(keys[-1], None)
+        else:
+            chain[-1][keys[-1]] = was
+        for parent, key in zip(reversed(chain[:-1]), reversed(keys[:-1]), strict=True):
+            if parent[key] == {} and value_at(old, (*keys[: keys.index(key)], key)) is None:
+                del parent[key]
+    return doc
+
+
+def value_at(doc: dict[str, Any], keys: tuple[str, ...]) -> Any:
+    for key in keys:
+        doc = doc.get(key) if isinstance(doc, dict) else None  # type: ignore[assignment]
+    return doc
+
+
+@settings(max_examples=400, deadline=None)
+@given(file=containerd_files(), set_default=st.booleans(), cdi=st.booleans())
+def test_containerd_configure_property(file: tuple[int, str], set_default: bool, cdi: bool) -> None:
+    """Any generated containerd file: configured once, the runtime is where containerd of
+    that version reads it; configured again, the bytes are the same and nothing is
+    reported; undoing what configure writes gives back the file's meaning."""
+    version, text = file
+    kwargs = {"path": "c", "runtime_path": WRAPPER, "set_as_default": set_default, "cdi": cdi}
+    old = tomllib.loads(text)
+    if version == 1 and "plugins" in old:
+        with pytest.raises(EngineConfigError) as e:
+            configure_containerd(text.encode(), **kwargs)  # type: ignore[arg-type]
+        assert e.value.field == "version"
+        return
+    once, notes = configure_containerd(text.encode(), **kwargs)  # type: ignore[arg-type]
+    new = tomllib.loads(once.decode())
+    read_as = 2 if version == 1 else version
+    assert new["version"] == read_as
+    entry = value_at(new, (*RUNTIMES_AT[read_as], "ocihook"))
+    assert entry["options"]["BinaryName"] == WRAPPER
+    assert entry["runtime_type"] == "io.containerd.runc.v2"
+    # a runc entry is added with a new ocihook entry (the file's runtimes replace the
+    # built-in ones); an ocihook entry already there is only updated
+    had_ours = value_at(old, (*RUNTIMES_AT[read_as], "ocihook")) is not None
+    assert had_ours or "runc" in value_at(new, RUNTIMES_AT[read_as])
+    cri = new["plugins"][CONTAINERD_PLUGINS[read_as]]
+    assert not set_default or cri["containerd"]["default_runtime_name"] == "ocihook"
+    assert not cdi or cri["enable_cdi"] is True
+    assert (once != text.encode()) == bool(notes)
+    twice, again = configure_containerd(once, **kwargs)  # type: ignore[arg-type]
+    assert twice == once
+    assert again == ()
+    assert undo(new, old, read_as) == old
