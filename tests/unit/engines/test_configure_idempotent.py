@@ -7,6 +7,7 @@ table whose parents are implied under an indented header)."""
 from __future__ import annotations
 
 import copy
+import json
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,12 @@ from hypothesis import strategies as st
 from support import run_cli
 
 from ocihook.core.errors import EngineConfigError
-from ocihook.engines import CONTAINERD_PLUGINS, configure_containerd
+from ocihook.engines import (
+    CONTAINERD_PLUGINS,
+    configure_containerd,
+    configure_crio,
+    configure_docker,
+)
 
 WRAPPER = "/opt/ocihook/bin/ocihook-runtime"
 V2 = CONTAINERD_PLUGINS[2]
@@ -233,3 +239,120 @@ def test_containerd_configure_property(file: tuple[int, str], set_default: bool,
     assert twice == once
     assert again == ()
     assert undo(new, old, read_as) == old
+
+
+# --- the same property for CRI-O drop-ins and docker's daemon.json -----------------------
+
+
+@st.composite
+def crio_files(draw: st.DrawFn) -> str:
+    """A CRI-O drop-in written with ``[table]`` headers: empty, ``[crio]`` alone, or
+    ``[crio.runtime]`` with keys and runtimes (crun, ``ocihook`` with another path),
+    comments, flat or indented."""
+    unit = draw(st.sampled_from(["", "  "]))
+    comment = draw(st.booleans())
+    lines = ["# a drop-in"] if comment else []
+    if draw(st.booleans()):
+        lines += ["[crio]", f'{unit}log_dir = "/var/log/crio"']
+    elif draw(st.booleans()):
+        lines.append("[crio]")
+    if draw(st.booleans()):
+        lines.append(f"{unit}[crio.runtime]")
+        keys = draw(
+            st.dictionaries(
+                st.sampled_from(["default_runtime", "cdi_spec_dirs", "conmon"]),
+                st.sampled_from(['"crun"', '["/etc/cdi"]', '"/usr/bin/conmon"']),
+                max_size=2,
+            )
+        )
+        lines += [f"{unit * 2}{k} = {v}" for k, v in keys.items()]
+    for name in draw(st.lists(st.sampled_from(["crun", "ocihook"]), unique=True)):
+        if comment:
+            lines.append(f"{unit * 2}# {name}")
+        lines.append(f"{unit * 2}[crio.runtime.runtimes.{name}]")
+        lines.append(f'{unit * 3}runtime_path = "/usr/bin/{name}-old"')
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[crio]\n",
+        '[crio]\n  log_dir = "x"\n  [crio.runtime.runtimes.crun]\n    runtime_path = "/c"\n',
+    ],
+)
+def test_crio_configure_twice_is_once(text: str) -> None:
+    """``[crio]`` alone was refused; an indented runtime table under ``[crio]`` was
+    re-indented on every run."""
+    once, _notes = configure_crio(text.encode(), path="d", runtime_path=WRAPPER)
+    assert tomllib.loads(once.decode())["crio"]["runtime"]["runtimes"]["ocihook"]
+    assert configure_crio(once, path="d", runtime_path=WRAPPER) == (once, ())
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=crio_files(), set_default=st.booleans(), cdi=st.booleans())
+def test_crio_configure_property(text: str, set_default: bool, cdi: bool) -> None:
+    """CRI-O drop-ins: configured twice is configured once (bytes, nothing reported);
+    undoing the edit gives back the drop-in's meaning."""
+    kwargs = {"path": "d", "runtime_path": WRAPPER, "set_as_default": set_default, "cdi": cdi}
+    once, notes = configure_crio(text.encode(), **kwargs)  # type: ignore[arg-type]
+    assert notes
+    new = tomllib.loads(once.decode())
+    runtime = new["crio"]["runtime"]
+    assert runtime["runtimes"]["ocihook"]["runtime_path"] == WRAPPER
+    assert not set_default or runtime["default_runtime"] == "ocihook"
+    assert not cdi or "cdi_spec_dirs" in runtime
+    twice, again = configure_crio(once, **kwargs)  # type: ignore[arg-type]
+    assert twice == once
+    assert again == ()
+    old = tomllib.loads(text)
+    undone = copy.deepcopy(new)
+    for key, path in (
+        ("ocihook", ("runtimes",)),
+        ("default_runtime", ()),
+        ("cdi_spec_dirs", ()),
+    ):
+        where = undone["crio"]["runtime"]
+        for k in path:
+            where = where[k]
+        was = value_at(old, ("crio", "runtime", *path, key))
+        if was is None:
+            where.pop(key, None)
+        else:
+            where[key] = was
+    for keys in (("crio", "runtime", "runtimes"), ("crio", "runtime"), ("crio",)):
+        if value_at(undone, keys) == {} and value_at(old, keys) is None:
+            parent = value_at(undone, keys[:-1]) if keys[:-1] else undone
+            del parent[keys[-1]]
+    assert undone == old
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    doc=st.fixed_dictionaries(
+        {},
+        optional={
+            "runtimes": st.dictionaries(
+                st.sampled_from(["runc", "ocihook"]),
+                st.fixed_dictionaries({"path": st.sampled_from(["/old", WRAPPER])}),
+            ),
+            "default-runtime": st.sampled_from(["runc", "ocihook"]),
+            "features": st.fixed_dictionaries({}, optional={"cdi": st.booleans()}),
+            "log-driver": st.just("json-file"),
+        },
+    ),
+    indent=st.sampled_from([None, 2, 4]),
+    set_default=st.booleans(),
+    cdi=st.booleans(),
+)
+def test_docker_configure_property(
+    doc: dict[str, Any], indent: int | None, set_default: bool, cdi: bool
+) -> None:
+    """daemon.json in any layout: configured twice is configured once (bytes, nothing
+    reported the second time)."""
+    kwargs = {"path": "d", "runtime_path": WRAPPER, "set_as_default": set_default, "cdi": cdi}
+    once, _notes = configure_docker(json.dumps(doc, indent=indent).encode(), **kwargs)  # type: ignore[arg-type]
+    assert json.loads(once)["runtimes"]["ocihook"]["path"] == WRAPPER
+    twice, again = configure_docker(once, **kwargs)  # type: ignore[arg-type]
+    assert twice == once
+    assert again == ()
