@@ -34,6 +34,7 @@ from .common import (
 from .tomledit import (
     check_toml,
     edit_error,
+    indent_table,
     parse_toml,
     set_key,
     style_like,
@@ -423,6 +424,12 @@ def _edit_containerd(
         runtimes[runtime_name] = entry
         if runc is not None and hasattr(runc, "trivia"):
             style_like(runtimes[runtime_name], runc)
+        elif runc is None:
+            # no runc to look like: tomlkit indents the headers it adds under an indented
+            # table by that table's indentation but not their keys; write them flat
+            for added in (runtimes["runc"], runtimes[runtime_name]):
+                if hasattr(added, "trivia"):
+                    indent_table(added, "")
     if set_as_default:
         set_key(runtimes_parent, "default_runtime_name", runtime_name)
         wrote[("plugins", plugin, "containerd", "default_runtime_name")] = runtime_name

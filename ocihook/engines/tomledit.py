@@ -16,6 +16,7 @@ __all__ = [
     "canonical",
     "check_toml",
     "edit_error",
+    "indent_table",
     "key_indent",
     "parse_toml",
     "same_toml",
@@ -221,3 +222,16 @@ def style_like(new: Any, like: Any) -> None:
                 style_like(item, sub)
         elif hasattr(item, "trivia"):
             item.trivia.indent = indent
+
+
+def indent_table(new: Any, indent: str) -> None:
+    """Indent a table ocihook added (its header, keys and sub-tables) by ``indent``."""
+    from tomlkit.items import Table
+
+    new.trivia.indent = indent
+    for key, item in new.value.body:
+        if key is not None and (isinstance(item, Table) or hasattr(item, "trivia")):
+            if isinstance(item, Table):
+                indent_table(item, indent)
+            else:
+                item.trivia.indent = indent

@@ -75,6 +75,17 @@ def test_containerd_configure_twice_is_once(layout: str, cdi: bool) -> None:
     assert again == ()
 
 
+@pytest.mark.parametrize("layout", ["v2-default-like", "v3-default-like", "v2-indented-cri"])
+def test_containerd_tables_added_under_an_indented_table_are_flat(layout: str) -> None:
+    """Without a runc table to look like, the tables ocihook adds are written flat: not
+    a header indented by tomlkit over keys at the margin."""
+    once, _ = configure_containerd(LAYOUTS[layout].encode(), path="c", runtime_path=WRAPPER)
+    plugin = V3 if layout.startswith("v3") else V2
+    for name in ("runc", "ocihook"):
+        header = f'\n[plugins."{plugin}".containerd.runtimes.{name}]\nruntime_type = '
+        assert header in once.decode(), once.decode()
+
+
 @pytest.mark.parametrize("layout", sorted(REFUSED))
 def test_containerd_refused_layouts_stay_refused(layout: str) -> None:
     with pytest.raises(EngineConfigError):
