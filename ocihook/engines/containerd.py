@@ -31,7 +31,16 @@ from .common import (
     table_value,
     under_root,
 )
-from .tomledit import check_toml, edit_error, parse_toml, set_key, style_like, sub_table
+from .tomledit import (
+    check_toml,
+    edit_error,
+    indent_table,
+    parse_toml,
+    set_key,
+    style_like,
+    sub_table,
+    unchanged_meaning,
+)
 
 __all__ = [
     "CONTAINERD_PLUGINS",
@@ -415,6 +424,12 @@ def _edit_containerd(
         runtimes[runtime_name] = entry
         if runc is not None and hasattr(runc, "trivia"):
             style_like(runtimes[runtime_name], runc)
+        elif runc is None:
+            # no runc to look like: tomlkit indents the headers it adds under an indented
+            # table by that table's indentation but not their keys; write them flat
+            for added in (runtimes["runc"], runtimes[runtime_name]):
+                if hasattr(added, "trivia"):
+                    indent_table(added, "")
     if set_as_default:
         set_key(runtimes_parent, "default_runtime_name", runtime_name)
         wrote[("plugins", plugin, "containerd", "default_runtime_name")] = runtime_name
@@ -541,6 +556,9 @@ def configure_containerd(
         raise edit_error(e, path) from None
     if after == before:
         return after, ()
+    if before is not None and unchanged_meaning(text, after.decode()):
+        # configured already: the file's own bytes, not tomlkit's rendering of them
+        return before, ()
     check_toml(doc_text, after.decode(), wrote, path=path)
     notes = [*import_notes, "restart containerd to apply (systemctl restart containerd)"]
     disabled = doc.get("disabled_plugins") or []

@@ -19,7 +19,14 @@ from .common import (
     table_value,
     under_root,
 )
-from .tomledit import check_toml, edit_error, parse_toml, set_key, sub_table
+from .tomledit import (
+    check_toml,
+    edit_error,
+    parse_toml,
+    set_key,
+    sub_table,
+    unchanged_meaning,
+)
 
 __all__ = [
     "CONFIG_PATH",
@@ -98,6 +105,9 @@ def configure_crio(
         raise edit_error(e, path) from None
     if after == before:
         return after, ()
+    if before is not None and unchanged_meaning(text, after.decode()):
+        # configured already: the file's own bytes, not tomlkit's rendering of them
+        return before, ()
     check_toml(doc_text, after.decode(), wrote, path=path)
     return after, (*replaced, "restart CRI-O to apply (systemctl restart crio)")
 

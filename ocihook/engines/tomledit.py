@@ -16,6 +16,7 @@ __all__ = [
     "canonical",
     "check_toml",
     "edit_error",
+    "indent_table",
     "key_indent",
     "parse_toml",
     "same_toml",
@@ -23,6 +24,7 @@ __all__ = [
     "strip_paths",
     "style_like",
     "sub_table",
+    "unchanged_meaning",
 ]
 
 
@@ -88,7 +90,9 @@ def set_key(table: Any, key: str, value: object) -> None:
 
 def strip_paths(doc: dict[str, Any], paths: list[tuple[str, ...]]) -> None:
     """Remove each path of ``paths`` from ``doc`` (plain dicts), and the tables on the
-    way that are left empty by it."""
+    way that are empty then, whether the removal or the file left them empty: an edit
+    that fills an empty table (``[plugins."io.containerd.grpc.v1.cri"]`` alone) compares
+    equal to the file before it once both are stripped."""
     for keys in paths:
         chain = [doc]
         for key in keys[:-1]:
@@ -96,11 +100,11 @@ def strip_paths(doc: dict[str, Any], paths: list[tuple[str, ...]]) -> None:
             if not isinstance(sub, dict):
                 break
             chain.append(sub)
-        else:
+        if len(chain) == len(keys):
             chain[-1].pop(keys[-1], None)
-            for parent, key in zip(reversed(chain[:-1]), reversed(keys[:-1]), strict=True):
-                if parent.get(key) == {}:
-                    del parent[key]
+        for parent, key in zip(reversed(chain[:-1]), reversed(keys[: len(chain) - 1]), strict=True):
+            if parent.get(key) == {}:
+                del parent[key]
 
 
 def check_toml(before: str, after: str, wrote: dict[tuple[str, ...], object], *, path: str) -> None:
@@ -170,6 +174,32 @@ def same_toml(a: Any, b: Any) -> bool:
     return bool(canonical(a) == canonical(b))
 
 
+def _typed(value: Any) -> Any:
+    """``value`` (:func:`canonical` output) with each leaf tagged with its type: ``1``
+    and ``true`` differ (Python's ``1 == True`` does not tell them apart)."""
+    if isinstance(value, dict):
+        return {k: _typed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_typed(v) for v in value]
+    return (type(value).__name__, value)
+
+
+def unchanged_meaning(before: str, after: str) -> bool:
+    """Whether ``after`` means exactly what ``before`` means (:mod:`tomllib`, values of
+    the same types): an edit that adds nothing keeps the file's bytes. tomlkit does not
+    always give back the bytes it read (a table whose parent tables are implied under an
+    indented header is indented once more on each parse), so comparing its output with
+    the file's bytes does not tell whether anything was edited. ``False`` when either
+    is not TOML for :mod:`tomllib` (:func:`check_toml` says why)."""
+    import tomllib
+
+    try:
+        old, new = tomllib.loads(before), tomllib.loads(after)
+    except tomllib.TOMLDecodeError:
+        return False
+    return bool(_typed(canonical(old)) == _typed(canonical(new)))
+
+
 def edit_error(e: Exception, path: str) -> EngineConfigError:
     """A tomlkit error raised while editing (such as ``Inline tables cannot contain a
     table``) as the file's error (exit 13), not a usage error."""
@@ -192,3 +222,16 @@ def style_like(new: Any, like: Any) -> None:
                 style_like(item, sub)
         elif hasattr(item, "trivia"):
             item.trivia.indent = indent
+
+
+def indent_table(new: Any, indent: str) -> None:
+    """Indent a table ocihook added (its header, keys and sub-tables) by ``indent``."""
+    from tomlkit.items import Table
+
+    new.trivia.indent = indent
+    for key, item in new.value.body:
+        if key is not None and (isinstance(item, Table) or hasattr(item, "trivia")):
+            if isinstance(item, Table):
+                indent_table(item, indent)
+            else:
+                item.trivia.indent = indent

@@ -310,3 +310,30 @@ def test_a_malformed_engine_file_is_refused_and_left(tmp_path: Path) -> None:
     rc, err = _install(host, _payload(tmp_path))
     assert rc == 13 and len(err.strip().splitlines()) == 1, err
     assert _tree(host) == before
+
+
+#: containerd 1.7's file with the CRI table but no ``containerd`` sub-table, indented as
+#: ``containerd config default`` writes: configure used to re-indent what it added on
+#: every run, so a second install rewrote the file.
+NO_CONTAINERD_TABLE = b"""\
+version = 2
+
+[plugins]
+  [plugins."io.containerd.grpc.v1.cri"]
+    sandbox_image = "registry.k8s.io/pause:3.9"
+    [plugins."io.containerd.grpc.v1.cri".cni]
+      bin_dir = "/opt/cni/bin"
+"""
+
+
+def test_install_twice_and_uninstall_without_a_containerd_table(tmp_path: Path) -> None:
+    host, listing = _host(tmp_path, config=NO_CONTAINERD_TABLE), _payload(tmp_path)
+    before = _tree(host)
+    assert _install(host, listing)[0] == 0
+    first = _tree(host)
+    rc, err = _install(host, listing)
+    assert rc == 0 and "already configured; unchanged" in err, err
+    assert _tree(host) == first
+    proc = run_cli("k8s", "uninstall", "--host-root", str(host))
+    assert proc.returncode == 0, proc.stderr
+    assert _tree(host) == before
