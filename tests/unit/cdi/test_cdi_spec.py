@@ -799,7 +799,8 @@ def _nul_in_mount_path(doc: Any) -> bool:
         if isinstance(d, dict)
     ]
     for e in edits:
-        for m in (e.get("mounts") or []) if isinstance(e, dict) else []:
+        mounts = e.get("mounts") if isinstance(e, dict) else None
+        for m in mounts if isinstance(mounts, list) else []:
             if isinstance(m, dict) and any(
                 isinstance(m.get(k), str) and "\0" in m[k] for k in ("hostPath", "containerPath")
             ):
