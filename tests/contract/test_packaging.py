@@ -361,7 +361,7 @@ def test_wheel_and_sdist_install_and_run(tmp_path: Path, sim: simhost.SimulatedH
     assert sorted(scripts) == ["nvidia-container-runtime-hook", "ocihook", "ocihook-runtime"]
     head = "#!/bin/sh\n''':'\n"
     assert all(text.startswith(head) for text in scripts.values()), scripts
-    assert all('exec "$d/python3" -I "$0" "$@"\n' in text for text in scripts.values())
+    assert all('exec "$d/python3" -I -S "$0" "$@"\n' in text for text in scripts.values())
     assert "from ocihook._main import main\n" in scripts["ocihook"]
     assert "from ocihook.runtime import main\n" in scripts["ocihook-runtime"]
     assert (
@@ -463,3 +463,50 @@ def test_wheel_and_sdist_install_and_run(tmp_path: Path, sim: simhost.SimulatedH
     assert out.returncode == 0, out.stderr
     daemon = json.loads((tmp_path / "daemon.json").read_text())
     assert daemon["runtimes"]["ocihook"]["path"] == str(venv / "bin/ocihook-runtime")
+
+
+def _launcher_probe(venv: Path, tail: str) -> subprocess.CompletedProcess[str]:
+    """``packaging/bin/ocihook`` copied into ``venv``'s bin with its last two lines (the
+    import of ocihook and the call) replaced by ``tail``, run as a user runs a command."""
+    with open(os.path.join(PACKAGING, "bin", "ocihook")) as f:
+        lines = f.read().splitlines(keepends=True)
+    assert lines[-1] == "sys.exit(main())\n" and lines[-3].startswith("from ocihook")
+    probe = venv / "bin" / "probe"
+    probe.write_text("".join(lines[:-3]) + tail)
+    probe.chmod(0o755)
+    return subprocess.run(
+        [str(probe)], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}
+    )
+
+
+def test_launcher_runs_site_only_when_needed(tmp_path: Path) -> None:
+    """The commands start with -I -S: in a virtual environment that holds ocihook, its
+    site-packages is on sys.path without site; a module only a .pth file's directory
+    holds is still found (site runs then); without ocihook there, site runs at once."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    lib = venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    (extra / "zz_only_by_pth.py").write_text("VALUE = 42\n")
+    (lib / "zz-extra.pth").write_text(f"{extra}\n")
+    check = "print('site' in sys.modules, str(sys.path[-1]))\n"
+    # no ocihook in the environment (an editable install, Debian's python): site at once
+    proc = _launcher_probe(venv, "import sys\n" + check)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[0] == "True"
+    (lib / "ocihook").mkdir()
+    (lib / "ocihook" / "__init__.py").write_text("")
+    proc = _launcher_probe(venv, "import ocihook\n" + check)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", str(lib)]
+    proc = _launcher_probe(
+        venv, "import ocihook, zz_only_by_pth\nprint(zz_only_by_pth.VALUE)\n" + check
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[:2] == ["42", "True"]
+    proc = _launcher_probe(venv, "import zz_not_anywhere\n")
+    assert (
+        proc.returncode == 1
+        and "ModuleNotFoundError: No module named 'zz_not_anywhere'" in proc.stderr
+    )
