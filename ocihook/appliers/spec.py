@@ -290,7 +290,9 @@ def apply_plan(
                     break
             else:
                 mounts.append(mount)
-    hooks = realize_hooks(e, command or hook_command())
+    if command is None and (e.symlinks or e.ldcache_libraries or e.proc_mask is not None):
+        command = hook_command()  # reads sys.path: only when a hook needs it
+    hooks = realize_hooks(e, command or ())
     if hooks:
         spec_hooks = child_object(doc, "hooks", path=path, field="hooks")
         for h in hooks:

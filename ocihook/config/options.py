@@ -48,8 +48,15 @@ def start_path_dirs() -> list[str]:
     (``PYTHONPATH``, a script's directory, what a program inserted at the front) are not
     named: a hook runs as root on every container start. Read from ``sys.path`` as it is,
     so a virtual environment's directories are the ones named (``site.getsitepackages()``
-    under ``-S`` names the base interpreter's). Only existing absolute directories, each
-    once."""
+    under ``-S`` names the base interpreter's). An installed command that deferred
+    ``site`` (``packaging/bin``: an ``ocihook_run_site`` finder on ``sys.meta_path``) has
+    it run first. Only existing absolute directories, each once."""
+    for finder in list(sys.meta_path):
+        # an installed command defers site (packaging/bin): run it now, so that sys.path
+        # holds what site adds
+        run_site = getattr(finder, "ocihook_run_site", None)
+        if callable(run_site):
+            run_site()
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     # os is the standard library's (sysconfig would cost an import on the start path)
     stdlib = os.path.normpath(os.path.dirname(os.__file__))

@@ -29,6 +29,7 @@ from .report import Check
 __all__ = [
     "EXPOSED_STAGES",
     "SCRIPT_EXEC",
+    "SCRIPT_EXEC_SITE",
     "SCRIPT_HEAD",
     "UnsafeHook",
     "check_registrations",
@@ -44,8 +45,11 @@ EXPOSED_STAGES = ("createContainer", "startContainer")
 #: How the installed commands (``packaging/bin``) begin: a ``#!/bin/sh`` line, then the
 #: line that opens a string for Python and is ``:`` for sh.
 SCRIPT_HEAD = "#!/bin/sh\n''':'\n"
-#: The line of those scripts that starts the interpreter beside them, isolated.
-SCRIPT_EXEC = 'exec "$d/python3" -I "$0" "$@"'
+#: The line of those scripts that starts the interpreter beside them, isolated and
+#: without ``site`` (the script runs it when needed).
+SCRIPT_EXEC = 'exec "$d/python3" -I -S "$0" "$@"'
+#: The same line in the scripts of ocihook 0.1.0, which kept ``site``.
+SCRIPT_EXEC_SITE = 'exec "$d/python3" -I "$0" "$@"'
 
 _FIX = (
     'give the hook an explicit env (for example "env": ["PATH=/usr/local/sbin:/usr/local/bin:'
@@ -57,7 +61,9 @@ def installed_script_python(path: str, head: str) -> str | None:
     """The interpreter an installed ocihook command at ``path`` (whose first bytes are
     ``head``) starts: the ``python3`` in the directory of ``path`` (as the engine names
     it, links not followed: sh takes it from ``$0``). ``None`` for any other file."""
-    if not head.startswith(SCRIPT_HEAD) or SCRIPT_EXEC not in head:
+    if not head.startswith(SCRIPT_HEAD):
+        return None
+    if SCRIPT_EXEC not in head and SCRIPT_EXEC_SITE not in head:
         return None
     return os.path.join(os.path.dirname(path) or ".", "python3")
 

@@ -510,3 +510,51 @@ def test_launcher_runs_site_only_when_needed(tmp_path: Path) -> None:
         proc.returncode == 1
         and "ModuleNotFoundError: No module named 'zz_not_anywhere'" in proc.stderr
     )
+
+
+def test_launcher_site_runs_before_hook_directories_are_named(tmp_path: Path) -> None:
+    """A command that deferred site runs it before ocihook names the directories of a hook
+    it registers: a directory only a .pth file adds is among them."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    lib = venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    (lib / "zz-extra.pth").write_text(f"{extra}\n")
+    (lib / "ocihook").symlink_to(os.path.join(REPO, "ocihook"))
+    proc = _launcher_probe(
+        venv,
+        "import ocihook\nprint('site' in sys.modules)\n"
+        "from ocihook.config.options import start_path_dirs\n"
+        f"print({str(extra)!r} in start_path_dirs(), 'site' in sys.modules)\n",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "True", "True"]
+
+
+def test_launcher_site_on_demand_from_threads(tmp_path: Path) -> None:
+    """Threads that each import a module only a .pth file's directory holds all find it:
+    site runs once, whichever thread asks first."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    lib = venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    for i in range(8):
+        (extra / f"zz_pth_{i}.py").write_text(f"VALUE = {i}\n")
+    (lib / "zz-extra.pth").write_text(f"{extra}\n")
+    (lib / "ocihook").mkdir()
+    (lib / "ocihook" / "__init__.py").write_text("")
+    tail = (
+        "import ocihook, threading, importlib\n"
+        "out = {}\n"
+        "def get(i):\n"
+        "    out[i] = importlib.import_module(f'zz_pth_{i}').VALUE\n"
+        "ts = [threading.Thread(target=get, args=(i,)) for i in range(8)]\n"
+        "[t.start() for t in ts]\n"
+        "[t.join() for t in ts]\n"
+        "print(sorted(out.values()), sys.path.count(" + repr(str(extra)) + "))\n"
+    )
+    proc = _launcher_probe(venv, tail)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"{list(range(8))} 1"

@@ -17,6 +17,8 @@ from ocihook.core.hostroot import HostRoot
 from ocihook.doctor import Context, check_registrations
 from ocihook.doctor.registrations import (
     EXPOSED_STAGES,
+    SCRIPT_EXEC_SITE,
+    SCRIPT_HEAD,
     UnsafeHook,
     hooks_d_without_env,
     hooks_without_env,
@@ -147,3 +149,9 @@ def test_installed_script_python() -> None:
         assert installed_script_python(name, head) == "./python3"
     assert installed_script_python("/usr/bin/x", "#!/usr/bin/python3 -I\nimport sys\n") is None
     assert installed_script_python("/usr/bin/x", "#!/bin/sh\nexec python3 -I x\n") is None
+    # 0.1.0's scripts (-I alone) start the same interpreter
+    old = SCRIPT_HEAD + "case $0 in */*) d=${0%/*} ;; *) d=. ;; esac\n" + SCRIPT_EXEC_SITE
+    assert installed_script_python("/opt/v/bin/ocihook", old) == "/opt/v/bin/python3"
+    # a line that names another interpreter is not one of them
+    other = SCRIPT_HEAD + 'exec "$d/python2" -I -S "$0" "$@"\n'
+    assert installed_script_python("/opt/v/bin/ocihook", other) is None
