@@ -35,8 +35,9 @@ RUNC_SAFE_MOUNT_TARGETS = (1, 1, 14)
 #: Entries of :mod:`ocihook.linux.cachestore` holding runtime versions.
 CACHE_PREFIX = "runtime-version"
 _ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
-#: What is stored for a binary whose version cannot be read (it printed nothing usable, it
-#: failed or timed out), so that it is not run again until the binary changes.
+#: What is stored for a binary that exited without a version to read (it printed nothing
+#: usable, or failed), so that it is not run again until the binary changes. A binary that
+#: could not be started, or was killed at the timeout, is asked again on the next start.
 UNKNOWN_VERSION = "unknown"
 
 
@@ -101,9 +102,17 @@ VERSION_TIMEOUT = 5.0
 
 def _run_version(path: str, timeout: float = VERSION_TIMEOUT) -> str | None:
     """Standard output of ``path --version``, or ``None`` when it cannot be run, fails, or
-    is not done within ``timeout`` seconds (then it is killed; a child it left holding the
-    pipe does not keep us either). Spawned without :mod:`subprocess` (its import costs
-    milliseconds)."""
+    is not done within ``timeout`` seconds (see :func:`_ask_version`)."""
+    return _ask_version(path, timeout)[0]
+
+
+def _ask_version(path: str, timeout: float = VERSION_TIMEOUT) -> tuple[str | None, bool]:
+    """``(output, exited)``: the standard output of ``path --version`` (``None`` when it
+    cannot be run, fails, or is not done within ``timeout`` seconds: then it is killed; a
+    child it left holding the pipe does not keep us either), and whether the binary ran and
+    exited on its own, so that its answer stands until it changes (``False``: not started,
+    killed at the timeout, reaped by someone else). Spawned without :mod:`subprocess` (its
+    import costs milliseconds)."""
     import select
     import time
 
@@ -126,7 +135,7 @@ def _run_version(path: str, timeout: float = VERSION_TIMEOUT) -> str | None:
     except OSError:
         os.close(r)
         os.close(w)
-        return None
+        return None, False
     os.close(w)
     deadline = time.monotonic() + timeout
     out = b""
@@ -138,7 +147,7 @@ def _run_version(path: str, timeout: float = VERSION_TIMEOUT) -> str | None:
                 try:
                     done, status_now = os.waitpid(pid, os.WNOHANG)
                 except ChildProcessError:  # SIGCHLD ignored: the child was reaped for us
-                    return None
+                    return None, False
                 if done:
                     status = status_now
             left = deadline - time.monotonic()
@@ -164,10 +173,10 @@ def _run_version(path: str, timeout: float = VERSION_TIMEOUT) -> str | None:
             _, status = os.waitpid(pid, 0)
         except (ProcessLookupError, ChildProcessError):
             pass
-        return None
+        return None, False
     if os.waitstatus_to_exitcode(status) != 0:
-        return None
-    return out.decode("utf-8", "replace")
+        return None, True
+    return out.decode("utf-8", "replace"), True
 
 
 def runtime_version(
@@ -190,11 +199,13 @@ def runtime_version(
     if isinstance(found, tuple) and len(found) == 3:
         name, shown, version = found
         return str(name), str(shown), (int(version[0]), int(version[1]), int(version[2]))
-    out = _run_version(path)
+    out, exited = _ask_version(path)
     parsed = None if out is None else parse_version_output(out)
-    # a runtime that does not say (youki, runsc, a wrapper) is not asked again on every start
-    stored = UNKNOWN_VERSION if parsed is None else parsed
-    cachestore.store(key, stored, (), cache_dir, prefix=CACHE_PREFIX)
+    if exited:
+        # a runtime that does not say (youki, runsc, a wrapper) is not asked again on every
+        # start; one that hung or could not start this time is
+        stored = UNKNOWN_VERSION if parsed is None else parsed
+        cachestore.store(key, stored, (), cache_dir, prefix=CACHE_PREFIX)
     return parsed
 
 

@@ -190,3 +190,33 @@ def test_a_runtime_that_does_not_say_is_asked_once(tmp_path: Path) -> None:
     os.utime(path, ns=(2, 2))
     assert runtime_version(path, cache_dir=str(cache)) == ("runc", "1.1.5", (1, 1, 5))
     assert count.read_text() == "xx"
+
+
+def test_a_runtime_killed_at_the_timeout_is_asked_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A binary that hung this time (a loaded machine, a lock it waited on) leaves no
+    "unknown" behind: the next start asks it again, and then its answer is kept."""
+    from ocihook.linux import ociruntime
+
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o755)
+    count = tmp_path / "count"
+    path = _script(
+        tmp_path,
+        "runc",
+        f"echo x >> {count}\n[ $(wc -l < {count}) -gt 1 ] || sleep 30\necho runc version 1.1.15\n",
+    )
+    monkeypatch.setattr(ociruntime, "VERSION_TIMEOUT", 0.3)
+    monkeypatch.setattr(ociruntime._ask_version, "__defaults__", (0.3,))
+    assert runtime_version(path, cache_dir=str(cache)) is None
+    want = ("runc", "1.1.15", (1, 1, 15))
+    assert runtime_version(path, cache_dir=str(cache)) == want
+    assert runtime_version(path, cache_dir=str(cache)) == want
+    assert count.read_text().count("x") == 2
+    # one that could not be started (no such interpreter) is not remembered either
+    broken = tmp_path / "crun"
+    broken.write_text("#!/nonexistent/sh\n")
+    broken.chmod(0o755)
+    assert runtime_version(str(broken), cache_dir=str(cache)) is None
+    assert len(os.listdir(cache)) == 1
