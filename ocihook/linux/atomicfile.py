@@ -22,7 +22,11 @@ the old file (``rename(2)`` is atomic: readers see the old or the new file, neve
    with ``EEXIST``), so a complete new file must have a name of its own before the
    ``rename``, and a process killed with ``SIGKILL`` runs no code of its own. No guardian
    is forked in a process with several threads (forking one is unsafe: the k8s plugins'
-   gRPC threads) or where ``fork`` fails (``EAGAIN`` under a pids limit).
+   gRPC threads) or where ``fork`` fails (``EAGAIN`` under a pids limit), nor for an
+   anonymous file the caller writes with ``guard=False``: a container's root file system
+   and the ``config.json`` the wrapper edits, which their owner discards after a failed
+   start (the guardian costs about 1 ms; the rest of such an edit is not undone after
+   ``SIGKILL`` either).
 3. Every writer holds an exclusive ``flock(2)`` on its temporary file until the rename is
    done (where the filesystem has locks: NFS without them answers ``ENOLCK``, and the
    writer goes on). Where the guardian died too (the whole cgroup or process tree killed
@@ -303,6 +307,7 @@ def replace_at(
     owner: tuple[int, int] | None = None,
     durable: bool = True,
     tmpfile: bool = True,
+    guard: bool = True,
 ) -> list[str]:
     """Replace (or make) the file ``name`` in the directory ``dir_fd`` with ``data`` (see
     the module docstring), with permission bits ``mode`` and, when given, ``owner``
@@ -318,6 +323,14 @@ def replace_at(
         durable: ``fsync`` the file before the rename and the directory after it.
         tmpfile: use ``O_TMPFILE`` where the filesystem has it (tests turn it off to
             exercise the named temporary).
+        guard: fork a guardian for the two calls between ``linkat`` and ``rename`` of an
+            anonymous file (default). ``False`` for a file whose owner discards it after
+            a failed run (a container's root file system, the ``config.json`` the wrapper
+            edits just before the runtime reads it): a writer killed in that instant
+            leaves its temporary, which the next write of the file removes; the rest of
+            such an edit (links, mount targets) is not undone after ``SIGKILL`` either. A
+            temporary named from the start is always guarded (it is named while the
+            content is written).
 
     Returns:
         Warnings about steps after the rename that failed (the file was replaced).
@@ -330,15 +343,15 @@ def replace_at(
     tmp = temporary_name(name)
     fd = _open_anonymous(dir_fd) if tmpfile else None
     named = fd is None
-    guard = None
+    guardian = None
     if fd is None:
-        guard = guard_name(dir_fd, tmp)
+        guardian = guard_name(dir_fd, tmp)
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
         try:
             fd = os.open(tmp, flags, 0o600, dir_fd=dir_fd)
         except BaseException:
-            if guard is not None:
-                guard.release()  # nothing was made
+            if guardian is not None:
+                guardian.release()  # nothing was made
             raise
     linked = named
     renamed = False
@@ -354,17 +367,24 @@ def replace_at(
         if durable:
             os.fsync(fd)
         if not named:
-            guard = guard_name(dir_fd, tmp)
+            guardian = guard_name(dir_fd, tmp) if guard else None
             try:
                 os.link(f"/proc/self/fd/{fd}", tmp, dst_dir_fd=dir_fd, follow_symlinks=True)
             except FileNotFoundError:  # no /proc: write it again under a name
                 os.close(fd)
                 fd = -1
-                if guard is not None:
-                    guard.release()
-                    guard = None
+                if guardian is not None:
+                    guardian.release()
+                    guardian = None
                 return replace_at(
-                    dir_fd, name, data, mode, owner=owner, durable=durable, tmpfile=False
+                    dir_fd,
+                    name,
+                    data,
+                    mode,
+                    owner=owner,
+                    durable=durable,
+                    tmpfile=False,
+                    guard=guard,
                 )
             linked = True
         os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
@@ -381,11 +401,11 @@ def replace_at(
                 os.close(fd)
             except OSError:
                 pass
-        if guard is not None:
-            guard.release(gone)
+        if guardian is not None:
+            guardian.release(gone)
         raise
-    if guard is not None:
-        guard.release()
+    if guardian is not None:
+        guardian.release()
     warnings: list[str] = []
     if durable:
         try:

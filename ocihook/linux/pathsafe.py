@@ -921,8 +921,10 @@ def write_file_in_root(
     parents made as by :func:`makedirs_in_root`), which gets ``mode`` exactly (``fchmod``)
     and is then ``renameat`` over ``path`` (:func:`ocihook.linux.atomicfile.replace_at`):
     readers see the old file or the new one, never a mix, a killed writer leaves no
-    temporary (its guardian removes a named one; if that died too, the next write does),
-    and an existing link or hard link at
+    temporary while the content is written (a temporary named from the start has a
+    guardian; none is forked for the instant between ``linkat`` and ``rename``, after
+    which a killed writer's temporary is removed by the next write: a container root
+    whose edit was cut off is discarded anyway), and an existing link or hard link at
     ``path`` is replaced, never written through (CVE-2024-0134). Not flushed to disk (a
     container root does not outlive a crash). ``path`` is appended to ``created`` if
     nothing was there.
@@ -941,7 +943,8 @@ def write_file_in_root(
                 existed = True
             except FileNotFoundError:
                 existed = False
-            late = atomicfile.replace_at(parent_fd, name, data, mode, durable=False)
+            # a container's root: no guardian for the instant before the rename
+            late = atomicfile.replace_at(parent_fd, name, data, mode, durable=False, guard=False)
             if not existed and created is not None:
                 created.append(_join(parent, name))
             atomicfile.report(late, path)

@@ -3,7 +3,8 @@
 A writer killed between creating its temporary file and the rename leaves nothing: the
 temporary is an anonymous ``O_TMPFILE`` file, and while it has a name (just before the
 rename, or from the start where it had to be named) a guardian process removes it once
-the writer is dead; a temporary whose guardian died too is removed by the next write. A
+the writer is dead; a temporary whose guardian died too, or that had none (a container's
+root, the wrapper's config.json), is removed by the next write. A
 failure before the rename leaves the old file and no temporary (exit 7); a failure after
 it (flushing the directory, closing) is a warning, not "cannot replace config.json". Faults are injected with ``strace -e inject`` into ``ocihook
 edit`` and with a patched ``os`` function in a child process that is then SIGKILLed.
@@ -401,6 +402,78 @@ def test_write_file_in_root_cleans_stale_temporary(tmp_path: Path) -> None:
         os.close(root_fd)
     assert _entries(etc) == ["ld.so.cache"]
     assert (etc / "ld.so.cache").read_bytes() == b"cache"
+
+
+def _guardians(mp: pytest.MonkeyPatch) -> list[str]:
+    """The names a guardian is forked for from now on (none is)."""
+    forked: list[str] = []
+    mp.setattr(atomicfile, "guard_name", lambda dir_fd, name: forked.append(name))
+    return forked
+
+
+def test_no_guardian_for_a_container_root_or_the_wrappers_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A container's ld.so.cache and a config.json written with durable=False fork no
+    guardian for the instant before the rename (their owner discards them after a failed
+    start); a durable write does, and a temporary named from the start always has one."""
+    forked = _guardians(monkeypatch)
+    (tmp_path / "etc").mkdir()
+    root_fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        pathsafe.write_file_in_root(root_fd, "/etc/ld.so.cache", b"cache", 0o644)
+    finally:
+        os.close(root_fd)
+    write_bytes_atomic(str(tmp_path / "config.json"), NEW, durable=False)
+    assert forked == []
+    assert (tmp_path / "etc" / "ld.so.cache").read_bytes() == b"cache"
+    assert (tmp_path / "config.json").read_bytes() == NEW
+    write_bytes_atomic(str(tmp_path / "config.json"), OLD)
+    assert len(forked) == 1 and forked[0].startswith(".config.json.")
+    monkeypatch.setattr(atomicfile, "_open_anonymous", lambda dir_fd: None)
+    write_bytes_atomic(str(tmp_path / "config.json"), NEW, durable=False)
+    assert len(forked) == 2 and forked[1].startswith(".config.json.")
+    assert _entries(tmp_path) == ["config.json", "etc"]
+
+
+def test_unguarded_temporary_of_a_killed_writer_goes_with_the_next_write(
+    tmp_path: Path,
+) -> None:
+    """Killed between linkat and rename with no guardian, a writer leaves its temporary;
+    the next write of the same file removes it."""
+    r, w = os.pipe()
+    code = textwrap.dedent(
+        f"""
+        import os, time
+        from ocihook.linux import atomicfile
+        real = os.rename
+        def pause(*a, **k):
+            os.write({w}, b"x")
+            time.sleep(600)
+        os.rename = pause
+        d = os.open({str(tmp_path)!r}, os.O_RDONLY | os.O_DIRECTORY)
+        atomicfile.replace_at(d, "ld.so.cache", b"new", 0o644, durable=False, guard=False)
+        """
+    )
+    (tmp_path / "ld.so.cache").write_bytes(b"old")
+    child = subprocess.Popen([sys.executable, "-c", code], pass_fds=(w,))
+    os.close(w)
+    try:
+        assert os.read(r, 1) == b"x"
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    finally:
+        os.close(r)
+    left = [n for n in _entries(tmp_path) if n != "ld.so.cache"]
+    assert len(left) == 1 and left[0].startswith(".ld.so.cache."), left
+    assert (tmp_path / "ld.so.cache").read_bytes() == b"old"
+    d = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        atomicfile.replace_at(d, "ld.so.cache", b"newer", 0o644, durable=False, guard=False)
+    finally:
+        os.close(d)
+    assert _entries(tmp_path) == ["ld.so.cache"]
+    assert (tmp_path / "ld.so.cache").read_bytes() == b"newer"
 
 
 _NAMES = st.text(
