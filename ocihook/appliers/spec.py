@@ -54,13 +54,8 @@ from ..config.options import HOOK_ENV, HOOK_TIMEOUT, Options, hook_command
 from ..core.errors import ApplyError, OcihookError, RequestError, SpecError
 from ..core.hostroot import HostRoot
 from ..core.records import Record
-from ..linux.pathsafe import (
-    close_quietly,
-    create_file_in_root,
-    makedirs_in_root,
-    open_root,
-    remove_in_root,
-)
+from ..linux.mounttargets import mount_targets_in_root
+from ..linux.pathsafe import close_quietly, open_root, remove_in_root
 from ..oci.bundle import Bundle, dump_json, load_bundle, write_json_atomic
 from ..oci.edit import add_device_rules, child_list, child_object, copy_json, set_env
 from ..pipeline.bundle import plan_for_bundle
@@ -129,11 +124,12 @@ def create_mount_targets(rootfs: str, mounts: Sequence[Mount]) -> tuple[str, ...
     (a host path), so that the runtime need not: an empty regular file for a file (or
     socket) source, a directory for a directory source; missing parents are made too.
 
-    Lookups go through :func:`ocihook.linux.pathsafe.create_file_in_root` and
-    :func:`~ocihook.linux.pathsafe.makedirs_in_root`: every link of the image resolves
-    inside ``rootfs``, never on the host; an existing target of the right kind is used as
-    it is. Targets under :data:`_RUNTIME_MOUNTED` are skipped. A missing ``rootfs`` makes
-    nothing (the runtime reports it).
+    Lookups go through :func:`ocihook.linux.mounttargets.mount_targets_in_root` (each parent
+    directory resolved once, as :func:`~ocihook.linux.pathsafe.makedirs_in_root` does):
+    every link of the image resolves inside ``rootfs``, never on the host; an existing
+    target of the right kind is used as it is. Targets under :data:`_RUNTIME_MOUNTED`
+    are skipped. A missing ``rootfs`` makes nothing (the runtime reports it); a target
+    path that cannot name a file is refused before anything is made.
 
     Returns:
         The container paths made, in the order made (the caller may remove them again, in
@@ -146,27 +142,30 @@ def create_mount_targets(rootfs: str, mounts: Sequence[Mount]) -> tuple[str, ...
     """
     if not os.path.isdir(rootfs):
         return ()
+    targets: list[tuple[str, bool]] = []
+    for m in mounts:
+        if m.type != "bind" and "bind" not in m.options and "rbind" not in m.options:
+            continue
+        dest = _container_path(m.destination)
+        if _runtime_mounted(dest):
+            continue
+        try:
+            if "\0" in dest:
+                raise ValueError("NUL")
+            os.fsencode(dest)
+        except ValueError:  # a NUL byte or a lone surrogate: no file has that name
+            raise ApplyError(
+                "cannot make a mount target: the path cannot name a file", path=ascii(dest)
+            ) from None
+        try:
+            is_dir = stat.S_ISDIR(os.stat(m.source).st_mode)
+        except OSError:
+            is_dir = False  # a missing source: the runtime names it
+        targets.append((dest, is_dir))
     root_fd = open_root(rootfs)
     created: list[str] = []
     try:
-        for m in mounts:
-            if m.type != "bind" and "bind" not in m.options and "rbind" not in m.options:
-                continue
-            dest = _container_path(m.destination)
-            if _runtime_mounted(dest):
-                continue
-            try:
-                is_dir = stat.S_ISDIR(os.stat(m.source).st_mode)
-            except OSError:
-                is_dir = False  # a missing source: the runtime names it
-            make = makedirs_in_root if is_dir else create_file_in_root
-            try:
-                close_quietly(make(root_fd, dest, created=created))
-            except ValueError:  # a NUL byte or a lone surrogate: no file has that name
-                raise ApplyError(
-                    "cannot make a mount target: the path cannot name a file",
-                    path=ascii(dest),
-                ) from None
+        mount_targets_in_root(root_fd, targets, created=created)
     except ApplyError as err:
         failed: ApplyError | None = err
     else:

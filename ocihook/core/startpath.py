@@ -219,6 +219,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
         "ocihook edit -b BUNDLE",
         "spec mode, ``ocihook edit`` of a bundle that asks for nothing",
         ocihook=_names(
+            "ocihook.linux.mounttargets "
             "ocihook ocihook._main ocihook.appliers ocihook.appliers.editrecord "
             "ocihook.appliers.spec ocihook.cdi ocihook.cdi.names ocihook.commands "
             "ocihook.commands.fast ocihook.commands.voidexit ocihook.config "
@@ -245,6 +246,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "rootfs), roots on the command line"
         ),
         ocihook=_names(
+            "ocihook.linux.mounttargets "
             "ocihook ocihook._main ocihook.appliers ocihook.appliers.editrecord "
             "ocihook.appliers.live ocihook.appliers.live.hooks "
             "ocihook.appliers.live.libraries ocihook.appliers.live.procmask "
@@ -282,6 +284,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "(AMD_VISIBLE_DEVICES=all)"
         ),
         ocihook=_names(
+            "ocihook.linux.mounttargets "
             "ocihook ocihook._main ocihook.appliers ocihook.appliers.editrecord "
             "ocihook.appliers.spec ocihook.cdi ocihook.cdi.names ocihook.commands "
             "ocihook.commands.fast ocihook.commands.voidexit ocihook.config "
@@ -312,6 +315,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "(INTEL_VISIBLE_DEVICES=all)"
         ),
         ocihook=_names(
+            "ocihook.linux.mounttargets "
             "ocihook ocihook._main ocihook.appliers ocihook.appliers.editrecord "
             "ocihook.appliers.live ocihook.appliers.live.hooks "
             "ocihook.appliers.live.libraries ocihook.appliers.live.procmask "
@@ -389,6 +393,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "runtime; roots from the file ``$OCIHOOK_CONFIG`` names"
         ),
         ocihook=_names(
+            "ocihook.linux.mounttargets "
             "ocihook ocihook._main ocihook.appliers ocihook.appliers.editrecord "
             "ocihook.appliers.live ocihook.appliers.live.hooks "
             "ocihook.appliers.live.libraries ocihook.appliers.live.procmask "
@@ -431,6 +436,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "when it execs the runtime"
         ),
         ocihook=_names(
+            "ocihook.linux.mounttargets "
             "ocihook ocihook._main ocihook.appliers ocihook.appliers.editrecord "
             "ocihook.appliers.spec ocihook.cdi ocihook.cdi.inject ocihook.cdi.names "
             "ocihook.cdi.registry ocihook.cdi.spec ocihook.commands ocihook.commands.runtime "

@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 from ocihook.core.errors import ApplyError, DiscoveryError
 from ocihook.linux import pathsafe
 from ocihook.linux import syscalls as _linux
+from ocihook.linux.mounttargets import mount_targets_in_root
 
 
 def _can_mknod() -> bool:
@@ -1380,3 +1381,102 @@ def test_one_remembered_resolutions_entered_twice_forgets_at_the_end(tmp_path: P
     (tmp_path / "a/b").rename(tmp_path / "a/real")
     (tmp_path / "a/b").symlink_to("real")
     assert pathsafe.resolve_in_root(root, "a/b/c") == str(tmp_path / "a/real/c")
+
+
+# -- mount targets in one batch -----------------------------------------------------------
+
+_TGT_PARTS = st.sampled_from(["a", "b", "lib", "usr", "x.so", ".."])
+_TGT_PATHS = st.lists(_TGT_PARTS, min_size=1, max_size=4).map(lambda p: "/" + "/".join(p))
+_IMAGE_ITEMS = st.lists(
+    st.tuples(
+        _TGT_PATHS,
+        st.one_of(
+            st.just("dir"),
+            st.just("file"),
+            st.sampled_from(["/", "..", "../..", "/usr", "a", "/tmp/outside", "x.so"]).map(
+                lambda t: "link:" + t
+            ),
+        ),
+    ),
+    max_size=8,
+)
+
+
+def _plant(root: Path, items: list[tuple[str, str]]) -> None:
+    for path, kind in items:
+        if ".." in path.split("/"):
+            continue  # the image's own paths have no ..; its links may
+        p = root / path.lstrip("/")
+        if any(q.is_symlink() for q in p.parents if q.is_relative_to(root) and q != root):
+            continue  # planted on the host, not through the image's own link
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            if kind == "dir":
+                p.mkdir(exist_ok=True)
+            elif kind == "file":
+                p.write_text("image")
+            else:
+                p.symlink_to(kind[len("link:") :])
+        except OSError:
+            pass  # a planted item in the way of another: the image is what it is
+
+
+def _tree(root: Path) -> list[tuple[str, str]]:
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in sorted(dirnames + filenames):
+            p = Path(dirpath) / name
+            st_ = p.lstat()
+            kind = (
+                "link:" + os.readlink(p)
+                if stat.S_ISLNK(st_.st_mode)
+                else "dir"
+                if stat.S_ISDIR(st_.st_mode)
+                else "file:" + p.read_text()
+            )
+            out.append((str(p.relative_to(root)), kind))
+    return sorted(out)
+
+
+def _one_by_one(root_fd: int, targets: list[tuple[str, bool]], created: list[str]) -> None:
+    for path, is_dir in targets:
+        make = pathsafe.makedirs_in_root if is_dir else pathsafe.create_file_in_root
+        pathsafe.close_quietly(make(root_fd, path, created=created))
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    image=_IMAGE_ITEMS,
+    targets=st.lists(st.tuples(_TGT_PATHS, st.booleans()), min_size=1, max_size=8),
+)
+def test_mount_targets_in_root_as_one_by_one(
+    tmp_path_factory: pytest.TempPathFactory,
+    image: list[tuple[str, str]],
+    targets: list[tuple[str, bool]],
+) -> None:
+    """The batch makes the same tree, lists the same paths as made and fails on the same
+    target with the same message as making each target by itself; nothing lands outside
+    the root (the images plant links to /, .. and a host path)."""
+    results = []
+    for how in ("batch", "single"):
+        base = tmp_path_factory.mktemp(how)
+        root = base / "root"
+        root.mkdir()
+        _plant(root, image)
+        created: list[str] = []
+        root_fd = pathsafe.open_root(str(root))
+        try:
+            if how == "batch":
+                mount_targets_in_root(root_fd, targets, created=created)
+            else:
+                _one_by_one(root_fd, targets, created)
+            error = None
+        except ApplyError as e:
+            error = str(e)
+        finally:
+            os.close(root_fd)
+        assert sorted(os.listdir(base)) == ["root"]
+        results.append((_tree(root), created, error))
+    assert results[0] == results[1]
