@@ -208,6 +208,26 @@ def realize_hooks(edits: ContainerEdits, command: Sequence[str]) -> tuple[Hook, 
     return (*hooks, *edits.hooks)
 
 
+def _first_index(entries: list[Any], field: str) -> dict[str, int]:
+    """The index of the first object of ``entries`` whose ``field`` is each string."""
+    at: dict[str, int] = {}
+    for i, old in enumerate(entries):
+        if isinstance(old, dict) and isinstance(key := old.get(field), str):
+            at.setdefault(key, i)
+    return at
+
+
+def _replace_or_append(entries: list[Any], at: dict[str, int], key: str, new: Any) -> None:
+    """Put ``new`` in place of the first entry whose field is ``key`` (``at``, from
+    :func:`_first_index`, kept up to date), or append it."""
+    i = at.get(key)
+    if i is None:
+        at[key] = len(entries)
+        entries.append(new)
+    else:
+        entries[i] = new
+
+
 def apply_plan(
     config: dict[str, Any],
     plan: Plan,
@@ -253,6 +273,7 @@ def apply_plan(
         ]
     elif e.device_nodes:
         devices = child_list(linux, "devices", path=path, field="linux.devices")
+        at = _first_index(devices, "path")
         for n in e.device_nodes:
             entry: dict[str, Any] = {
                 "path": n.path,
@@ -263,12 +284,7 @@ def apply_plan(
                 "uid": n.uid,
                 "gid": n.gid,
             }
-            for i, old in enumerate(devices):
-                if isinstance(old, dict) and old.get("path") == n.path:
-                    devices[i] = entry
-                    break
-            else:
-                devices.append(entry)
+            _replace_or_append(devices, at, n.path, entry)
     if e.cgroup_rules:
         add_device_rules(doc, e.cgroup_rules, path=path)
     if e.mounts or node_mounts:
@@ -282,13 +298,9 @@ def apply_plan(
             }
             for m in e.mounts
         ]
+        at = _first_index(mounts, "destination")
         for mount in wanted:
-            for i, old in enumerate(mounts):
-                if isinstance(old, dict) and old.get("destination") == mount["destination"]:
-                    mounts[i] = mount
-                    break
-            else:
-                mounts.append(mount)
+            _replace_or_append(mounts, at, mount["destination"], mount)
     if command is None and (e.symlinks or e.ldcache_libraries or e.proc_mask is not None):
         command = hook_command()  # reads sys.path: only when a hook needs it
     hooks = realize_hooks(e, command or ())
