@@ -60,6 +60,14 @@ class Record:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         fields = self.__fields__
+        if not kwargs and len(args) == len(fields):  # every field, in order (the store)
+            setter = object.__setattr__
+            for name, value in zip(fields, args, strict=True):
+                setter(self, name, value)
+            post_init = getattr(self, "__post_init__", None)
+            if post_init is not None:
+                post_init()
+            return
         if len(args) > len(fields):
             raise TypeError(f"{type(self).__name__} takes {len(fields)} arguments")
         values = dict(zip(fields, args, strict=False))
