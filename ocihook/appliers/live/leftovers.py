@@ -72,7 +72,9 @@ def record_created(
         doc["files"] = written
     where = os.path.join(bundle.path, RECORD_NAME)
     try:
-        write_json_atomic(where, doc, indent=None)
+        # not durable: the bundle goes with the container; no fsync, and no guardian
+        # for the instant before the rename (see oci.bundle.write_bytes_atomic)
+        write_json_atomic(where, doc, indent=None, durable=False)
     except OSError as e:
         return f"cannot write {where} ({e.strerror}): what ocihook made stays in the rootfs"
     return None

@@ -9,6 +9,8 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from ocihook.appliers.live.leftovers import RECORD_NAME, record_created, remove_recorded
 from ocihook.oci.bundle import Bundle
 
@@ -77,3 +79,24 @@ def test_no_record_and_a_foreign_record(tmp_path: Path) -> None:
     removed, kept = remove_recorded(b)
     assert removed == []
     assert kept == [f"{tmp_path}/{RECORD_NAME} is not a record ocihook wrote; nothing removed"]
+
+
+def test_the_record_is_written_without_fsync_or_guardian(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record lives in the bundle, which goes with the container: it is replaced
+    atomically, with no fsync and no guardian process (about 1.3 ms of a hook's start)."""
+    from ocihook.linux import atomicfile
+
+    forked: list[str] = []
+    synced: list[int] = []
+    monkeypatch.setattr(atomicfile, "guard_name", lambda dir_fd, name: forked.append(name))
+    monkeypatch.setattr(atomicfile.os, "fsync", lambda fd: synced.append(fd))
+    b = _bundle(tmp_path)
+    (Path(b.rootfs) / "usr/lib64/libcuda.so.1").symlink_to("libcuda.so.535.261.03")
+    made = ["/usr/lib64/libcuda.so.1"]
+    assert record_created(b, made, {made[0]: "libcuda.so.535.261.03"}) is None
+    assert forked == [] and synced == []
+    record = json.loads((tmp_path / RECORD_NAME).read_text())
+    assert record["paths"] == made
+    assert sorted(os.listdir(tmp_path)) == [RECORD_NAME, "rootfs"]
