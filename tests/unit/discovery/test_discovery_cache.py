@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import socket
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -119,16 +120,22 @@ def test_no_cache_directory_means_nothing_written(
     assert not missing.exists()
 
 
-#: Each key component changed on a copy of the host: (what, change(root dir)).
-CHANGES = {
-    "driver version file": lambda r: _rewrite(
-        r / "proc/driver/nvidia/version", b"Release", b"release"
+#: Each change to a copy of the host that makes what discovery finds different:
+#: what -> (change(root dir), whether the key sees it ("key") or the directories the
+#: entry records do ("dirs")).
+CHANGES: dict[str, tuple[Callable[[Path], None], str]] = {
+    "driver version file": (
+        lambda r: _rewrite(r / "proc/driver/nvidia/version", b"Release", b"release"),
+        "key",
     ),
-    "/proc/devices": lambda r: _append(r / "proc/devices", b"240 nvidia-extra\n"),
-    "ld.so.cache identity": lambda r: _append(r / "etc/ld.so.cache", b"\0"),
-    "device node set": lambda r: _add_node(r),
-    "GPU set": lambda r: (r / "proc/driver/nvidia/gpus/0000:ff:00.0").mkdir(),
-    "a driver library directory": lambda r: _add_beside_library(r),
+    "/proc/devices": (lambda r: _append(r / "proc/devices", b"240 nvidia-extra\n"), "key"),
+    "ld.so.cache identity": (lambda r: _append(r / "etc/ld.so.cache", b"\0"), "key"),
+    "device node set": (lambda r: _add_node(r), "key"),
+    "GPU set": (lambda r: (r / "proc/driver/nvidia/gpus/0000:ff:00.0").mkdir(), "key"),
+    "a driver library directory": (lambda r: _add_beside_library(r), "dirs"),
+    "a MIG GPU instance destroyed": (lambda r: shutil.rmtree(_gi_dirs(r)[-1]), "key"),
+    "a MIG compute instance created": (lambda r: _add_compute_instance(r), "key"),
+    "a MIG capability node made": (lambda r: _add_cap_node(r), "key"),
 }
 
 
@@ -153,8 +160,41 @@ def _add_beside_library(root: Path) -> None:
     (Path(host.libraries[0].host_path).parent / "libnew.so.1").write_bytes(b"")
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
-@given(st.sampled_from(sorted(CHANGES)), st.sampled_from([("compute", "utility"), None]))
+def _gi_dirs(root: Path) -> list[Path]:
+    """The GPU instances of the simulated host's MIG GPU (``capabilities/gpu<m>/mig/gi<G>``)."""
+    found = sorted((root / "proc/driver/nvidia/capabilities").glob("gpu*/mig/gi*"))
+    assert found
+    return found
+
+
+def _access_minor(path: Path) -> int:
+    for line in path.read_text().splitlines():
+        if line.startswith("DeviceFileMinor:"):
+            return int(line.split(":")[1])
+    raise AssertionError(path)
+
+
+def _add_compute_instance(root: Path) -> None:
+    """``nvidia-smi mig -cci``: compute instance 1 in the first GPU instance, with the
+    minor ``mig-minors`` gives it (the GPU instance's + 2)."""
+    gi = _gi_dirs(root)[0]
+    minor = _access_minor(gi / "access") + 2
+    (gi / "ci1").mkdir()
+    (gi / "ci1/access").write_text(
+        f"DeviceFileMinor: {minor}\nDeviceFileMode: 292\nDeviceFileModify: 1\n"
+    )
+
+
+def _add_cap_node(root: Path) -> None:
+    """A node in ``/dev/nvidia-caps`` for the first GPU instance (a plain file: discovery
+    refuses it, and the cache must not hide that)."""
+    minor = _access_minor(_gi_dirs(root)[0] / "access")
+    (root / f"dev/nvidia-caps/nvidia-cap{minor}").write_bytes(b"")
+
+
+@pytest.mark.parametrize("what", sorted(CHANGES))
+@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
+@given(caps=st.sampled_from([("compute", "utility"), None]))
 def test_a_stale_entry_is_never_used(
     tmp_path_factory: pytest.TempPathFactory, what: str, caps: tuple[str, ...] | None
 ) -> None:
@@ -162,12 +202,13 @@ def test_a_stale_entry_is_never_used(
     sim = simhost.build(str(base / "root"), make_dev_nodes=False)
     cache_dir = str(base / "cache")
     root = _root(sim)
+    (Path(sim.root) / "dev/nvidia-caps").mkdir(parents=True)  # nvidia-modprobe made it at boot
     key_before = cache.host_key(root, {"capabilities": caps})
     discover_cached(root, capabilities=caps, cache_dir=cache_dir, warm=True)
-    CHANGES[what](Path(sim.root))
-    dirs_changed = what == "a driver library directory"
+    change, seen_by = CHANGES[what]
+    change(Path(sim.root))
     key_after = cache.host_key(root, {"capabilities": caps})
-    assert (key_after == key_before) is dirs_changed, what
+    assert (key_after == key_before) is (seen_by == "dirs"), what
     # the old entry is there (its key) but never returned for the changed host
     assert cachestore.lookup(key_after, _CACHED_TYPES, cache_dir, prefix=cache.PREFIX) is None, what
     try:
@@ -299,3 +340,17 @@ def test_warm_rediscovers_and_replaces_the_entry(tmp_path: Path) -> None:
     assert discover_cached(root, cache_dir=cache_dir).driver_version == "1.2.3"
     assert discover_cached(root, cache_dir=cache_dir, warm=True) == first
     assert discover_cached(root, cache_dir=cache_dir) == first
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mknod and chown need root")
+def test_a_device_node_given_another_owner_makes_the_entry_stale(tmp_path: Path) -> None:
+    """A container's node is made with the host node's owner and group: a ``chown`` (a
+    udev rule applied after the boot unit ran) makes a new key."""
+    sim = simhost.build(str(tmp_path / "root"), gpus=1, make_dev_nodes=True)
+    root, cache_dir = _root(sim), str(tmp_path / "cache")
+    discover_cached(root, cache_dir=cache_dir, warm=True)
+    node = Path(sim.root, "dev/nvidia0")
+    os.chown(node, 0, 44)
+    host = discover_cached(root, cache_dir=cache_dir)
+    assert host == discover(root)
+    assert host.gpu_nodes[0].gid == 44

@@ -267,6 +267,46 @@ def test_a_changed_driver_is_planned_again(tmp_path: Path) -> None:
     assert again[0] != "done" or b"libnvidia-ml.so." + sim.driver_version.encode() not in again[1]  # type: ignore[operator]
 
 
+def _destroy_last_gpu_instance(root: Path) -> None:
+    """``nvidia-smi mig -dci; -dgi`` of the MIG GPU's last GPU instance."""
+    gis = sorted((root / "proc/driver/nvidia/capabilities").glob("gpu*/mig/gi*"))
+    shutil.rmtree(gis[-1])
+
+
+#: Host changes after a plan was stored, each with the request whose plan it changes:
+#: what -> (NVIDIA_VISIBLE_DEVICES, NVIDIA_DRIVER_CAPABILITIES, change(host root)).
+HOST_CHANGES: dict[str, tuple[str, str, Any]] = {
+    "a MIG GPU instance destroyed": ("1:1", "utility,compute", _destroy_last_gpu_instance),
+}
+
+
+@pytest.mark.parametrize("what", sorted(HOST_CHANGES))
+def test_a_host_change_the_plan_depends_on_is_planned_again(tmp_path: Path, what: str) -> None:
+    """After the plan was stored, a change to the host that changes the plan: the next
+    start edits the bundle as the pipeline does, not with the stored plan."""
+    visible, caps, change = HOST_CHANGES[what]
+    sim = simhost.build(str(tmp_path / "host"), gpus=2)
+    root = HostRoot.single(sim.root)
+    store = _store(tmp_path / "store")
+    image = Image(
+        True,
+        None,
+        False,
+        False,
+        [f"NVIDIA_VISIBLE_DEVICES={visible}", f"NVIDIA_DRIVER_CAPABILITIES={caps}"],
+    )
+    image.make(tmp_path / "b1")
+    before = edit(tmp_path / "b1", root, Options(), store)
+    assert any(p.name.startswith("compiled-") for p in store.iterdir())
+    change(Path(sim.root))
+    image.make(tmp_path / "b2")
+    image.make(tmp_path / "b3")
+    after = edit(tmp_path / "b2", root, Options(), store)
+    oracle = edit(tmp_path / "b3", root, Options(), tmp_path / "none")
+    assert oracle != before, "the change must change the plan"
+    assert after == oracle, what
+
+
 def test_compilable() -> None:
     from ocihook.request.nvidia import Request
 
