@@ -13,8 +13,10 @@ the names under ``/proc/driver/nvidia/gpus`` and ``/proc/driver/nvidia-caps``, t
 identity (device, inode, size, mtime_ns) of the driver root's ``ld.so.cache``, the
 ``nvidia*`` nodes of ``<dev root>/dev`` with their device numbers, inodes, modes and
 owners, and the MIG configuration (:func:`mig_state`: the GPU and compute instances of
-``/proc/driver/nvidia/capabilities`` and the nodes of ``/dev/nvidia-caps``). An entry is
-also stale once a directory its files came from changes (:func:`source_dirs`).
+``/proc/driver/nvidia/capabilities`` and the nodes of ``/dev/nvidia-caps``), and for the
+graphics and display capabilities the DRM state (:func:`dri_state`: each GPU's sysfs
+``drm`` directory and the nodes of ``/dev/dri``). An entry is also stale once a directory
+its files came from changes (:func:`source_dirs`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ __all__ = [
     "FORMAT",
     "PREFIX",
     "discovery_key",
+    "dri_state",
     "host_key",
     "ipc_identity",
     "mig_state",
@@ -84,16 +87,18 @@ def _identity(path: str) -> list[int] | None:
     return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns]
 
 
-def _nodes(directory: str, prefix: str) -> list[list[object]]:
+def _nodes(directory: str, prefix: str | tuple[str, ...]) -> list[list[object]]:
     """``[name, mode, device number, inode, owner, group]`` (``lstat``) of each entry of
-    ``directory`` whose name starts with ``prefix``, by name: what discovery describes a
-    device node by (:class:`~ocihook.discovery.records.HostDeviceNode`). An entry that
-    cannot be ``lstat``-ed is left out; ``[]`` when the directory cannot be listed."""
+    ``directory`` whose name starts with ``prefix`` (or one of them), by name: what
+    discovery describes a device node by (:class:`~ocihook.discovery.records.HostDeviceNode`).
+    An entry that cannot be ``lstat``-ed is left out; ``[]`` when the directory cannot be
+    listed."""
     out: list[list[object]] = []
+    base = directory.rstrip("/") + "/"
     for name in _listdir(directory) or ():
         if name.startswith(prefix):
             try:
-                st = os.lstat(os.path.join(directory, name))
+                st = os.lstat(base + name)
             except OSError:
                 continue
             out.append([name, st.st_mode, st.st_rdev, st.st_ino, st.st_uid, st.st_gid])
@@ -105,7 +110,12 @@ def host_key(root: HostRoot, params: Mapping[str, object]) -> dict[str, object]:
     values) depends on, as read now (see the module docstring): a JSON object for
     :func:`ocihook.linux.cachestore.lookup` and :func:`~ocihook.linux.cachestore.store`.
     A host file that cannot be read is ``None`` in the key (a node that cannot be
-    ``lstat``-ed is left out)."""
+    ``lstat``-ed is left out). The DRM state (:func:`dri_state`) is read only when
+    ``params["capabilities"]`` (a list; ``None`` or absent: every capability) names
+    ``graphics`` or ``display``: discovery reads it for those alone."""
+    gpus = _listdir(root.proc("driver/nvidia/gpus"))
+    caps = params.get("capabilities")
+    graphics = not isinstance(caps, (list, tuple)) or bool({"graphics", "display"} & set(caps))
     return {
         "format": FORMAT,
         # the code that discovered it: an upgrade replaces the package's files
@@ -114,11 +124,12 @@ def host_key(root: HostRoot, params: Mapping[str, object]) -> dict[str, object]:
         "params": dict(params),
         "version": _read(root.proc("driver/nvidia/version")),
         "devices": _read(root.proc("devices")),
-        "gpus": _listdir(root.proc("driver/nvidia/gpus")),
+        "gpus": gpus,
         "caps": _listdir(root.proc("driver/nvidia-caps")),
         "ldcache": _identity(root.driver(root.ldcache)),
         "nodes": _nodes(root.dev("/dev"), "nvidia"),
         "mig": mig_state(root),
+        "dri": dri_state(root, gpus or ()) if graphics else None,
     }
 
 
@@ -151,6 +162,24 @@ def mig_state(root: HostRoot) -> list[object]:
             ]
             instances.append([gpu, gi, _read(os.path.join(gi_dir, "access")), cis])
     return [instances, _nodes(root.dev("/dev/nvidia-caps"), "nvidia-cap")]
+
+
+def dri_state(root: HostRoot, gpus: Sequence[str]) -> list[object]:
+    """The DRM state graphics discovery reads (:func:`ocihook.discovery.devices.dri_nodes`):
+    for each GPU of ``gpus`` (the names under ``<proc>/driver/nvidia/gpus``, PCI bus ids)
+    the entries of its sysfs ``<sys>/bus/pci/devices/<bus id>/drm`` directory (``None``
+    when there is none: ``nvidia-drm`` not loaded), then the ``card*`` and ``renderD*``
+    nodes of ``<dev root>/dev/dri`` (:func:`_nodes`). Loading or unloading ``nvidia-drm``,
+    or a DRM node made or changed, makes a new key. One ``listdir`` per GPU and one
+    ``lstat`` per node."""
+    from ..core.vocab import parse_bus_id, sysfs_bus_id
+
+    drm: list[object] = []
+    for name in gpus:
+        bus = parse_bus_id(name)
+        sys_id = name if bus is None else sysfs_bus_id(bus)
+        drm.append([name, _listdir(root.sys(f"bus/pci/devices/{sys_id}/drm"))])
+    return [drm, _nodes(root.dev("/dev/dri"), ("card", "renderD"))]
 
 
 def discovery_key(root: HostRoot, capabilities: Sequence[str] | None) -> dict[str, object]:

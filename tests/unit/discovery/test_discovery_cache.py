@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ocihook.core.hostroot import HostRoot
@@ -120,23 +120,36 @@ def test_no_cache_directory_means_nothing_written(
     assert not missing.exists()
 
 
-#: Each change to a copy of the host that makes what discovery finds different:
-#: what -> (change(root dir), whether the key sees it ("key") or the directories the
-#: entry records do ("dirs")).
-CHANGES: dict[str, tuple[Callable[[Path], None], str]] = {
+#: The capabilities whose discovery reads the DRM state.
+GRAPHICS = frozenset({"graphics", "display"})
+#: A change to a copy of the host: change(root dir), whether the key sees it ("key") or
+#: the directories the entry records do ("dirs"), and the capabilities whose discovery it
+#: changes (``None``: every capability's).
+Change = tuple[Callable[[Path], None], str, frozenset[str] | None]
+#: Each change that makes what discovery finds different, by what it is.
+CHANGES: dict[str, Change] = {
     "driver version file": (
         lambda r: _rewrite(r / "proc/driver/nvidia/version", b"Release", b"release"),
         "key",
+        None,
     ),
-    "/proc/devices": (lambda r: _append(r / "proc/devices", b"240 nvidia-extra\n"), "key"),
-    "ld.so.cache identity": (lambda r: _append(r / "etc/ld.so.cache", b"\0"), "key"),
-    "device node set": (lambda r: _add_node(r), "key"),
-    "GPU set": (lambda r: (r / "proc/driver/nvidia/gpus/0000:ff:00.0").mkdir(), "key"),
-    "a driver library directory": (lambda r: _add_beside_library(r), "dirs"),
-    "a MIG GPU instance destroyed": (lambda r: shutil.rmtree(_gi_dirs(r)[-1]), "key"),
-    "a MIG compute instance created": (lambda r: _add_compute_instance(r), "key"),
-    "a MIG capability node made": (lambda r: _add_cap_node(r), "key"),
+    "/proc/devices": (lambda r: _append(r / "proc/devices", b"240 nvidia-extra\n"), "key", None),
+    "ld.so.cache identity": (lambda r: _append(r / "etc/ld.so.cache", b"\0"), "key", None),
+    "device node set": (lambda r: _add_node(r), "key", None),
+    "GPU set": (lambda r: (r / "proc/driver/nvidia/gpus/0000:ff:00.0").mkdir(), "key", None),
+    "a driver library directory": (lambda r: _add_beside_library(r), "dirs", None),
+    "a MIG GPU instance destroyed": (lambda r: shutil.rmtree(_gi_dirs(r)[-1]), "key", None),
+    "a MIG compute instance created": (lambda r: _add_compute_instance(r), "key", None),
+    "a MIG capability node made": (lambda r: _add_cap_node(r), "key", None),
+    "nvidia-drm unloaded (sysfs)": (lambda r: shutil.rmtree(_drm_dirs(r)[0]), "key", GRAPHICS),
+    "a DRM node made": (lambda r: (r / "dev/dri/card1").write_bytes(b""), "key", GRAPHICS),
 }
+
+
+def _drm_dirs(root: Path) -> list[Path]:
+    found = sorted((root / "sys/bus/pci/devices").glob("*/drm"))
+    assert found
+    return found
 
 
 def _rewrite(path: Path, old: bytes, new: bytes) -> None:
@@ -194,29 +207,38 @@ def _add_cap_node(root: Path) -> None:
 
 @pytest.mark.parametrize("what", sorted(CHANGES))
 @settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
-@given(caps=st.sampled_from([("compute", "utility"), None]))
+@given(caps=st.sampled_from([("compute", "utility"), ("graphics", "utility"), None]))
+@example(caps=None)
 def test_a_stale_entry_is_never_used(
     tmp_path_factory: pytest.TempPathFactory, what: str, caps: tuple[str, ...] | None
 ) -> None:
+    """After any change of :data:`CHANGES`, discovery through the cache finds what
+    discovery finds; the entry stored before the change is not used when the change
+    matters to the capabilities asked for (the key, or a directory the entry names, saw
+    it)."""
     base = tmp_path_factory.mktemp("host")
     sim = simhost.build(str(base / "root"), make_dev_nodes=False)
     cache_dir = str(base / "cache")
     root = _root(sim)
-    (Path(sim.root) / "dev/nvidia-caps").mkdir(parents=True)  # nvidia-modprobe made it at boot
+    for d in ("dev/nvidia-caps", "dev/dri"):  # made at boot (nvidia-modprobe, the kernel)
+        (Path(sim.root) / d).mkdir(parents=True)
     key_before = cache.host_key(root, {"capabilities": caps})
     discover_cached(root, capabilities=caps, cache_dir=cache_dir, warm=True)
-    change, seen_by = CHANGES[what]
+    change, seen_by, only = CHANGES[what]
     change(Path(sim.root))
     key_after = cache.host_key(root, {"capabilities": caps})
-    assert (key_after == key_before) is (seen_by == "dirs"), what
-    # the old entry is there (its key) but never returned for the changed host
-    assert cachestore.lookup(key_after, _CACHED_TYPES, cache_dir, prefix=cache.PREFIX) is None, what
+    found = cachestore.lookup(key_after, _CACHED_TYPES, cache_dir, prefix=cache.PREFIX)
+    if caps is None or only is None or only & set(caps):
+        assert (key_after == key_before) is (seen_by == "dirs"), what
+        # the old entry is there (its key) but never returned for the changed host
+        assert found is None, what
     try:
         fresh = discover(root, capabilities=caps)
     except Exception as e:  # the change may break the host; the cache must not hide it
         with pytest.raises(type(e)):
             discover_cached(root, capabilities=caps, cache_dir=cache_dir)
         return
+    assert found is None or found == fresh, what
     assert discover_cached(root, capabilities=caps, cache_dir=cache_dir) == fresh
 
 

@@ -273,10 +273,23 @@ def _destroy_last_gpu_instance(root: Path) -> None:
     shutil.rmtree(gis[-1])
 
 
+def _unload_nvidia_drm(root: Path) -> None:
+    """``rmmod nvidia-drm``: the GPUs' sysfs ``drm`` directories go, and the nodes and
+    links in ``/dev/dri`` (the directory stays)."""
+    for d in (root / "sys/bus/pci/devices").glob("*/drm"):
+        shutil.rmtree(d)
+    for p in (root / "dev/dri").iterdir():
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
+
+
 #: Host changes after a plan was stored, each with the request whose plan it changes:
 #: what -> (NVIDIA_VISIBLE_DEVICES, NVIDIA_DRIVER_CAPABILITIES, change(host root)).
 HOST_CHANGES: dict[str, tuple[str, str, Any]] = {
     "a MIG GPU instance destroyed": ("1:1", "utility,compute", _destroy_last_gpu_instance),
+    "nvidia-drm unloaded": ("0", "graphics", _unload_nvidia_drm),
 }
 
 
