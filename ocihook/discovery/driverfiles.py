@@ -605,11 +605,16 @@ def _from_dirs(
 
 
 def find_binaries(
-    root: HostRoot, *, machine: str, capabilities: Iterable[str] | None = None
+    root: HostRoot,
+    *,
+    machine: str,
+    capabilities: Iterable[str] | None = None,
+    searched: set[str] | None = None,
 ) -> tuple[tuple[DriverFile, ...], list[str]]:
     """Find the binaries of ``capabilities`` (default: all) in :data:`BINARY_DIRS` of the
     driver root; the first regular ELF file of this machine wins. Missing ones are not an
-    error (``nv-fabricmanager`` exists only on NVSwitch systems).
+    error (``nv-fabricmanager`` exists only on NVSwitch systems). The directories looked
+    in (driver-root terms) are added to ``searched``, when given.
 
     Raises:
         DiscoveryError: a binary exists but cannot be read (:func:`unreadable`).
@@ -621,6 +626,8 @@ def find_binaries(
     for capability in caps:
         for name in CAPABILITY_BINARIES.get(capability, ()):
             for directory in BINARY_DIRS:
+                if searched is not None:
+                    searched.add(directory)
                 path = f"{directory}/{name}"
                 try:
                     host_path = resolve_in_root(root.driver_root, path)
@@ -637,9 +644,12 @@ def find_binaries(
     return tuple(out), warnings
 
 
-def find_firmware(root: HostRoot, version: str) -> tuple[DriverFile, ...]:
+def find_firmware(
+    root: HostRoot, version: str, searched: set[str] | None = None
+) -> tuple[DriverFile, ...]:
     """The GSP firmware files ``<firmware dir>/nvidia/<version>/gsp*.bin`` (every GPU
-    container gets them on drivers that use GSP; none on WSL).
+    container gets them on drivers that use GSP; none on WSL). The directories looked in
+    (driver-root terms) are added to ``searched``, when given.
 
     Raises:
         DiscoveryError: a firmware directory or file exists but cannot be read.
@@ -648,6 +658,8 @@ def find_firmware(root: HostRoot, version: str) -> tuple[DriverFile, ...]:
     seen: set[str] = set()
     for directory in FIRMWARE_DIRS:
         rel_dir = f"{directory}/nvidia/{version}"
+        if searched is not None:
+            searched.add(rel_dir)
         try:
             host_dir = resolve_in_root(root.driver_root, rel_dir)
         except OcihookError:
@@ -689,12 +701,17 @@ def find_ipcs(root: HostRoot, capabilities: Iterable[str] | None = None) -> tupl
 
 
 def find_config_files(
-    root: HostRoot, version: str, capabilities: Iterable[str] | None = None
+    root: HostRoot,
+    version: str,
+    capabilities: Iterable[str] | None = None,
+    searched: set[str] | None = None,
 ) -> tuple[DriverFile, ...]:
     """Graphics configuration files (EGL vendor and external platforms, Vulkan ICD and
     layers, nvoptix.bin), the OpenCL ICD (compute), the X11 driver files and the
     application profile, found in the driver root (NVIDIA Container Toolkit
-    ``internal/discover/graphics.go``)."""
+    ``internal/discover/graphics.go``). The directories looked in (driver-root terms) are
+    added to ``searched``, when given."""
+    looked: set[str] = set() if searched is None else searched
     caps = set(ALL_DRIVER_CAPABILITIES) if capabilities is None else set(capabilities)
     if "display" in caps:
         caps.add("graphics")
@@ -702,6 +719,7 @@ def find_config_files(
     seen: set[str] = set()
 
     def add(kind: str, capability: str, path: str) -> None:
+        looked.add(path.rpartition("/")[0])
         try:
             host_path = resolve_in_root(root.driver_root, path)
         except OcihookError:
@@ -717,6 +735,7 @@ def find_config_files(
             if "*" in rel:
                 sub, _, pattern = rel.rpartition("/")
                 needle = pattern.strip("*")
+                looked.add(f"{directory}/{sub}")
                 try:
                     names = sorted(
                         os.listdir(resolve_in_root(root.driver_root, f"{directory}/{sub}"))

@@ -90,6 +90,11 @@ class NvidiaHost(Record):
         cuda_source: where ``cuda_version`` came from: ``"nvml"``, ``"elf-note"`` or
             ``"driver-branch"`` (:mod:`ocihook.core.cudaversion`); ``None`` with
             ``cuda_version``.
+        searched: the host directories discovery looked in for binaries, firmware and
+            configuration files, whether it found anything there or not (for a missing
+            one, its deepest existing ancestor:
+            :func:`ocihook.discovery.cache.searched_dirs`), sorted: a file that appears in
+            one changes what discovery finds (:func:`discovery_dirs`).
     """
 
     root: HostRoot
@@ -107,6 +112,7 @@ class NvidiaHost(Record):
     cuda_version: str | None = None
     gpu_backend: str = "procfs"
     cuda_source: str | None = None
+    searched: tuple[str, ...] = ()
 
     def libraries_for(self, capabilities: Iterable[str]) -> tuple[DriverLibrary, ...]:
         """The libraries a container with ``capabilities`` gets (see
@@ -189,6 +195,7 @@ def discover(
             missing/malformed ``ld.so.cache`` in the driver root.
     """
     from ..linux.pathsafe import RememberedResolutions
+    from .cache import searched_dirs
     from .devices import device_node, with_driver_defaults
     from .driverfiles import (
         CAPABILITY_LIBRARIES,
@@ -264,6 +271,7 @@ def discover(
         caps = with_implied(caps)
         lib_caps = [c for c in CAPABILITY_LIBRARIES if c in caps]
         classes = (64, 32) if capabilities is None or "compat32" in caps else (64,)
+        looked: set[str] = set()  # directories searched, driver-root terms
         libraries, lib_warnings = find_libraries(
             root,
             version,
@@ -274,13 +282,15 @@ def discover(
             elf_classes=classes,
         )
         warnings.extend(lib_warnings)
-        binaries, bin_warnings = find_binaries(root, machine=machine, capabilities=lib_caps)
+        binaries, bin_warnings = find_binaries(
+            root, machine=machine, capabilities=lib_caps, searched=looked
+        )
         warnings.extend(bin_warnings)
         files = (
             *binaries,
-            *find_firmware(root, version),
+            *find_firmware(root, version, looked),
             *find_ipcs(root, lib_caps),
-            *find_config_files(root, version, caps),
+            *find_config_files(root, version, caps, looked),
         )
         modeset = None
         dri: dict[str, DriDevices] = {}
@@ -311,6 +321,7 @@ def discover(
             cuda_version=cuda,
             gpu_backend=inventory.backend,
             cuda_source=cuda_source,
+            searched=tuple(searched_dirs(root, looked)),
         )
 
 
@@ -453,8 +464,9 @@ def discover_cached(
 
 def discovery_dirs(host: NvidiaHost) -> list[str]:
     """The host directories ``host`` was read from (sorted parents of its libraries and
-    files, the dev root's ``/dev``, the library directories): a change in one makes a
-    stored value computed from ``host`` stale (:mod:`ocihook.linux.cachestore`)."""
+    files, the dev root's ``/dev``, the library directories) and those it
+    looked in without finding anything (:attr:`NvidiaHost.searched`): a change in one
+    makes a stored value computed from ``host`` stale (:mod:`ocihook.linux.cachestore`)."""
     from . import cache
 
     root = host.root
@@ -462,7 +474,7 @@ def discovery_dirs(host: NvidiaHost) -> list[str]:
     paths += [root.driver(lib.cache_path) for lib in host.libraries if lib.cache_path]
     paths += [f.host_path for f in host.files]
     paths += [root.driver(f.path) for f in host.files]
-    dirs = [*cache.source_dirs(paths), root.dev("/dev")]
+    dirs = [*cache.source_dirs(paths), root.dev("/dev"), *host.searched]
     return dirs + [root.driver(d) for d in root.library_dirs]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import shutil
 import socket
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from ocihook.discovery.nvidia import _CACHED_TYPES, NvidiaHost, discover, discov
 from ocihook.discovery.records import Gpu, HostDeviceNode, MigDevice
 from ocihook.linux import cachestore
 from ocihook.sim import host as simhost
+from ocihook.sim.elfwrite import make_executable
 
 text = st.text(max_size=12)
 nodes = st.builds(
@@ -120,13 +122,18 @@ def test_no_cache_directory_means_nothing_written(
     assert not missing.exists()
 
 
-#: The capabilities whose discovery reads the DRM state.
+#: The capabilities whose discovery reads the DRM state and the graphics files.
 GRAPHICS = frozenset({"graphics", "display"})
+#: The capabilities that bring the compute files.
+COMPUTE = frozenset({"compute", "video"})
+MACHINE = platform.machine()
+VERSION = simhost.DEFAULT_DRIVER_VERSION
 #: A change to a copy of the host: change(root dir), whether the key sees it ("key") or
 #: the directories the entry records do ("dirs"), and the capabilities whose discovery it
 #: changes (``None``: every capability's).
 Change = tuple[Callable[[Path], None], str, frozenset[str] | None]
-#: Each change that makes what discovery finds different, by what it is.
+#: Each change the cache must see, by what it is: every one but those of
+#: :data:`KEY_COMPONENTS` changes what discovery finds.
 CHANGES: dict[str, Change] = {
     "driver version file": (
         lambda r: _rewrite(r / "proc/driver/nvidia/version", b"Release", b"release"),
@@ -143,13 +150,63 @@ CHANGES: dict[str, Change] = {
     "a MIG capability node made": (lambda r: _add_cap_node(r), "key", None),
     "nvidia-drm unloaded (sysfs)": (lambda r: shutil.rmtree(_drm_dirs(r)[0]), "key", GRAPHICS),
     "a DRM node made": (lambda r: (r / "dev/dri/card1").write_bytes(b""), "key", GRAPHICS),
+    "a binary in a searched directory": (
+        lambda r: _write(r / "usr/bin/nvidia-smi", make_executable(machine=MACHINE)),
+        "dirs",
+        None,
+    ),
+    "a binary in a directory that was missing": (
+        lambda r: _write(r / "usr/local/nvidia/bin/nvidia-smi", make_executable(machine=MACHINE)),
+        "dirs",
+        None,
+    ),
+    "GSP firmware of the driver's version": (
+        lambda r: _write(r / f"lib/firmware/nvidia/{VERSION}/gsp_ga10x.bin", b"gsp"),
+        "dirs",
+        None,
+    ),
+    "a Vulkan ICD file": (
+        lambda r: _write(r / "usr/share/vulkan/icd.d/nvidia_icd.json", b"{}"),
+        "dirs",
+        GRAPHICS,
+    ),
+    "an OpenCL ICD file in a new directory": (
+        lambda r: _write(r / "etc/OpenCL/vendors/nvidia.icd", b"libnvidia-opencl.so.1\n"),
+        "dirs",
+        COMPUTE,
+    ),
 }
+#: Changes of something the key reads that need not change what discovery finds.
+KEY_COMPONENTS = frozenset(
+    {
+        "driver version file",
+        "/proc/devices",
+        "ld.so.cache identity",
+        "device node set",
+        "GPU set",
+        "a driver library directory",
+    }
+)
+#: Directories a host has before the changes above (made at boot, or by packages).
+BEFORE = (
+    "dev/nvidia-caps",
+    "dev/dri",
+    "usr/bin",
+    "lib/firmware/nvidia",
+    "usr/share/vulkan/icd.d",
+)
 
 
 def _drm_dirs(root: Path) -> list[Path]:
     found = sorted((root / "sys/bus/pci/devices").glob("*/drm"))
     assert found
     return found
+
+
+def _write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    path.chmod(0o755)
 
 
 def _rewrite(path: Path, old: bytes, new: bytes) -> None:
@@ -220,15 +277,16 @@ def test_a_stale_entry_is_never_used(
     sim = simhost.build(str(base / "root"), make_dev_nodes=False)
     cache_dir = str(base / "cache")
     root = _root(sim)
-    for d in ("dev/nvidia-caps", "dev/dri"):  # made at boot (nvidia-modprobe, the kernel)
+    for d in BEFORE:
         (Path(sim.root) / d).mkdir(parents=True)
     key_before = cache.host_key(root, {"capabilities": caps})
-    discover_cached(root, capabilities=caps, cache_dir=cache_dir, warm=True)
+    before = discover_cached(root, capabilities=caps, cache_dir=cache_dir, warm=True)
     change, seen_by, only = CHANGES[what]
     change(Path(sim.root))
     key_after = cache.host_key(root, {"capabilities": caps})
     found = cachestore.lookup(key_after, _CACHED_TYPES, cache_dir, prefix=cache.PREFIX)
-    if caps is None or only is None or only & set(caps):
+    matters = caps is None or only is None or bool(only & set(caps))
+    if matters:
         assert (key_after == key_before) is (seen_by == "dirs"), what
         # the old entry is there (its key) but never returned for the changed host
         assert found is None, what
@@ -238,6 +296,8 @@ def test_a_stale_entry_is_never_used(
         with pytest.raises(type(e)):
             discover_cached(root, capabilities=caps, cache_dir=cache_dir)
         return
+    if matters and what not in KEY_COMPONENTS:
+        assert fresh != before, f"{what}: discovery finds the same"
     assert found is None or found == fresh, what
     assert discover_cached(root, capabilities=caps, cache_dir=cache_dir) == fresh
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -34,6 +35,7 @@ from ocihook.linux import cachestore
 from ocihook.pipeline import compiled
 from ocihook.sim import host as simhost
 from ocihook.sim.demo import default_config
+from ocihook.sim.elfwrite import make_executable
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the store is used only by its owner")
 
@@ -285,11 +287,20 @@ def _unload_nvidia_drm(root: Path) -> None:
             p.unlink()
 
 
+def _install_nvidia_smi(root: Path) -> None:
+    """A package puts ``nvidia-smi`` in ``/usr/bin`` (not there when the plan was made)."""
+    path = root / "usr/bin/nvidia-smi"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(make_executable(machine=platform.machine()))
+    path.chmod(0o755)
+
+
 #: Host changes after a plan was stored, each with the request whose plan it changes:
 #: what -> (NVIDIA_VISIBLE_DEVICES, NVIDIA_DRIVER_CAPABILITIES, change(host root)).
 HOST_CHANGES: dict[str, tuple[str, str, Any]] = {
     "a MIG GPU instance destroyed": ("1:1", "utility,compute", _destroy_last_gpu_instance),
     "nvidia-drm unloaded": ("0", "graphics", _unload_nvidia_drm),
+    "nvidia-smi installed": ("all", "utility", _install_nvidia_smi),
 }
 
 
