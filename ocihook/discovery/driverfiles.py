@@ -390,6 +390,7 @@ def find_libraries(
     glvnd: bool = True,
     search_dirs: Sequence[str] = (),
     elf_classes: Iterable[int] = (64, 32),
+    searched: set[str] | None = None,
 ) -> tuple[tuple[DriverLibrary, ...], list[str]]:
     """Find the driver libraries of ``capabilities`` (default: all) in the driver root.
 
@@ -401,6 +402,8 @@ def find_libraries(
         glvnd: look for GLVND vendor libraries (default) rather than non-GLVND ones.
         search_dirs: extra directories (driver-root terms) searched before the fallbacks.
         elf_classes: which word sizes to look for.
+        searched: where to add the directories (driver-root terms) searched for a library
+            the cache does not list, whether it was found there or not.
 
     Returns:
         ``(libraries, warnings)``; libraries in capability, prefix, class order.
@@ -484,6 +487,8 @@ def find_libraries(
                             path=_rel(root, host_path),
                         )
                     )
+    if searched is not None:
+        searched.update(index.looked())
     # every driver has libnvidia-ml and libcuda: finding neither of what was asked for
     # means the driver root is wrong (a graphics-only request may just find nothing)
     core = any(c in ("utility", "compute") for c in caps)
@@ -564,6 +569,10 @@ class _DirIndex:
     def __init__(self, root: HostRoot) -> None:
         self.root = root
         self._dirs: dict[str, tuple[str, frozenset[str]] | None] = {}
+
+    def looked(self) -> list[str]:
+        """The directories (driver-root terms) asked about so far, found or not."""
+        return list(self._dirs)
 
     def get(self, directory: str) -> tuple[str, frozenset[str]] | None:
         """(host path, names) of ``directory`` (driver-root terms), or ``None`` when it

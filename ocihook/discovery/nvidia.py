@@ -90,11 +90,11 @@ class NvidiaHost(Record):
         cuda_source: where ``cuda_version`` came from: ``"nvml"``, ``"elf-note"`` or
             ``"driver-branch"`` (:mod:`ocihook.core.cudaversion`); ``None`` with
             ``cuda_version``.
-        searched: the host directories discovery looked in for binaries, firmware and
-            configuration files, whether it found anything there or not (for a missing
-            one, its deepest existing ancestor:
-            :func:`ocihook.discovery.cache.searched_dirs`), sorted: a file that appears in
-            one changes what discovery finds (:func:`discovery_dirs`).
+        searched: the host directories discovery looked in for binaries, firmware,
+            configuration files and libraries the ``ld.so.cache`` does not list, whether it
+            found anything there or not (for a missing one, its deepest
+            existing ancestor: :func:`ocihook.discovery.cache.searched_dirs`), sorted: a
+            file that appears in one changes what discovery finds (:func:`discovery_dirs`).
     """
 
     root: HostRoot
@@ -280,6 +280,7 @@ def discover(
             glvnd=glvnd,
             search_dirs=(*library_dirs, *root.library_dirs),
             elf_classes=classes,
+            searched=looked,
         )
         warnings.extend(lib_warnings)
         binaries, bin_warnings = find_binaries(

@@ -22,7 +22,7 @@ from ocihook.discovery.nvidia import _CACHED_TYPES, NvidiaHost, discover, discov
 from ocihook.discovery.records import Gpu, HostDeviceNode, MigDevice
 from ocihook.linux import cachestore
 from ocihook.sim import host as simhost
-from ocihook.sim.elfwrite import make_executable
+from ocihook.sim.elfwrite import make_executable, make_shared_object
 
 text = st.text(max_size=12)
 nodes = st.builds(
@@ -175,6 +175,14 @@ CHANGES: dict[str, Change] = {
         "dirs",
         COMPUTE,
     ),
+    "a library the cache lacks, in a fallback directory": (
+        lambda r: _write(
+            r / f"usr/lib64/libnvidia-compiler.so.{VERSION}",
+            make_shared_object(f"libnvidia-compiler.so.{VERSION}", machine=MACHINE),
+        ),
+        "dirs",
+        COMPUTE,
+    ),
 }
 #: Changes of something the key reads that need not change what discovery finds.
 KEY_COMPONENTS = frozenset(
@@ -194,6 +202,7 @@ BEFORE = (
     "usr/bin",
     "lib/firmware/nvidia",
     "usr/share/vulkan/icd.d",
+    "usr/lib64",
 )
 
 

@@ -35,7 +35,7 @@ from ocihook.linux import cachestore
 from ocihook.pipeline import compiled
 from ocihook.sim import host as simhost
 from ocihook.sim.demo import default_config
-from ocihook.sim.elfwrite import make_executable
+from ocihook.sim.elfwrite import make_executable, make_shared_object
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the store is used only by its owner")
 
@@ -295,12 +295,28 @@ def _install_nvidia_smi(root: Path) -> None:
     path.chmod(0o755)
 
 
+def _add_fallback_library(root: Path) -> None:
+    """The driver's ``libnvidia-compiler`` in ``/usr/lib64``, unknown to ``ld.so.cache``:
+    discovery finds it by searching the fallback library directories."""
+    version = simhost.DEFAULT_DRIVER_VERSION
+    path = root / f"usr/lib64/libnvidia-compiler.so.{version}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(
+        make_shared_object(f"libnvidia-compiler.so.{version}", machine=platform.machine())
+    )
+
+
 #: Host changes after a plan was stored, each with the request whose plan it changes:
 #: what -> (NVIDIA_VISIBLE_DEVICES, NVIDIA_DRIVER_CAPABILITIES, change(host root)).
 HOST_CHANGES: dict[str, tuple[str, str, Any]] = {
     "a MIG GPU instance destroyed": ("1:1", "utility,compute", _destroy_last_gpu_instance),
     "nvidia-drm unloaded": ("0", "graphics", _unload_nvidia_drm),
     "nvidia-smi installed": ("all", "utility", _install_nvidia_smi),
+    "a library the loader cache lacks, in a fallback directory": (
+        "all",
+        "compute",
+        _add_fallback_library,
+    ),
 }
 
 
@@ -310,6 +326,8 @@ def test_a_host_change_the_plan_depends_on_is_planned_again(tmp_path: Path, what
     start edits the bundle as the pipeline does, not with the stored plan."""
     visible, caps, change = HOST_CHANGES[what]
     sim = simhost.build(str(tmp_path / "host"), gpus=2)
+    for d in ("usr/bin", "usr/lib64"):  # a host has them, empty of the driver's files
+        Path(sim.root, d).mkdir(parents=True)
     root = HostRoot.single(sim.root)
     store = _store(tmp_path / "store")
     image = Image(
