@@ -91,8 +91,8 @@ class NvidiaHost(Record):
             ``"driver-branch"`` (:mod:`ocihook.core.cudaversion`); ``None`` with
             ``cuda_version``.
         searched: the host directories discovery looked in for binaries, firmware,
-            configuration files and libraries the ``ld.so.cache`` does not list, whether it
-            found anything there or not (for a missing one, its deepest
+            configuration files, libraries the ``ld.so.cache`` does not list and WSL driver
+            files, whether it found anything there or not (for a missing one, its deepest
             existing ancestor: :func:`ocihook.discovery.cache.searched_dirs`), sorted: a
             file that appears in one changes what discovery finds (:func:`discovery_dirs`).
     """
@@ -304,7 +304,7 @@ def discover(
         if os.path.lexists(root.dev("/dev/dxg")):  # WSL2 (the devices module on demand)
             from .devices import wsl_devices
 
-            wsl = wsl_devices(root)
+            wsl = wsl_devices(root, looked)
         cuda, cuda_source = host_cuda_version(version, libraries, inventory.cuda_version)
         return NvidiaHost(
             root=root,
@@ -382,10 +382,12 @@ def _discover_wsl(root: HostRoot, gpu_backend: str = "procfs") -> NvidiaHost:
         DiscoveryError: ``/dev/dxg`` is not the dxg misc device, or none of the driver's
             files is in :data:`~ocihook.discovery.devices.WSL_LIB_DIR` or a driver store.
     """
+    from .cache import searched_dirs
     from .devices import WSL_DRIVERS_DIR, WSL_LIB_DIR, wsl_devices, wsl_driver_version
     from .procfs import parse_devices
 
-    wsl = wsl_devices(root)
+    looked: set[str] = set()
+    wsl = wsl_devices(root, looked)
     if wsl is None:  # pragma: no cover - removed between the two looks
         raise DiscoveryError("/dev/dxg disappeared while reading it", path=root.dev("/dev/dxg"))
     if not wsl.driver_files:
@@ -424,6 +426,7 @@ def _discover_wsl(root: HostRoot, gpu_backend: str = "procfs") -> NvidiaHost:
         warnings=tuple(warnings),
         wsl=wsl,
         gpu_backend="wsl",
+        searched=tuple(searched_dirs(root, looked)),
     )
 
 
@@ -464,8 +467,8 @@ def discover_cached(
 
 
 def discovery_dirs(host: NvidiaHost) -> list[str]:
-    """The host directories ``host`` was read from (sorted parents of its libraries and
-    files, the dev root's ``/dev``, the library directories) and those it
+    """The host directories ``host`` was read from (sorted parents of its libraries, files
+    and WSL driver files, the dev root's ``/dev``, the library directories) and those it
     looked in without finding anything (:attr:`NvidiaHost.searched`): a change in one
     makes a stored value computed from ``host`` stale (:mod:`ocihook.linux.cachestore`)."""
     from . import cache
@@ -475,6 +478,10 @@ def discovery_dirs(host: NvidiaHost) -> list[str]:
     paths += [root.driver(lib.cache_path) for lib in host.libraries if lib.cache_path]
     paths += [f.host_path for f in host.files]
     paths += [root.driver(f.path) for f in host.files]
+    if host.wsl is not None:
+        wsl_files = (*host.wsl.libraries, *host.wsl.driver_files)
+        paths += [f.host_path for f in wsl_files]
+        paths += [root.driver(f.path) for f in wsl_files]
     dirs = [*cache.source_dirs(paths), root.dev("/dev"), *host.searched]
     return dirs + [root.driver(d) for d in root.library_dirs]
 

@@ -445,3 +445,47 @@ def test_a_device_node_given_another_owner_makes_the_entry_stale(tmp_path: Path)
     host = discover_cached(root, cache_dir=cache_dir)
     assert host == discover(root)
     assert host.gpu_nodes[0].gid == 44
+
+
+def _no_cubins(store: Path) -> None:
+    (store / "nvcubins.bin").unlink()
+
+
+#: Changes to a simulated WSL2 host: what -> (prepare(store) before the entry is
+#: stored, change(root, store) after).
+WSL_CHANGES: dict[str, tuple[Callable[[Path], None], Callable[[Path, Path], None]]] = {
+    "a file in /usr/lib/wsl/lib": (
+        lambda store: None,
+        lambda root, store: _write(root / "usr/lib/wsl/lib/libnvidia-encode.so.1", b"x"),
+    ),
+    "a driver file in the NVIDIA driver store": (
+        _no_cubins,
+        lambda root, store: _write(store / "nvcubins.bin", b"cubins"),
+    ),
+    "another driver store with NVIDIA files": (
+        lambda store: None,
+        lambda root, store: shutil.copytree(
+            store, root / "usr/lib/wsl/drivers/nv_dispi.inf_amd64_0000000000000000"
+        ),
+    ),
+}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="/dev/dxg is made with mknod")
+@pytest.mark.parametrize("what", sorted(WSL_CHANGES))
+def test_a_wsl_driver_file_that_appears_makes_the_entry_stale(tmp_path: Path, what: str) -> None:
+    """A WSL2 host's driver files are in ``/usr/lib/wsl/lib`` and the driver stores of
+    ``/usr/lib/wsl/drivers``, none in a directory the key reads: the entry records those
+    directories, so a file or a store that appears there later is found."""
+    from ocihook.sim import wsl as simwsl
+
+    sim = simwsl.build(str(tmp_path / "root"), make_dev_nodes=True)
+    root, cache_dir = HostRoot.single(sim.root), str(tmp_path / "cache")
+    prepare, change = WSL_CHANGES[what]
+    prepare(Path(sim.store))
+    before = discover_cached(root, cache_dir=cache_dir, warm=True)
+    assert before.gpu_backend == "wsl"
+    change(Path(sim.root), Path(sim.store))
+    fresh = discover(root)
+    assert fresh != before, what
+    assert discover_cached(root, cache_dir=cache_dir) == fresh, what
