@@ -6,7 +6,8 @@ answer only changes when the driver, the dynamic loader's cache, the device node
 configuration change. :func:`ocihook.discovery.nvidia.discover_cached` keeps results in
 the root-owned store :mod:`ocihook.linux.cachestore` (entries ``discovery-*.json``) under
 the key :func:`host_key` builds: what the caller says the result depends on (the
-:class:`~ocihook.core.hostroot.HostRoot`, the arguments of discovery), the identity of
+:class:`~ocihook.core.hostroot.HostRoot`, all its roots — driver, dev, proc and sys —
+and the loader cache and library directories, and the arguments of discovery), the identity of
 the installed discovery package (an upgrade replaces its files), and what the host says:
 the bytes of ``<dev root>/proc/driver/nvidia/version`` and ``<dev root>/proc/devices``,
 the names under ``/proc/driver/nvidia/gpus`` and ``/proc/driver/nvidia-caps``, the
@@ -121,7 +122,14 @@ def host_key(root: HostRoot, params: Mapping[str, object]) -> dict[str, object]:
         "format": FORMAT,
         # the code that discovered it: an upgrade replaces the package's files
         "code": _identity(os.path.dirname(os.path.abspath(__file__))),
-        "root": [root.driver_root, root.dev_root, root.ldcache, list(root.library_dirs)],
+        "root": [
+            root.driver_root,
+            root.dev_root,
+            root.proc_root,
+            root.sys_root,
+            root.ldcache,
+            list(root.library_dirs),
+        ],
         "params": dict(params),
         "version": _read(root.proc("driver/nvidia/version")),
         "devices": _read(root.proc("devices")),

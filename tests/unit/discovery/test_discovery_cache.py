@@ -317,6 +317,13 @@ def test_other_parameters_are_other_keys(sim: simhost.SimulatedHost, tmp_path: P
     a = cache.host_key(root, {"capabilities": ["compute"]})
     assert a != cache.host_key(root, {"capabilities": ["utility"]})
     assert a != cache.host_key(other, {"capabilities": ["compute"]})
+    # a proc or sys root of its own, even one that reads the same, is another host: the
+    # key reads only part of what discovery reads there
+    for name in ("proc", "sys"):
+        copy = tmp_path / name
+        shutil.copytree(Path(sim.root, name), copy)
+        moved = HostRoot(driver_root=sim.root, dev_root=sim.root, **{f"{name}_root": str(copy)})
+        assert a != cache.host_key(moved, {"capabilities": ["compute"]}), name
     cachestore.store(a, "value", [], str(tmp_path), create=True, prefix=cache.PREFIX)
     assert cachestore.lookup(a, _CACHED_TYPES, str(tmp_path), prefix=cache.PREFIX) == "value"
     b = cache.host_key(other, {"capabilities": ["compute"]})

@@ -349,6 +349,31 @@ def test_a_host_change_the_plan_depends_on_is_planned_again(tmp_path: Path, what
     assert after == oracle, what
 
 
+def test_another_proc_root_is_another_host(tmp_path: Path) -> None:
+    """A host root with a proc root of its own whose files the key reads the same (the
+    driver version, ``/proc/devices``, the GPUs' directory names) but whose GPU is
+    another (its UUID, in the ``information`` file the key does not read): the plan
+    stored for the first root is not used for the second."""
+    sim = simhost.build(str(tmp_path / "host"), gpus=1)
+    proc = tmp_path / "proc"
+    shutil.copytree(Path(sim.root, "proc"), proc)
+    (info,) = proc.glob("driver/nvidia/gpus/*/information")
+    uuid = sim.gpus[0].uuid
+    info.write_text(info.read_text().replace(uuid, "GPU-" + "0" * 8 + uuid[12:]))
+    first = HostRoot.single(sim.root)
+    second = HostRoot(driver_root=sim.root, dev_root=sim.root, proc_root=str(proc))
+    store = _store(tmp_path / "store")
+    image = Image(True, None, False, False, [f"NVIDIA_VISIBLE_DEVICES={uuid}"])
+    for b in ("b1", "b2", "b3"):
+        image.make(tmp_path / b)
+    assert edit(tmp_path / "b1", first, Options(), store)[0] == "done"
+    assert any(p.name.startswith("compiled-") for p in store.iterdir())
+    again = edit(tmp_path / "b2", second, Options(), store)
+    oracle = edit(tmp_path / "b3", second, Options(), tmp_path / "none")
+    assert oracle[0] == "error"  # no GPU of that UUID behind the second proc root
+    assert again == oracle
+
+
 def test_compilable() -> None:
     from ocihook.request.nvidia import Request
 
