@@ -374,6 +374,30 @@ def test_another_proc_root_is_another_host(tmp_path: Path) -> None:
     assert again == oracle
 
 
+def test_a_request_over_the_limit_is_planned_afresh_and_not_stored(tmp_path: Path) -> None:
+    """A request whose encoding is over ``MAX_REQUEST_BYTES`` (here: hundreds of
+    ``NVIDIA_REQUIRE_*`` variables) is planned as the pipeline plans it, and nothing is
+    stored for it; the store stays bounded by the size of what it keys."""
+    sim = simhost.build(str(tmp_path / "host"), gpus=1)
+    root = HostRoot.single(sim.root)
+    store = _store(tmp_path / "store")
+    env = ["NVIDIA_VISIBLE_DEVICES=all"]
+    env += [f"NVIDIA_REQUIRE_X{i:04d}=cuda>=11.0 driver>=500" for i in range(400)]
+    image = Image(True, None, False, False, env)
+    for b in ("b1", "b2", "oracle"):
+        image.make(tmp_path / b)
+    oracle = edit(tmp_path / "oracle", root, Options(), tmp_path / "none")
+    assert oracle[0] == "done"
+    assert edit(tmp_path / "b1", root, Options(), store) == oracle
+    assert not [p.name for p in store.iterdir() if p.name.startswith("compiled-")]
+    assert edit(tmp_path / "b2", root, Options(), store) == oracle
+    # the same request with fewer variables is stored
+    small = Image(True, None, False, False, env[:3])
+    small.make(tmp_path / "b4")
+    assert edit(tmp_path / "b4", root, Options(), store)[0] == "done"
+    assert [p.name for p in store.iterdir() if p.name.startswith("compiled-")]
+
+
 def test_compilable() -> None:
     from ocihook.request.nvidia import Request
 
