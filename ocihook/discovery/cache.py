@@ -26,7 +26,7 @@ import os
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Mapping, Sequence
 
     from ..core.hostroot import HostRoot
 
@@ -38,7 +38,6 @@ __all__ = [
     "host_key",
     "ipc_identity",
     "mig_state",
-    "searched_dirs",
     "source_dirs",
 ]
 
@@ -223,30 +222,6 @@ def ipc_identity(root: HostRoot) -> list[list[object]]:
             continue
         out.append([path, st.st_mode & 0o170000, st.st_ino])
     return out
-
-
-def searched_dirs(root: HostRoot, dirs: Iterable[str]) -> list[str]:
-    """The host directories that tell whether a file appeared in one of ``dirs``
-    (driver-root terms: directories discovery looked in, whether or not it found anything
-    there), sorted, without duplicates: each resolved inside the driver root
-    (:func:`~ocihook.linux.pathsafe.resolve_in_root`) when it is a directory, else its
-    deepest existing ancestor, where the missing directory, or a link on the way to it,
-    would be made. A file, directory or link made in one changes its mtime, and so makes
-    an entry that lists it stale (:func:`ocihook.linux.cachestore.dir_identities`)."""
-    from ..core.errors import OcihookError
-    from ..linux.pathsafe import resolve_in_root
-
-    top = os.path.abspath(root.driver_root)
-    out: set[str] = set()
-    for d in dirs:
-        try:
-            host = resolve_in_root(top, d)
-        except OcihookError:  # a file or a link loop on the way: watch where it is
-            host = root.driver(d)
-        while host != top and not os.path.isdir(host):
-            host = os.path.dirname(host)
-        out.add(host)
-    return sorted(out)
 
 
 def source_dirs(paths: Sequence[str]) -> list[str]:

@@ -80,6 +80,7 @@ __all__ = [
     "find_firmware",
     "find_ipcs",
     "find_libraries",
+    "searched_dirs",
     "select_libraries",
     "unreadable",
 ]
@@ -611,6 +612,28 @@ def _from_dirs(
         soname = _soname_outside_cache(listing[0], name, prefix)
         return {candidate: ([soname], f"{directory}/{name}")}
     return {}
+
+
+def searched_dirs(root: HostRoot, dirs: Iterable[str]) -> list[str]:
+    """The host directories that tell whether a file appeared in one of ``dirs``
+    (driver-root terms: directories discovery looked in, whether or not it found anything
+    there), sorted, without duplicates: each resolved inside the driver root
+    (:func:`~ocihook.linux.pathsafe.resolve_in_root`) when it is a directory, else its
+    deepest existing ancestor, where the missing directory, or a link on the way to it,
+    would be made. A file, directory or link made in one changes its mtime, and so makes
+    an entry that lists it stale (:func:`ocihook.linux.cachestore.dir_identities`;
+    :func:`ocihook.discovery.nvidia.discovery_dirs`)."""
+    top = os.path.abspath(root.driver_root)
+    out: set[str] = set()
+    for d in dirs:
+        try:
+            host = resolve_in_root(top, d)
+        except OcihookError:  # a file or a link loop on the way: watch where it is
+            host = root.driver(d)
+        while host != top and not os.path.isdir(host):
+            host = os.path.dirname(host)
+        out.add(host)
+    return sorted(out)
 
 
 def find_binaries(

@@ -93,7 +93,7 @@ class NvidiaHost(Record):
         searched: the host directories discovery looked in for binaries, firmware,
             configuration files, libraries the ``ld.so.cache`` does not list and WSL driver
             files, whether it found anything there or not (for a missing one, its deepest
-            existing ancestor: :func:`ocihook.discovery.cache.searched_dirs`), sorted: a
+            existing ancestor: :func:`ocihook.discovery.driverfiles.searched_dirs`), sorted: a
             file that appears in one changes what discovery finds (:func:`discovery_dirs`).
     """
 
@@ -195,7 +195,6 @@ def discover(
             missing/malformed ``ld.so.cache`` in the driver root.
     """
     from ..linux.pathsafe import RememberedResolutions
-    from .cache import searched_dirs
     from .devices import device_node, with_driver_defaults
     from .driverfiles import (
         CAPABILITY_LIBRARIES,
@@ -204,6 +203,7 @@ def discover(
         find_firmware,
         find_ipcs,
         find_libraries,
+        searched_dirs,
     )
     from .procfs import parse_devices, parse_driver_version
 
@@ -382,8 +382,8 @@ def _discover_wsl(root: HostRoot, gpu_backend: str = "procfs") -> NvidiaHost:
         DiscoveryError: ``/dev/dxg`` is not the dxg misc device, or none of the driver's
             files is in :data:`~ocihook.discovery.devices.WSL_LIB_DIR` or a driver store.
     """
-    from .cache import searched_dirs
     from .devices import WSL_DRIVERS_DIR, WSL_LIB_DIR, wsl_devices, wsl_driver_version
+    from .driverfiles import searched_dirs
     from .procfs import parse_devices
 
     looked: set[str] = set()
