@@ -5,19 +5,32 @@ Discovering the NVIDIA driver's files costs more than the rest of a container's 
 answer only changes when the driver, the dynamic loader's cache, the device nodes or the
 configuration change. :func:`ocihook.discovery.nvidia.discover_cached` keeps results in
 the root-owned store :mod:`ocihook.linux.cachestore` (entries ``discovery-*.json``) under
-the key :func:`host_key` builds: what the caller says the result depends on (the
-:class:`~ocihook.core.hostroot.HostRoot`, all its roots — driver, dev, proc and sys —
-and the loader cache and library directories, and the arguments of discovery), the identity of
-the installed discovery package (an upgrade replaces its files), and what the host says:
-the bytes of ``<dev root>/proc/driver/nvidia/version`` and ``<dev root>/proc/devices``,
-the names under ``/proc/driver/nvidia/gpus`` and ``/proc/driver/nvidia-caps``, the
-identity (device, inode, size, mtime_ns) of the driver root's ``ld.so.cache``, the
-``nvidia*`` nodes of ``<dev root>/dev`` with their device numbers, inodes, modes and
-owners, and the MIG configuration (:func:`mig_state`: the GPU and compute instances of
-``/proc/driver/nvidia/capabilities`` and the nodes of ``/dev/nvidia-caps``), and for the
-graphics and display capabilities the DRM state (:func:`dri_state`: each GPU's sysfs
-``drm`` directory and the nodes of ``/dev/dri``). An entry is also stale once a directory
-its files came from changes (:func:`source_dirs`).
+the key :func:`host_key` builds:
+
+* what the caller says the result depends on: the
+  :class:`~ocihook.core.hostroot.HostRoot` (its driver, dev, proc and sys roots, the
+  loader cache's path, the library directories) and the arguments of discovery;
+* the identity of the installed discovery package (an upgrade replaces its files);
+* what the host says: the bytes of ``<proc>/driver/nvidia/version`` and
+  ``<proc>/devices``, the names under ``<proc>/driver/nvidia/gpus`` and
+  ``<proc>/driver/nvidia-caps``, the identity (device, inode, size, mtime_ns) of the
+  driver root's ``ld.so.cache``, the ``nvidia*`` nodes of ``<dev root>/dev`` (type and
+  mode, device number, inode, owner, group), the MIG configuration (:func:`mig_state`:
+  the GPU and compute instances of ``<proc>/driver/nvidia/capabilities`` with their
+  ``access`` files, the nodes of ``/dev/nvidia-caps``), the IPC paths
+  (:func:`ipc_identity`) and, for the graphics and display capabilities, the DRM state
+  (:func:`dri_state`: each GPU's sysfs ``drm`` directory, the nodes of ``/dev/dri``).
+
+An entry is also stale once a directory changes that its files came from
+(:func:`source_dirs`) or that discovery searched, whether it found anything there or not
+(:attr:`ocihook.discovery.nvidia.NvidiaHost.searched`): both are recorded with the entry
+(:func:`ocihook.discovery.nvidia.discovery_dirs`).
+
+The key is computed on every container start (a compiled plan's key holds it): it uses
+``os.stat``, ``os.lstat``, ``os.listdir`` and small reads only, and this module imports
+nothing but :mod:`os` when loaded. The MIG state costs a ``listdir`` per GPU instance
+and a small read per ``access`` file; the DRM state a ``listdir`` per GPU and an
+``lstat`` per DRM node, for graphics only.
 """
 
 from __future__ import annotations

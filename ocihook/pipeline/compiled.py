@@ -9,9 +9,12 @@ key of everything the plan depends on, and a later start replays it without impo
 discovery or the planner:
 
 * the host: the discovery key (:func:`ocihook.discovery.cache.discovery_key`, the same
-  facts that keep a discovery result fresh: the driver version, ``/proc/devices``, the
-  GPUs, the ``nvidia*`` nodes, the loader cache's identity, the IPC sockets), and the
-  directories the driver's files were found in (an entry is stale once one changes);
+  facts that keep a discovery result fresh: the host root's driver, dev, proc and sys
+  roots, the driver version, ``/proc/devices``, the GPUs, the ``nvidia*`` nodes, the MIG
+  configuration, the DRM state for graphics, the loader cache's identity, the IPC
+  sockets), and the directories discovery read the driver's files from or searched for
+  them without finding them (:func:`ocihook.discovery.nvidia.discovery_dirs`: an entry
+  is stale once one changes);
 * the request (:class:`~ocihook.request.nvidia.Request`, every field, requirements
   included);
 * the operator's settings that shape a plan: ``cuda-compat``, ``disable-require`` and
