@@ -710,7 +710,7 @@ def wsl_driver_version(root: HostRoot, wsl: WslDevices) -> tuple[str, str]:
     return "", f"no DriverVer in the INF file of the driver store ({stores})"
 
 
-def wsl_devices(root: HostRoot) -> WslDevices | None:
+def wsl_devices(root: HostRoot, searched: set[str] | None = None) -> WslDevices | None:
     """Describe a WSL2 host's GPU: ``/dev/dxg`` and the driver files, or ``None``.
 
     ``/dev/dxg`` is the paravirtualised GPU of the WSL2 kernel (``drivers/hv/dxgkrnl``,
@@ -731,6 +731,10 @@ def wsl_devices(root: HostRoot) -> WslDevices | None:
     those files, in name order. Paths are resolved inside the driver root
     (:func:`ocihook.linux.pathsafe.resolve_in_root`).
 
+    The directories looked in (driver-root terms: :data:`WSL_LIB_DIR`,
+    :data:`WSL_DRIVERS_DIR` and each of its packages) are added to ``searched``, when
+    given.
+
     Returns:
         ``None`` when the dev root has no ``/dev/dxg``; else a :class:`WslDevices`
         (a missing :data:`WSL_LIB_DIR` or driver store gives empty lists and a warning).
@@ -743,6 +747,8 @@ def wsl_devices(root: HostRoot) -> WslDevices | None:
     dxg = _misc_node(root, "/dev/dxg", "dxg")
     if dxg is None:
         return None
+    looked: set[str] = set() if searched is None else searched
+    looked.update((WSL_LIB_DIR, WSL_DRIVERS_DIR))
     warnings: list[str] = []
     lib_dir = resolve_in_root(root.driver_root, WSL_LIB_DIR)
     names = sorted(listdir(lib_dir, "WSL driver libraries"))
@@ -769,6 +775,7 @@ def wsl_devices(root: HostRoot) -> WslDevices | None:
     drivers_host = resolve_in_root(root.driver_root, WSL_DRIVERS_DIR)
     for package in sorted(listdir(drivers_host, "the WSL driver store")):
         rel = f"{WSL_DRIVERS_DIR}/{package}"
+        looked.add(rel)
         host = resolve_in_root(root.driver_root, rel)
         if not os.path.isdir(host):
             continue

@@ -80,6 +80,7 @@ __all__ = [
     "find_firmware",
     "find_ipcs",
     "find_libraries",
+    "searched_dirs",
     "select_libraries",
     "unreadable",
 ]
@@ -390,6 +391,7 @@ def find_libraries(
     glvnd: bool = True,
     search_dirs: Sequence[str] = (),
     elf_classes: Iterable[int] = (64, 32),
+    searched: set[str] | None = None,
 ) -> tuple[tuple[DriverLibrary, ...], list[str]]:
     """Find the driver libraries of ``capabilities`` (default: all) in the driver root.
 
@@ -401,6 +403,8 @@ def find_libraries(
         glvnd: look for GLVND vendor libraries (default) rather than non-GLVND ones.
         search_dirs: extra directories (driver-root terms) searched before the fallbacks.
         elf_classes: which word sizes to look for.
+        searched: where to add the directories (driver-root terms) searched for a library
+            the cache does not list, whether it was found there or not.
 
     Returns:
         ``(libraries, warnings)``; libraries in capability, prefix, class order.
@@ -484,6 +488,8 @@ def find_libraries(
                             path=_rel(root, host_path),
                         )
                     )
+    if searched is not None:
+        searched.update(index.looked())
     # every driver has libnvidia-ml and libcuda: finding neither of what was asked for
     # means the driver root is wrong (a graphics-only request may just find nothing)
     core = any(c in ("utility", "compute") for c in caps)
@@ -565,6 +571,10 @@ class _DirIndex:
         self.root = root
         self._dirs: dict[str, tuple[str, frozenset[str]] | None] = {}
 
+    def looked(self) -> list[str]:
+        """The directories (driver-root terms) asked about so far, found or not."""
+        return list(self._dirs)
+
     def get(self, directory: str) -> tuple[str, frozenset[str]] | None:
         """(host path, names) of ``directory`` (driver-root terms), or ``None`` when it
         does not exist.
@@ -604,12 +614,39 @@ def _from_dirs(
     return {}
 
 
+def searched_dirs(root: HostRoot, dirs: Iterable[str]) -> list[str]:
+    """The host directories that tell whether a file appeared in one of ``dirs``
+    (driver-root terms: directories discovery looked in, whether or not it found anything
+    there), sorted, without duplicates: each resolved inside the driver root
+    (:func:`~ocihook.linux.pathsafe.resolve_in_root`) when it is a directory, else its
+    deepest existing ancestor, where the missing directory, or a link on the way to it,
+    would be made. A file, directory or link made in one changes its mtime, and so makes
+    an entry that lists it stale (:func:`ocihook.linux.cachestore.dir_identities`;
+    :func:`ocihook.discovery.nvidia.discovery_dirs`)."""
+    top = os.path.abspath(root.driver_root)
+    out: set[str] = set()
+    for d in dirs:
+        try:
+            host = resolve_in_root(top, d)
+        except OcihookError:  # a file or a link loop on the way: watch where it is
+            host = root.driver(d)
+        while host != top and not os.path.isdir(host):
+            host = os.path.dirname(host)
+        out.add(host)
+    return sorted(out)
+
+
 def find_binaries(
-    root: HostRoot, *, machine: str, capabilities: Iterable[str] | None = None
+    root: HostRoot,
+    *,
+    machine: str,
+    capabilities: Iterable[str] | None = None,
+    searched: set[str] | None = None,
 ) -> tuple[tuple[DriverFile, ...], list[str]]:
     """Find the binaries of ``capabilities`` (default: all) in :data:`BINARY_DIRS` of the
     driver root; the first regular ELF file of this machine wins. Missing ones are not an
-    error (``nv-fabricmanager`` exists only on NVSwitch systems).
+    error (``nv-fabricmanager`` exists only on NVSwitch systems). The directories looked
+    in (driver-root terms) are added to ``searched``, when given.
 
     Raises:
         DiscoveryError: a binary exists but cannot be read (:func:`unreadable`).
@@ -621,6 +658,8 @@ def find_binaries(
     for capability in caps:
         for name in CAPABILITY_BINARIES.get(capability, ()):
             for directory in BINARY_DIRS:
+                if searched is not None:
+                    searched.add(directory)
                 path = f"{directory}/{name}"
                 try:
                     host_path = resolve_in_root(root.driver_root, path)
@@ -637,9 +676,12 @@ def find_binaries(
     return tuple(out), warnings
 
 
-def find_firmware(root: HostRoot, version: str) -> tuple[DriverFile, ...]:
+def find_firmware(
+    root: HostRoot, version: str, searched: set[str] | None = None
+) -> tuple[DriverFile, ...]:
     """The GSP firmware files ``<firmware dir>/nvidia/<version>/gsp*.bin`` (every GPU
-    container gets them on drivers that use GSP; none on WSL).
+    container gets them on drivers that use GSP; none on WSL). The directories looked in
+    (driver-root terms) are added to ``searched``, when given.
 
     Raises:
         DiscoveryError: a firmware directory or file exists but cannot be read.
@@ -648,6 +690,8 @@ def find_firmware(root: HostRoot, version: str) -> tuple[DriverFile, ...]:
     seen: set[str] = set()
     for directory in FIRMWARE_DIRS:
         rel_dir = f"{directory}/nvidia/{version}"
+        if searched is not None:
+            searched.add(rel_dir)
         try:
             host_dir = resolve_in_root(root.driver_root, rel_dir)
         except OcihookError:
@@ -689,12 +733,17 @@ def find_ipcs(root: HostRoot, capabilities: Iterable[str] | None = None) -> tupl
 
 
 def find_config_files(
-    root: HostRoot, version: str, capabilities: Iterable[str] | None = None
+    root: HostRoot,
+    version: str,
+    capabilities: Iterable[str] | None = None,
+    searched: set[str] | None = None,
 ) -> tuple[DriverFile, ...]:
     """Graphics configuration files (EGL vendor and external platforms, Vulkan ICD and
     layers, nvoptix.bin), the OpenCL ICD (compute), the X11 driver files and the
     application profile, found in the driver root (NVIDIA Container Toolkit
-    ``internal/discover/graphics.go``)."""
+    ``internal/discover/graphics.go``). The directories looked in (driver-root terms) are
+    added to ``searched``, when given."""
+    looked: set[str] = set() if searched is None else searched
     caps = set(ALL_DRIVER_CAPABILITIES) if capabilities is None else set(capabilities)
     if "display" in caps:
         caps.add("graphics")
@@ -702,6 +751,7 @@ def find_config_files(
     seen: set[str] = set()
 
     def add(kind: str, capability: str, path: str) -> None:
+        looked.add(path.rpartition("/")[0])
         try:
             host_path = resolve_in_root(root.driver_root, path)
         except OcihookError:
@@ -717,6 +767,7 @@ def find_config_files(
             if "*" in rel:
                 sub, _, pattern = rel.rpartition("/")
                 needle = pattern.strip("*")
+                looked.add(f"{directory}/{sub}")
                 try:
                     names = sorted(
                         os.listdir(resolve_in_root(root.driver_root, f"{directory}/{sub}"))

@@ -90,6 +90,11 @@ class NvidiaHost(Record):
         cuda_source: where ``cuda_version`` came from: ``"nvml"``, ``"elf-note"`` or
             ``"driver-branch"`` (:mod:`ocihook.core.cudaversion`); ``None`` with
             ``cuda_version``.
+        searched: the host directories discovery looked in for binaries, firmware,
+            configuration files, libraries the ``ld.so.cache`` does not list and WSL driver
+            files, whether it found anything there or not (for a missing one, its deepest
+            existing ancestor: :func:`ocihook.discovery.driverfiles.searched_dirs`), sorted: a
+            file that appears in one changes what discovery finds (:func:`discovery_dirs`).
     """
 
     root: HostRoot
@@ -107,6 +112,7 @@ class NvidiaHost(Record):
     cuda_version: str | None = None
     gpu_backend: str = "procfs"
     cuda_source: str | None = None
+    searched: tuple[str, ...] = ()
 
     def libraries_for(self, capabilities: Iterable[str]) -> tuple[DriverLibrary, ...]:
         """The libraries a container with ``capabilities`` gets (see
@@ -197,6 +203,7 @@ def discover(
         find_firmware,
         find_ipcs,
         find_libraries,
+        searched_dirs,
     )
     from .procfs import parse_devices, parse_driver_version
 
@@ -264,6 +271,7 @@ def discover(
         caps = with_implied(caps)
         lib_caps = [c for c in CAPABILITY_LIBRARIES if c in caps]
         classes = (64, 32) if capabilities is None or "compat32" in caps else (64,)
+        looked: set[str] = set()  # directories searched, driver-root terms
         libraries, lib_warnings = find_libraries(
             root,
             version,
@@ -272,15 +280,18 @@ def discover(
             glvnd=glvnd,
             search_dirs=(*library_dirs, *root.library_dirs),
             elf_classes=classes,
+            searched=looked,
         )
         warnings.extend(lib_warnings)
-        binaries, bin_warnings = find_binaries(root, machine=machine, capabilities=lib_caps)
+        binaries, bin_warnings = find_binaries(
+            root, machine=machine, capabilities=lib_caps, searched=looked
+        )
         warnings.extend(bin_warnings)
         files = (
             *binaries,
-            *find_firmware(root, version),
+            *find_firmware(root, version, looked),
             *find_ipcs(root, lib_caps),
-            *find_config_files(root, version, caps),
+            *find_config_files(root, version, caps, looked),
         )
         modeset = None
         dri: dict[str, DriDevices] = {}
@@ -293,7 +304,7 @@ def discover(
         if os.path.lexists(root.dev("/dev/dxg")):  # WSL2 (the devices module on demand)
             from .devices import wsl_devices
 
-            wsl = wsl_devices(root)
+            wsl = wsl_devices(root, looked)
         cuda, cuda_source = host_cuda_version(version, libraries, inventory.cuda_version)
         return NvidiaHost(
             root=root,
@@ -311,6 +322,7 @@ def discover(
             cuda_version=cuda,
             gpu_backend=inventory.backend,
             cuda_source=cuda_source,
+            searched=tuple(searched_dirs(root, looked)),
         )
 
 
@@ -371,9 +383,11 @@ def _discover_wsl(root: HostRoot, gpu_backend: str = "procfs") -> NvidiaHost:
             files is in :data:`~ocihook.discovery.devices.WSL_LIB_DIR` or a driver store.
     """
     from .devices import WSL_DRIVERS_DIR, WSL_LIB_DIR, wsl_devices, wsl_driver_version
+    from .driverfiles import searched_dirs
     from .procfs import parse_devices
 
-    wsl = wsl_devices(root)
+    looked: set[str] = set()
+    wsl = wsl_devices(root, looked)
     if wsl is None:  # pragma: no cover - removed between the two looks
         raise DiscoveryError("/dev/dxg disappeared while reading it", path=root.dev("/dev/dxg"))
     if not wsl.driver_files:
@@ -412,6 +426,7 @@ def _discover_wsl(root: HostRoot, gpu_backend: str = "procfs") -> NvidiaHost:
         warnings=tuple(warnings),
         wsl=wsl,
         gpu_backend="wsl",
+        searched=tuple(searched_dirs(root, looked)),
     )
 
 
@@ -452,9 +467,10 @@ def discover_cached(
 
 
 def discovery_dirs(host: NvidiaHost) -> list[str]:
-    """The host directories ``host`` was read from (sorted parents of its libraries and
-    files, the dev root's ``/dev``, the library directories): a change in one makes a
-    stored value computed from ``host`` stale (:mod:`ocihook.linux.cachestore`)."""
+    """The host directories ``host`` was read from (sorted parents of its libraries, files
+    and WSL driver files, the dev root's ``/dev``, the library directories) and those it
+    looked in without finding anything (:attr:`NvidiaHost.searched`): a change in one
+    makes a stored value computed from ``host`` stale (:mod:`ocihook.linux.cachestore`)."""
     from . import cache
 
     root = host.root
@@ -462,7 +478,11 @@ def discovery_dirs(host: NvidiaHost) -> list[str]:
     paths += [root.driver(lib.cache_path) for lib in host.libraries if lib.cache_path]
     paths += [f.host_path for f in host.files]
     paths += [root.driver(f.path) for f in host.files]
-    dirs = [*cache.source_dirs(paths), root.dev("/dev")]
+    if host.wsl is not None:
+        wsl_files = (*host.wsl.libraries, *host.wsl.driver_files)
+        paths += [f.host_path for f in wsl_files]
+        paths += [root.driver(f.path) for f in wsl_files]
+    dirs = [*cache.source_dirs(paths), root.dev("/dev"), *host.searched]
     return dirs + [root.driver(d) for d in root.library_dirs]
 
 

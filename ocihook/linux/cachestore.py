@@ -11,8 +11,8 @@ such values (any :class:`~ocihook.core.records.Record` tree of str, int, float, 
   the file name is a checksum of it (:func:`digest`), and the entry holds the key itself,
   compared in full on every lookup (a checksum collision is a miss);
 * an entry also lists the **directories** its value was read from with their identity
-  (inode, mtime_ns; :func:`dir_identities`): a file added, removed or renamed in one of
-  them makes the entry stale;
+  (device, inode, mtime_ns; :func:`dir_identities`): a file added, removed or renamed in
+  one of them, or a file system mounted on one, makes the entry stale;
 * an entry is used only when the directory and the file are owned by this process's user
   (root on a host) and writable by no one else (:func:`owned_and_private`); anything
   unreadable, corrupt, foreign or stale means "compute again" (a debug log line says why),
@@ -124,17 +124,19 @@ def digest(key: Mapping[str, object]) -> str:
 
 
 def dir_identities(dirs: Iterable[str]) -> list[list[object]]:
-    """``[path, inode, mtime_ns]`` of each of ``dirs`` (sorted, without duplicates),
-    ``[path, None, None]`` for one that cannot be ``stat``-ed: what an entry records to
-    tell, at lookup, that a file was added, removed or renamed in one of them."""
+    """``[path, device, inode, mtime_ns]`` of each of ``dirs`` (sorted, without
+    duplicates), ``[path, None, None, None]`` for one that cannot be ``stat``-ed: what an
+    entry records to tell, at lookup, that a file was added, removed or renamed in one of
+    them, or that another file system was mounted there (whose root may have the same
+    inode number)."""
     out: list[list[object]] = []
     for d in sorted(set(dirs)):
         try:
             st = os.stat(d)
         except OSError:
-            out.append([d, None, None])
+            out.append([d, None, None, None])
             continue
-        out.append([d, st.st_ino, st.st_mtime_ns])
+        out.append([d, st.st_dev, st.st_ino, st.st_mtime_ns])
     return out
 
 

@@ -9,9 +9,12 @@ key of everything the plan depends on, and a later start replays it without impo
 discovery or the planner:
 
 * the host: the discovery key (:func:`ocihook.discovery.cache.discovery_key`, the same
-  facts that keep a discovery result fresh: the driver version, ``/proc/devices``, the
-  GPUs, the ``nvidia*`` nodes, the loader cache's identity, the IPC sockets), and the
-  directories the driver's files were found in (an entry is stale once one changes);
+  facts that keep a discovery result fresh: the host root's driver, dev, proc and sys
+  roots, the driver version, ``/proc/devices``, the GPUs, the ``nvidia*`` nodes, the MIG
+  configuration, the DRM state for graphics, the loader cache's identity, the IPC
+  sockets), and the directories discovery read the driver's files from or searched for
+  them without finding them (:func:`ocihook.discovery.nvidia.discovery_dirs`: an entry
+  is stale once one changes);
 * the request (:class:`~ocihook.request.nvidia.Request`, every field, requirements
   included);
 * the operator's settings that shape a plan: ``cuda-compat``, ``disable-require`` and
@@ -29,7 +32,8 @@ root file system exactly as a freshly made one.
 Not compiled (planned afresh each time, as before): requests that read the host beyond
 that key — MIG management nodes, IMEX channels and the feature-gated sets (GDS, MOFED,
 NVSwitch, GDRCopy) — and AMD and Intel GPUs (their discovery is not stored). A plan that
-cannot be made (the request cannot be met) is never stored.
+cannot be made (the request cannot be met) is never stored, nor one for a request whose
+encoding is over :data:`MAX_REQUEST_BYTES` (16 KiB).
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ if TYPE_CHECKING:
     from ..plan.edits import Plan
     from ..request.nvidia import Request
 
-__all__ = ["FORMAT", "PREFIX", "compilable", "compiled_plan", "plan_key"]
+__all__ = ["FORMAT", "MAX_REQUEST_BYTES", "PREFIX", "compilable", "compiled_plan", "plan_key"]
 
 #: Version of the entries' key and value format.
 FORMAT = 1
@@ -52,6 +56,11 @@ FORMAT = 1
 PREFIX = "compiled"
 #: Most compiled entries kept (one per distinct request, host state and image kind).
 MAX_ENTRIES = 256
+#: Largest request (the JSON text of its encoding in the key, bytes) whose plan is
+#: stored: a larger one (thousands of device ids, ``NVIDIA_REQUIRE_*`` variables) is
+#: planned afresh on every start and never stored, so that entries, and the key each
+#: lookup writes out and compares, stay small.
+MAX_REQUEST_BYTES = 16 << 10
 
 
 def compilable(request: Request) -> bool:
@@ -138,12 +147,14 @@ def compiled_plan(
     (:func:`ocihook.pipeline.bundle.occupied_links` comes after): the stored one when
     :func:`plan_key` finds it, else made with discovery and
     :func:`ocihook.plan.build.make_plan` and stored when ``cache_dir`` (default
-    ``/run/ocihook``) exists. The store never makes it fail.
+    ``/run/ocihook``) exists. A request over :data:`MAX_REQUEST_BYTES` is planned
+    afresh, without the store. The store never makes it fail.
 
     Raises:
         DiscoveryError: the host has no usable driver.
         RequestError: the request cannot be met.
     """
+    from ..core import jsonfast
     from ..linux import cachestore
     from ..plan.edits import Plan
 
@@ -152,6 +163,8 @@ def compiled_plan(
         key: dict[str, object] | None = plan_key(root, request, options, debian)
     except OSError:
         key = None
+    if key is not None and len(jsonfast.dumps(key["request"])) > MAX_REQUEST_BYTES:
+        key = None  # ASCII JSON: characters are bytes
     if key is not None:
         found = cachestore.lookup(key, _types(), directory, prefix=PREFIX)
         if isinstance(found, Plan):

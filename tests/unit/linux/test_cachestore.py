@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import given
@@ -83,6 +85,30 @@ def test_a_changed_source_directory_makes_it_stale(tmp_path: Path) -> None:
     assert cachestore.lookup({"k": 1}, {}, str(store), prefix="t") == "v"
     (source / "new").write_bytes(b"")
     assert cachestore.lookup({"k": 1}, {}, str(store), prefix="t") is None
+
+
+def test_a_source_directory_on_another_file_system_makes_it_stale(tmp_path: Path) -> None:
+    """A file system mounted on a source directory may have a root of the same inode
+    number and mtime (a fresh tmpfs or ext4 root is inode 1 or 2): the device number
+    tells them apart."""
+    source = tmp_path / "src"
+    source.mkdir()
+    store = tmp_path / "store"
+    assert cachestore.store({"k": 1}, "v", [str(source)], str(store), create=True, prefix="t")
+    real_stat = os.stat
+
+    def mounted(path: str, *args: Any, **kwargs: Any) -> os.stat_result:
+        st = real_stat(path, *args, **kwargs)
+        if str(path) != str(source):
+            return st
+        fields = list(st[:10])
+        fields[2] = st.st_dev + 1  # st_dev
+        extra = {n: getattr(st, n) for n in ("st_atime_ns", "st_mtime_ns", "st_ctime_ns")}
+        return os.stat_result(fields, extra)
+
+    with mock.patch.object(cachestore.os, "stat", mounted):
+        assert cachestore.lookup({"k": 1}, {}, str(store), prefix="t") is None
+    assert cachestore.lookup({"k": 1}, {}, str(store), prefix="t") == "v"
 
 
 def test_no_directory_nothing_written(tmp_path: Path) -> None:

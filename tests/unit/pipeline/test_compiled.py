@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -34,6 +35,7 @@ from ocihook.linux import cachestore
 from ocihook.pipeline import compiled
 from ocihook.sim import host as simhost
 from ocihook.sim.demo import default_config
+from ocihook.sim.elfwrite import make_executable, make_shared_object
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the store is used only by its owner")
 
@@ -265,6 +267,135 @@ def test_a_changed_driver_is_planned_again(tmp_path: Path) -> None:
     again = edit(tmp_path / "b2", root, Options(), store)
     assert again == edit(tmp_path / "b3", root, Options(), tmp_path / "none")
     assert again[0] != "done" or b"libnvidia-ml.so." + sim.driver_version.encode() not in again[1]  # type: ignore[operator]
+
+
+def _destroy_last_gpu_instance(root: Path) -> None:
+    """``nvidia-smi mig -dci; -dgi`` of the MIG GPU's last GPU instance."""
+    gis = sorted((root / "proc/driver/nvidia/capabilities").glob("gpu*/mig/gi*"))
+    shutil.rmtree(gis[-1])
+
+
+def _unload_nvidia_drm(root: Path) -> None:
+    """``rmmod nvidia-drm``: the GPUs' sysfs ``drm`` directories go, and the nodes and
+    links in ``/dev/dri`` (the directory stays)."""
+    for d in (root / "sys/bus/pci/devices").glob("*/drm"):
+        shutil.rmtree(d)
+    for p in (root / "dev/dri").iterdir():
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
+
+
+def _install_nvidia_smi(root: Path) -> None:
+    """A package puts ``nvidia-smi`` in ``/usr/bin`` (not there when the plan was made)."""
+    path = root / "usr/bin/nvidia-smi"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(make_executable(machine=platform.machine()))
+    path.chmod(0o755)
+
+
+def _add_fallback_library(root: Path) -> None:
+    """The driver's ``libnvidia-compiler`` in ``/usr/lib64``, unknown to ``ld.so.cache``:
+    discovery finds it by searching the fallback library directories."""
+    version = simhost.DEFAULT_DRIVER_VERSION
+    path = root / f"usr/lib64/libnvidia-compiler.so.{version}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(
+        make_shared_object(f"libnvidia-compiler.so.{version}", machine=platform.machine())
+    )
+
+
+#: Host changes after a plan was stored, each with the request whose plan it changes:
+#: what -> (NVIDIA_VISIBLE_DEVICES, NVIDIA_DRIVER_CAPABILITIES, change(host root)).
+HOST_CHANGES: dict[str, tuple[str, str, Any]] = {
+    "a MIG GPU instance destroyed": ("1:1", "utility,compute", _destroy_last_gpu_instance),
+    "nvidia-drm unloaded": ("0", "graphics", _unload_nvidia_drm),
+    "nvidia-smi installed": ("all", "utility", _install_nvidia_smi),
+    "a library the loader cache lacks, in a fallback directory": (
+        "all",
+        "compute",
+        _add_fallback_library,
+    ),
+}
+
+
+@pytest.mark.parametrize("what", sorted(HOST_CHANGES))
+def test_a_host_change_the_plan_depends_on_is_planned_again(tmp_path: Path, what: str) -> None:
+    """After the plan was stored, a change to the host that changes the plan: the next
+    start edits the bundle as the pipeline does, not with the stored plan."""
+    visible, caps, change = HOST_CHANGES[what]
+    sim = simhost.build(str(tmp_path / "host"), gpus=2)
+    for d in ("usr/bin", "usr/lib64"):  # a host has them, empty of the driver's files
+        Path(sim.root, d).mkdir(parents=True)
+    root = HostRoot.single(sim.root)
+    store = _store(tmp_path / "store")
+    image = Image(
+        True,
+        None,
+        False,
+        False,
+        [f"NVIDIA_VISIBLE_DEVICES={visible}", f"NVIDIA_DRIVER_CAPABILITIES={caps}"],
+    )
+    image.make(tmp_path / "b1")
+    before = edit(tmp_path / "b1", root, Options(), store)
+    assert any(p.name.startswith("compiled-") for p in store.iterdir())
+    change(Path(sim.root))
+    image.make(tmp_path / "b2")
+    image.make(tmp_path / "b3")
+    after = edit(tmp_path / "b2", root, Options(), store)
+    oracle = edit(tmp_path / "b3", root, Options(), tmp_path / "none")
+    assert oracle != before, "the change must change the plan"
+    assert after == oracle, what
+
+
+def test_another_proc_root_is_another_host(tmp_path: Path) -> None:
+    """A host root with a proc root of its own whose files the key reads the same (the
+    driver version, ``/proc/devices``, the GPUs' directory names) but whose GPU is
+    another (its UUID, in the ``information`` file the key does not read): the plan
+    stored for the first root is not used for the second."""
+    sim = simhost.build(str(tmp_path / "host"), gpus=1)
+    proc = tmp_path / "proc"
+    shutil.copytree(Path(sim.root, "proc"), proc)
+    (info,) = proc.glob("driver/nvidia/gpus/*/information")
+    uuid = sim.gpus[0].uuid
+    info.write_text(info.read_text().replace(uuid, "GPU-" + "0" * 8 + uuid[12:]))
+    first = HostRoot.single(sim.root)
+    second = HostRoot(driver_root=sim.root, dev_root=sim.root, proc_root=str(proc))
+    store = _store(tmp_path / "store")
+    image = Image(True, None, False, False, [f"NVIDIA_VISIBLE_DEVICES={uuid}"])
+    for b in ("b1", "b2", "b3"):
+        image.make(tmp_path / b)
+    assert edit(tmp_path / "b1", first, Options(), store)[0] == "done"
+    assert any(p.name.startswith("compiled-") for p in store.iterdir())
+    again = edit(tmp_path / "b2", second, Options(), store)
+    oracle = edit(tmp_path / "b3", second, Options(), tmp_path / "none")
+    assert oracle[0] == "error"  # no GPU of that UUID behind the second proc root
+    assert again == oracle
+
+
+def test_a_request_over_the_limit_is_planned_afresh_and_not_stored(tmp_path: Path) -> None:
+    """A request whose encoding is over ``MAX_REQUEST_BYTES`` (here: hundreds of
+    ``NVIDIA_REQUIRE_*`` variables) is planned as the pipeline plans it, and nothing is
+    stored for it; the store stays bounded by the size of what it keys."""
+    sim = simhost.build(str(tmp_path / "host"), gpus=1)
+    root = HostRoot.single(sim.root)
+    store = _store(tmp_path / "store")
+    env = ["NVIDIA_VISIBLE_DEVICES=all"]
+    env += [f"NVIDIA_REQUIRE_X{i:04d}=cuda>=11.0 driver>=500" for i in range(400)]
+    image = Image(True, None, False, False, env)
+    for b in ("b1", "b2", "oracle"):
+        image.make(tmp_path / b)
+    oracle = edit(tmp_path / "oracle", root, Options(), tmp_path / "none")
+    assert oracle[0] == "done"
+    assert edit(tmp_path / "b1", root, Options(), store) == oracle
+    assert not [p.name for p in store.iterdir() if p.name.startswith("compiled-")]
+    assert edit(tmp_path / "b2", root, Options(), store) == oracle
+    # the same request with fewer variables is stored
+    small = Image(True, None, False, False, env[:3])
+    small.make(tmp_path / "b4")
+    assert edit(tmp_path / "b4", root, Options(), store)[0] == "done"
+    assert [p.name for p in store.iterdir() if p.name.startswith("compiled-")]
 
 
 def test_compilable() -> None:
