@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -53,6 +54,8 @@ def base_tarball() -> Path:
         return tarball
     if not os.path.exists(SOURCES):
         unavailable(f"no {SOURCES}: mmdebstrap has no mirror to build the Debian tree from")
+    if shutil.which("mmdebstrap") is None:
+        unavailable("mmdebstrap is not installed (scripts/setup installs it as root)")
     tarball.parent.mkdir(parents=True, exist_ok=True)
     partial = tarball.with_suffix(".partial.tar")
     cmd = ["mmdebstrap", "--variant=apt", "--include=" + ",".join(BASE_PACKAGES)]

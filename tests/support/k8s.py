@@ -703,6 +703,15 @@ def start_in_own_mounts(
     q = shlex.quote
     r = str(root)
     lines = ["set -e", f"mount -t tmpfs -o mode=755 ocihook-pod {q(r)}"]
+    # the kernel's file systems first: a checkout or interpreter under /tmp is bound below
+    # them, not hidden by the pod's /tmp
+    lines += [
+        f"mkdir {q(r + '/proc')} {q(r + '/sys')} {q(r + '/dev')} {q(r + '/tmp')}",
+        f"mount -t proc proc {q(r + '/proc')}",
+        f"mount -t sysfs -o ro sysfs {q(r + '/sys')}",
+        f"mount -t tmpfs -o mode=755 dev {q(r + '/dev')}",
+        f"mount -t tmpfs tmp {q(r + '/tmp')}",
+    ]
 
     def bind(source: str, target: str, read_only: bool) -> None:
         kind = "-d" if os.path.isdir(source) else "-f"
@@ -730,13 +739,6 @@ def start_in_own_mounts(
     if sys.prefix != os.path.realpath(sys.prefix):  # the interpreter's path as it is named
         lines.append(f"mkdir -p {q(os.path.dirname(r + sys.prefix))}")
         lines.append(f"ln -s {q(os.path.realpath(sys.prefix))} {q(r + sys.prefix)}")
-    lines += [
-        f"mkdir {q(r + '/proc')} {q(r + '/sys')} {q(r + '/dev')} {q(r + '/tmp')}",
-        f"mount -t proc proc {q(r + '/proc')}",
-        f"mount -t sysfs -o ro sysfs {q(r + '/sys')}",
-        f"mount -t tmpfs -o mode=755 dev {q(r + '/dev')}",
-        f"mount -t tmpfs tmp {q(r + '/tmp')}",
-    ]
     for name in ("null", "zero", "random", "urandom"):
         bind(f"/dev/{name}", f"/dev/{name}", False)
     for source, target, read_only in binds:
