@@ -150,13 +150,13 @@ def create_mount_targets(rootfs: str, mounts: Sequence[Mount]) -> tuple[str, ...
         if _runtime_mounted(dest):
             continue
         try:
-            if "\0" in dest:
-                raise ValueError("NUL")
-            os.fsencode(dest)
-        except ValueError:  # a NUL byte or a lone surrogate: no file has that name
+            nameable = b"\0" not in os.fsencode(dest)
+        except UnicodeEncodeError:  # a lone surrogate
+            nameable = False
+        if not nameable:  # no file has that name
             raise ApplyError(
                 "cannot make a mount target: the path cannot name a file", path=ascii(dest)
-            ) from None
+            )
         try:
             is_dir = stat.S_ISDIR(os.stat(m.source).st_mode)
         except OSError:

@@ -60,14 +60,20 @@ class Record:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         fields = self.__fields__
+        setter = object.__setattr__
         if not kwargs and len(args) == len(fields):  # every field, in order (the store)
-            setter = object.__setattr__
             for name, value in zip(fields, args, strict=True):
                 setter(self, name, value)
-            post_init = getattr(self, "__post_init__", None)
-            if post_init is not None:
-                post_init()
-            return
+        else:
+            self._set_fields(args, kwargs)
+        post_init = getattr(self, "__post_init__", None)
+        if post_init is not None:
+            post_init()
+
+    def _set_fields(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Set the fields from ``args`` and ``kwargs`` as :meth:`__init__` takes them,
+        defaults for the rest. Raises ``TypeError`` as a dataclass does."""
+        fields = self.__fields__
         if len(args) > len(fields):
             raise TypeError(f"{type(self).__name__} takes {len(fields)} arguments")
         values = dict(zip(fields, args, strict=False))
@@ -86,9 +92,6 @@ class Record:
                 setter(self, name, defaults[name])
             else:
                 raise TypeError(f"{type(self).__name__} is missing field {name!r}")
-        post_init = getattr(self, "__post_init__", None)
-        if post_init is not None:
-            post_init()
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"{type(self).__name__} is immutable")
