@@ -53,7 +53,7 @@ TOMLLIB_CLOSURE = _names(
     "_collections _datetime _functools _operator _sre _string _typing collections collections.abc "
     "contextlib copyreg datetime enum functools itertools keyword math operator re re._casefix "
     "re._compiler re._constants re._parser reprlib string tomllib tomllib._parser tomllib._re "
-    "tomllib._types typing typing.io typing.re warnings"
+    "tomllib._types types typing typing.io typing.re warnings"
 )
 
 
@@ -167,7 +167,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
         ),
         stdlib=_names(
             "__future__ _collections_abc _contextvars _ctypes _json _stat _struct contextvars "
-            "ctypes ctypes._endian errno fcntl genericpath os os.path posixpath stat struct types"
+            "errno fcntl genericpath os os.path posixpath stat struct"
         ),
     ),
     EntryPoint(
@@ -193,7 +193,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
         ),
         stdlib=_names(
             "__future__ _collections_abc _contextvars _ctypes _json _stat _struct contextvars "
-            "ctypes ctypes._endian errno fcntl genericpath os os.path posixpath stat struct types"
+            "errno fcntl genericpath os os.path posixpath stat struct"
         ),
     ),
     EntryPoint(
@@ -272,8 +272,8 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
         stdlib=_names(
             "_socket "  # the system log (core.log), where /dev/log exists
             "__future__ _collections_abc _contextvars _ctypes _json _stat _struct binascii "
-            "contextvars ctypes ctypes._endian errno fcntl genericpath os os.path posixpath stat "
-            "struct types zlib"
+            "contextvars errno fcntl genericpath os os.path posixpath stat "
+            "struct zlib"
         ),
     ),
     EntryPoint(
@@ -421,8 +421,8 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "select "  # linux.ociruntime: runc --version, unless cached
             "_socket "  # the system log (core.log), where /dev/log exists
             "__future__ _collections_abc _contextvars _ctypes _json _stat _struct binascii "
-            "contextvars ctypes ctypes._endian errno fcntl genericpath os os.path posixpath stat "
-            "struct types zlib"
+            "contextvars errno fcntl genericpath os os.path posixpath stat "
+            "struct zlib"
         )
         | TOMLLIB_CLOSURE,
         heavy=TOMLLIB_HEAVY,
@@ -455,8 +455,8 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "select "  # linux.ociruntime: runc --version, unless cached
             "_socket "  # the system log (core.log), where /dev/log exists
             "__future__ _collections_abc _contextvars _ctypes _json _stat _struct binascii "
-            "contextvars ctypes ctypes._endian errno fcntl genericpath os os.path posixpath stat "
-            "struct types zlib"
+            "contextvars errno fcntl genericpath os os.path posixpath stat "
+            "struct zlib"
         )
         | TOMLLIB_CLOSURE,
         heavy=TOMLLIB_HEAVY,

@@ -1,6 +1,7 @@
 """Thin, typed wrappers around the Linux system calls ocihook needs and Python 3.11 lacks.
 
-Every wrapper calls the C library through :mod:`ctypes` and raises
+Every wrapper calls the C library through :mod:`ctypes` (its C core ``_ctypes``, which
+is what the start path can afford: :class:`_CTypes`) and raises
 ``OSError(errno, strerror, path)`` on failure, exactly like the functions of :mod:`os`
 (``path`` is the path argument as given, ``filename2`` the second one where there are two).
 Calls that glibc 2.36 has wrappers for (``setns``, ``unshare``, ``mount``, ``umount2``) go
@@ -8,7 +9,7 @@ through those; the new mount API and ``openat2`` go through ``syscall(2)`` with 
 :data:`SYSCALL_NUMBERS` (x86_64 and aarch64; the new calls share one number on every
 architecture since Linux 5.1, the old ones do not).
 
-Importing this module does no work beyond defining names: :mod:`ctypes` and the machine name
+Importing this module does no work beyond defining names: ``_ctypes`` and the machine name
 are imported, and the C library loaded, on the first call that needs them, so the hook's fast
 path does not pay for them when it has nothing to mount.
 
@@ -190,14 +191,70 @@ def syscall_number(name: str, machine: str | None = None) -> int:
         ) from None
 
 
+class _CTypes:
+    """The part of :mod:`ctypes` this module uses, built from ctypes' C core ``_ctypes``:
+    the same names (``c_long``, ``c_char_p``, ``Structure``, ``byref``, ``get_errno``...)
+    with the same behaviour.
+
+    ``import ctypes`` takes about 3 ms on the development machine (its package defines some
+    forty types, the library loaders and ``pythonapi``); ``_ctypes`` about 0.4 ms, and this
+    runs on the start of every GPU container that mounts or resolves a path. The simple
+    types are defined as ``Lib/ctypes/__init__.py`` defines them, a ``_SimpleCData``
+    subclass per ``struct`` type code; ``c_size_t`` is the unsigned type as wide as a
+    pointer; functions are ``CFuncPtr`` subclasses with the cdecl and errno flags, looked up
+    in the handle ``dlopen(NULL)`` gives (what ``ctypes.CDLL(None, use_errno=True)`` does).
+    """
+
+    c_int: type[ctypes.c_int]
+    c_uint: type[ctypes.c_uint]
+    c_long: type[ctypes.c_long]
+    c_ulong: type[ctypes.c_ulong]
+    c_uint64: type[ctypes.c_uint64]
+    c_char: type[ctypes.c_char]
+    c_char_p: type[ctypes.c_char_p]
+    c_size_t: type[ctypes.c_size_t]
+    Structure: type[ctypes.Structure]
+
+    def __init__(self) -> None:
+        import _ctypes
+
+        c: Any = _ctypes
+
+        def simple(name: str, code: str) -> Any:
+            return type(name, (c._SimpleCData,), {"_type_": code})
+
+        self.c_int, self.c_uint = simple("c_int", "i"), simple("c_uint", "I")
+        self.c_long, self.c_ulong = simple("c_long", "l"), simple("c_ulong", "L")
+        self.c_uint64 = simple("c_uint64", "Q")  # unsigned long long: 64 bits on Linux
+        self.c_char, self.c_char_p = simple("c_char", "c"), simple("c_char_p", "z")
+        pointer_size = c.sizeof(simple("c_void_p", "P"))
+        size_t: Any = self.c_uint if c.sizeof(self.c_uint) == pointer_size else self.c_ulong
+        self.c_size_t = size_t
+        self.Structure, self.sizeof, self.byref = c.Structure, c.sizeof, c.byref
+        self.addressof, self.get_errno = c.addressof, c.get_errno
+        flags = c.FUNCFLAG_CDECL | c.FUNCFLAG_USE_ERRNO
+        self._function = type(
+            "_Function", (c.CFuncPtr,), {"_flags_": flags, "_restype_": self.c_int}
+        )
+        self._handle = c.dlopen(None, c.RTLD_LOCAL)
+
+    def function(self, name: str) -> Any:
+        """The C library's function ``name`` (``AttributeError`` when it has none)."""
+        return self._function((name, self))
+
+
 class _Libc:
     """The C library and the structures, built on first use (see :func:`_libc`)."""
 
     def __init__(self) -> None:
-        import ctypes
-
+        ctypes = _CTypes()
         self.ctypes = ctypes
-        lib = ctypes.CDLL(None, use_errno=True)
+
+        class _Lib:
+            def __getattr__(self, name: str) -> Any:
+                return ctypes.function(name)
+
+        lib = _Lib()
 
         self.syscall = lib.syscall
         self.syscall.restype = ctypes.c_long  # variadic: arguments wrapped one by one
@@ -231,28 +288,17 @@ class _Libc:
         self.umount2.argtypes = (ctypes.c_char_p, ctypes.c_int)
         self.umount2.restype = ctypes.c_int
 
-        class OpenHow(ctypes.Structure):
-            """``struct open_how`` (include/uapi/linux/openat2.h), 24 bytes."""
-
-            _fields_ = (
-                ("flags", ctypes.c_uint64),
-                ("mode", ctypes.c_uint64),
-                ("resolve", ctypes.c_uint64),
-            )
-
-        class MountAttr(ctypes.Structure):
-            """``struct mount_attr`` (include/uapi/linux/mount.h), MOUNT_ATTR_SIZE_VER0 bytes."""
-
-            _fields_ = (
-                ("attr_set", ctypes.c_uint64),
-                ("attr_clr", ctypes.c_uint64),
-                ("propagation", ctypes.c_uint64),
-                ("userns_fd", ctypes.c_uint64),
-            )
-
-        assert ctypes.sizeof(MountAttr) == _MOUNT_ATTR_SIZE_VER0
-        self.OpenHow = OpenHow
-        self.MountAttr = MountAttr
+        u64 = ctypes.c_uint64
+        # struct open_how (include/uapi/linux/openat2.h), 24 bytes
+        self.OpenHow: Any = type(
+            "OpenHow",
+            (ctypes.Structure,),
+            {"_fields_": (("flags", u64), ("mode", u64), ("resolve", u64))},
+        )
+        # struct mount_attr (include/uapi/linux/mount.h), MOUNT_ATTR_SIZE_VER0 bytes
+        fields = (("attr_set", u64), ("attr_clr", u64), ("propagation", u64), ("userns_fd", u64))
+        self.MountAttr: Any = type("MountAttr", (ctypes.Structure,), {"_fields_": fields})
+        assert ctypes.sizeof(self.MountAttr) == _MOUNT_ATTR_SIZE_VER0
 
     def call(self, name: str, *args: ctypes._SimpleCData[Any] | ctypes._CArgObject) -> int:
         """``syscall(number(name), *args)``; returns the raw result (-1 on error)."""
@@ -286,9 +332,7 @@ def _encode(path: StrPath | None) -> bytes | None:
 
 
 def _long(value: int) -> ctypes.c_long:
-    import ctypes
-
-    return ctypes.c_long(value)
+    return _libc().ctypes.c_long(value)
 
 
 # --- wrappers -------------------------------------------------------------------------------
