@@ -591,7 +591,9 @@ def _create_and_mask(
     """Run the runtime's ``create`` as a child (not ``execve``: the wrapper has work left),
     then mount ``result.caller_mask`` in the created container, whose init pid the
     runtime wrote to ``--pid-file``: the createContainer hook's last step without a second
-    interpreter. Signals the wrapper gets meanwhile are passed on. If the mask
+    interpreter. The mask is made ready (:class:`~ocihook.appliers.live.procmask.PendingMask`:
+    host files read, GPU directories cloned, the masking child forked) while the runtime
+    creates the container. Signals the wrapper gets meanwhile are passed on. If the mask
     fails, the container is deleted (``<runtime> <global options> delete --force ID``)
     and the error reported (exit 7). Returns the exit status to leave with."""
     if TYPE_CHECKING:
@@ -599,7 +601,7 @@ def _create_and_mask(
     else:  # not signal: its IntEnum wrappers import enum (milliseconds)
         import _signal as signal
 
-    from ..appliers.live.procmask import mask_created_container
+    from ..appliers.live.procmask import PendingMask
     from ..core import log
 
     child = os.fork()
@@ -611,6 +613,13 @@ def _create_and_mask(
     forwarded = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
     for sig in forwarded:
         signal.signal(sig, lambda signum, _frame: os.kill(child, signum))
+    pending: PendingMask | None = None
+    failed: BaseException | None = None
+    try:
+        nodes = [(n.path, n.minor) for n in result.plan.edits.device_nodes]
+        pending = PendingMask(result.caller_mask, nodes)
+    except (OSError, OcihookError) as e:  # reported once the runtime is done
+        failed = e
     while True:
         try:
             _pid, status = os.waitpid(child, 0)
@@ -621,19 +630,30 @@ def _create_and_mask(
         signal.signal(sig, signal.SIG_DFL)
     code = os.waitstatus_to_exitcode(status)
     if code != 0:
+        if pending is not None:
+            pending.cancel()
         return code if code > 0 else 128 - code
     try:
-        with open(inv.pid_file or "") as f:  # relative: to the cwd, as for the runtime
-            pid = int(f.read().strip() or "0")
-        nodes = [(n.path, n.minor) for n in result.plan.edits.device_nodes]
-        done = mask_created_container(pid, result.caller_mask, nodes)
+        if failed is not None:
+            raise failed
+        try:
+            with open(inv.pid_file or "") as f:  # relative: to the cwd, as for the runtime
+                pid = int(f.read().strip() or "0")
+        except (OSError, ValueError) as e:
+            raise ApplyError(f"cannot read the container's pid: {e}", path=inv.pid_file) from None
+        applying, pending = pending, None
+        if applying is None:  # pragma: no cover - failed is set then
+            raise ApplyError("the /proc/driver/nvidia mask was not made ready")
+        done = applying.apply(pid)
         log.debug(f"{PROG} create: /proc/driver/nvidia masked", pid=pid, masked=done)
         return 0
-    except (OSError, ValueError, OcihookError) as e:
+    except (OSError, OcihookError) as e:
+        if pending is not None:
+            pending.cancel()
         err = (
             e
             if isinstance(e, OcihookError)
-            else ApplyError(f"cannot read the container's pid: {e}", path=inv.pid_file)
+            else ApplyError(f"cannot mask /proc/driver/nvidia: {e.strerror}")
         )
         import subprocess
 

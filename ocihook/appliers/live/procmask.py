@@ -14,7 +14,7 @@ from .undo import detach, partial
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # collections.abc imports collections: milliseconds at start
     from collections.abc import Callable, Sequence
-    from typing import Any
+    from typing import Any, NoReturn
 
     from .undo import Undo
 
@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # collections.abc imports collections: milliseconds at start
 __all__ = [
     "PROC_DRIVER",
     "PROC_FILES",
+    "PendingMask",
     "capability_files",
     "caps_minors",
     "clone_gpu_proc_dirs",
@@ -338,10 +339,8 @@ def mask_created_container(
     no second process starts. ``nodes`` are the container's device nodes as
     ``(path, minor)`` pairs (their MIG capability minors select the capability files).
 
-    The host files are read and the GPU directories cloned in the host's namespaces; then
-    a forked child (the caller never leaves the host's mount namespace, and never runs
-    anything from the container) joins the container's mount namespace (``setns``) and
-    mounts the mask there, naming descriptors through the host's procfs.
+    :class:`PendingMask` in one step: a caller that runs the runtime itself makes the
+    :class:`PendingMask` while the runtime creates the container.
 
     Returns:
         Whether a mask was mounted (False: the container's procfs has no
@@ -351,60 +350,131 @@ def mask_created_container(
         ApplyError: the process is not in a mount namespace of its own, or a step failed
             (the message is the child's).
     """
+    return PendingMask(mask, nodes).apply(pid)
+
+
+class PendingMask:
+    """A ``/proc/driver/nvidia`` mask made ready before its container exists, mounted in it
+    by :meth:`apply` once the runtime has created it (see :func:`mask_created_container`).
+
+    Made in the host's namespaces: the host files are read, the GPU directories cloned
+    (``open_tree``), and a child forked that waits for the container's init pid on a pipe.
+    Given the pid, the child (the caller never leaves the host's mount namespace, and never
+    runs anything from the container) checks that the pid is in a mount namespace of its
+    own, joins it (``setns``) and mounts the mask there, naming descriptors through the
+    host's procfs, and answers on a second pipe. :meth:`cancel` (the runtime failed) ends
+    the child with nothing done. One of the two must be called.
+
+    Raises:
+        ApplyError: a GPU directory cannot be cloned, or the host's ``/proc`` opened.
+        OSError: no pipe or process can be made.
+    """
+
+    def __init__(self, mask: ProcMask, nodes: Sequence[tuple[object, object]]) -> None:
+        files = read_proc_files(mask.host_dir, caps_minors(nodes))
+        gpu_fds = clone_gpu_proc_dirs(mask)
+        try:
+            host_proc = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                pid_r, self._pid_w = os.pipe()
+                self._answer_r, answer_w = os.pipe()
+                try:
+                    self._child = os.fork()
+                except OSError:
+                    for fd in (pid_r, self._pid_w, self._answer_r, answer_w):
+                        os.close(fd)
+                    raise
+                if self._child == 0:  # pragma: no cover - measured through the parent
+                    os.close(self._pid_w)
+                    os.close(self._answer_r)
+                    _mask_in_child(pid_r, answer_w, host_proc, files, gpu_fds)
+                os.close(pid_r)
+                os.close(answer_w)
+            finally:
+                os.close(host_proc)
+        finally:
+            for fd in gpu_fds.values():
+                os.close(fd)
+
+    def apply(self, pid: int) -> bool:
+        """Mount the mask in the container whose init is ``pid``; whether it was mounted
+        (False: the container's procfs has no ``/proc/driver/nvidia``).
+
+        Raises:
+            ApplyError: ``pid`` is not a process in a mount namespace of its own, or a step
+                failed (the message is the child's).
+        """
+        try:  # noqa: SIM105 (contextlib is not imported on this path)
+            os.write(self._pid_w, str(int(pid)).encode())
+        except OSError:
+            pass  # the child is gone: its status says so below
+        os.close(self._pid_w)
+        chunks = []
+        while True:
+            chunk = os.read(self._answer_r, 4096)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        os.close(self._answer_r)
+        _pid, status = os.waitpid(self._child, 0)
+        answer = b"".join(chunks)
+        if answer[:1] == b"E":
+            raise ApplyError(answer[1:].decode(errors="replace"), path=PROC_DRIVER)
+        if status != 0 or answer not in (b"0", b"1"):
+            raise ApplyError(f"the process masking {PROC_DRIVER} failed", value=status)
+        return answer == b"1"
+
+    def cancel(self) -> None:
+        """End the waiting child with nothing done (the container was not created)."""
+        os.close(self._pid_w)
+        os.close(self._answer_r)
+        os.waitpid(self._child, 0)
+
+
+def _mask_in_child(
+    pid_r: int, answer_w: int, host_proc: int, files: dict[str, bytes], gpu_fds: dict[str, int]
+) -> NoReturn:  # pragma: no cover - runs in the child of PendingMask
+    """The child of :class:`PendingMask`: wait for the pid, mask, answer, exit."""
     from ...linux import pathsafe
     from ...linux import syscalls as _linux
     from .procs import check_container_pid
 
+    code = 1
     try:
-        check_container_pid(pid)
-    except OcihookError as e:
-        raise ApplyError(str(e), field="pid", value=pid) from None
-    files = read_proc_files(mask.host_dir, caps_minors(nodes))
-    gpu_fds = clone_gpu_proc_dirs(mask)
-    try:
-        host_proc = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        if TYPE_CHECKING:
+            import signal
+        else:  # not signal: its IntEnum wrappers import enum (milliseconds)
+            import _signal as signal
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+            signal.signal(sig, signal.SIG_DFL)  # the caller's handlers forward to the runtime
+        data = b""
+        while len(data) < 32:
+            chunk = os.read(pid_r, 32)
+            if not chunk:
+                break
+            data += chunk
+        if not data:  # cancelled
+            os._exit(0)
+        pid = int(data)
+        try:
+            check_container_pid(pid)
+        except OcihookError as e:
+            raise ApplyError(str(e), field="pid", value=pid) from None
         try:
             ns = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
         except OSError as e:
-            os.close(host_proc)
             raise ApplyError(
                 f"cannot open the container's mount namespace: {e.strerror}", value=pid
             ) from None
-        r, w = os.pipe()
-        child = os.fork()
-        if child == 0:  # pragma: no cover - measured through the parent
-            code = 1
-            try:
-                os.close(r)
-                _linux.setns(ns, _linux.CLONE_NEWNS)
-                os.fchdir(host_proc)  # "self" resolves in the host's procfs
-                root_fd = pathsafe.open_root("/")
-                done = mask_proc_driver(root_fd, files, gpu_fds, [], lambda fd: f"self/fd/{fd}")
-                os.write(w, b"1" if done else b"0")
-                code = 0
-            except OcihookError as e:
-                os.write(w, b"E" + str(e).encode(errors="replace")[:4000])
-            except OSError as e:
-                os.write(w, b"E" + f"cannot mask {PROC_DRIVER}: {e.strerror}".encode())
-            finally:
-                os._exit(code)
-        os.close(w)
-        os.close(ns)
-        os.close(host_proc)
-        chunks = []
-        while True:
-            chunk = os.read(r, 4096)
-            if not chunk:
-                break
-            chunks.append(chunk)
-        os.close(r)
-        _pid, status = os.waitpid(child, 0)
+        _linux.setns(ns, _linux.CLONE_NEWNS)
+        os.fchdir(host_proc)  # "self" resolves in the host's procfs
+        root_fd = pathsafe.open_root("/")
+        done = mask_proc_driver(root_fd, files, gpu_fds, [], lambda fd: f"self/fd/{fd}")
+        os.write(answer_w, b"1" if done else b"0")
+        code = 0
+    except OcihookError as e:
+        os.write(answer_w, b"E" + str(e).encode(errors="replace")[:4000])
+    except (OSError, ValueError) as e:
+        os.write(answer_w, b"E" + f"cannot mask {PROC_DRIVER}: {e}".encode(errors="replace"))
     finally:
-        for fd in gpu_fds.values():
-            os.close(fd)
-    answer = b"".join(chunks)
-    if answer[:1] == b"E":
-        raise ApplyError(answer[1:].decode(errors="replace"), path=PROC_DRIVER)
-    if status != 0 or answer not in (b"0", b"1"):
-        raise ApplyError(f"the process masking {PROC_DRIVER} failed", value=status)
-    return answer == b"1"
+        os._exit(code)

@@ -9,8 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from ocihook.appliers.live.procmask import _write_nested, caps_minors, read_proc_files
+from ocihook.appliers.live.procmask import (
+    PendingMask,
+    _write_nested,
+    caps_minors,
+    read_proc_files,
+)
 from ocihook.core.errors import ApplyError
+from ocihook.plan.edits import ProcMask
 
 PARAMS = b"ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 1\nDeviceFileUID: 0\n"
 
@@ -55,3 +61,38 @@ def test_nested_file_names_stay_below_the_mask(tmp_path: Path, rel: str) -> None
     info = top / "gpus/0000:3b:00.0/information"
     assert info.read_bytes() == b"Model: X\n"
     assert oct(info.stat().st_mode & 0o777) == oct(0o444)
+
+
+def _gone(pid: int) -> bool:
+    """Whether ``pid`` (a child of this process) has been reaped."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return False
+
+
+def test_pending_mask_cancelled_leaves_no_child(tmp_path: Path) -> None:
+    """A mask made ready while the runtime creates, then cancelled (the create failed): the
+    waiting child ends with nothing done and is reaped."""
+    (tmp_path / "params").write_text("ModifyDeviceFiles: 1\n")
+    pending = PendingMask(ProcMask(host_dir=str(tmp_path), gpu_dirs=()), [])
+    child = pending._child
+    assert child > 0 and not _gone(child)
+    pending.cancel()
+    assert _gone(child)
+
+
+@pytest.mark.parametrize("pid", ["self", 2**22 + 17])
+def test_pending_mask_refuses_a_pid_that_is_no_container(tmp_path: Path, pid: object) -> None:
+    """Given this process's own pid (in the host's mount namespace) or one that does not
+    exist, the child mounts nothing and its one-line answer is raised; it is reaped."""
+    (tmp_path / "params").write_text("ModifyDeviceFiles: 1\n")
+    pending = PendingMask(ProcMask(host_dir=str(tmp_path), gpu_dirs=()), [])
+    child = pending._child
+    with pytest.raises(ApplyError) as err:
+        pending.apply(os.getpid() if pid == "self" else int(str(pid)))
+    want = "not in a container's mount namespace" if pid == "self" else "cannot inspect"
+    assert want in str(err.value), str(err.value)
+    assert "\n" not in str(err.value)
+    assert _gone(child)

@@ -728,19 +728,24 @@ def test_legacy_mode_adds_the_hook_for_an_amd_request(
     ]
 
 
+@pytest.mark.parametrize(
+    ("pid", "said"),
+    [("str(os.getppid())", "mount namespace"), ("'no pid'", "cannot read the container's pid")],
+)
 def test_create_mask_failure_deletes_the_container(
-    stage: Stage, bundle_factory: Callable[..., str]
+    stage: Stage, bundle_factory: Callable[..., str], pid: str, said: str
 ) -> None:
     """``create --pid-file``: the wrapper runs the runtime's create as its child, then masks
     /proc/driver/nvidia in the created container. A pid that is no container (here the
-    stand-in runtime writes the wrapper's own pid, in the host's mount namespace) is
-    refused: the container is deleted with the same global options, exit 7, one line."""
+    stand-in runtime writes the wrapper's own pid, in the host's mount namespace) or no
+    pid at all is refused: the container is deleted with the same global options, exit 7,
+    one line."""
     script = (
         f"#!{sys.executable} -I\n"
         "import json, os, sys\n"
         "a = sys.argv\n"
         "if 'create' in a:\n"
-        "    open(a[a.index('--pid-file') + 1], 'w').write(str(os.getppid()))\n"
+        f"    open(a[a.index('--pid-file') + 1], 'w').write({pid})\n"
         f"with open({str(stage.record)!r}, 'a') as f:\n"
         "    f.write(json.dumps(a[1:]) + '\\n')\n"
     )
@@ -752,7 +757,7 @@ def test_create_mask_failure_deletes_the_container(
     assert proc.returncode == 7, proc.stderr
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("ocihook-runtime: error[apply-failed]:"), lines
-    assert "mount namespace" in lines[0]
+    assert said in lines[0]
     calls = [json.loads(ln) for ln in stage.record.read_text().splitlines()]
     # the version asked first (spec mode's runc check; this stand-in gives none)
     assert calls == [["--version"], args, ["--root", "/r", "delete", "--force", "cid"]]
@@ -877,3 +882,34 @@ def test_oversized_config_json_without_a_request_passes_through(
     called = stage.called()
     assert called is not None and called["argv"][1:] == ["create", "--bundle", bundle, "cid"]
     assert _config(bundle) == before
+
+
+def test_create_that_fails_ends_the_masking_child(
+    stage: Stage, bundle_factory: Callable[..., str]
+) -> None:
+    """``create --pid-file`` whose runtime fails: its exit code is the wrapper's, nothing is
+    deleted, and the child forked to mask /proc/driver/nvidia while the runtime ran (the
+    stand-in runtime records its parent's other child) is gone when the wrapper returns."""
+    script = (
+        f"#!{sys.executable} -I\n"
+        "import json, os, sys, time\n"
+        "a = sys.argv\n"
+        "time.sleep(0.2 if 'create' in a else 0)  # the wrapper forks the masking child\n"
+        "p = os.getppid()\n"
+        "kids = open(f'/proc/{p}/task/{p}/children').read().split()\n"
+        f"with open({str(stage.record)!r}, 'a') as f:\n"
+        "    f.write(json.dumps(a[1:]) + '\\n')\n"
+        "    f.write(json.dumps([int(k) for k in kids if int(k) != os.getpid()]) + '\\n')\n"
+        "sys.exit(3 if 'create' in a else 0)\n"
+    )
+    _executable(stage.bin / "runc", script)
+    bundle = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0"])
+    pid_file = os.path.join(bundle, "init.pid")
+    args = ["--root", "/r", "create", "--pid-file", pid_file, "-b", bundle, "cid"]
+    proc = stage.run(*args)
+    assert proc.returncode == 3, proc.stderr
+    lines = [json.loads(ln) for ln in stage.record.read_text().splitlines()]
+    assert lines[0::2] == [["--version"], args]
+    others = lines[3]
+    assert len(others) == 1, others  # the masking child, waiting for the pid
+    assert not os.path.exists(f"/proc/{others[0]}"), others
