@@ -140,7 +140,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
         ),
         stdlib=_names(
             "_socket "  # the system log (core.log), where /dev/log exists
-            "__future__ _collections_abc _contextvars _json _stat _struct contextvars errno fcntl "
+            "__future__ _collections_abc _contextvars _json _stat _struct errno fcntl "
             "genericpath os os.path posixpath stat struct"
         ),
     ),
@@ -166,7 +166,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "ocihook.linux.elfscan ocihook.linux.loaders"
         ),
         stdlib=_names(
-            "__future__ _collections_abc _contextvars _ctypes _json _stat _struct contextvars "
+            "__future__ _collections_abc _contextvars _ctypes _json _stat _struct "
             "errno fcntl genericpath os os.path posixpath stat struct"
         ),
     ),
@@ -192,7 +192,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "ocihook.plan ocihook.plan.compat ocihook.plan.edits"
         ),
         stdlib=_names(
-            "__future__ _collections_abc _contextvars _ctypes _json _stat _struct contextvars "
+            "__future__ _collections_abc _contextvars _ctypes _json _stat _struct "
             "errno fcntl genericpath os os.path posixpath stat struct"
         ),
     ),
@@ -210,7 +210,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "ocihook.oci ocihook.oci.bundle"
         ),
         stdlib=_names(
-            "__future__ _collections_abc _contextvars _json _stat contextvars errno fcntl "
+            "__future__ _collections_abc _contextvars _json _stat errno fcntl "
             "genericpath os os.path posixpath stat"
         ),
     ),
@@ -234,7 +234,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "ocihook.request.policy ocihook.request.sources"
         ),
         stdlib=_names(
-            "__future__ _collections_abc _contextvars _json _stat contextvars errno fcntl "
+            "__future__ _collections_abc _contextvars _json _stat errno fcntl "
             "genericpath os os.path posixpath stat"
         ),
     ),
@@ -272,7 +272,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
         stdlib=_names(
             "_socket "  # the system log (core.log), where /dev/log exists
             "__future__ _collections_abc _contextvars _ctypes _json _stat _struct binascii "
-            "contextvars errno fcntl genericpath os os.path posixpath stat "
+            "errno fcntl genericpath os os.path posixpath stat "
             "struct zlib"
         ),
     ),
@@ -303,7 +303,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
         ),
         stdlib=_names(
             "_socket "  # the system log (core.log), where /dev/log exists
-            "__future__ _collections_abc _contextvars _json _stat binascii contextvars errno "
+            "__future__ _collections_abc _contextvars _json _stat binascii errno "
             "fcntl genericpath os os.path posixpath stat"
         ),
     ),
@@ -337,7 +337,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
         ),
         stdlib=_names(
             "_socket "  # the system log (core.log), where /dev/log exists
-            "__future__ _collections_abc _contextvars _json _stat _struct binascii contextvars "
+            "__future__ _collections_abc _contextvars _json _stat _struct binascii "
             "errno fcntl genericpath os os.path posixpath stat struct"
         ),
     ),
@@ -365,7 +365,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "ocihook.request.policy ocihook.request.sources"
         ),
         stdlib=_names(
-            "__future__ _collections_abc _contextvars _json _stat _struct contextvars errno fcntl "
+            "__future__ _collections_abc _contextvars _json _stat _struct errno fcntl "
             "genericpath importlib importlib._bootstrap importlib._bootstrap_external os os.path "
             "posixpath stat struct warnings"
         ),
@@ -421,7 +421,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "select "  # linux.ociruntime: runc --version, unless cached
             "_socket "  # the system log (core.log), where /dev/log exists
             "__future__ _collections_abc _contextvars _ctypes _json _stat _struct binascii "
-            "contextvars errno fcntl genericpath os os.path posixpath stat "
+            "errno fcntl genericpath os os.path posixpath stat "
             "struct zlib"
         )
         | TOMLLIB_CLOSURE,
@@ -455,7 +455,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "select "  # linux.ociruntime: runc --version, unless cached
             "_socket "  # the system log (core.log), where /dev/log exists
             "__future__ _collections_abc _contextvars _ctypes _json _stat _struct binascii "
-            "contextvars errno fcntl genericpath os os.path posixpath stat "
+            "errno fcntl genericpath os os.path posixpath stat "
             "struct zlib"
         )
         | TOMLLIB_CLOSURE,

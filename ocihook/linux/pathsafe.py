@@ -41,7 +41,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from contextvars import ContextVar, Token
+from _contextvars import ContextVar, Token  # contextvars is only this module's re-export
 
 from ..core.errors import ApplyError, DiscoveryError
 from . import atomicfile
