@@ -179,7 +179,8 @@ def lookup(
             )
             return None
         with os.fdopen(fd, "rb", closefd=False) as f:
-            raw = f.read(MAX_ENTRY_BYTES + 1).decode("utf-8", "replace")
+            # the size fstat gave, not the limit: a read of n bytes allocates n first
+            raw = f.read(min(st.st_size, MAX_ENTRY_BYTES) + 1).decode("utf-8", "replace")
     except OSError as e:
         _debug(f"{prefix} cache unreadable; computing again", path=path, error=e.strerror)
         return None
