@@ -512,6 +512,33 @@ def test_launcher_runs_site_only_when_needed(tmp_path: Path) -> None:
     )
 
 
+def test_launcher_finds_the_debian_packages_directory_without_site(tmp_path: Path) -> None:
+    """Debian's layout (the package's ``/usr/bin/python3`` and
+    ``/usr/lib/python3/dist-packages``): an interpreter ``<prefix>/bin/python3`` with
+    ocihook in ``<prefix>/lib/python3/dist-packages`` gets that directory on sys.path
+    without site; an import nothing there satisfies still runs site first."""
+    prefix = tmp_path / "usr"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "bin" / "python3").symlink_to(sys.executable)
+    dist = prefix / "lib" / "python3" / "dist-packages"
+    (dist / "ocihook").mkdir(parents=True)
+    (dist / "ocihook" / "__init__.py").write_text("")
+    check = "print('site' in sys.modules, str(sys.path[-1]))\n"
+    proc = _launcher_probe(prefix, "import ocihook\n" + check)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", str(dist)]
+    proc = _launcher_probe(
+        prefix,
+        "import ocihook\ntry:\n    import zz_not_anywhere\nexcept ImportError:\n    pass\n" + check,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[0] == "True"
+    shutil.rmtree(dist / "ocihook")  # not the package's directory: site at once
+    proc = _launcher_probe(prefix, "import sys\n" + check)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[0] == "True"
+
+
 def test_launcher_site_runs_before_hook_directories_are_named(tmp_path: Path) -> None:
     """A command that deferred site runs it before ocihook names the directories of a hook
     it registers: a directory only a .pth file adds is among them."""
