@@ -854,7 +854,7 @@ def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
         ns.link, ns.lib = expand_links(ns.links), expand_libs(ns.libs)
         ns.stage = "create-container"
     if ns.stage == "create-container":
-        from ..plan.edits import ProcMask
+        from ..plan.procmask import ProcMask
 
         mask = None
         if ns.mask_proc:

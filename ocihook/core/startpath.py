@@ -122,6 +122,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "the check of the container's process (the rest needs root and a container)"
         ),
         ocihook=_names(
+            "ocihook.plan.procmask "
             "ocihook ocihook._main ocihook.appliers ocihook.appliers.live "
             "ocihook.appliers.live.cgroups ocihook.appliers.live.injection "
             "ocihook.appliers.live.libraries ocihook.appliers.live.procmask "
@@ -161,7 +162,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "ocihook.core.hostroot ocihook.core.jsonfast ocihook.core.lazy ocihook.core.log "
             "ocihook.core.records ocihook.core.vocab ocihook.linux ocihook.linux.atomicfile "
             "ocihook.linux.ldcache ocihook.linux.pathsafe ocihook.linux.syscalls ocihook.oci "
-            "ocihook.oci.bundle ocihook.plan ocihook.plan.compat ocihook.plan.edits "
+            "ocihook.oci.bundle ocihook.plan ocihook.plan.compat ocihook.plan.procmask "
             # the image's loaders: which files each reads (ELF headers only)
             "ocihook.linux.elfscan ocihook.linux.loaders"
         ),
@@ -189,7 +190,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "ocihook.core.lazy ocihook.core.log ocihook.core.records ocihook.core.vocab "
             "ocihook.linux ocihook.linux.atomicfile ocihook.linux.ldcache "
             "ocihook.linux.pathsafe ocihook.linux.syscalls ocihook.oci ocihook.oci.bundle "
-            "ocihook.plan ocihook.plan.compat ocihook.plan.edits"
+            "ocihook.plan ocihook.plan.compat ocihook.plan.procmask"
         ),
         stdlib=_names(
             "__future__ _collections_abc _contextvars _ctypes _json _stat _struct "
@@ -219,6 +220,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
         "ocihook edit -b BUNDLE",
         "spec mode, ``ocihook edit`` of a bundle that asks for nothing",
         ocihook=_names(
+            "ocihook.plan.procmask "
             "ocihook.linux.mounttargets "
             "ocihook ocihook._main ocihook.appliers ocihook.appliers.editrecord "
             "ocihook.appliers.spec ocihook.cdi ocihook.cdi.names ocihook.commands "
@@ -246,6 +248,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "rootfs), roots on the command line"
         ),
         ocihook=_names(
+            "ocihook.plan.procmask "
             "ocihook.linux.mounttargets "
             "ocihook ocihook._main ocihook.appliers ocihook.appliers.editrecord "
             "ocihook.appliers.live ocihook.appliers.live.hooks "
@@ -284,6 +287,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "(AMD_VISIBLE_DEVICES=all)"
         ),
         ocihook=_names(
+            "ocihook.plan.procmask "
             "ocihook.linux.mounttargets "
             "ocihook ocihook._main ocihook.appliers ocihook.appliers.editrecord "
             "ocihook.appliers.spec ocihook.cdi ocihook.cdi.names ocihook.commands "
@@ -315,6 +319,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "(INTEL_VISIBLE_DEVICES=all)"
         ),
         ocihook=_names(
+            "ocihook.plan.procmask "
             "ocihook.linux.mounttargets "
             "ocihook ocihook._main ocihook.appliers ocihook.appliers.editrecord "
             "ocihook.appliers.live ocihook.appliers.live.hooks "
@@ -346,6 +351,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
         "ocihook cdi generate --output spec.json",
         "``ocihook cdi generate`` (boot and driver changes), JSON output",
         ocihook=_names(
+            "ocihook.plan.procmask "
             "ocihook.core.readfile "
             "ocihook ocihook._main ocihook.cdi ocihook.cdi.generate ocihook.cdi.hookargs "
             "ocihook.cdi.names ocihook.cdi.spec ocihook.cdi.toolkitopts ocihook.core.version "
@@ -393,6 +399,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "runtime; roots from the file ``$OCIHOOK_CONFIG`` names"
         ),
         ocihook=_names(
+            "ocihook.plan.procmask "
             "ocihook.linux.mounttargets "
             "ocihook ocihook._main ocihook.appliers ocihook.appliers.editrecord "
             "ocihook.appliers.live ocihook.appliers.live.hooks "
@@ -436,6 +443,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "when it execs the runtime"
         ),
         ocihook=_names(
+            "ocihook.plan.procmask "
             "ocihook.linux.mounttargets "
             "ocihook ocihook._main ocihook.appliers ocihook.appliers.editrecord "
             "ocihook.appliers.spec ocihook.cdi ocihook.cdi.inject ocihook.cdi.names "

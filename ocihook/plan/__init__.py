@@ -9,7 +9,9 @@ start path loads only what it uses):
 * :mod:`~ocihook.plan.select` — a request's GPUs among the host's;
 * :mod:`~ocihook.plan.build` — :func:`~ocihook.plan.build.make_plan`,
   :func:`~ocihook.plan.build.make_drm_plan`, :func:`~ocihook.plan.build.merge_plans`;
-* :mod:`~ocihook.plan.compat` — CUDA forward compatibility.
+* :mod:`~ocihook.plan.compat` — CUDA forward compatibility;
+* :mod:`~ocihook.plan.procmask` — the ``/proc/driver/nvidia`` mask
+  (:class:`~ocihook.plan.procmask.ProcMask`, also in :mod:`~ocihook.plan.edits`).
 
 Computing a plan does no I/O; the appliers carry it out.
 """

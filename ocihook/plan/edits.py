@@ -7,6 +7,7 @@ computes them, the appliers carry them out.
 from __future__ import annotations
 
 from ..core.records import Record
+from .procmask import ProcMask
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
 if TYPE_CHECKING:
@@ -146,25 +147,6 @@ class NetDevice(Record):
 
     host_interface_name: str
     name: str
-
-
-class ProcMask(Record):
-    """Hide the host's ``/proc/driver/nvidia`` from the container (libnvidia-container
-    ``src/nvc_mount.c``): a tmpfs over it holding copies of ``params`` (with
-    ``ModifyDeviceFiles: 0``, so the driver inside does not recreate device files),
-    ``version`` and ``registry``, and the ``gpus/<bus id>`` directories of the selected
-    GPUs only, bind-mounted read-only, nosuid, nodev, noexec. The MIG capability files
-    (``capabilities/.../access``, ``capabilities/mig/config``) of the container's
-    ``/dev/nvidia-caps`` nodes are copied in too: the hook finds them by their
-    ``DeviceFileMinor`` (:func:`ocihook.appliers.live.capability_files`).
-
-    Attributes:
-        host_dir: host path of ``/proc/driver/nvidia`` (under the dev root).
-        gpu_dirs: names of the ``gpus/`` entries to show (``0000:3b:00.0``).
-    """
-
-    host_dir: str
-    gpu_dirs: tuple[str, ...] = ()
 
 
 class ContainerEdits(Record):

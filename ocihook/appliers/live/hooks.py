@@ -9,7 +9,7 @@ import os
 from ...core.errors import ApplyError, OcihookError
 from ...oci.bundle import Bundle
 from ...plan.compat import CudaCompat
-from ...plan.edits import ProcMask
+from ...plan.procmask import ProcMask
 from .libraries import (
     LD_SO_CONF_DROP_IN,
     restore_loader_files,

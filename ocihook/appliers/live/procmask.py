@@ -8,7 +8,7 @@ import os
 
 from ...core.errors import ApplyError, OcihookError
 from ...core.hostroot import read_small
-from ...plan.edits import ProcMask
+from ...plan.procmask import ProcMask
 from .undo import detach, partial
 
 TYPE_CHECKING = False
