@@ -137,6 +137,10 @@ def _ask_version(path: str, timeout: float = VERSION_TIMEOUT) -> tuple[str | Non
         os.close(w)
         return None, False
     os.close(w)
+    try:  # readable once the child exits (Linux 5.3): no polling for its status
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        pidfd = -1
     deadline = time.monotonic() + timeout
     out = b""
     status: int | None = None
@@ -153,20 +157,23 @@ def _ask_version(path: str, timeout: float = VERSION_TIMEOUT) -> tuple[str | Non
             left = deadline - time.monotonic()
             if left <= 0 or (eof and status is not None):
                 break
-            if eof:  # output closed: only the exit status is awaited
-                time.sleep(min(left, 0.01))
+            waited = ([] if eof else [r]) + ([pidfd] if pidfd >= 0 and status is None else [])
+            if not waited:  # output closed, no pidfd: poll for the exit status
+                time.sleep(min(left, 0.001))
                 continue
-            ready, _, _ = select.select([r], [], [], min(left, 0.05))
-            if ready:
+            ready, _, _ = select.select(waited, [], [], min(left, 0.05))
+            if r in ready:
                 chunk = os.read(r, 4096)
                 eof = not chunk
                 out += chunk
                 if len(out) > 65536:
                     break
-            elif status is not None:
+            elif not ready and status is not None:
                 break  # exited, and what it left running holds the pipe: stop here
     finally:
         os.close(r)
+        if pidfd >= 0:
+            os.close(pidfd)
     if status is None:
         try:
             os.kill(pid, 9)

@@ -220,3 +220,26 @@ def test_a_runtime_killed_at_the_timeout_is_asked_again(
     broken.chmod(0o755)
     assert runtime_version(str(broken), cache_dir=str(cache)) is None
     assert len(os.listdir(cache)) == 1
+
+
+@pytest.mark.parametrize("pidfd", [True, False])
+def test_the_exit_after_the_output_is_awaited(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pidfd: bool
+) -> None:
+    """A runtime that closes its output and exits a little later: its answer and its own
+    exit are both seen, whether the exit is awaited through a pidfd or, where the kernel
+    has none, by polling; one that fails after closing its output claims nothing."""
+    from ocihook.linux import ociruntime
+
+    if not pidfd:
+
+        def no_pidfd(pid: int) -> int:
+            raise OSError(38, "Function not implemented")
+
+        monkeypatch.setattr(os, "pidfd_open", no_pidfd)
+    late = _script(tmp_path, "late", "echo runc version 1.1.14\nexec >&-\nsleep 0.2\nexit 0\n")
+    assert ociruntime._ask_version(late, 5.0) == ("runc version 1.1.14\n", True)
+    failing = _script(
+        tmp_path, "failing", "echo runc version 1.1.14\nexec >&-\nsleep 0.2\nexit 3\n"
+    )
+    assert ociruntime._ask_version(failing, 5.0) == (None, True)
