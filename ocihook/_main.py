@@ -21,9 +21,11 @@ from __future__ import annotations
 import os
 import sys
 
+from .core.stdio import tolerant_stderr, tolerant_stdout
+
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Mapping, Sequence
 
 
 #: Variables the C library and its dynamic loader honour that load code, or read or write
@@ -300,124 +302,6 @@ def _refuse_container_environment(stdin: bytes) -> int | None:
         "was registered without an explicit env",
         _POISON_HINT,
     )
-
-
-def _stdout_error(err: UnicodeError) -> tuple[str | bytes, int]:
-    """The ``"ocihook-stdout"`` codec error handler: a file name byte that is not UTF-8
-    (a ``surrogateescape`` character from the command line or a directory listing) is
-    written as that byte, as ``ls`` would; a lone surrogate (a ``\\ud800`` JSON escape),
-    which no byte spells, as a ``\\ud800`` escape."""
-    import codecs
-
-    try:
-        return codecs.lookup_error("surrogateescape")(err)
-    except UnicodeError:
-        return codecs.lookup_error("backslashreplace")(err)
-
-
-def tolerant_stdout() -> None:
-    """Make printing a name that is not valid UTF-8 on stdout never raise
-    ``UnicodeEncodeError`` (Python's stdout is ``strict`` outside the C locale, and even
-    ``surrogateescape`` refuses a lone surrogate); stderr already uses
-    ``backslashreplace``."""
-    import codecs
-
-    stream = sys.stdout
-    if getattr(stream, "errors", None) in ("strict", "surrogateescape"):
-        codecs.register_error("ocihook-stdout", _stdout_error)
-        try:  # noqa: SIM105 (contextlib is not imported on the start path)
-            stream.reconfigure(errors="ocihook-stdout")  # type: ignore[union-attr]
-        except (AttributeError, ValueError, OSError):
-            pass  # a replaced sys.stdout (tests, embedding): leave it
-
-
-class _Stderr:
-    """``sys.stderr`` while a command runs (:func:`tolerant_stderr`): text encoded as the
-    real stream would (its encoding, ``backslashreplace``), written with ``os.write`` to
-    its descriptor one line at a time (a partial line on :meth:`flush`); a message that
-    cannot be written (ENOSPC, EIO, EPIPE, EAGAIN) is dropped, never raised."""
-
-    def __init__(self, fd: int, encoding: str, errors: str) -> None:
-        self.fd = fd
-        self.encoding = encoding
-        self.errors = errors
-        self.dropped = 0  # messages (writes) lost
-        self._pending = bytearray()
-
-    def write(self, text: str) -> int:
-        """Queue ``text``; write out every complete line."""
-        if not isinstance(text, str):  # click probes for a binary stream with b""
-            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
-        self._pending += text.encode(self.encoding, self.errors)
-        end = self._pending.rfind(b"\n") + 1
-        if end:
-            self._emit(end)
-        return len(text)
-
-    def flush(self) -> None:
-        """Write out what is queued, a partial line included."""
-        if self._pending:
-            self._emit(len(self._pending))
-
-    def _emit(self, end: int) -> None:
-        view = memoryview(self._pending)[:end]
-        try:
-            while view:
-                view = view[os.write(self.fd, view) :]
-        except OSError:
-            self.dropped += 1
-        finally:
-            view.release()
-            del self._pending[:end]
-
-    def fileno(self) -> int:
-        """The descriptor written to."""
-        return self.fd
-
-    def isatty(self) -> bool:
-        """Whether that descriptor is a terminal."""
-        return os.isatty(self.fd)
-
-    def writable(self) -> bool:
-        """Always: it is an output stream."""
-        return True
-
-
-def tolerant_stderr() -> Callable[[], None]:
-    """Make a failure to write a message to stderr never fail a command: while it runs,
-    ``sys.stderr`` is a :class:`_Stderr` over the same descriptor, which drops what it
-    cannot write (a full disk under the log ENOSPC, EIO, a closed pipe EPIPE). A file
-    the command replaced stays replaced, and the exit status says what happened — 0
-    after a successful write, the documented code after an error — with no traceback
-    (``ocihook edit``'s and ``runtime configure``'s closing message, written after the
-    file, cannot turn a done change into exit 1). Not done for a replaced
-    ``sys.stderr`` (tests' capture, embedding), which is left as it is.
-
-    Returns:
-        A function that flushes the stream and puts the original ``sys.stderr`` back (the
-        interpreter's own last words, a traceback of a bug, go there).
-    """
-    original = sys.stderr
-    if original is not sys.__stderr__ or original is None:
-        return _nothing
-    try:
-        fd = original.fileno()
-        original.flush()
-    except (AttributeError, ValueError, OSError):
-        return _nothing  # no descriptor (closed, or not a file): leave it
-    stream = _Stderr(fd, original.encoding or "utf-8", "backslashreplace")
-    sys.stderr = stream
-
-    def restore() -> None:
-        stream.flush()
-        if sys.stderr is stream:
-            sys.stderr = original
-
-    return restore
-
-
-def _nothing() -> None:
-    return None
 
 
 #: The name dockerd looks up on its ``PATH`` to enable ``--gpus`` (moby

@@ -4,8 +4,8 @@ engine configurations on installed hosts, so its name is stable). The wrapper it
 
 from __future__ import annotations
 
-from ._main import tolerant_stderr
 from .commands.runtime import main as _wrapper_main
+from .core.stdio import tolerant_stderr
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
 if TYPE_CHECKING:
@@ -17,7 +17,7 @@ __all__ = ["main"]
 def main(argv: Sequence[str] | None = None, *, environ: Mapping[str, str] | None = None) -> int:
     """``ocihook-runtime ARGS...`` (:func:`ocihook.commands.runtime.main`), with a message
     that cannot be written to stderr dropped instead of failing the wrapper
-    (:func:`ocihook._main.tolerant_stderr`): a ``config.json`` edited for a container is
+    (:func:`ocihook.core.stdio.tolerant_stderr`): a ``config.json`` edited for a container is
     still handed to the real runtime.
 
     Returns:

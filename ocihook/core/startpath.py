@@ -92,6 +92,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "nothing: the fast exit of :mod:`ocihook.commands.voidexit`"
         ),
         ocihook=_names(
+            "ocihook.core.stdio "
             "ocihook.core.readfile "
             "ocihook ocihook._main ocihook.commands ocihook.commands.voidexit ocihook.config "
             "ocihook.config.load ocihook.config.scan ocihook.core ocihook.core.errors "
@@ -107,6 +108,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "script, what dockerd runs for ``--gpus``) for a container that asks for nothing"
         ),
         ocihook=_names(
+            "ocihook.core.stdio "
             "ocihook.core.readfile "
             "ocihook ocihook._main ocihook.commands ocihook.commands.voidexit ocihook.config "
             "ocihook.config.load ocihook.config.scan ocihook.core ocihook.core.errors "
@@ -122,6 +124,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "the check of the container's process (the rest needs root and a container)"
         ),
         ocihook=_names(
+            "ocihook.core.stdio "
             "ocihook.plan.procmask "
             "ocihook ocihook._main ocihook.appliers ocihook.appliers.live "
             "ocihook.appliers.live.cgroups ocihook.appliers.live.injection "
@@ -153,6 +156,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "container's ld.so.cache"
         ),
         ocihook=_names(
+            "ocihook.core.stdio "
             "ocihook.core.readfile "
             "ocihook ocihook._main ocihook.appliers ocihook.appliers.live "
             "ocihook.appliers.live.hooks ocihook.appliers.live.libraries "
@@ -179,6 +183,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "``hook create-container`` with its links and libraries grouped by directory"
         ),
         ocihook=_names(
+            "ocihook.core.stdio "
             "ocihook.core.readfile "
             "ocihook.linux.elfscan ocihook.linux.loaders "  # the image's loaders
             "ocihook ocihook._main ocihook.appliers ocihook.appliers.live "
@@ -202,6 +207,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
         "ocihook hook poststop",
         "``ocihook hook poststop``: remove what hook mode made in the rootfs",
         ocihook=_names(
+            "ocihook.core.stdio "
             "ocihook.core.readfile "
             "ocihook ocihook._main ocihook.appliers ocihook.appliers.live "
             "ocihook.appliers.live.leftovers ocihook.commands ocihook.commands.fast "
@@ -220,6 +226,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
         "ocihook edit -b BUNDLE",
         "spec mode, ``ocihook edit`` of a bundle that asks for nothing",
         ocihook=_names(
+            "ocihook.core.stdio "
             "ocihook.plan.procmask "
             "ocihook.linux.mounttargets "
             "ocihook ocihook._main ocihook.appliers ocihook.appliers.editrecord "
@@ -248,6 +255,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "rootfs), roots on the command line"
         ),
         ocihook=_names(
+            "ocihook.core.stdio "
             "ocihook.plan.procmask "
             "ocihook.linux.mounttargets "
             "ocihook ocihook._main ocihook.appliers ocihook.appliers.editrecord "
@@ -287,6 +295,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "(AMD_VISIBLE_DEVICES=all)"
         ),
         ocihook=_names(
+            "ocihook.core.stdio "
             "ocihook.plan.procmask "
             "ocihook.linux.mounttargets "
             "ocihook ocihook._main ocihook.appliers ocihook.appliers.editrecord "
@@ -319,6 +328,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "(INTEL_VISIBLE_DEVICES=all)"
         ),
         ocihook=_names(
+            "ocihook.core.stdio "
             "ocihook.plan.procmask "
             "ocihook.linux.mounttargets "
             "ocihook ocihook._main ocihook.appliers ocihook.appliers.editrecord "
@@ -351,6 +361,7 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
         "ocihook cdi generate --output spec.json",
         "``ocihook cdi generate`` (boot and driver changes), JSON output",
         ocihook=_names(
+            "ocihook.core.stdio "
             "ocihook.plan.procmask "
             "ocihook.core.readfile "
             "ocihook ocihook._main ocihook.cdi ocihook.cdi.generate ocihook.cdi.hookargs "
@@ -384,8 +395,9 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "the runtime"
         ),
         ocihook=_names(
+            "ocihook.core.stdio "
             "ocihook.core.readfile "
-            "ocihook ocihook._main ocihook.commands ocihook.commands.runtime ocihook.config "
+            "ocihook ocihook.commands ocihook.commands.runtime ocihook.config "
             "ocihook.config.load ocihook.config.scan ocihook.core ocihook.core.errors "
             "ocihook.core.fastexit ocihook.core.lazy ocihook.core.vocab ocihook.runtime"
         ),
@@ -399,9 +411,10 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "runtime; roots from the file ``$OCIHOOK_CONFIG`` names"
         ),
         ocihook=_names(
+            "ocihook.core.stdio "
             "ocihook.plan.procmask "
             "ocihook.linux.mounttargets "
-            "ocihook ocihook._main ocihook.appliers ocihook.appliers.editrecord "
+            "ocihook ocihook.appliers ocihook.appliers.editrecord "
             "ocihook.appliers.live ocihook.appliers.live.hooks "
             "ocihook.appliers.live.libraries ocihook.appliers.live.procmask "
             "ocihook.appliers.live.rootfs ocihook.appliers.live.undo ocihook.appliers.spec "
@@ -443,9 +456,10 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
             "when it execs the runtime"
         ),
         ocihook=_names(
+            "ocihook.core.stdio "
             "ocihook.plan.procmask "
             "ocihook.linux.mounttargets "
-            "ocihook ocihook._main ocihook.appliers ocihook.appliers.editrecord "
+            "ocihook ocihook.appliers ocihook.appliers.editrecord "
             "ocihook.appliers.spec ocihook.cdi ocihook.cdi.inject ocihook.cdi.names "
             "ocihook.cdi.registry ocihook.cdi.spec ocihook.commands ocihook.commands.runtime "
             "ocihook.config ocihook.config.load ocihook.config.options ocihook.config.scan "

@@ -14,7 +14,7 @@ stderr has no traceback; an error exit is a documented status; after an injected
 (the process lives on to clean up) no temporary file is left; exit 0 means the new file is
 in place; after a kill, too, no temporary file is left (the writer's guardian removes a
 named one, :mod:`ocihook.linux.atomicfile`); an error writing a message to stderr is no
-traceback and changes no exit status (:func:`ocihook._main.tolerant_stderr`).
+traceback and changes no exit status (:func:`ocihook.core.stdio.tolerant_stderr`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A message that cannot be written to stderr fails no command: every entry
 point (``ocihook``, ``python -m ocihook``, ``ocihook-runtime``,
-``nvidia-container-runtime-hook``) runs with :func:`ocihook._main.tolerant_stderr`, so a
+``nvidia-container-runtime-hook``) runs with :func:`ocihook.core.stdio.tolerant_stderr`, so a
 full disk under the log (ENOSPC: ``/dev/full``), EIO or a closed pipe drops the message;
 the exit status is the one documented for what happened and there is no traceback.
 The fault campaign (tests/fuzz/test_fuzz_faults.py) injects the same into each write of
@@ -18,7 +18,7 @@ import click
 import pytest
 from support import WRAPPER, make_bundle
 
-from ocihook._main import _Stderr, tolerant_stderr
+from ocihook.core.stdio import TolerantStderr, tolerant_stderr
 from ocihook.sim import host as simhost
 
 OCIHOOK = [sys.executable, "-m", "ocihook"]
@@ -128,9 +128,9 @@ def test_closed_stderr_pipe_is_no_error(sim: simhost.SimulatedHost, tmp_path: Pa
 # --- the stream itself ---------------------------------------------------------------------
 
 
-def _pipe_stream() -> tuple[_Stderr, int]:
+def _pipe_stream() -> tuple[TolerantStderr, int]:
     r, w = os.pipe()
-    return _Stderr(w, "utf-8", "backslashreplace"), r
+    return TolerantStderr(w, "utf-8", "backslashreplace"), r
 
 
 def test_stream_writes_whole_lines_and_flushes_the_rest() -> None:
@@ -152,7 +152,7 @@ def test_stream_writes_whole_lines_and_flushes_the_rest() -> None:
 def test_stream_drops_what_it_cannot_write() -> None:
     """A write error drops the message (counted) and the next one goes out whole."""
     full = os.open("/dev/full", os.O_WRONLY)
-    stream = _Stderr(full, "utf-8", "backslashreplace")
+    stream = TolerantStderr(full, "utf-8", "backslashreplace")
     try:
         stream.write("lost\n")
         stream.write("partial")
@@ -198,7 +198,7 @@ def test_a_replaced_stderr_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_the_real_stderr_is_swapped_and_put_back() -> None:
     code = (
         "import sys\n"
-        "from ocihook._main import tolerant_stderr\n"
+        "from ocihook.core.stdio import tolerant_stderr\n"
         "real = sys.stderr\n"
         "restore = tolerant_stderr()\n"
         "print(type(sys.stderr).__name__, sys.stderr.fileno(), end='')\n"
@@ -210,5 +210,5 @@ def test_the_real_stderr_is_swapped_and_put_back() -> None:
         [sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == "_Stderr 2 True\n"
+    assert proc.stdout == "TolerantStderr 2 True\n"
     assert proc.stderr == " via stderr"  # the partial line flushed by restore()
