@@ -632,10 +632,8 @@ def spec_bytes(spec: Spec, fmt: str) -> bytes:
 def write_spec(data: bytes, output: str | None) -> None:
     """Write spec text to standard output (``output`` is ``None``) or to ``output``
     atomically (:func:`ocihook.oci.bundle.write_bytes_atomic`: readers such as a runtime's CDI
-    cache never see half a file; a new file gets mode 0644; flushed, without a guardian
-    process: a writer killed between ``linkat`` and ``rename`` leaves a
-    ``.<name>.<pid>.<hex>`` temporary, which CDI registries do not read, as they read only
-    ``*.json`` and ``*.yaml``, and which the next write removes). A missing directory is
+    cache never see half a file; a new file gets mode 0644; a writer killed midway leaves
+    no temporary). A missing directory is
     created with mode 0755 (as the CDI library's spec writer does, ``os.MkdirAll(dir,
     0o755)``; ``/var/run/cdi`` does not exist on a fresh host, it is a tmpfs).
 
@@ -652,7 +650,7 @@ def write_spec(data: bytes, output: str | None) -> None:
 
     try:
         os.makedirs(os.path.dirname(os.path.abspath(output)), mode=0o755, exist_ok=True)
-        write_bytes_atomic(output, data, guard=False)
+        write_bytes_atomic(output, data)
     except OSError as e:
         raise CdiError(f"cannot write the CDI spec: {e.strerror}", path=output) from None
 

@@ -259,7 +259,6 @@ def write_bytes_atomic(
     new_mode: int = 0o644,
     warnings: list[str] | None = None,
     durable: bool = True,
-    guard: bool | None = None,
 ) -> None:
     """Replace ``path`` with ``data`` atomically and crash-safely
     (:func:`ocihook.linux.atomicfile.replace_at`).
@@ -285,10 +284,6 @@ def write_bytes_atomic(
             as the wrapper edits it), where the rename alone is enough: a writer killed
             between ``linkat`` and ``rename`` leaves its temporary there (about 1 ms of
             a container start saved; see :func:`~ocihook.linux.atomicfile.replace_at`).
-        guard: fork the guardian (default: as ``durable``). ``False`` with ``durable`` for
-            a file that is flushed but whose stray temporary harms no reader and is
-            removed by the next write (a CDI spec: registries read only ``*.json`` and
-            ``*.yaml``; :func:`ocihook.cdi.generate.write_spec`).
         warnings: where to add what failed after the file was replaced (flushing the
             directory, closing); ``None``: print each on stderr and log it
             (:func:`ocihook.linux.atomicfile.report`).
@@ -313,13 +308,7 @@ def write_bytes_atomic(
         except FileNotFoundError:
             mode = new_mode
         done = atomicfile.replace_at(
-            dir_fd,
-            name,
-            data,
-            mode,
-            owner=owner,
-            durable=durable,
-            guard=durable if guard is None else guard,
+            dir_fd, name, data, mode, owner=owner, durable=durable, guard=durable
         )
     except BaseException:
         try:  # noqa: SIM105 (contextlib is not imported on this path)

@@ -500,23 +500,3 @@ def test_only_temporary_names_match(name: str, entry: str) -> None:
         digits, _, mark = rest.partition(".")
         assert entry.startswith(f".{name}.") and int(digits) == pid
         assert len(mark) == 12 and set(mark) <= set("0123456789abcdef")
-
-
-def test_a_cdi_spec_is_flushed_without_a_guardian(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """``cdi generate --output``: the spec is fsync-ed (file and directory) but no guardian
-    is forked; the temporary a killed writer could leave is not a name CDI registries
-    read (``*.json``, ``*.yaml``)."""
-    from ocihook.cdi.generate import write_spec
-
-    forked = _guardians(monkeypatch)
-    synced: list[int] = []
-    real_fsync = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
-    out = tmp_path / "cdi" / "nvidia.json"
-    write_spec(b'{"cdiVersion": "0.6.0"}', str(out))
-    assert forked == [] and len(synced) == 2
-    assert out.read_bytes() == b'{"cdiVersion": "0.6.0"}'
-    name = atomicfile.temporary_name("nvidia.json")
-    assert not name.endswith((".json", ".yaml")) and name.startswith(".")
