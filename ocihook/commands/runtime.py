@@ -604,6 +604,9 @@ def _create_and_mask(
     from ..appliers.live.procmask import PendingMask
     from ..core import log
 
+    # an inherited SIG_IGN would have the kernel reap the runtime and the masking child
+    # (ECHILD from waitpid); the runtime then inherits SIG_DFL too
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     child = os.fork()
     if child == 0:  # pragma: no cover - it becomes the runtime
         try:

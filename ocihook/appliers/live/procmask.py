@@ -377,7 +377,12 @@ class PendingMask:
             host_proc = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
             try:
                 pid_r, self._pid_w = os.pipe()
-                self._answer_r, answer_w = os.pipe()
+                try:
+                    self._answer_r, answer_w = os.pipe()
+                except OSError:
+                    os.close(pid_r)
+                    os.close(self._pid_w)
+                    raise
                 try:
                     self._child = os.fork()
                 except OSError:
@@ -402,8 +407,11 @@ class PendingMask:
 
         Raises:
             ApplyError: ``pid`` is not a process in a mount namespace of its own, or a step
-                failed (the message is the child's).
+                failed (the message is the child's), or the mask was applied or
+                cancelled already.
         """
+        if self._child <= 0:
+            raise ApplyError(f"the {PROC_DRIVER} mask was applied or cancelled already")
         try:  # noqa: SIM105 (contextlib is not imported on this path)
             os.write(self._pid_w, str(int(pid)).encode())
         except OSError:
@@ -416,19 +424,26 @@ class PendingMask:
                 break
             chunks.append(chunk)
         os.close(self._answer_r)
-        _pid, status = os.waitpid(self._child, 0)
+        child, self._child = self._child, 0
+        _pid, status = os.waitpid(child, 0)
         answer = b"".join(chunks)
-        if answer[:1] == b"E":
-            raise ApplyError(answer[1:].decode(errors="replace"), path=PROC_DRIVER)
+        if answer[:1] == b"E":  # the child's one-line message, formatted there
+            raise ApplyError(answer[1:].decode(errors="replace"))
         if status != 0 or answer not in (b"0", b"1"):
-            raise ApplyError(f"the process masking {PROC_DRIVER} failed", value=status)
+            code = os.waitstatus_to_exitcode(status)
+            how = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+            raise ApplyError(f"the process masking {PROC_DRIVER} failed ({how})")
         return answer == b"1"
 
     def cancel(self) -> None:
-        """End the waiting child with nothing done (the container was not created)."""
+        """End the waiting child with nothing done (the container was not created); a
+        second call, or one after :meth:`apply`, does nothing."""
+        if self._child <= 0:
+            return
         os.close(self._pid_w)
         os.close(self._answer_r)
-        os.waitpid(self._child, 0)
+        child, self._child = self._child, 0
+        os.waitpid(child, 0)
 
 
 def _mask_in_child(
@@ -446,7 +461,10 @@ def _mask_in_child(
         else:  # not signal: its IntEnum wrappers import enum (milliseconds)
             import _signal as signal
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
-            signal.signal(sig, signal.SIG_DFL)  # the caller's handlers forward to the runtime
+            # not the caller's handlers (they forward to the runtime), and not SIG_DFL: a
+            # signal to the process group must not end the mask of a create the runtime
+            # completes; the pipe ends this child when its caller ends
+            signal.signal(sig, signal.SIG_IGN)
         data = b""
         while len(data) < 32:
             chunk = os.read(pid_r, 32)
@@ -456,10 +474,7 @@ def _mask_in_child(
         if not data:  # cancelled
             os._exit(0)
         pid = int(data)
-        try:
-            check_container_pid(pid)
-        except OcihookError as e:
-            raise ApplyError(str(e), field="pid", value=pid) from None
+        check_container_pid(pid)  # its error names the pid
         try:
             ns = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
         except OSError as e:
@@ -475,6 +490,7 @@ def _mask_in_child(
     except OcihookError as e:
         os.write(answer_w, b"E" + str(e).encode(errors="replace")[:4000])
     except (OSError, ValueError) as e:
-        os.write(answer_w, b"E" + f"cannot mask {PROC_DRIVER}: {e}".encode(errors="replace"))
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        os.write(answer_w, b"E" + f"cannot mask {PROC_DRIVER}: {why}".encode(errors="replace"))
     finally:
         os._exit(code)

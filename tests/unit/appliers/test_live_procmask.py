@@ -93,6 +93,30 @@ def test_pending_mask_refuses_a_pid_that_is_no_container(tmp_path: Path, pid: ob
     with pytest.raises(ApplyError) as err:
         pending.apply(os.getpid() if pid == "self" else int(str(pid)))
     want = "not in a container's mount namespace" if pid == "self" else "cannot inspect"
-    assert want in str(err.value), str(err.value)
-    assert "\n" not in str(err.value)
+    said = str(err.value)
+    assert want in said and "\n" not in said, said
+    assert said.count("field pid") == 1 and "/proc/driver/nvidia" not in said, said
     assert _gone(child)
+
+
+def test_pending_mask_cancel_twice_or_after_apply_does_nothing(tmp_path: Path) -> None:
+    """cancel() once the child is reaped (a second cancel, or after apply) closes nothing
+    again: the descriptor numbers may belong to other files by then."""
+    (tmp_path / "params").write_text("ModifyDeviceFiles: 1\n")
+    pending = PendingMask(ProcMask(host_dir=str(tmp_path), gpu_dirs=()), [])
+    pending.cancel()
+    keep = os.open(str(tmp_path / "params"), os.O_RDONLY)  # may reuse a number just closed
+    try:
+        pending.cancel()
+        os.fstat(keep)
+    finally:
+        os.close(keep)
+    pending = PendingMask(ProcMask(host_dir=str(tmp_path), gpu_dirs=()), [])
+    with pytest.raises(ApplyError):
+        pending.apply(os.getpid())
+    keep = os.open(str(tmp_path / "params"), os.O_RDONLY)
+    try:
+        pending.cancel()
+        os.fstat(keep)
+    finally:
+        os.close(keep)

@@ -9,11 +9,14 @@ The wrapper execs the real runtime, so most tests run it as a process with a sta
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -913,3 +916,124 @@ def test_create_that_fails_ends_the_masking_child(
     others = lines[3]
     assert len(others) == 1, others  # the masking child, waiting for the pid
     assert not os.path.exists(f"/proc/{others[0]}"), others
+
+
+#: A stand-in runc whose create starts a "container" (``sleep`` in a mount namespace of its
+#: own), writes its pid to ``--pid-file`` after DELAY seconds and exits 0, ignoring SIGINT
+#: and SIGHUP meanwhile (a runtime that finishes its create anyway); it records the
+#: container's pid.
+_CREATING_RUNC = """#!{py} -I
+import json, os, signal, subprocess, sys, time
+a = sys.argv
+for s in (signal.SIGINT, signal.SIGHUP):
+    signal.signal(s, signal.SIG_IGN)
+if 'create' in a:
+    c = subprocess.Popen(['unshare', '-m', 'sleep', '30'], start_new_session=True,
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    time.sleep({delay})
+    open({rec!r}, 'a').write(json.dumps({{'container': c.pid}}) + '\\n')
+    open(a[a.index('--pid-file') + 1], 'w').write(str(c.pid))
+else:
+    open({rec!r}, 'a').write(json.dumps(a[1:]) + '\\n')
+"""
+
+
+def _creating_stage(
+    stage: Stage, bundle_factory: Callable[..., str], delay: float
+) -> tuple[list[str], dict[str, str]]:
+    need_root_and("unshare")  # the stand-in container: a mount namespace of its own
+    _executable(
+        stage.bin / "runc",
+        _CREATING_RUNC.format(py=sys.executable, delay=delay, rec=str(stage.record)),
+    )
+    bundle = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0"])
+    pid_file = os.path.join(bundle, "init.pid")
+    argv = [WRAPPER, "--root", "/r", "create", "--pid-file", pid_file, "-b", bundle, "cid"]
+    env = {
+        "PATH": f"{stage.bin}:/usr/sbin:/usr/bin:/sbin:/bin",
+        "OCIHOOK_CONFIG": str(stage.config),
+    }
+    return argv, env
+
+
+def _kill_containers(stage: Stage) -> None:
+    for line in stage.record.read_text().splitlines() if stage.record.exists() else ():
+        entry = json.loads(line)
+        if isinstance(entry, dict):
+            with contextlib.suppress(OSError):
+                os.kill(entry["container"], signal.SIGKILL)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP])
+def test_a_signal_to_the_group_during_create_spares_the_mask(
+    stage: Stage, bundle_factory: Callable[..., str], sig: int
+) -> None:
+    """Ctrl-C or a hangup to the wrapper's process group while the runtime creates: the
+    wrapper passes it to the runtime, which here finishes its create; the masking child,
+    waiting for the pid meanwhile, ignores it and masks: exit 0, nothing deleted."""
+    argv, env = _creating_stage(stage, bundle_factory, 1.0)
+    try:
+        proc = subprocess.Popen(
+            argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            start_new_session=True,
+        )  # fmt: skip
+        time.sleep(0.6)
+        os.killpg(proc.pid, sig)
+        _out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        assert not any("delete" in ln for ln in stage.record.read_text().splitlines())
+    finally:
+        _kill_containers(stage)
+
+
+def test_create_with_sigchld_ignored(stage: Stage, bundle_factory: Callable[..., str]) -> None:
+    """A wrapper started with SIGCHLD ignored (an engine's inherited disposition) still
+    waits for the runtime and the masking child: exit 0, no traceback. The script runs
+    straight under the interpreter (``python3 ocihook-runtime``): sh, which the installed
+    command starts with, would reset the disposition."""
+    argv, env = _creating_stage(stage, bundle_factory, 0.2)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-I", "-S", *argv], env=env, capture_output=True, text=True, timeout=60,
+            preexec_fn=lambda: signal.signal(signal.SIGCHLD, signal.SIG_IGN),
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        assert "Traceback" not in proc.stderr, proc.stderr
+    finally:
+        _kill_containers(stage)
+
+
+def test_a_killed_wrapper_leaves_no_masking_child(
+    stage: Stage, bundle_factory: Callable[..., str]
+) -> None:
+    """SIGKILL to the wrapper while the runtime creates: the masking child sees its pipe
+    close and exits; only the runtime may still run."""
+    argv, env = _creating_stage(stage, bundle_factory, 1.0)
+    try:
+        proc = subprocess.Popen(
+            argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+        time.sleep(0.6)
+        with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as f:
+            kids = f.read().split()
+        assert len(kids) == 2, kids  # the runtime and the masking child
+        proc.kill()
+        proc.wait()
+        time.sleep(0.5)
+        alive = []
+        for k in kids:
+            try:
+                with open(f"/proc/{k}/stat") as f:
+                    state = f.read().rsplit(")", 1)[1].split()[0]
+                with open(f"/proc/{k}/cmdline") as f:
+                    cmdline = f.read()
+            except OSError:
+                continue
+            if state != "Z":
+                alive.append(cmdline)
+        assert all("runc" in c for c in alive), alive
+    finally:
+        time.sleep(0.6)
+        _kill_containers(stage)
