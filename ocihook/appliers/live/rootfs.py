@@ -41,7 +41,16 @@ def readonly_rootfs_mount(rootfs: str, *, mountinfo: str = "/proc/self/mountinfo
     """Whether the topmost mount whose mount point is ``rootfs`` (``proc(5)`` mountinfo:
     field 5, mount point; field 6, per-mount options) is read-only. ``False`` when no
     mount sits exactly at ``rootfs`` (the rootfs is a plain directory of a larger mount)
-    or mountinfo cannot be read."""
+    or mountinfo cannot be read.
+
+    First ``statvfs(3)``: without ``ST_RDONLY`` the mount ``rootfs`` is on (the topmost
+    one at that path, when one sits there) is writable, and the answer is ``False``
+    without reading mountinfo, which has thousands of lines on a busy Kubernetes node."""
+    try:
+        if not os.statvfs(rootfs).f_flag & os.ST_RDONLY:
+            return False
+    except OSError:
+        pass  # mountinfo decides
     want = os.path.normpath(rootfs)
     found = None
     try:

@@ -43,6 +43,19 @@ def test_readonly_rootfs_mount(tmp_path: Any, path: str, readonly: bool) -> None
     assert not rootfs_mod.readonly_rootfs_mount(path, mountinfo=str(tmp_path / "none"))
 
 
+def test_a_writable_file_system_is_answered_without_mountinfo(tmp_path: Any) -> None:
+    """A rootfs on a writable mount (``statvfs`` has no ``ST_RDONLY``) is not read-only,
+    whatever mountinfo says: it is not read (here it would say ``ro``)."""
+    rootfs = tmp_path / "rootfs"
+    rootfs.mkdir()
+    info = tmp_path / "mountinfo"
+    info.write_text(
+        f"22 1 254:0 / / rw - ext4 /dev/vda rw\n130 22 254:0 / {rootfs} ro - ext4 x rw\n"
+    )
+    assert not os.statvfs(rootfs).f_flag & os.ST_RDONLY
+    assert rootfs_mod.readonly_rootfs_mount(str(rootfs), mountinfo=str(info)) is False
+
+
 def test_unlock_failure_names_the_setting(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     from ocihook.linux import syscalls
 
