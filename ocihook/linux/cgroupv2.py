@@ -66,6 +66,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ACCESS_BITS",
+    "CGROUP2_MOUNTS",
     "DEVICE_TYPES",
     "DeviceRulesUndo",
     "add_device_rules",
@@ -213,7 +214,34 @@ def _within(path: str, root: str) -> str | None:
     return None
 
 
-def container_cgroup2_dir(pid: int, *, proc: str = "/proc") -> str | None:
+#: Where a host mounts the cgroup2 hierarchy: pure v2, then hybrid (systemd's layouts).
+CGROUP2_MOUNTS = ("/sys/fs/cgroup", "/sys/fs/cgroup/unified")
+
+
+def _listed_at_usual_mount(pid: int, rel: str, mounts: Sequence[str]) -> str | None:
+    """The directory of the group ``rel`` below the first of ``mounts`` that is a cgroup2
+    directory (it has ``cgroup.controllers``, a file only cgroup2 has) and whose
+    ``cgroup.procs`` there lists ``pid``: that directory is the process's group, as a
+    path shows it now. ``None`` when none does (a bind of part of the hierarchy, another
+    cgroup namespace, an unusual mount point): mountinfo decides then."""
+    want = str(pid)
+    for mount in mounts:
+        group = os.path.normpath(mount + rel)
+        try:
+            if not os.path.isfile(os.path.join(group, "cgroup.controllers")):
+                continue
+            with open(os.path.join(group, "cgroup.procs")) as f:
+                listed = f.read().split()
+        except OSError:
+            continue
+        if want in listed:
+            return group
+    return None
+
+
+def container_cgroup2_dir(
+    pid: int, *, proc: str = "/proc", usual_mounts: Sequence[str] | None = None
+) -> str | None:
     """The host directory of the cgroup2 group that process ``pid`` belongs to.
 
     Joins the ``0::/path`` line of ``<proc>/<pid>/cgroup`` (``cgroups(7)``: the cgroup2
@@ -225,6 +253,12 @@ def container_cgroup2_dir(pid: int, *, proc: str = "/proc") -> str | None:
 
     Paths are as the calling process sees them: it should share the cgroup namespace of the
     host (a runtime hook does).
+
+    The usual mount points come first (``usual_mounts``; default :data:`CGROUP2_MOUNTS`
+    with the host's ``/proc``, none with another ``proc``): the group's directory below one
+    of them that lists ``pid`` in its ``cgroup.procs`` is the answer without reading
+    mountinfo, which has thousands of lines on a busy node (about 6.7 ms for 3,000 mounts
+    on the development machine).
 
     Returns:
         An absolute path such as ``/sys/fs/cgroup/unified/ctr/abc``, or ``None`` when this
@@ -243,6 +277,11 @@ def container_cgroup2_dir(pid: int, *, proc: str = "/proc") -> str | None:
             break
     if rel is None or not rel.startswith("/"):
         return None
+    if usual_mounts is None:
+        usual_mounts = CGROUP2_MOUNTS if proc == "/proc" else ()
+    usual = _listed_at_usual_mount(pid, rel, usual_mounts)
+    if usual is not None:
+        return usual
     mountinfo = f"{proc}/self/mountinfo"
     # (mount id, parent id, root, mount point, fstype), in the file's order
     mounts: list[tuple[str, str, str, str, str]] = []

@@ -420,6 +420,44 @@ def test_cgroup2_dir_pure_v2(tmp_path: Any) -> None:
     )
 
 
+def _own_cgroup2_group() -> str | None:
+    with open("/proc/self/cgroup") as f:
+        for line in f.read().splitlines():
+            if line.startswith("0::"):
+                return line[3:]
+    return None
+
+
+def test_cgroup2_dir_usual_mount_listing_the_pid(tmp_path: Any) -> None:
+    """The group's directory below a usual cgroup2 mount point that lists the pid in its
+    cgroup.procs is the answer; one that does not list it, or is no cgroup2 directory
+    (no cgroup.controllers), is passed over and mountinfo decides as before."""
+    rel = _own_cgroup2_group()
+    if rel is None:
+        pytest.skip("this process has no cgroup2 group (no 0:: line)")
+    pid = os.getpid()
+    listing, other, plain = tmp_path / "listing", tmp_path / "other", tmp_path / "plain"
+    for mount, procs, controllers in (
+        (listing, f"1\n{pid}\n", True),
+        (other, "1\n", True),
+        (plain, f"{pid}\n", False),
+    ):
+        group = mount / rel.lstrip("/")
+        group.mkdir(parents=True)
+        (group / "cgroup.procs").write_text(procs)
+        if controllers:
+            (group / "cgroup.controllers").write_text("cpu memory\n")
+    want = os.path.normpath(f"{listing}{rel}")
+    mounts = [str(other), str(plain), str(listing)]
+    assert cgroupv2.container_cgroup2_dir(pid, usual_mounts=mounts) == want
+    from_mountinfo = cgroupv2.container_cgroup2_dir(pid, usual_mounts=())
+    assert cgroupv2.container_cgroup2_dir(pid, usual_mounts=[str(other), str(plain)]) == (
+        from_mountinfo
+    )
+    if from_mountinfo is not None:  # the real mount point lists this process too
+        assert cgroupv2.container_cgroup2_dir(pid) == from_mountinfo
+
+
 def test_cgroup2_dir_root_group(tmp_path: Any) -> None:
     proc = _proc_tree(tmp_path, "0::/\n", PURE_MOUNTINFO)
     assert cgroupv2.container_cgroup2_dir(4242, proc=proc) == "/sys/fs/cgroup"
