@@ -731,6 +731,18 @@ def test_legacy_mode_adds_the_hook_for_an_amd_request(
     ]
 
 
+def _create_under(
+    stage: Stage, bundle_factory: Callable[..., str], runc_script: str
+) -> tuple[list[str], subprocess.CompletedProcess[str]]:
+    """``ocihook-runtime create --pid-file`` of a GPU bundle under the stand-in runc
+    ``runc_script``: the arguments and the finished wrapper."""
+    _executable(stage.bin / "runc", runc_script)
+    bundle = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0"])
+    pid_file = os.path.join(bundle, "init.pid")
+    args = ["--root", "/r", "create", "--pid-file", pid_file, "-b", bundle, "cid"]
+    return args, stage.run(*args)
+
+
 @pytest.mark.parametrize(
     ("pid", "said"),
     [("str(os.getppid())", "mount namespace"), ("'no pid'", "cannot read the container's pid")],
@@ -752,11 +764,7 @@ def test_create_mask_failure_deletes_the_container(
         f"with open({str(stage.record)!r}, 'a') as f:\n"
         "    f.write(json.dumps(a[1:]) + '\\n')\n"
     )
-    _executable(stage.bin / "runc", script)
-    bundle = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0"])
-    pid_file = os.path.join(bundle, "init.pid")
-    args = ["--root", "/r", "create", "--pid-file", pid_file, "-b", bundle, "cid"]
-    proc = stage.run(*args)
+    args, proc = _create_under(stage, bundle_factory, script)
     assert proc.returncode == 7, proc.stderr
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("ocihook-runtime: error[apply-failed]:"), lines
@@ -764,7 +772,7 @@ def test_create_mask_failure_deletes_the_container(
     calls = [json.loads(ln) for ln in stage.record.read_text().splitlines()]
     # the version asked first (spec mode's runc check; this stand-in gives none)
     assert calls == [["--version"], args, ["--root", "/r", "delete", "--force", "cid"]]
-    assert "createContainer" not in json.loads(_config(bundle)).get("hooks", {})
+    assert "createContainer" not in json.loads(_config(args[-2])).get("hooks", {})
 
 
 @pytest.mark.parametrize(("kind", "target"), [("device", "/dev/zero"), ("FIFO", None)])
@@ -905,11 +913,7 @@ def test_create_that_fails_ends_the_masking_child(
         "    f.write(json.dumps([int(k) for k in kids if int(k) != os.getpid()]) + '\\n')\n"
         "sys.exit(3 if 'create' in a else 0)\n"
     )
-    _executable(stage.bin / "runc", script)
-    bundle = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0"])
-    pid_file = os.path.join(bundle, "init.pid")
-    args = ["--root", "/r", "create", "--pid-file", pid_file, "-b", bundle, "cid"]
-    proc = stage.run(*args)
+    args, proc = _create_under(stage, bundle_factory, script)
     assert proc.returncode == 3, proc.stderr
     lines = [json.loads(ln) for ln in stage.record.read_text().splitlines()]
     assert lines[0::2] == [["--version"], args]
