@@ -65,8 +65,6 @@ echo "WANTS $(ls "$T/etc/systemd/system/multi-user.target.wants" | tr '\n' ' ')"
 mkdir "$T/tmp/evil" && echo 'print("EVIL")' >"$T/tmp/evil/sitecustomize.py"
 echo "ISOLATED $(in_tree PYTHONPATH=/tmp/evil ocihook --version 2>&1 | tr '\n' ' ')"
 echo "PYC $(find "$T/usr/lib/python3/dist-packages/ocihook" -name '*.pyc' | wc -l)"
-for c in ocihook ocihook-runtime nvidia-container-runtime-hook; do echo "HEAD $c $(head -1 "$T/usr/bin/$c")"; done
-echo "SITE $(in_tree python3 -IS -X importtime /usr/bin/ocihook --version 2>&1 | grep -c '| site$')"
 in_tree python3 -I -c "from ocihook.sim import host; host.build('/tmp/sim')"
 in_tree ocihook info --json --driver-root /tmp/sim --dev-root /tmp/sim --gpu-backend procfs \
     >"$T/tmp/info.json"
@@ -121,12 +119,6 @@ def test_deb_installs_runs_and_purges_clean(tmp_path: Path) -> None:
     # the commands start isolated: a PYTHONPATH sitecustomize is not run
     assert _tagged(out, "ISOLATED") == ["ocihook version 0.1.0 "]
     assert int(_tagged(out, "PYC")[0]) > 100  # py3compile ran
-    # the commands start Debian's python3 themselves (no sh first), and without site
-    assert _tagged(out, "HEAD") == [
-        f"{c} #!/usr/bin/python3 -IS"
-        for c in ("ocihook", "ocihook-runtime", "nvidia-container-runtime-hook")
-    ]
-    assert _tagged(out, "SITE") == ["0"]
     # ocihook info on the simulated host, from the installed files
     (info_line,) = _tagged(out, "INFO")
     info = json.loads(info_line)
