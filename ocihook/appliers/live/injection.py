@@ -51,6 +51,7 @@ from .procs import (
     identity_uid_map,
     parent_pid,
     proc_path,
+    refuse_own_mount_namespace,
     same_user_ns,
 )
 from .rootfs import unlock_readonly_rootfs
@@ -276,6 +277,8 @@ def _enter(pid: int, name: str, nstype: int) -> None:
 
     Raises:
         ApplyError: it cannot be opened or entered.
+        StateError: a mount namespace that is this process's own (a pid reused since it
+            was checked).
     """
     from ...linux import syscalls as _linux
 
@@ -287,6 +290,8 @@ def _enter(pid: int, name: str, nstype: int) -> None:
             f"cannot open the container's namespace: {e.strerror}", path=ns_path
         ) from None
     try:
+        if nstype == _linux.CLONE_NEWNS:
+            refuse_own_mount_namespace(ns_fd, pid)  # on the descriptor entered below
         _linux.setns(ns_fd, nstype)
     except OSError as e:
         raise ApplyError(f"cannot enter the namespace: {e.strerror}", path=ns_path) from None

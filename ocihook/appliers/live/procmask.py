@@ -452,7 +452,7 @@ def _mask_in_child(
     """The child of :class:`PendingMask`: wait for the pid, mask, answer, exit."""
     from ...linux import pathsafe
     from ...linux import syscalls as _linux
-    from .procs import check_container_pid
+    from .procs import check_container_pid, refuse_own_mount_namespace
 
     code = 1
     try:
@@ -481,6 +481,7 @@ def _mask_in_child(
             raise ApplyError(
                 f"cannot open the container's mount namespace: {e.strerror}", value=pid
             ) from None
+        refuse_own_mount_namespace(ns, pid)  # on the descriptor entered below
         _linux.setns(ns, _linux.CLONE_NEWNS)
         os.fchdir(host_proc)  # "self" resolves in the host's procfs
         root_fd = pathsafe.open_root("/")

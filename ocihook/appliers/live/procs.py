@@ -146,6 +146,35 @@ def check_inside_container(pid: int) -> None:
         )
 
 
+def refuse_own_mount_namespace(ns_fd: int, pid: int) -> None:
+    """Refuse a mount namespace descriptor that is this process's own namespace: the one
+    about to be entered (``setns``) for mounts that belong in a container. Checked on the
+    descriptor itself, so a pid reused since :func:`check_container_pid` cannot turn the
+    container's mounts into the host's.
+
+    Raises:
+        StateError: the descriptor is ``/proc/self/ns/mnt``'s namespace (or cannot be
+            compared).
+    """
+    from ...core.errors import StateError
+
+    try:
+        theirs, ours = os.fstat(ns_fd), os.stat("/proc/self/ns/mnt")
+    except OSError as e:
+        raise StateError(
+            f"cannot inspect the container's mount namespace: {e.strerror}",
+            field="pid",
+            value=pid,
+        ) from None
+    if (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino):
+        raise StateError(
+            "the state's pid is not in a container's mount namespace",
+            field="pid",
+            value=pid,
+            hint="run ocihook hook prestart/createRuntime from the runtime, with its state",
+        )
+
+
 def check_container_pid(pid: int) -> None:
     """The state's pid must be a process in a mount namespace of its own (the container
     init the runtime is creating): a pid in ocihook's own namespace would make it mount

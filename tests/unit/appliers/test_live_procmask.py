@@ -120,3 +120,19 @@ def test_pending_mask_cancel_twice_or_after_apply_does_nothing(tmp_path: Path) -
         os.fstat(keep)
     finally:
         os.close(keep)
+
+
+def test_pending_mask_checks_the_namespace_it_enters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The masking child compares the mount namespace descriptor it enters with its own:
+    with the pid check passed (here skipped, as for a pid reused after it), this
+    process's own pid is still refused, and nothing is mounted on the host."""
+    from ocihook.appliers.live import procs
+
+    monkeypatch.setattr(procs, "check_container_pid", lambda pid: None)
+    (tmp_path / "params").write_text("ModifyDeviceFiles: 1\n")
+    pending = PendingMask(ProcMask(host_dir=str(tmp_path), gpu_dirs=()), [])
+    with pytest.raises(ApplyError) as err:
+        pending.apply(os.getpid())
+    assert "not in a container's mount namespace" in str(err.value), str(err.value)

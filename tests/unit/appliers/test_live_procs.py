@@ -21,6 +21,7 @@ from ocihook.appliers.live.procs import (
     check_inside_container,
     container_root_ids,
     parent_pid,
+    refuse_own_mount_namespace,
 )
 from ocihook.core.errors import ApplyError, StateError
 
@@ -120,6 +121,40 @@ def test_state_pid_in_our_mount_namespace_is_refused() -> None:
         check_container_pid(os.getpid())
     assert err.value.message == "the state's pid is not in a container's mount namespace"
     assert err.value.value == os.getpid()
+
+
+def test_own_mount_namespace_descriptor_is_refused() -> None:
+    """The descriptor about to be entered is compared with ocihook's own namespace: this
+    process's is refused, another's (a mount namespace of its own) is accepted; and hook
+    mode's setns into a mount namespace goes through that check."""
+    from ocihook.appliers.live.injection import _enter
+    from ocihook.linux import syscalls
+
+    fd = os.open("/proc/self/ns/mnt", os.O_RDONLY)
+    try:
+        with pytest.raises(StateError) as err:
+            refuse_own_mount_namespace(fd, 42)
+        assert err.value.message == "the state's pid is not in a container's mount namespace"
+        assert err.value.value == 42
+    finally:
+        os.close(fd)
+    with pytest.raises(StateError, match="not in a container's mount namespace"):
+        _enter(os.getpid(), "ns/mnt", syscalls.CLONE_NEWNS)
+    need_root_and("unshare")
+    other = subprocess.Popen(["unshare", "-m", "sleep", "30"])
+    try:
+        for _ in range(200):
+            if os.stat(f"/proc/{other.pid}/ns/mnt").st_ino != os.stat("/proc/self/ns/mnt").st_ino:
+                break
+            time.sleep(0.01)
+        fd = os.open(f"/proc/{other.pid}/ns/mnt", os.O_RDONLY)
+        try:
+            refuse_own_mount_namespace(fd, other.pid)  # no error
+        finally:
+            os.close(fd)
+    finally:
+        other.kill()
+        other.wait()
 
 
 def test_gone_state_pid_is_a_state_error() -> None:
