@@ -7,11 +7,13 @@ namespace; the parent's host pid and the container root's host ids are read from
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
 import pytest
 from support import need_root_and
@@ -49,8 +51,9 @@ def test_host_pid_namespace_is_refused() -> None:
     assert err.value.hint == "register it under hooks.createContainer, or use the prestart stage"
 
 
-def test_parent_in_another_mount_namespace_is_refused() -> None:
-    """A process in a mount namespace of its own: the hook's parent is not in it."""
+@contextlib.contextmanager
+def _process_in_own_mount_namespace() -> Iterator[subprocess.Popen[bytes]]:
+    """``unshare -m sleep 30``, once its mount namespace is its own; killed afterwards."""
     need_root_and("unshare")
     child = subprocess.Popen(["unshare", "-m", "sleep", "30"])
     try:
@@ -58,12 +61,18 @@ def test_parent_in_another_mount_namespace_is_refused() -> None:
             if os.stat(f"/proc/{child.pid}/ns/mnt").st_ino != os.stat("/proc/self/ns/mnt").st_ino:
                 break
             time.sleep(0.02)
-        with pytest.raises(StateError, match="own pid namespace"):
-            check_inside_container(child.pid)
-        check_container_pid(child.pid)  # the state's pid: in a mount namespace of its own
+        yield child
     finally:
         child.kill()
         child.wait()
+
+
+def test_parent_in_another_mount_namespace_is_refused() -> None:
+    """A process in a mount namespace of its own: the hook's parent is not in it."""
+    with _process_in_own_mount_namespace() as child:
+        with pytest.raises(StateError, match="own pid namespace"):
+            check_inside_container(child.pid)
+        check_container_pid(child.pid)  # the state's pid: in a mount namespace of its own
 
 
 def test_inside_a_new_pid_namespace_is_accepted() -> None:
@@ -72,13 +81,7 @@ def test_inside_a_new_pid_namespace_is_accepted() -> None:
     the runtime inside the container before ``pivot_root``. Given the test's pid (its
     parent's mount namespace) it passes; given a process in another mount namespace it is
     refused; the same call from the test itself is refused (the host's pid namespace)."""
-    need_root_and("unshare")
-    other = subprocess.Popen(["unshare", "-m", "sleep", "30"])
-    try:
-        for _ in range(250):
-            if os.stat(f"/proc/{other.pid}/ns/mnt").st_ino != os.stat("/proc/self/ns/mnt").st_ino:
-                break
-            time.sleep(0.02)
+    with _process_in_own_mount_namespace() as other:
         code = (
             "import json, sys\n"
             "from ocihook.appliers.live.procs import check_inside_container\n"
@@ -102,9 +105,6 @@ def test_inside_a_new_pid_namespace_is_accepted() -> None:
             env=env,
             timeout=60,
         )
-    finally:
-        other.kill()
-        other.wait()
     assert out.returncode == 0, out.stderr
     levels, refused = json.loads(out.stdout)
     assert len(levels) == _nspid_levels() + 1 and levels[-1] == "1"
@@ -140,21 +140,12 @@ def test_own_mount_namespace_descriptor_is_refused() -> None:
         os.close(fd)
     with pytest.raises(StateError, match="not in a container's mount namespace"):
         _enter(os.getpid(), "ns/mnt", syscalls.CLONE_NEWNS)
-    need_root_and("unshare")
-    other = subprocess.Popen(["unshare", "-m", "sleep", "30"])
-    try:
-        for _ in range(200):
-            if os.stat(f"/proc/{other.pid}/ns/mnt").st_ino != os.stat("/proc/self/ns/mnt").st_ino:
-                break
-            time.sleep(0.01)
+    with _process_in_own_mount_namespace() as other:
         fd = os.open(f"/proc/{other.pid}/ns/mnt", os.O_RDONLY)
         try:
             refuse_own_mount_namespace(fd, other.pid)  # no error
         finally:
             os.close(fd)
-    finally:
-        other.kill()
-        other.wait()
 
 
 def test_gone_state_pid_is_a_state_error() -> None:
