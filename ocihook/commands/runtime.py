@@ -616,13 +616,12 @@ def _create_and_mask(
     forwarded = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
     for sig in forwarded:
         signal.signal(sig, lambda signum, _frame: os.kill(child, signum))
-    pending: PendingMask | None = None
-    failed: BaseException | None = None
+    nodes = [(n.path, n.minor) for n in result.plan.edits.device_nodes]
+    prepared: PendingMask | OSError | OcihookError
     try:
-        nodes = [(n.path, n.minor) for n in result.plan.edits.device_nodes]
-        pending = PendingMask(result.caller_mask, nodes)
+        prepared = PendingMask(result.caller_mask, nodes)
     except (OSError, OcihookError) as e:  # reported once the runtime is done
-        failed = e
+        prepared = e
     while True:
         try:
             _pid, status = os.waitpid(child, 0)
@@ -633,26 +632,23 @@ def _create_and_mask(
         signal.signal(sig, signal.SIG_DFL)
     code = os.waitstatus_to_exitcode(status)
     if code != 0:
-        if pending is not None:
-            pending.cancel()
+        if isinstance(prepared, PendingMask):
+            prepared.cancel()
         return code if code > 0 else 128 - code
     try:
-        if failed is not None:
-            raise failed
+        if not isinstance(prepared, PendingMask):
+            raise prepared
         try:
             with open(inv.pid_file or "") as f:  # relative: to the cwd, as for the runtime
                 pid = int(f.read().strip() or "0")
         except (OSError, ValueError) as e:
             raise ApplyError(f"cannot read the container's pid: {e}", path=inv.pid_file) from None
-        applying, pending = pending, None
-        if applying is None:  # pragma: no cover - failed is set then
-            raise ApplyError("the /proc/driver/nvidia mask was not made ready")
-        done = applying.apply(pid)
+        done = prepared.apply(pid)
         log.debug(f"{PROG} create: /proc/driver/nvidia masked", pid=pid, masked=done)
         return 0
     except (OSError, OcihookError) as e:
-        if pending is not None:
-            pending.cancel()
+        if isinstance(prepared, PendingMask):
+            prepared.cancel()  # nothing once applied
         err = (
             e
             if isinstance(e, OcihookError)

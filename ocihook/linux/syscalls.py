@@ -249,32 +249,27 @@ class _Libc:
     def __init__(self) -> None:
         ctypes = _CTypes()
         self.ctypes = ctypes
+        function = ctypes.function
 
-        class _Lib:
-            def __getattr__(self, name: str) -> Any:
-                return ctypes.function(name)
-
-        lib = _Lib()
-
-        self.syscall = lib.syscall
+        self.syscall = function("syscall")
         self.syscall.restype = ctypes.c_long  # variadic: arguments wrapped one by one
 
-        self.setns = lib.setns
+        self.setns = function("setns")
         self.setns.argtypes = (ctypes.c_int, ctypes.c_int)
         self.setns.restype = ctypes.c_int
 
-        self.setfsuid = lib.setfsuid
+        self.setfsuid = function("setfsuid")
         self.setfsuid.argtypes = (ctypes.c_uint,)
         self.setfsuid.restype = ctypes.c_int
-        self.setfsgid = lib.setfsgid
+        self.setfsgid = function("setfsgid")
         self.setfsgid.argtypes = (ctypes.c_uint,)
         self.setfsgid.restype = ctypes.c_int
 
-        self.unshare = lib.unshare
+        self.unshare = function("unshare")
         self.unshare.argtypes = (ctypes.c_int,)
         self.unshare.restype = ctypes.c_int
 
-        self.mount = lib.mount
+        self.mount = function("mount")
         self.mount.argtypes = (
             ctypes.c_char_p,
             ctypes.c_char_p,
@@ -284,7 +279,7 @@ class _Libc:
         )
         self.mount.restype = ctypes.c_int
 
-        self.umount2 = lib.umount2
+        self.umount2 = function("umount2")
         self.umount2.argtypes = (ctypes.c_char_p, ctypes.c_int)
         self.umount2.restype = ctypes.c_int
 

@@ -373,33 +373,30 @@ class PendingMask:
     def __init__(self, mask: ProcMask, nodes: Sequence[tuple[object, object]]) -> None:
         files = read_proc_files(mask.host_dir, caps_minors(nodes))
         gpu_fds = clone_gpu_proc_dirs(mask)
+        child_ends: list[int] = []  # closed here once the child has its copies
+        own_ends: list[int] = []  # kept for apply() and cancel(), closed if no child is made
         try:
             host_proc = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-            try:
-                pid_r, self._pid_w = os.pipe()
-                try:
-                    self._answer_r, answer_w = os.pipe()
-                except OSError:
-                    os.close(pid_r)
-                    os.close(self._pid_w)
-                    raise
-                try:
-                    self._child = os.fork()
-                except OSError:
-                    for fd in (pid_r, self._pid_w, self._answer_r, answer_w):
-                        os.close(fd)
-                    raise
-                if self._child == 0:  # pragma: no cover - measured through the parent
-                    os.close(self._pid_w)
-                    os.close(self._answer_r)
-                    _mask_in_child(pid_r, answer_w, host_proc, files, gpu_fds)
-                os.close(pid_r)
-                os.close(answer_w)
-            finally:
-                os.close(host_proc)
-        finally:
-            for fd in gpu_fds.values():
+            child_ends.append(host_proc)
+            pid_r, pid_w = os.pipe()
+            child_ends.append(pid_r)
+            own_ends.append(pid_w)
+            answer_r, answer_w = os.pipe()
+            child_ends.append(answer_w)
+            own_ends.append(answer_r)
+            self._child = os.fork()
+            if self._child == 0:  # pragma: no cover - measured through the parent
+                os.close(pid_w)
+                os.close(answer_r)
+                _mask_in_child(pid_r, answer_w, host_proc, files, gpu_fds)
+        except BaseException:
+            for fd in own_ends:
                 os.close(fd)
+            raise
+        finally:
+            for fd in (*child_ends, *gpu_fds.values()):
+                os.close(fd)
+        self._pid_w, self._answer_r = pid_w, answer_r
 
     def apply(self, pid: int) -> bool:
         """Mount the mask in the container whose init is ``pid``; whether it was mounted
@@ -449,13 +446,14 @@ class PendingMask:
 def _mask_in_child(
     pid_r: int, answer_w: int, host_proc: int, files: dict[str, bytes], gpu_fds: dict[str, int]
 ) -> NoReturn:  # pragma: no cover - runs in the child of PendingMask
-    """The child of :class:`PendingMask`: wait for the pid, mask, answer, exit."""
-    from ...linux import pathsafe
-    from ...linux import syscalls as _linux
-    from .procs import check_container_pid, refuse_own_mount_namespace
-
+    """The child of :class:`PendingMask`: wait for the pid, mask, answer, exit (whatever
+    happens: it never returns into its parent's code)."""
     code = 1
     try:
+        from ...linux import pathsafe
+        from ...linux import syscalls as _linux
+        from .procs import check_container_pid, refuse_own_mount_namespace
+
         if TYPE_CHECKING:
             import signal
         else:  # not signal: its IntEnum wrappers import enum (milliseconds)

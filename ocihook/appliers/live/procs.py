@@ -11,7 +11,7 @@ from ...core.hostroot import HostRoot
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    pass
+    from collections.abc import Callable
 
 
 def proc_path(root: HostRoot, pid: int, name: str) -> str:
@@ -146,6 +146,24 @@ def check_inside_container(pid: int) -> None:
         )
 
 
+def _refuse_own(theirs: Callable[[], os.stat_result], cannot: str, pid: int) -> None:
+    """Raise :class:`StateError` when the mount namespace ``theirs()`` stats is ocihook's
+    own (``cannot``: the message's start when it cannot be stat-ed)."""
+    from ...core.errors import StateError
+
+    try:
+        st, ours = theirs(), os.stat("/proc/self/ns/mnt")
+    except OSError as e:
+        raise StateError(f"{cannot}: {e.strerror}", field="pid", value=pid) from None
+    if (st.st_dev, st.st_ino) == (ours.st_dev, ours.st_ino):
+        raise StateError(
+            "the state's pid is not in a container's mount namespace",
+            field="pid",
+            value=pid,
+            hint="run ocihook hook prestart/createRuntime from the runtime, with its state",
+        )
+
+
 def refuse_own_mount_namespace(ns_fd: int, pid: int) -> None:
     """Refuse a mount namespace descriptor that is this process's own namespace: the one
     about to be entered (``setns``) for mounts that belong in a container. Checked on the
@@ -156,23 +174,7 @@ def refuse_own_mount_namespace(ns_fd: int, pid: int) -> None:
         StateError: the descriptor is ``/proc/self/ns/mnt``'s namespace (or cannot be
             compared).
     """
-    from ...core.errors import StateError
-
-    try:
-        theirs, ours = os.fstat(ns_fd), os.stat("/proc/self/ns/mnt")
-    except OSError as e:
-        raise StateError(
-            f"cannot inspect the container's mount namespace: {e.strerror}",
-            field="pid",
-            value=pid,
-        ) from None
-    if (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino):
-        raise StateError(
-            "the state's pid is not in a container's mount namespace",
-            field="pid",
-            value=pid,
-            hint="run ocihook hook prestart/createRuntime from the runtime, with its state",
-        )
+    _refuse_own(lambda: os.fstat(ns_fd), "cannot inspect the container's mount namespace", pid)
 
 
 def check_container_pid(pid: int) -> None:
@@ -183,19 +185,4 @@ def check_container_pid(pid: int) -> None:
     Raises:
         StateError: no such process, or it shares ocihook's mount namespace.
     """
-    from ...core.errors import StateError
-
-    try:
-        theirs = os.stat(f"/proc/{pid}/ns/mnt").st_ino
-        ours = os.stat("/proc/self/ns/mnt").st_ino
-    except OSError as e:
-        raise StateError(
-            f"cannot inspect the container process: {e.strerror}", field="pid", value=pid
-        ) from None
-    if theirs == ours:
-        raise StateError(
-            "the state's pid is not in a container's mount namespace",
-            field="pid",
-            value=pid,
-            hint="run ocihook hook prestart/createRuntime from the runtime, with its state",
-        )
+    _refuse_own(lambda: os.stat(f"/proc/{pid}/ns/mnt"), "cannot inspect the container process", pid)
