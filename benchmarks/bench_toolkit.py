@@ -183,8 +183,10 @@ def main() -> int:
                 f'cdi-spec-dirs = ["{our_cdi}"]\n'
             )
         # as the boot unit does on a deployed host: the spec, and the start-path cache
+        # (discovery, and the parse of the configuration file the wrapper reads)
         our_gen = [env.ocihook, "cdi", "generate", "--driver-root", host, "--dev-root", host]
-        _timed([*our_gen, "--format", "json", "--output", f"{our_cdi}/nvidia.json", "--warm-cache"])
+        our_boot = [*our_gen, "--format", "json", "--output", f"{our_cdi}/nvidia.json"]
+        _timed([*our_boot, "--warm-cache"], {"PATH": PATH, "OCIHOOK_CONFIG": conf})
         their_gen = [os.path.join(nct, "nvidia-ctk"), "cdi", "generate", "--driver-root", host]
         their_gen += ["--dev-root", host, "--mode=management", "--nvidia-cdi-hook-path"]
         their_gen += [os.path.join(nct, "nvidia-cdi-hook")]
@@ -305,22 +307,31 @@ def main() -> int:
                     if run_t is not None:
                         times.setdefault((fs, name, "toolkit"), []).append(run_t(rootfs))
         # the wrapper's peak on a start like the timed ones: config.json as the engine
-        # wrote it, a fresh rootfs
+        # wrote it, a fresh rootfs; its configuration file (runtime /bin/true) parsed by
+        # the boot unit, as on a deployed host, and once a file no run has parsed yet
+        # (the first start after the file changed: tomllib is imported)
         peak_bundle, peak_config = pristine["wrapper 8 GPUs all"]
-        with open(os.path.join(peak_bundle, "config.json"), "wb") as f:
-            f.write(peak_config)
-        rootfs.fresh(peak_bundle)
-        try:
-            wrapper_peak = _peak(
-                [env.wrapper, "create", "-b", peak_bundle, "x"],
-                {"PATH": PATH, "OCIHOOK_CONFIG": _true_config(ours, host)},
-            )
-        finally:
-            rootfs.release(peak_bundle)
-        peaks = {
-            "wrapper (exec /bin/true)": wrapper_peak,
-            "cdi generate": _peak([*our_gen, "--format", "json", "--output", our_out]),
-        }
+        true_conf = _true_config(ours, host)
+        _timed([*our_boot, "--warm-cache"], {"PATH": PATH, "OCIHOOK_CONFIG": true_conf})
+        new_conf = os.path.join(ours, "new.toml")
+        with open(true_conf) as f, open(new_conf, "w") as g:
+            g.write(f"{f.read()}# {uuid.uuid4().hex}: text no run has parsed\n")
+        peaks: dict[str, float | None] = {}
+        for what, config in (
+            ("wrapper (exec /bin/true)", true_conf),
+            ("wrapper, configuration not parsed before", new_conf),
+        ):
+            with open(os.path.join(peak_bundle, "config.json"), "wb") as f:
+                f.write(peak_config)
+            rootfs.fresh(peak_bundle)
+            try:
+                peaks[what] = _peak(
+                    [env.wrapper, "create", "-b", peak_bundle, "x"],
+                    {"PATH": PATH, "OCIHOOK_CONFIG": config},
+                )
+            finally:
+                rootfs.release(peak_bundle)
+        peaks["cdi generate"] = _peak([*our_gen, "--format", "json", "--output", our_out])
     finally:
         subprocess.run(
             [

@@ -694,3 +694,41 @@ def test_hook_free_spec(sim: Any, tmp_path: Path) -> None:
         "relative/dir",
     )
     assert bad.returncode == 11 and "not an absolute directory" in bad.stderr
+
+
+def test_warm_cache_stores_the_configuration_parse(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--warm-cache`` (the boot unit) also stores the configuration file's parse, so the
+    first container start after boot reads it from the store: a fresh interpreter loading
+    the same file then never imports tomllib."""
+    if os.geteuid() != 0:
+        pytest.skip("--warm-cache caches only as root (the store is root's)")
+    from ocihook._main import main
+    from ocihook.linux import cachestore
+    from ocihook.sim import host as simhost
+
+    cache = tmp_path / "cache"
+    monkeypatch.setattr(cachestore, "DEFAULT_DIR", str(cache))
+    sim = simhost.build(str(tmp_path / "root"), make_dev_nodes=False)
+    config = tmp_path / "config.toml"
+    config.write_text(f'driver-root = "{sim.root}"\ndev-root = "{sim.root}"\nlog-level = "debug"\n')
+    argv = ["cdi", "generate", "--config", str(config), "--warm-cache", "--format", "json"]
+    assert main([*argv, "--gpu-backend", "procfs"]) == 0
+    capsys.readouterr()
+    assert len(list(cache.glob("config-*.json"))) == 1
+    code = (
+        "import sys\n"
+        "from ocihook.linux import cachestore\n"
+        f"cachestore.DEFAULT_DIR = {str(cache)!r}\n"
+        "from ocihook.config.load import load_config\n"
+        f"cfg = load_config({str(config)!r})\n"
+        "print(cfg.log_level, cfg.driver_root, 'tomllib' in sys.modules)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["debug", sim.root, "False"]
+    config.write_text(f'driver-root = "{sim.root}"\ndev-root = "{sim.root}"\n')  # changed
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["info", sim.root, "True"]  # parsed afresh, never stale
