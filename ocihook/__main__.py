@@ -1,7 +1,5 @@
 """``python -m ocihook``: the same as the ``ocihook`` command."""
 
-import sys
+from ._main import run
 
-from ._main import main
-
-sys.exit(main())
+run()

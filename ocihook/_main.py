@@ -21,11 +21,12 @@ from __future__ import annotations
 import os
 import sys
 
-from .core.stdio import tolerant_stderr, tolerant_stdout
+from .core.stdio import exit_process, tolerant_stderr, tolerant_stdout
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
+    from typing import NoReturn
 
 
 #: Variables the C library and its dynamic loader honour that load code, or read or write
@@ -486,5 +487,23 @@ def _dispatch(args: list[str]) -> int:
         return 0
 
 
+def run() -> NoReturn:
+    """The ``ocihook`` program (the installed command, ``python -m ocihook`` and the ``-c``
+    program of the hooks ocihook registers, :data:`ocihook.config.options.HOOK_PROGRAM`):
+    :func:`main` with the process's arguments, then the exit. A hook (``ocihook hook
+    ...``: the start path) ends through :func:`ocihook.core.stdio.exit_process`, without
+    the interpreter's finalization; any other command through ``sys.exit``."""
+    code = main()
+    if sys.argv[1:2] == ["hook"]:
+        exit_process(code)
+    sys.exit(code)
+
+
+def run_nvidia_hook() -> NoReturn:
+    """The ``nvidia-container-runtime-hook`` program: :func:`nvidia_hook_main`, then
+    :func:`ocihook.core.stdio.exit_process` (every stage of it is on the start path)."""
+    exit_process(nvidia_hook_main())
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    run()

@@ -5,13 +5,14 @@ engine configurations on installed hosts, so its name is stable). The wrapper it
 from __future__ import annotations
 
 from .commands.runtime import main as _wrapper_main
-from .core.stdio import tolerant_stderr
+from .core.stdio import exit_process, tolerant_stderr
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
+    from typing import NoReturn
 
-__all__ = ["main"]
+__all__ = ["main", "run"]
 
 
 def main(argv: Sequence[str] | None = None, *, environ: Mapping[str, str] | None = None) -> int:
@@ -30,7 +31,13 @@ def main(argv: Sequence[str] | None = None, *, environ: Mapping[str, str] | None
         restore()
 
 
-if __name__ == "__main__":  # pragma: no cover
-    import sys
+def run() -> NoReturn:
+    """The ``ocihook-runtime`` program (``packaging/bin/ocihook-runtime``): :func:`main`
+    with the process's arguments, then :func:`ocihook.core.stdio.exit_process` (the
+    wrapper is on the start path: when it has not exec'ed the runtime, it ends without
+    the interpreter's finalization)."""
+    exit_process(main())
 
-    sys.exit(main())
+
+if __name__ == "__main__":  # pragma: no cover
+    run()

@@ -51,7 +51,7 @@ MARKER = "# ocihook: nvidia-container-runtime-hook for dockerd's --gpus"
 def script_text(python: str) -> str:
     """The hook script for the interpreter ``python`` (an absolute path): a ``#!`` line
     running it with ``-I``, :data:`MARKER`, and the call of
-    :func:`ocihook._main.nvidia_hook_main`.
+    :func:`ocihook._main.run_nvidia_hook`.
 
     Raises:
         EngineConfigError: ``python`` is not absolute or holds a blank or newline (a
@@ -66,9 +66,8 @@ def script_text(python: str) -> str:
     return (
         f"#!{python} -I\n"
         f"{MARKER} (ocihook install docker-hook)\n"
-        "import sys\n"
-        "from ocihook._main import nvidia_hook_main\n"
-        "sys.exit(nvidia_hook_main())\n"
+        "from ocihook._main import run_nvidia_hook\n"
+        "run_nvidia_hook()\n"
     )
 
 
@@ -81,7 +80,10 @@ def is_ocihook_hook(path: str) -> bool:
             head = f.read(4096)
     except OSError:
         return False
-    return MARKER.encode() in head or b"from ocihook._main import nvidia_hook_main" in head
+    return MARKER.encode() in head or any(
+        b"from ocihook._main import " + name in head
+        for name in (b"run_nvidia_hook", b"nvidia_hook_main")
+    )
 
 
 def find_hooks(search: tuple[str, ...] | None = None) -> list[str]:

@@ -104,7 +104,7 @@ def help_text(path: Sequence[str]) -> str:
         RuntimeError: the command exits non-zero or prints nothing.
     """
     env = {"COLUMNS": _COLUMNS, "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-    program = "import sys; from ocihook._main import main; sys.exit(main())"
+    program = "from ocihook._main import run; run()"
     r = subprocess.run(
         [sys.executable, "-I", "-c", program, *path, "--help"],
         capture_output=True,

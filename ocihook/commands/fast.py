@@ -720,8 +720,7 @@ def _cmd_cdi_generate(ns: Any) -> int:
                 file=sys.stderr,
             )
     if ns.warm_cache:
-        _warm_discovery_cache(root)
-        _warm_config_cache(cfg)
+        _warm_discovery_cache(root, cfg.source)
     vendor = "nvidia.com" if ns.vendor == "nvidia" else ns.vendor
     spec = generate_spec(
         host,
@@ -740,12 +739,13 @@ def _cmd_cdi_generate(ns: Any) -> int:
     return 0
 
 
-def _warm_discovery_cache(root: HostRoot) -> None:
+def _warm_discovery_cache(root: HostRoot, config: str | None) -> None:
     """Fill the discovery cache (:mod:`ocihook.discovery.cache`) for the capability sets
     containers ask for most (the default ``utility,compute``, and ``all``), so that the
-    next GPU container's start skips discovery. Only as root (the cache is root's: not
-    root, it says so on stderr and caches nothing); a failure is a debug log line, never
-    an error."""
+    next GPU container's start skips discovery, and store the parse of the configuration
+    file ``config`` (:func:`ocihook.config.load.store_config_parse`). Only as root (the
+    cache is root's: not root, it says so on stderr and caches nothing); a failure is a
+    debug log line, never an error."""
     if os.geteuid() != 0:
         print(
             "ocihook: warning: --warm-cache: not root, so nothing was cached (the start-path "
@@ -760,28 +760,11 @@ def _warm_discovery_cache(root: HostRoot) -> None:
         try:
             discover_cached(root, capabilities=caps, warm=True)
         except OcihookError:
-            return
+            break
+    if config is not None:
+        from ..config.load import store_config_parse
 
-
-def _warm_config_cache(cfg: Any) -> None:
-    """Store the parse of the configuration file ``cfg`` was read from
-    (:func:`ocihook.config.load.parse_config_bytes`) once the start-path cache exists, so that
-    the first container start after boot does not import :mod:`tomllib` (milliseconds, and
-    about 2 MiB of peak memory). Nothing when no file was read, not root, or the cache
-    directory is missing; a file that changed since it was read is simply parsed again."""
-    from ..config.load import parse_config_bytes, read_config_file
-    from ..linux.cachestore import DEFAULT_DIR
-
-    if cfg.source is None or os.geteuid() != 0 or not os.path.isdir(DEFAULT_DIR):
-        return
-    try:
-        data = read_config_file(cfg.source, "the command line")
-        if data is not None:
-            parse_config_bytes(data, path=cfg.source)
-    except OcihookError as e:  # read and checked a moment ago: it changed meanwhile
-        from ..core import log
-
-        log.debug("configuration parse not cached", error=str(e))
+        store_config_parse(config)
 
 
 def _refuse_cdi_names(config: dict[str, Any], path: str, policy: Any, request: Any) -> None:

@@ -35,8 +35,11 @@ HOOK_ENV = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 
 #: The program the hook command runs: ``ocihook``'s entry point, given with ``-c`` rather
 #: than ``-m ocihook`` because ``-m`` imports runpy and importlib.util (~5 ms per start).
-HOOK_PROGRAM = "import sys; from ocihook._main import main; sys.exit(main())"
+HOOK_PROGRAM = "import sys; from ocihook._main import run; run()"
 _HOOK_TAIL = HOOK_PROGRAM.removeprefix("import sys; ")
+#: The program's text in registrations written before :func:`ocihook._main.run` ended a
+#: hook without the interpreter's finalization: still recognized as ocihook's.
+_EARLIER_HOOK_TAIL = "from ocihook._main import main; sys.exit(main())"
 
 
 def start_path_dirs() -> list[str]:
@@ -87,9 +90,12 @@ def hook_program(dirs: list[str] | None = None) -> str:
 
 def is_hook_program(arg: str) -> bool:
     """Whether ``arg`` is ocihook's ``-c`` program: :data:`HOOK_PROGRAM` or a
-    :func:`hook_program`."""
-    return arg == HOOK_PROGRAM or (
-        arg.startswith("import sys; sys.path += [") and arg.endswith("; " + _HOOK_TAIL)
+    :func:`hook_program` (or either as registrations made before :func:`ocihook._main.run`
+    wrote it: ``...; from ocihook._main import main; sys.exit(main())``)."""
+    return any(
+        arg == "import sys; " + tail
+        or (arg.startswith("import sys; sys.path += [") and arg.endswith("; " + tail))
+        for tail in (_HOOK_TAIL, _EARLIER_HOOK_TAIL)
     )
 
 

@@ -11,8 +11,9 @@ import sys
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import NoReturn
 
-__all__ = ["TolerantStderr", "tolerant_stderr", "tolerant_stdout"]
+__all__ = ["TolerantStderr", "exit_process", "tolerant_stderr", "tolerant_stdout"]
 
 
 def _stdout_error(err: UnicodeError) -> tuple[str | bytes, int]:
@@ -127,6 +128,35 @@ def tolerant_stderr() -> Callable[[], None]:
             sys.stderr = original
 
     return restore
+
+
+def exit_process(code: int) -> NoReturn:
+    """End the process with exit status ``code`` (0-255) once ``sys.stdout`` and
+    ``sys.stderr`` are flushed, without the interpreter's finalization: tearing down the
+    modules and objects of a start path costs 1-2.5 ms (CPython 3.11, 40-60 modules),
+    a tenth of a hook's run. For the start-path programs only (a hook, the wrapper
+    runtime), which keep no buffered file open: their files are written with ``os.write``
+    and closed before they return.
+
+    The interpreter's own exit (``sys.exit(code)``) is taken instead when finalization
+    has work to do: a thread other than the main one is alive, an :mod:`atexit` callback
+    is registered (or this interpreter cannot say), or a stream cannot be flushed
+    (a closed pipe: the exit status is then the interpreter's, 120, as before)."""
+    threading = sys.modules.get("threading")
+    if threading is not None and threading.active_count() > 1:
+        sys.exit(code)
+    import atexit
+
+    pending = getattr(atexit, "_ncallbacks", None)  # CPython's count of callbacks
+    if pending is None or pending():
+        sys.exit(code)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            sys.exit(code)
+    os._exit(code)
 
 
 def _nothing() -> None:

@@ -362,10 +362,11 @@ def test_wheel_and_sdist_install_and_run(tmp_path: Path, sim: simhost.SimulatedH
     head = "#!/bin/sh\n''':'\n"
     assert all(text.startswith(head) for text in scripts.values()), scripts
     assert all('exec "$d/python3" -I -S "$0" "$@"\n' in text for text in scripts.values())
-    assert "from ocihook._main import main\n" in scripts["ocihook"]
-    assert "from ocihook.runtime import main\n" in scripts["ocihook-runtime"]
-    assert (
-        "from ocihook._main import nvidia_hook_main\n" in scripts["nvidia-container-runtime-hook"]
+    # each ends in the program function that leaves a start path without finalization
+    assert scripts["ocihook"].endswith("from ocihook._main import run\n\nrun()\n")
+    assert scripts["ocihook-runtime"].endswith("from ocihook.runtime import run\n\nrun()\n")
+    assert scripts["nvidia-container-runtime-hook"].endswith(
+        "from ocihook._main import run_nvidia_hook\n\nrun_nvidia_hook()\n"
     )
     assert not any("import re" in text for text in scripts.values())
     assert not any(n.endswith(".dist-info/entry_points.txt") for n in wnames)
@@ -470,7 +471,7 @@ def _launcher_probe(venv: Path, tail: str) -> subprocess.CompletedProcess[str]:
     import of ocihook and the call) replaced by ``tail``, run as a user runs a command."""
     with open(os.path.join(PACKAGING, "bin", "ocihook")) as f:
         lines = f.read().splitlines(keepends=True)
-    assert lines[-1] == "sys.exit(main())\n" and lines[-3].startswith("from ocihook")
+    assert lines[-1] == "run()\n" and lines[-3].startswith("from ocihook")
     probe = venv / "bin" / "probe"
     probe.write_text("".join(lines[:-3]) + tail)
     probe.chmod(0o755)
