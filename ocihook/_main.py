@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .core.stdio import exit_process, tolerant_stderr, tolerant_stdout
+from .core.stdio import exit_process, start_path_gc, tolerant_stderr, tolerant_stdout
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
 if TYPE_CHECKING:
@@ -491,17 +491,25 @@ def run() -> NoReturn:
     """The ``ocihook`` program (the installed command, ``python -m ocihook`` and the ``-c``
     program of the hooks ocihook registers, :data:`ocihook.config.options.HOOK_PROGRAM`):
     :func:`main` with the process's arguments, then the exit. A hook (``ocihook hook
-    ...``: the start path) ends through :func:`ocihook.core.stdio.exit_process`, without
-    the interpreter's finalization; any other command through ``sys.exit``."""
+    ...``: the start path) runs without the cyclic garbage collector
+    (:func:`ocihook.core.stdio.start_path_gc`) and ends through
+    :func:`ocihook.core.stdio.exit_process`, without the interpreter's finalization; any
+    other command (a daemon among them) keeps the collector and exits through
+    ``sys.exit``."""
+    hook = sys.argv[1:2] == ["hook"]
+    if hook:
+        start_path_gc()
     code = main()
-    if sys.argv[1:2] == ["hook"]:
+    if hook:
         exit_process(code)
     sys.exit(code)
 
 
 def run_nvidia_hook() -> NoReturn:
-    """The ``nvidia-container-runtime-hook`` program: :func:`nvidia_hook_main`, then
-    :func:`ocihook.core.stdio.exit_process` (every stage of it is on the start path)."""
+    """The ``nvidia-container-runtime-hook`` program: :func:`nvidia_hook_main` without the
+    cyclic garbage collector, then :func:`ocihook.core.stdio.exit_process` (every stage of
+    it is on the start path)."""
+    start_path_gc()
     exit_process(nvidia_hook_main())
 
 

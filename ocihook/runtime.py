@@ -5,7 +5,7 @@ engine configurations on installed hosts, so its name is stable). The wrapper it
 from __future__ import annotations
 
 from .commands.runtime import main as _wrapper_main
-from .core.stdio import exit_process, tolerant_stderr
+from .core.stdio import exit_process, start_path_gc, tolerant_stderr
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
 if TYPE_CHECKING:
@@ -33,9 +33,11 @@ def main(argv: Sequence[str] | None = None, *, environ: Mapping[str, str] | None
 
 def run() -> NoReturn:
     """The ``ocihook-runtime`` program (``packaging/bin/ocihook-runtime``): :func:`main`
-    with the process's arguments, then :func:`ocihook.core.stdio.exit_process` (the
-    wrapper is on the start path: when it has not exec'ed the runtime, it ends without
-    the interpreter's finalization)."""
+    with the process's arguments and without the cyclic garbage collector
+    (:func:`ocihook.core.stdio.start_path_gc`), then
+    :func:`ocihook.core.stdio.exit_process` (the wrapper is on the start path: it execs
+    the runtime, or ends without the interpreter's finalization)."""
+    start_path_gc()
     exit_process(main())
 
 

@@ -117,3 +117,30 @@ def test_run_ends_a_hook_without_finalization(tmp_path: Path) -> None:
     assert r.stderr.startswith(b"ocihook: error[bad-state]: malformed JSON")
     r = _python(program, "--version")
     assert r.returncode == 0 and r.stdout.endswith(b" finalized")
+
+
+@pytest.mark.parametrize(
+    ("entry", "argv", "collector"),
+    [
+        ("ocihook._main:run", ["hook", "prestart"], "False"),
+        ("ocihook._main:run", ["cdi", "generate"], "True"),  # any other command keeps it
+        ("ocihook._main:run_nvidia_hook", ["prestart"], "False"),
+        ("ocihook.runtime:run", ["create"], "False"),
+    ],
+)
+def test_start_path_programs_run_without_the_cyclic_collector(
+    entry: str, argv: list[str], collector: str
+) -> None:
+    """The start-path programs turn the cyclic garbage collector off before their work
+    (:func:`ocihook.core.stdio.start_path_gc`); ``ocihook`` keeps it for every command but
+    ``hook`` (a daemon must collect). The program's work is replaced by a function that
+    prints whether the collector is on."""
+    module, _, function = entry.partition(":")
+    name = {"run": "main", "run_nvidia_hook": "nvidia_hook_main"}[function]
+    program = (
+        f"import gc, importlib\nm = importlib.import_module({module!r})\n"
+        f"m.{name} = lambda: (print(gc.isenabled()), 3)[1]\n"
+        f"m.{function}()\n"
+    )
+    r = _python(program, *argv)
+    assert (r.returncode, r.stdout.decode().split()) == (3, [collector]), r.stderr
