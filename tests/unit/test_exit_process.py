@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support import make_bundle
@@ -116,6 +117,23 @@ def test_run_ends_a_hook_without_finalization(tmp_path: Path) -> None:
     assert (r.returncode, r.stdout) == (4, b"")  # bad-state, no finalizer
     assert r.stderr.startswith(b"ocihook: error[bad-state]: malformed JSON")
     r = _python(program, "--version")
+    assert r.returncode == 0 and r.stdout.endswith(b" finalized")
+
+
+def test_run_ends_cdi_generate_without_finalization(sim: Any, tmp_path: Path) -> None:
+    """``cdi generate`` and ``edit`` (the one-shot fast commands) end the same way: the
+    spec is written, the status kept, no finalizer runs; a click command does not."""
+    program = _FINALIZED + "from ocihook._main import run\nrun()\n"
+    out = tmp_path / "spec.json"
+    roots = ["--driver-root", sim.root, "--dev-root", sim.root]
+    r = _python(program, "cdi", "generate", *roots, "--output", str(out))
+    assert (r.returncode, r.stdout) == (0, b""), r.stderr
+    assert json.loads(out.read_text())["kind"] == "nvidia.com/gpu"
+    r = _python(program, "cdi", "generate", *roots, "--format", "json")  # to stdout
+    assert r.returncode == 0 and json.loads(r.stdout)["kind"] == "nvidia.com/gpu"
+    r = _python(program, "edit", "-b", str(tmp_path / "missing"))
+    assert r.returncode != 0 and r.stdout == b"" and b"config.json" in r.stderr
+    r = _python(program, "config", "show")  # click
     assert r.returncode == 0 and r.stdout.endswith(b" finalized")
 
 
