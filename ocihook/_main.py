@@ -490,20 +490,23 @@ def _dispatch(args: list[str]) -> int:
 def run() -> NoReturn:
     """The ``ocihook`` program (the installed command, ``python -m ocihook`` and the ``-c``
     program of the hooks ocihook registers, :data:`ocihook.config.options.HOOK_PROGRAM`):
-    :func:`main` with the process's arguments, then the exit. A hook (``ocihook hook
-    ...``: the start path) runs without the cyclic garbage collector
-    (:func:`ocihook.core.stdio.start_path_gc`). The one-shot commands of
-    :data:`ocihook.commands.fast.FAST_COMMANDS` (a hook, ``edit``, ``cdi generate``) end
-    through :func:`ocihook.core.stdio.exit_process`, without the interpreter's
-    finalization (about 3.5 ms of ``cdi generate``); any other command (a daemon among
-    them) keeps the collector and exits through ``sys.exit``."""
+    :func:`main` with the process's arguments, then the exit. The one-shot commands of
+    :data:`ocihook.commands.fast.FAST_COMMANDS` (a hook: the start path; ``edit``; ``cdi
+    generate``) run without the cyclic garbage collector
+    (:func:`ocihook.core.stdio.start_path_gc`) and end through
+    :func:`ocihook.core.stdio.exit_process`, without the interpreter's finalization (about
+    5 ms of ``cdi generate``); any other command (a daemon among them) keeps the
+    collector and exits through ``sys.exit``."""
     args = sys.argv[1:]
-    if args[:1] == ["hook"]:
+    one_shot = args[:1] == ["hook"]  # decided without importing commands.fast (void hooks)
+    if not one_shot and args:
+        from .commands.fast import FAST_COMMANDS
+
+        one_shot = args[0] in FAST_COMMANDS or " ".join(args[:2]) in FAST_COMMANDS
+    if one_shot:
         start_path_gc()
     code = main()
-    from .commands.fast import FAST_COMMANDS
-
-    if args[:1] and (args[0] in FAST_COMMANDS or " ".join(args[:2]) in FAST_COMMANDS):
+    if one_shot:
         exit_process(code)
     sys.exit(code)
 

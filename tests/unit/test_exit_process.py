@@ -141,7 +141,10 @@ def test_run_ends_cdi_generate_without_finalization(sim: Any, tmp_path: Path) ->
     ("entry", "argv", "collector"),
     [
         ("ocihook._main:run", ["hook", "prestart"], "False"),
-        ("ocihook._main:run", ["cdi", "generate"], "True"),  # any other command keeps it
+        ("ocihook._main:run", ["cdi", "generate"], "False"),  # a one-shot command
+        ("ocihook._main:run", ["edit", "-b", "b"], "False"),
+        ("ocihook._main:run", ["cdi", "list"], "True"),  # any other command keeps it
+        ("ocihook._main:run", ["k8s", "device-plugin"], "True"),
         ("ocihook._main:run_nvidia_hook", ["prestart"], "False"),
         ("ocihook.runtime:run", ["create"], "False"),
     ],
@@ -150,8 +153,8 @@ def test_start_path_programs_run_without_the_cyclic_collector(
     entry: str, argv: list[str], collector: str
 ) -> None:
     """The start-path programs turn the cyclic garbage collector off before their work
-    (:func:`ocihook.core.stdio.start_path_gc`); ``ocihook`` keeps it for every command but
-    ``hook`` (a daemon must collect). The program's work is replaced by a function that
+    (:func:`ocihook.core.stdio.start_path_gc`), as do ``edit`` and ``cdi generate``;
+    ``ocihook`` keeps it for every other command (a daemon must collect). The program's work is replaced by a function that
     prints whether the collector is on."""
     module, _, function = entry.partition(":")
     name = {"run": "main", "run_nvidia_hook": "nvidia_hook_main"}[function]
