@@ -1,6 +1,6 @@
 """The field's shared vocabulary, defined once: driver capabilities, GPU UUIDs, PCI bus ids,
-version numbers, CDI vendor/class names, the toolkit's volume-mount directory and the
-IMEX channel range.
+version numbers, CDI vendor/class names, the toolkit's volume-mount directory, the IMEX
+channel range and the driver's IPC paths.
 
 Pure functions over strings; no imports (not even :mod:`re`: this module is on every
 container start).
@@ -30,6 +30,15 @@ VOLUME_MOUNT_DIR = "/var/run/nvidia-container-devices"
 #: IMEX channel numbers are minors of the ``nvidia-caps-imex-channels`` major: below
 #: ``1 << MINORBITS`` (``include/linux/kdev_t.h``).
 IMEX_CHANNEL_LIMIT = 1 << 20
+#: IPC paths: (capability, path, kind) — sockets of the daemons, and the MPS pipe directory
+#: (``$CUDA_MPS_PIPE_DIRECTORY`` of the host, default ``/tmp/nvidia-mps``); they come and go
+#: with their daemons, so the discovery cache keys on them too (libnvidia-container
+#: ``nvc_info.c``, ``utils_ipcs``).
+IPC_PATHS: tuple[tuple[str, str, str], ...] = (
+    ("utility", "/var/run/nvidia-persistenced/socket", "socket"),
+    ("utility", "/var/run/nvidia-fabricmanager/socket", "socket"),
+    ("compute", "/tmp/nvidia-mps", "directory"),
+)
 
 _HEX = frozenset("0123456789abcdefABCDEF")
 _FUNCTIONS = ("0", "1", "2", "3", "4", "5", "6", "7")

@@ -57,10 +57,10 @@ import stat
 
 from ..core.errors import DiscoveryError, OcihookError
 from ..core.hostroot import HostRoot
-from ..core.vocab import DRIVER_CAPABILITIES, IMPLIED_CAPABILITIES
+from ..core.vocab import DRIVER_CAPABILITIES, IMPLIED_CAPABILITIES, IPC_PATHS
 from ..linux import ldcache
 from ..linux.pathsafe import resolve_in_root
-from .records import IPC_PATHS, DriverFile, DriverLibrary, select_libraries
+from .records import DriverFile, DriverLibrary, select_libraries
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
 if TYPE_CHECKING:

@@ -306,15 +306,6 @@ class WslDevices(Record):
 
 # -- driver files (found by ocihook.discovery.driverfiles) --------------------------------
 
-#: IPC paths: (capability, path, kind) — sockets of the daemons, and the MPS pipe directory
-#: (``$CUDA_MPS_PIPE_DIRECTORY`` of the host, default ``/tmp/nvidia-mps``); they come and go
-#: with their daemons, so the discovery cache keys on them too.
-IPC_PATHS = (
-    ("utility", "/var/run/nvidia-persistenced/socket", "socket"),
-    ("utility", "/var/run/nvidia-fabricmanager/socket", "socket"),
-    ("compute", "/tmp/nvidia-mps", "directory"),
-)
-
 
 class DriverLibrary(Record):
     """One user-space driver library.
