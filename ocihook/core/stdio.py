@@ -147,9 +147,9 @@ def exit_process(code: int) -> NoReturn:
     """End the process with exit status ``code`` (0-255) once ``sys.stdout`` and
     ``sys.stderr`` are flushed, without the interpreter's finalization: tearing down the
     modules and objects of a start path costs 1-2.5 ms (CPython 3.11, 40-60 modules),
-    a tenth of a hook's run. For the start-path programs only (a hook, the wrapper
-    runtime), which keep no buffered file open: their files are written with ``os.write``
-    and closed before they return.
+    a tenth of a hook's run. For the one-shot programs only (a hook, the wrapper runtime,
+    ``edit``, ``cdi generate``), which keep no buffered file open: their files are written
+    with ``os.write`` and closed before they return.
 
     The interpreter's own exit (``sys.exit(code)``) is taken instead when finalization
     has work to do: a thread other than the main one is alive, an :mod:`atexit` callback
