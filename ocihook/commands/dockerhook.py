@@ -66,7 +66,16 @@ def script_text(python: str) -> str:
     return (
         f"#!{python} -I\n"
         f"{MARKER} (ocihook install docker-hook)\n"
-        "from ocihook._main import run_nvidia_hook\n"
+        "try:\n"
+        "    from ocihook._main import run_nvidia_hook\n"
+        "except ImportError:  # an ocihook older than this script\n"
+        "    import sys\n"
+        "    from ocihook._main import nvidia_hook_main\n"
+        "\n"
+        "    def run_nvidia_hook():\n"
+        "        sys.exit(nvidia_hook_main())\n"
+        "\n"
+        "\n"
         "run_nvidia_hook()\n"
     )
 

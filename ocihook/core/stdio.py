@@ -154,9 +154,10 @@ def exit_process(code: int) -> NoReturn:
     The interpreter's own exit (``sys.exit(code)``) is taken instead when finalization
     has work to do: a thread other than the main one is alive, an :mod:`atexit` callback
     is registered (or this interpreter cannot say), or a stream cannot be flushed
-    (a closed pipe: the exit status is then the interpreter's, 120, as before)."""
+    (a closed pipe: the exit status is then the interpreter's, 120, as before); and for a
+    ``code`` that is not an ``int`` (``None``: 0, as ``sys.exit`` has it)."""
     threading = sys.modules.get("threading")
-    if threading is not None and threading.active_count() > 1:
+    if type(code) is not int or (threading is not None and threading.active_count() > 1):
         sys.exit(code)
     import atexit
 

@@ -66,7 +66,11 @@ def _program_problem(reg: Registration) -> str | None:
     if not os.access(path, os.X_OK) or not os.path.isfile(path):
         return f"{path} is not an executable file"
     if reg.engine == "podman":  # the hook's path is the interpreter itself
-        return _shim(os.path.realpath(path)) or _imports_ocihook(path)
+        # the program of the registration (config.options.HOOK_PROGRAM) imports run();
+        # one written before it existed, main()
+        names_run = any(a.endswith("from ocihook._main import run; run()") for a in reg.args)
+        statement = "from ocihook._main import run" if names_run else "import ocihook._main"
+        return _shim(os.path.realpath(path)) or _imports_ocihook(path, statement)
     head = read_text_if_regular(path, 512) or ""
     python = installed_script_python(path, head)  # ocihook's sh-started commands
     if python is not None:
@@ -83,13 +87,14 @@ def _program_problem(reg: Registration) -> str | None:
     return None
 
 
-def _imports_ocihook(python: str) -> str | None:
+def _imports_ocihook(python: str, statement: str = "import ocihook._main") -> str | None:
     """Why the interpreter ``python`` (a host program the engine's configuration names)
-    cannot import ocihook in isolated mode, as the registered hook and wrapper run it; or
-    ``None``. Run with a timeout, nothing from any container involved."""
+    cannot run ``statement`` (what the registration imports of ocihook) in isolated mode,
+    as the registered hook and wrapper run it; or ``None``. Run with a timeout, nothing
+    from any container involved."""
     try:
         proc = subprocess.run(
-            [python, "-I", "-c", "import ocihook._main"],
+            [python, "-I", "-c", statement],
             capture_output=True,
             text=True,
             timeout=20,

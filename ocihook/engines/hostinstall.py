@@ -502,8 +502,10 @@ def _remove_cache(root_fd: int, path: str) -> None:
 
 
 def apply_install(plan: InstallPlan) -> None:
-    """Write ``plan``: the files, the engine's file, then the record (so that an install
-    cut short is finished or undone by the next install or uninstall)."""
+    """Write ``plan``: the files (the commands of ``bin/`` last, so that an upgrade cut
+    short never runs new commands against the library it has not replaced yet), the
+    engine's file, then the record (so that an install cut short is finished or undone by
+    the next install or uninstall)."""
     from ..linux.pathsafe import close_quietly, remove_in_root
     from .common import write_change
 
@@ -511,7 +513,7 @@ def apply_install(plan: InstallPlan) -> None:
     try:
         dirs: dict[str, int] = {}
         try:
-            for step in plan.writes:
+            for step in sorted(plan.writes, key=lambda s: s.path.startswith("bin/")):
                 path = os.path.join(plan.prefix, step.path)
                 _write(root_fd, path, step.data, step.mode, step.mtime, dirs)
         finally:

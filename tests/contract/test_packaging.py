@@ -362,12 +362,17 @@ def test_wheel_and_sdist_install_and_run(tmp_path: Path, sim: simhost.SimulatedH
     head = "#!/bin/sh\n''':'\n"
     assert all(text.startswith(head) for text in scripts.values()), scripts
     assert all('exec "$d/python3" -I -S "$0" "$@"\n' in text for text in scripts.values())
-    # each ends in the program function that leaves a start path without finalization
-    assert scripts["ocihook"].endswith("from ocihook._main import run\n\nrun()\n")
-    assert scripts["ocihook-runtime"].endswith("from ocihook.runtime import run\n\nrun()\n")
-    assert scripts["nvidia-container-runtime-hook"].endswith(
-        "from ocihook._main import run_nvidia_hook\n\nrun_nvidia_hook()\n"
-    )
+    # each ends in the program function that leaves a start path without finalization,
+    # and falls back to the entry point an older ocihook has
+    for name, module, function, entry in (
+        ("ocihook", "ocihook._main", "run", "main"),
+        ("ocihook-runtime", "ocihook.runtime", "run", "main"),
+        ("nvidia-container-runtime-hook", "ocihook._main", "run_nvidia_hook", "nvidia_hook_main"),
+    ):
+        tail = scripts[name][scripts[name].rindex("\ntry:\n") :]
+        assert f"    from {module} import {function}\n" in tail
+        assert f"    from {module} import {entry}\n" in tail
+        assert tail.endswith(f"\n{function}()\n")
     assert not any("import re" in text for text in scripts.values())
     assert not any(n.endswith(".dist-info/entry_points.txt") for n in wnames)
 
@@ -467,17 +472,49 @@ def test_wheel_and_sdist_install_and_run(tmp_path: Path, sim: simhost.SimulatedH
 
 
 def _launcher_probe(venv: Path, tail: str) -> subprocess.CompletedProcess[str]:
-    """``packaging/bin/ocihook`` copied into ``venv``'s bin with its last two lines (the
-    import of ocihook and the call) replaced by ``tail``, run as a user runs a command."""
+    """``packaging/bin/ocihook`` copied into ``venv``'s bin with its program (the import
+    of ocihook and the call, from the last ``try:``) replaced by ``tail``, run as a user
+    runs a command."""
     with open(os.path.join(PACKAGING, "bin", "ocihook")) as f:
-        lines = f.read().splitlines(keepends=True)
-    assert lines[-1] == "run()\n" and lines[-3].startswith("from ocihook")
+        text = f.read()
+    assert text.endswith("\nrun()\n")
     probe = venv / "bin" / "probe"
-    probe.write_text("".join(lines[:-3]) + tail)
+    probe.write_text(text[: text.rindex("\ntry:\n") + 1] + tail)
     probe.chmod(0o755)
     return subprocess.run(
         [str(probe)], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}
     )
+
+
+@pytest.mark.parametrize(
+    ("command", "module", "entry"),
+    [
+        ("ocihook", "_main", "main"),
+        ("ocihook-runtime", "runtime", "main"),
+        ("nvidia-container-runtime-hook", "_main", "nvidia_hook_main"),
+    ],
+)
+def test_launcher_runs_an_older_ocihook(
+    tmp_path: Path, command: str, module: str, entry: str
+) -> None:
+    """A command newer than the ocihook beside it (an upgrade cut short, a downgraded
+    library) runs the entry point that ocihook has: its output and exit status, through
+    the interpreter's exit."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    lib = venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    (lib / "ocihook").mkdir()
+    (lib / "ocihook" / "__init__.py").write_text("")
+    (lib / "ocihook" / f"{module}.py").write_text(
+        f"import sys\ndef {entry}():\n    print('older', sys.argv[1:])\n    return 3\n"
+    )
+    script = venv / "bin" / command
+    shutil.copy(os.path.join(PACKAGING, "bin", command), script)
+    script.chmod(0o755)
+    proc = subprocess.run(
+        [str(script), "hook", "x"], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}
+    )
+    assert (proc.returncode, proc.stdout) == (3, "older ['hook', 'x']\n"), proc.stderr
 
 
 def test_launcher_runs_site_only_when_needed(tmp_path: Path) -> None:

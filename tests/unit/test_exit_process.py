@@ -50,6 +50,13 @@ def test_exit_process_flushes_and_skips_finalization(code: int) -> None:
     assert (r.returncode, r.stdout, r.stderr) == (code, b"out", b"err")
 
 
+@pytest.mark.parametrize(("code", "status"), [("None", 0), ("True", 1), ("'text'", 1)])
+def test_a_code_that_is_not_an_int_exits_as_sys_exit(code: str, status: int) -> None:
+    """``None``, a bool or a message: what ``sys.exit`` makes of it."""
+    r = _python(f"from ocihook.core.stdio import exit_process\nexit_process({code})\n")
+    assert r.returncode == status
+
+
 def test_the_interpreters_exit_finalizes() -> None:
     """The control: the same program ending with ``sys.exit`` runs the finalizer."""
     r = _python(_FINALIZED + "print('out', end='')\nsys.exit(3)\n")

@@ -235,3 +235,25 @@ def test_isolated_script_ignores_python_variables_not_the_loader_s(tmp_path: Any
     assert run(installed, PYTHONPATH="/nonexistent").returncode == 0
     r = run(installed, PYTHONPATH="/nonexistent", LD_LIBRARY_PATH="/opt/x")
     assert r.returncode == 9 and "LD_LIBRARY_PATH" in r.stderr and "PYTHONPATH" not in r.stderr
+
+
+@pytest.mark.parametrize("older", [False, True])
+def test_script_runs_this_or_an_older_ocihook(tmp_path: Any, older: bool) -> None:
+    """The script's program runs ``run_nvidia_hook`` (exit 0 for ``poststart``, no
+    output), and with an ocihook that predates it (a downgraded library) its
+    ``nvidia_hook_main``."""
+    script = tmp_path / NVIDIA_HOOK_NAME
+    script.write_text(dockerhook.script_text(sys.executable))
+    prelude = "import sys\n"
+    if older:
+        fake = tmp_path / "old" / "ocihook"
+        fake.mkdir(parents=True)
+        (fake / "__init__.py").write_text("")
+        (fake / "_main.py").write_text(
+            "import sys\ndef nvidia_hook_main():\n    print('older', sys.argv[1:])\n    return 5\n"
+        )
+        prelude += f"sys.path.insert(0, {str(tmp_path / 'old')!r})\n"
+    program = prelude + f"sys.argv = ['hook', 'poststart']\nexec(open({str(script)!r}).read())\n"
+    r = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+    expected = (5, "older ['poststart']\n") if older else (0, "")
+    assert (r.returncode, r.stdout) == expected, r.stderr

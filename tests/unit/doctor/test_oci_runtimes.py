@@ -49,3 +49,32 @@ def test_not_installed_or_other_root(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert check_oci_runtimes(Context(HostRoot.single("/"))) == []
     _runtime(tmp_path, "runc", "runc version 1.1.5")
     assert check_oci_runtimes(Context(HostRoot.single("/"), config_root=str(tmp_path))) == []
+
+
+@pytest.mark.parametrize("older", [False, True])
+def test_a_podman_hook_needs_what_its_program_imports(tmp_path: Path, older: bool) -> None:
+    """A hooks.d registration whose program calls ``run()`` (``HOOK_PROGRAM``) is a problem
+    for an interpreter whose ocihook predates ``run`` (a downgraded library); one written
+    with the earlier program (``main()``) is not."""
+    import subprocess
+
+    from ocihook.config.options import HOOK_PROGRAM
+    from ocihook.doctor import runtime
+    from ocihook.engines.common import Registration
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    lib = venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    (lib / "ocihook").mkdir()
+    (lib / "ocihook" / "__init__.py").write_text("")
+    main = "def main():\n    return 0\n"
+    (lib / "ocihook" / "_main.py").write_text(main if older else main + "def run():\n    pass\n")
+    python = str(venv / "bin" / "python")
+    earlier = "import sys; from ocihook._main import main; sys.exit(main())"
+    for program, broken in ((HOOK_PROGRAM, older), (earlier, False)):
+        reg = Registration("podman", "f.json", "f.json", python, (python, "-I", "-c", program))
+        problem = runtime._program_problem(reg)
+        if broken:
+            assert problem is not None and "cannot import name 'run'" in problem
+        else:
+            assert problem is None

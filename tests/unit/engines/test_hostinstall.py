@@ -337,3 +337,30 @@ def test_install_twice_and_uninstall_without_a_containerd_table(tmp_path: Path) 
     proc = run_cli("k8s", "uninstall", "--host-root", str(host))
     assert proc.returncode == 0, proc.stderr
     assert _tree(host) == before
+
+
+def test_commands_are_written_after_the_library(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An upgrade writes the commands of ``bin/`` last: cut short, the node never runs a new
+    command against the library it has not replaced yet (the payload list is sorted, so
+    ``bin/`` would come first)."""
+    host = _host(tmp_path)
+    plan = plan_install(str(host), payload_list=str(_payload(tmp_path)))
+    # in the order of the image's payload list, which is sorted: bin/ first
+    plan = plan.replace(writes=tuple(sorted(plan.writes, key=lambda s: s.path)))
+    assert plan.writes[0].path.startswith("bin/")
+    written: list[str] = []
+    real = hostinstall._write
+
+    def record(root_fd: int, path: str, *args: object, **kwargs: object) -> None:
+        written.append(os.path.relpath(path, PREFIX))
+        real(root_fd, path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(hostinstall, "_write", record)
+    hostinstall.apply_install(plan)
+    files = [p for p in written if p != RECORD]
+    first_command = next(i for i, p in enumerate(files) if p.startswith("bin/"))
+    assert files[first_command:] == [p for p in files if p.startswith("bin/")]
+    assert "lib/python3/dist-packages/ocihook/__init__.py" in files[:first_command]
+    assert written[-1] == RECORD
