@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import REPO
+from support import REPO, bare_venv
 
 from ocihook.engines import (
     configure_containerd,
@@ -501,8 +501,7 @@ def test_launcher_runs_an_older_ocihook(
     library) runs the entry point that ocihook has: its output and exit status, through
     the interpreter's exit."""
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    lib = venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    lib = bare_venv(venv)
     (lib / "ocihook").mkdir()
     (lib / "ocihook" / "__init__.py").write_text("")
     (lib / "ocihook" / f"{module}.py").write_text(
@@ -522,8 +521,7 @@ def test_launcher_runs_site_only_when_needed(tmp_path: Path) -> None:
     site-packages is on sys.path without site; a module only a .pth file's directory
     holds is still found (site runs then); without ocihook there, site runs at once."""
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    lib = venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    lib = bare_venv(venv)
     extra = tmp_path / "extra"
     extra.mkdir()
     (extra / "zz_only_by_pth.py").write_text("VALUE = 42\n")
@@ -581,8 +579,7 @@ def test_launcher_site_runs_before_hook_directories_are_named(tmp_path: Path) ->
     """A command that deferred site runs it before ocihook names the directories of a hook
     it registers: a directory only a .pth file adds is among them."""
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    lib = venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    lib = bare_venv(venv)
     extra = tmp_path / "extra"
     extra.mkdir()
     (lib / "zz-extra.pth").write_text(f"{extra}\n")
@@ -601,8 +598,7 @@ def test_launcher_site_on_demand_from_threads(tmp_path: Path) -> None:
     """Threads that each import a module only a .pth file's directory holds all find it:
     site runs once, whichever thread asks first."""
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    lib = venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    lib = bare_venv(venv)
     extra = tmp_path / "extra"
     extra.mkdir()
     for i in range(8):

@@ -10,7 +10,7 @@ generators here (:func:`guard_host`, :func:`start_podman`, :func:`start_containe
   :data:`WRAPPER`, :func:`realistic_dir`) and skipping (:func:`need_root_and`);
 - :mod:`support.cli`: the ``ocihook`` command in this process (:func:`run_cli`) or as a
   process (:func:`run_cli_process`), ``ocihook edit`` (:func:`edit_cli`,
-  :func:`edit_with_cdi`), :func:`modules_after`;
+  :func:`edit_with_cdi`), :func:`modules_after`, a bare virtual environment (:func:`bare_venv`);
 - :mod:`support.bundles`: bundles (:func:`make_bundle`) and the hooks registered in them;
 - :mod:`support.cdi`: CDI specs to start from;
 - :mod:`support.nvml`: the ``pynvml`` double;
@@ -41,7 +41,15 @@ from support.bundles import (
     with_mknod_cap,
 )
 from support.cdi import CDI_GPU_SPEC, GOOD_CDI_YAML, host_cdi_spec
-from support.cli import OCIHOOK, edit_cli, edit_with_cdi, modules_after, run_cli, run_cli_process
+from support.cli import (
+    OCIHOOK,
+    bare_venv,
+    edit_cli,
+    edit_with_cdi,
+    modules_after,
+    run_cli,
+    run_cli_process,
+)
 from support.containers import (
     ENGINE_SCRIPT,
     RUNC_SCRIPT,
@@ -132,6 +140,7 @@ __all__ = [
     "Hang",
     "Podman",
     "RootlessUser",
+    "bare_venv",
     "busybox_bundle",
     "busybox_oci_archive",
     "busybox_rootfs",

@@ -177,3 +177,10 @@ def modules_after(code: str) -> set[str]:
         check=True,
     ).stdout
     return set(out.split())
+
+
+def bare_venv(path: Path) -> Path:
+    """A virtual environment made at ``path`` by this interpreter, without pip; returns
+    its ``site-packages`` directory (where a test puts the ocihook it wants found)."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+    return path / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"

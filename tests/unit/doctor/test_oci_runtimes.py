@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import bare_venv
 
 from ocihook.core.hostroot import HostRoot
 from ocihook.doctor.context import Context
@@ -56,15 +57,13 @@ def test_a_podman_hook_needs_what_its_program_imports(tmp_path: Path, older: boo
     """A hooks.d registration whose program calls ``run()`` (``HOOK_PROGRAM``) is a problem
     for an interpreter whose ocihook predates ``run`` (a downgraded library); one written
     with the earlier program (``main()``) is not."""
-    import subprocess
 
     from ocihook.config.options import HOOK_PROGRAM
     from ocihook.doctor import runtime
     from ocihook.engines.common import Registration
 
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    lib = venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    lib = bare_venv(venv)
     (lib / "ocihook").mkdir()
     (lib / "ocihook" / "__init__.py").write_text("")
     main = "def main():\n    return 0\n"
