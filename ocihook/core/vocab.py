@@ -1,6 +1,6 @@
 """The field's shared vocabulary, defined once: driver capabilities, GPU UUIDs, PCI bus ids,
 version numbers, CDI vendor/class names, the toolkit's volume-mount directory, the IMEX
-channel range and the driver's IPC paths.
+channel range, the driver's IPC paths and its procfs ``Key: value`` files.
 
 Pure functions over strings; no imports (not even :mod:`re`: this module is on every
 container start).
@@ -140,3 +140,17 @@ def is_cdi_vendor_or_class(text: str) -> bool:
     if not text or not text.isascii() or not text[0].isalpha() or not text[-1].isalnum():
         return False
     return all(c.isalnum() or c in "_.-" for c in text)
+
+
+def parse_gpu_information(text: str, *, path: str | None = None) -> dict[str, str]:
+    """Parse a ``/proc/driver/nvidia/gpus/<bus id>/information`` file into a dict.
+
+    Lines are ``Key: <spaces or tabs> value``; each is split on its first ``:``. Lines
+    without a colon are ignored. Keys keep their case (``"Device Minor"``). Never raises.
+    """
+    info: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip():
+            info[key.strip()] = value.strip()
+    return info

@@ -18,9 +18,9 @@ import os
 
 from ..core.errors import DiscoveryError
 from ..core.hostroot import HostRoot, read_text
-from ..core.vocab import is_gpu_uuid
+from ..core.vocab import is_gpu_uuid, parse_gpu_information
 from .mig import MigContext
-from .procfs import canonical_bus_id, decimal, parse_driver_version, parse_gpu_information
+from .procfs import canonical_bus_id, decimal, parse_driver_version
 from .records import Gpu, GpuInventory
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start

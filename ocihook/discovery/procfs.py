@@ -5,7 +5,7 @@ and ``/proc/misc``. They take text and return values; no file-system access."""
 from __future__ import annotations
 
 from ..core.errors import DiscoveryError
-from ..core.vocab import parse_bus_id, procfs_bus_id
+from ..core.vocab import parse_bus_id, parse_gpu_information, procfs_bus_id
 
 #: Minors are 20 bits (``MINORBITS``, ``include/linux/kdev_t.h``).
 MINOR_LIMIT = 1 << 20
@@ -94,20 +94,6 @@ def parse_devices(text: str) -> dict[str, int]:
     """Return the character device majors of a ``/proc/devices`` text, by driver name;
     when one name has several, the first (see :func:`parse_char_majors`)."""
     return {name: nums[0] for name, nums in parse_char_majors(text).items()}
-
-
-def parse_gpu_information(text: str, *, path: str | None = None) -> dict[str, str]:
-    """Parse a ``/proc/driver/nvidia/gpus/<bus id>/information`` file into a dict.
-
-    Lines are ``Key: <spaces or tabs> value``; each is split on its first ``:``. Lines
-    without a colon are ignored. Keys keep their case (``"Device Minor"``). Never raises.
-    """
-    info: dict[str, str] = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if sep and key.strip():
-            info[key.strip()] = value.strip()
-    return info
 
 
 def canonical_bus_id(raw: str, *, path: str) -> tuple[str, tuple[int, int, int, int]]:

@@ -124,8 +124,8 @@ def read_proc_files(host_dir: str, cap_minors: set[int] | None = None) -> dict[s
 
 def _info_value(data: bytes | None, key: str) -> str:
     """The value of ``key`` in a driver procfs file of ``Key: value`` lines (as
-    :func:`ocihook.discovery.procfs.parse_gpu_information` reads them), ``""`` if absent."""
-    from ...discovery.procfs import parse_gpu_information
+    :func:`ocihook.core.vocab.parse_gpu_information` reads them), ``""`` if absent."""
+    from ...core.vocab import parse_gpu_information
 
     return parse_gpu_information((data or b"").decode("utf-8", "replace")).get(key, "")
 

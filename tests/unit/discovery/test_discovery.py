@@ -16,8 +16,9 @@ from support import run_cli
 
 from ocihook.core.errors import DiscoveryError, LdCacheError
 from ocihook.core.hostroot import HostRoot
+from ocihook.core.vocab import parse_gpu_information
 from ocihook.discovery.nvidia import discover
-from ocihook.discovery.procfs import parse_devices, parse_driver_version, parse_gpu_information
+from ocihook.discovery.procfs import parse_devices, parse_driver_version
 from ocihook.linux import ldcache
 from ocihook.sim import host as simhost
 
