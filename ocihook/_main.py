@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .core.stdio import exit_process, start_path_gc, tolerant_stderr, tolerant_stdout
+from .core.stdio import run_one_shot, tolerant_stderr, tolerant_stdout
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
 if TYPE_CHECKING:
@@ -492,11 +492,9 @@ def run() -> NoReturn:
     program of the hooks ocihook registers, :data:`ocihook.config.options.HOOK_PROGRAM`):
     :func:`main` with the process's arguments, then the exit. The one-shot commands of
     :data:`ocihook.commands.fast.FAST_COMMANDS` (a hook: the start path; ``edit``; ``cdi
-    generate``) run without the cyclic garbage collector
-    (:func:`ocihook.core.stdio.start_path_gc`) and end through
-    :func:`ocihook.core.stdio.exit_process`, without the interpreter's finalization (about
-    5 ms of ``cdi generate``); any other command (a daemon among them) keeps the
-    collector and exits through ``sys.exit``."""
+    generate``) go through :func:`ocihook.core.stdio.run_one_shot`: no cyclic garbage
+    collector, no interpreter finalization (about 5 ms of ``cdi generate``); any other
+    command (a daemon among them) keeps the collector and exits through ``sys.exit``."""
     args = sys.argv[1:]
     one_shot = args[:1] == ["hook"]  # decided without importing commands.fast (void hooks)
     if not one_shot and args:
@@ -504,19 +502,14 @@ def run() -> NoReturn:
 
         one_shot = args[0] in FAST_COMMANDS or " ".join(args[:2]) in FAST_COMMANDS
     if one_shot:
-        start_path_gc()
-    code = main()
-    if one_shot:
-        exit_process(code)
-    sys.exit(code)
+        run_one_shot(main)
+    sys.exit(main())
 
 
 def run_nvidia_hook() -> NoReturn:
-    """The ``nvidia-container-runtime-hook`` program: :func:`nvidia_hook_main` without the
-    cyclic garbage collector, then :func:`ocihook.core.stdio.exit_process` (every stage of
-    it is on the start path)."""
-    start_path_gc()
-    exit_process(nvidia_hook_main())
+    """The ``nvidia-container-runtime-hook`` program: :func:`nvidia_hook_main` through
+    :func:`ocihook.core.stdio.run_one_shot` (every stage of it is on the start path)."""
+    run_one_shot(nvidia_hook_main)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -5,7 +5,7 @@ engine configurations on installed hosts, so its name is stable). The wrapper it
 from __future__ import annotations
 
 from .commands.runtime import main as _wrapper_main
-from .core.stdio import exit_process, start_path_gc, tolerant_stderr
+from .core.stdio import run_one_shot, tolerant_stderr
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
 if TYPE_CHECKING:
@@ -33,12 +33,10 @@ def main(argv: Sequence[str] | None = None, *, environ: Mapping[str, str] | None
 
 def run() -> NoReturn:
     """The ``ocihook-runtime`` program (``packaging/bin/ocihook-runtime``): :func:`main`
-    with the process's arguments and without the cyclic garbage collector
-    (:func:`ocihook.core.stdio.start_path_gc`), then
-    :func:`ocihook.core.stdio.exit_process` (the wrapper is on the start path: it execs
-    the runtime, or ends without the interpreter's finalization)."""
-    start_path_gc()
-    exit_process(main())
+    with the process's arguments through :func:`ocihook.core.stdio.run_one_shot` (the
+    wrapper is on the start path: it execs the runtime, or ends without the interpreter's
+    finalization)."""
+    run_one_shot(main)
 
 
 if __name__ == "__main__":  # pragma: no cover

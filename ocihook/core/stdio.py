@@ -13,7 +13,14 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import NoReturn
 
-__all__ = ["TolerantStderr", "exit_process", "start_path_gc", "tolerant_stderr", "tolerant_stdout"]
+__all__ = [
+    "TolerantStderr",
+    "exit_process",
+    "run_one_shot",
+    "start_path_gc",
+    "tolerant_stderr",
+    "tolerant_stdout",
+]
 
 
 def _stdout_error(err: UnicodeError) -> tuple[str | bytes, int]:
@@ -171,6 +178,14 @@ def exit_process(code: int) -> NoReturn:
         except (OSError, ValueError):
             sys.exit(code)
     os._exit(code)
+
+
+def run_one_shot(entry: Callable[[], int]) -> NoReturn:
+    """Run a one-shot program's ``entry`` (its exit status) without the cyclic garbage
+    collector (:func:`start_path_gc`), then end through :func:`exit_process`: the hooks,
+    the wrapper runtime, ``edit`` and ``cdi generate``."""
+    start_path_gc()
+    exit_process(entry())
 
 
 def _nothing() -> None:

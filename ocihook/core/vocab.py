@@ -32,8 +32,8 @@ VOLUME_MOUNT_DIR = "/var/run/nvidia-container-devices"
 IMEX_CHANNEL_LIMIT = 1 << 20
 #: IPC paths: (capability, path, kind) — sockets of the daemons, and the MPS pipe directory
 #: (``$CUDA_MPS_PIPE_DIRECTORY`` of the host, default ``/tmp/nvidia-mps``); they come and go
-#: with their daemons, so the discovery cache keys on them too (libnvidia-container
-#: ``nvc_info.c``, ``utils_ipcs``).
+#: with their daemons, so the discovery cache keys on them too (libnvidia-container:
+#: ``nvc_info.c`` lists them, ``mount_ipc`` in ``nvc_mount.c`` mounts them).
 IPC_PATHS: tuple[tuple[str, str, str], ...] = (
     ("utility", "/var/run/nvidia-persistenced/socket", "socket"),
     ("utility", "/var/run/nvidia-fabricmanager/socket", "socket"),

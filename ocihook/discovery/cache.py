@@ -219,8 +219,8 @@ def discovery_key(root: HostRoot, capabilities: Sequence[str] | None) -> dict[st
 
 
 def ipc_identity(root: HostRoot) -> list[list[object]]:
-    """``[path, file type, inode]`` of each IPC path (:data:`ocihook.core.vocab.IPC_PATHS`) in the
-    driver root, ``None`` for one that is not there: a daemon's socket or the MPS
+    """``[path, file type, inode]`` of each IPC path (:data:`ocihook.core.vocab.IPC_PATHS`)
+    in the driver root, ``None`` for one that is not there: a daemon's socket or the MPS
     directory that appears, goes or is made again makes a cached discovery stale."""
     from ..core.errors import DiscoveryError
     from ..core.vocab import IPC_PATHS
