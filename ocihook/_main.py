@@ -1,7 +1,8 @@
 """The ``ocihook`` console entry point (``ocihook._main:main``, written into hooks.d files,
 bundles and engine configurations on installed hosts, so its name is stable).
 
-It only dispatches: the fast commands (``edit``, ``hook``, ``cdi generate``) to
+It only dispatches: the CDI specs' hook (``hook cdi``) to :mod:`ocihook.commands.cdihook`,
+the other fast commands (``edit``, ``hook``, ``cdi generate``) to
 :mod:`ocihook.commands.fast` (no click), ``runtime exec`` to
 :mod:`ocihook.commands.runtime`, everything else to the click CLI
 (:mod:`ocihook.commands.cli`). A hook whose environment sets code-loading variables is
@@ -450,9 +451,19 @@ def _dispatch(args: list[str]) -> int:
         from .commands.runtime import main as runtime_main
 
         return runtime_main(args[2:])
-    from .commands.voidexit import INJECT_STAGES, read_stdin, void_hook_exit
+    from .core.readfile import read_stdin
 
     try:
+        if args[:2] == ["hook", "cdi"]:  # CDI specs' hook: its own parser and imports
+            from .commands.cdihook import parse_cdi_hook, run_cdi_hook
+
+            ns = parse_cdi_hook(args)
+            if ns is not None:
+                given = read_stdin()
+                refused = _refuse_container_environment(given)
+                return refused if refused is not None else run_cdi_hook(ns, given)
+        from .commands.voidexit import INJECT_STAGES, void_hook_exit
+
         if len(args) >= 2 and args[0] == "hook" and args[1] in INJECT_STAGES:
             code, stdin = void_hook_exit(args)
             refused = _refuse_container_environment(stdin)

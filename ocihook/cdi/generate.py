@@ -679,7 +679,9 @@ def transform_root(spec: Spec, old: str, new: str, *, relative_to: str = "host")
     made usable where the driver is at ``/``, or the reverse.
 
     ``relative_to="host"`` changes host paths: mounts' and device nodes' ``hostPath``, hook
-    ``path``s and ocihook hook arguments that name host paths (``--mask-proc``).
+    ``path``s and ocihook hook arguments that name host paths (``--mask-proc``, and the
+    directories the ``-c`` program of :func:`ocihook.config.options.cdi_hook_command` puts
+    on ``sys.path``).
     ``relative_to="container"`` changes container paths: mounts' ``containerPath``, device
     nodes' ``path`` and the container paths in ocihook's hook arguments (``--lib``, its
     ``::FLAGS`` kept, ``--link``, and the directories and absolute link targets of
@@ -734,6 +736,8 @@ def _map_paths(spec: Spec, swap: Callable[[str], str], *, host: bool) -> Spec:
     ``swap`` (see :func:`transform_root` for which are which); the ``cdiVersion`` raised
     when the content needs it."""
 
+    from ..config.options import hook_program, hook_program_dirs
+
     def hook(h: Hook) -> Hook:
         args = list(h.args)
         for i in range(1, len(args)):
@@ -758,6 +762,11 @@ def _map_paths(spec: Spec, swap: Callable[[str], str], *, host: bool) -> Spec:
                     if slash and target.startswith("/"):  # NAME//absolute/target
                         items[j] = f"{name}/{swap('/' + target)}"
                 args[i] = "::".join((swap(directory), *items))
+        if host and "-c" in args[1:4]:  # ocihook's program: the directory it imports from
+            at = args.index("-c", 1) + 1
+            dirs = hook_program_dirs(args[at]) if at < len(args) else None
+            if dirs is not None:
+                args[at] = hook_program([swap(d) for d in dirs])
         path = swap(h.path) if host else h.path
         return Hook(h.hook_name, path, tuple(args), h.env, h.timeout)
 

@@ -17,6 +17,7 @@ import click
 
 from ..core.hostroot import HostRoot
 from . import fast
+from .fastopts import Namespace, Option
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -28,7 +29,7 @@ PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True, "help_
 PARAMETER_NAMES = {"config": "config_path"}
 
 
-def click_option(option: fast.Option, *, help: str | None = None) -> Callable[[F], F]:
+def click_option(option: Option, *, help: str | None = None) -> Callable[[F], F]:
     """The click option of a fast command's ``option``: the same names, action
     (``store_true``: a flag; ``append``: ``multiple``), default, choices, metavar and help
     text (``help``, when given, in its place). The parameter is named as in
@@ -77,7 +78,7 @@ def host_root(
     Raises:
         ConfigError: the configuration file is unreadable or wrong.
     """
-    ns = fast.Namespace(
+    ns = Namespace(
         config=config_path,
         driver_root=driver_root,
         dev_root=dev_root,

@@ -4,11 +4,14 @@ generate`` (run at boot and whenever the driver changes). They never import clic
 jsonschema or pyelftools: importing click alone costs more than starting the interpreter.
 
 :data:`COMMANDS` is the one definition of their command words, help and options
-(:class:`Option`). :func:`parse_fast` parses a well-formed command line from it with str
-methods alone; anything else (``--help``, an unknown option, a missing value) goes to an
-:mod:`argparse` parser built from the same table (:func:`run_fast`), which prints the help
-or the usage error. The click commands that read the host take the same options
-(:data:`HOST_ROOT_OPTIONS`, :data:`GPU_BACKEND_OPTION`; :mod:`ocihook.commands.cli_options`).
+(:class:`~ocihook.commands.fastopts.Option`; the helper hooks' come from
+:mod:`ocihook.commands.cdihook`, which runs ``hook cdi`` without this module).
+:func:`parse_fast` parses a well-formed command line from it with str methods alone
+(:func:`~ocihook.commands.fastopts.parse_options`); anything else (``--help``, an unknown
+option, a missing value) goes to an :mod:`argparse` parser built from the same table
+(:func:`run_fast`), which prints the help or the usage error. The click commands that
+read the host take the same options (:data:`HOST_ROOT_OPTIONS`, :data:`GPU_BACKEND_OPTION`;
+:mod:`ocihook.commands.cli_options`).
 Every other command is a click command (:mod:`ocihook.commands.cli`), which lists these
 fast commands in its help as well.
 
@@ -22,8 +25,15 @@ import os
 import sys
 
 from ..core.errors import OcihookError, exit_code_for
+from ..core.readfile import read_stdin
+from .cdihook import (
+    CDI_HOOK_OPTIONS,
+    CREATE_CONTAINER_OPTIONS,
+    helper_stage_error,
+    run_helper_stage,
+)
+from .fastopts import Namespace, Option, parse_options
 from .voidexit import INJECT_STAGES
-from .voidexit import read_stdin as _read_stdin
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
 if TYPE_CHECKING:
@@ -50,37 +60,6 @@ def _warn(messages: Sequence[str], verbose: bool) -> None:
 #: (:data:`ocihook.request.requirements.UNCHECKED`, not imported: a void start needs none
 #: of that module): such a warning is printed without ``-v``, a pass is never silent.
 _UNCHECKED = "not checked"
-
-
-class Option:
-    """One option of a fast command: ``names`` (``"-b"``, ``"--bundle"``), ``action``
-    (``"store"``, ``"store_true"`` or ``"append"``), ``default``, ``help``, ``metavar``,
-    ``choices`` (the values allowed, or ``None`` for any), ``dest`` (the attribute;
-    default: the last name's)."""
-
-    __slots__ = ("action", "choices", "default", "dest", "help", "metavar", "names")
-
-    def __init__(
-        self,
-        *names: str,
-        action: str = "store",
-        default: object = None,
-        help: str = "",
-        metavar: str | None = None,
-        choices: tuple[str, ...] | None = None,
-        dest: str | None = None,
-    ) -> None:
-        self.names = names
-        self.choices = choices
-        self.dest = dest or names[-1].lstrip("-").replace("-", "_")
-        self.action = action
-        self.default = (
-            []
-            if action == "append"
-            else (False if default is None and action == "store_true" else default)
-        )
-        self.help = help
-        self.metavar = metavar
 
 
 #: The options that say which host to read: the configuration file and the roots on top
@@ -118,49 +97,6 @@ GPU_BACKEND_OPTION = Option(
     default="auto",
     choices=("auto", "procfs", "nvml"),
     help="GPU enumeration: NVML (nvidia-ml-py) when it works, else procfs (auto)",
-)
-
-#: The options of ``hook create-container`` (``hook cdi`` takes them too, but ``--link``
-#: and ``--lib``).
-CREATE_CONTAINER_OPTIONS = (
-    Option("--link", action="append", metavar="TARGET::LINK", help="link to create"),
-    Option(
-        "--lib",
-        action="append",
-        metavar="PATH[::FLAGS]",
-        help="container path of a library (FLAGS: its ld.so.cache flags, 0x0303: "
-        "its file is not read)",
-    ),
-    Option(
-        "--cuda-compat",
-        metavar="DIR::HOST_DRIVER[::HOST_CUDA]",
-        help="use the image's CUDA compat libraries in DIR if newer than the host "
-        "driver (version or branch; HOST_CUDA: the CUDA version it supports)",
-    ),
-    Option(
-        "--mask-proc",
-        metavar="HOST_DIR",
-        help="mask /proc/driver/nvidia with copies from HOST_DIR",
-    ),
-    Option(
-        "--proc-gpu",
-        action="append",
-        metavar="BUS_ID",
-        help="gpus/ entry of HOST_DIR to show (with --mask-proc)",
-    ),
-    Option(
-        "--proc-gpus-from-devices",
-        action="store_true",
-        help="also show the gpus/ entries of the GPUs whose /dev/nvidiaN nodes "
-        "config.json gives the container (CDI specs)",
-    ),
-    Option(
-        "--ld-so-conf",
-        action="store_true",
-        help="also list the --lib directories the image's ld.so.conf lacks in "
-        "/etc/ld.so.conf.d/00-ocihook.conf, so that the image's own ldconfig keeps "
-        "them (CDI specs)",
-    ),
 )
 
 #: The fast commands: (command words, help, options). The one source of both the argparse
@@ -211,26 +147,7 @@ COMMANDS: tuple[tuple[tuple[str, ...], str, tuple[Option, ...]], ...] = (
         ("hook", "cdi"),
         "createContainer hook of CDI specs: hook create-container with its links and "
         "libraries grouped by directory (what ocihook cdi generate writes)",
-        (
-            Option(
-                "--ocihook-version",
-                metavar="VERSION",
-                help="the ocihook that wrote the spec (for doctor and cdi list; not read here)",
-            ),
-            Option(
-                "--links",
-                action="append",
-                metavar="DIR::NAME/TARGET[::...]",
-                help="links DIR/NAME to TARGET",
-            ),
-            Option(
-                "--libs",
-                action="append",
-                metavar="DIR::FLAGS::NAME[::...]",
-                help="libraries DIR/NAME with ld.so.cache FLAGS (0x0303; empty: read the file)",
-            ),
-            *(o for o in CREATE_CONTAINER_OPTIONS if o.dest not in ("link", "lib")),
-        ),
+        CDI_HOOK_OPTIONS,
     ),
     (
         ("cdi", "generate"),
@@ -313,6 +230,12 @@ COMMANDS: tuple[tuple[tuple[str, ...], str, tuple[Option, ...]], ...] = (
             ),
             Option("--hook-free-dir", action="append", metavar="DIR", help="see --hook-free"),
             Option(
+                "--hook-path",
+                metavar="PATH",
+                help="the command the hooks run: an installed ocihook (default: this "
+                "interpreter with -I -S, no launcher: about 1.4 ms less per container)",
+            ),
+            Option(
                 "--disable-hook",
                 "--disable-hooks",
                 dest="disable_hook",
@@ -355,57 +278,15 @@ COMMANDS: tuple[tuple[tuple[str, ...], str, tuple[Option, ...]], ...] = (
 )
 
 
-class Namespace:
-    """Parsed options (like :class:`argparse.Namespace`)."""
-
-    def __init__(self, **values: object) -> None:
-        self.__dict__.update(values)
-
-    def __getattr__(self, name: str) -> Any:  # for type checkers: options are dynamic
-        raise AttributeError(name)
-
-
 def parse_fast(argv: Sequence[str]) -> Namespace | None:
     """Parse a well-formed fast command line without argparse (whose import costs ~5 ms).
 
     Returns ``None`` for anything unusual — help, an unknown command or option, a
-    missing value — so that argparse parses it and prints its usual message.
+    missing value — so that argparse parses it and prints its usual message
+    (:func:`~ocihook.commands.fastopts.parse_options`).
     """
     found = [(w, o) for w, _h, o in COMMANDS if tuple(argv[: len(w)]) == w]
-    if not found:
-        return None
-    words, options = found[0]
-    by_name = {name: opt for opt in options for name in opt.names}
-    values: dict[str, Any] = {}
-    for o in options:
-        values[o.dest] = [] if o.action == "append" else o.default
-    values["command"] = words[0]
-    values["stage"] = words[1] if len(words) > 1 else None
-    rest = list(argv[len(words) :])
-    while rest:
-        arg = rest.pop(0)
-        name, eq, inline = arg.partition("=") if arg.startswith("--") else (arg, "", "")
-        opt = by_name.get(name)
-        if opt is None:
-            return None
-        if opt.action == "store_true":
-            if eq:
-                return None
-            values[opt.dest] = True
-            continue
-        if eq:
-            value = inline
-        elif rest and not rest[0].startswith("--"):
-            value = rest.pop(0)
-        else:
-            return None  # argparse says what is missing
-        if opt.choices is not None and value not in opt.choices:
-            return None  # argparse names the option and its choices
-        if opt.action == "append":
-            values[opt.dest].append(value)
-        else:
-            values[opt.dest] = value
-    return Namespace(**values)
+    return parse_options(*found[0], argv) if found else None
 
 
 def load_settings(ns: Any, *, trust_environment: bool, **context: str) -> Any:
@@ -665,6 +546,9 @@ def _cmd_cdi_generate(ns: Any) -> int:
             raise CdiError(e.message, field=flag, value=value, hint=e.hint) from None
     if ns.output is not None and not ns.output:
         raise CdiError("must name a file", field="--output", value=ns.output)
+    if ns.hook_path is not None and not os.path.isabs(ns.hook_path):
+        raise CdiError("must be an absolute path", field="--hook-path", value=ns.hook_path)
+    command = (ns.hook_path,) if ns.hook_path else None
     cfg = load_settings(ns, trust_environment=True)
     fmt = spec_format(ns.format, ns.output)
     drm_vendors = {"amd": "amd", "amd.com": "amd", "intel": "intel", "intel.com": "intel"}
@@ -695,7 +579,10 @@ def _cmd_cdi_generate(ns: Any) -> int:
             )
         drm_host = discover_vendor(drm_vendors[ns.vendor], host_root_from(ns, cfg))
         drm_spec = generate_drm_spec(
-            drm_host, additional_gids=ns.additional_gids, all_device=not ns.no_all_device
+            drm_host,
+            additional_gids=ns.additional_gids,
+            all_device=not ns.no_all_device,
+            hook_command=command,
         )
         _warn(drm_host.warnings, ns.verbose)
         write_spec(spec_bytes(drm_spec, fmt), ns.output)
@@ -730,6 +617,7 @@ def _cmd_cdi_generate(ns: Any) -> int:
         device_ids=device_ids,
         all_device=not ns.no_all_device,
         hooks=hooks,
+        hook_command=command,
         hook_free=(ns.hook_free_dir or list(HOOK_FREE_DIRS))
         if ns.hook_free or ns.hook_free_dir
         else None,
@@ -795,7 +683,7 @@ def _refuse_cdi_names(config: dict[str, Any], path: str, policy: Any, request: A
 def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
     from ..oci import bundle as _bundle
 
-    state = _bundle.parse_state(_read_stdin() if stdin is None else stdin)
+    state = _bundle.parse_state(read_stdin() if stdin is None else stdin)
     b = _bundle.load_bundle(state.bundle, hint="the bundle comes from the state JSON on stdin")
     usage = helper_stage_error(ns)  # after the state: a runtime's call is judged as such
     if usage is not None:
@@ -854,61 +742,8 @@ def _cmd_hook(ns: Any, stdin: bytes | None = None) -> int:
         _removed, kept = remove_recorded(b)
         _warn(kept, True)
         return 0
-    from ..appliers import live
-
-    if ns.stage == "cdi":  # the compact form: the same hook once expanded
-        from ..cdi.hookargs import expand_libs, expand_links
-
-        ns.link, ns.lib = expand_links(ns.links), expand_libs(ns.libs)
-        ns.stage = "create-container"
-    if ns.stage == "create-container":
-        from ..plan.procmask import ProcMask
-
-        mask = None
-        if ns.mask_proc:
-            gpu_dirs = tuple(ns.proc_gpu)
-            if ns.proc_gpus_from_devices:
-                found = live.gpu_dirs_of_devices(ns.mask_proc, b.config)
-                gpu_dirs += tuple(d for d in found if d not in gpu_dirs)
-            mask = ProcMask(host_dir=ns.mask_proc, gpu_dirs=gpu_dirs)
-        compat = None
-        if ns.cuda_compat:
-            compat = parse_cuda_compat_arg(ns.cuda_compat)
-        live.create_container_hook(b, ns.link, ns.lib, mask, compat, ns.ld_so_conf)
-    elif ns.stage == "create-symlinks":
-        live.create_symlinks_hook(b, ns.link)
-    elif ns.stage == "update-ldcache":
-        live.update_ldcache_hook(b, ns.lib)
+    run_helper_stage(ns, b)
     return 0
-
-
-def parse_cuda_compat_arg(value: str) -> Any:
-    """The :class:`~ocihook.plan.compat.CudaCompat` of ``--cuda-compat
-    DIR::HOST_DRIVER[::HOST_CUDA]`` (``/usr/local/cuda/compat::550.127.05::12.4``);
-    ``DIR::HOST_MAJOR`` (``...::550``), as
-    registered by older versions, is accepted too.
-
-    Raises:
-        ApplyError: a relative ``DIR``, or versions that are not dot-separated numbers.
-    """
-    from ..core.errors import ApplyError
-    from ..core.vocab import version_tuple
-    from ..plan.compat import CudaCompat
-
-    directory, _, rest = value.partition("::")
-    host, _, cuda = rest.partition("::")
-    driver_ok = (host.isascii() and host.isdigit() and len(host) <= 9) or version_tuple(
-        host
-    ) is not None
-    cuda_ok = not cuda or version_tuple(cuda) is not None
-    if not directory.startswith("/") or not driver_ok or not cuda_ok:
-        raise ApplyError(
-            "--cuda-compat must be DIR::HOST_DRIVER[::HOST_CUDA]",
-            field="--cuda-compat",
-            value=value,
-        )
-    major = int(host.split(".")[0])
-    return CudaCompat(directory, major, host if "." in host else "", cuda)
 
 
 def _fold(word: str) -> str:
@@ -918,13 +753,6 @@ def _fold(word: str) -> str:
 #: Every ``ocihook hook`` stage word: the injecting stages, then the helpers that
 #: ``config.json`` edits and CDI specs register.
 HOOK_STAGES = tuple(words[1] for words, _h, _o in COMMANDS if words[0] == "hook")
-#: The option of each helper stage that gives it something to do (``dest`` names).
-_HELPER_WORK = {
-    "create-container": ("link", "lib", "mask_proc", "cuda_compat"),
-    "cdi": ("links", "libs", "mask_proc", "cuda_compat"),
-    "create-symlinks": ("link",),
-    "update-ldcache": ("lib",),
-}
 
 
 def hook_stage_error(argv: Sequence[str]) -> str | None:
@@ -944,21 +772,6 @@ def hook_stage_error(argv: Sequence[str]) -> str | None:
         f"{said} one of {', '.join(INJECT_STAGES)} (inject the requested "
         f"GPUs; register under the OCI stage of the same name) or the helpers "
         f"{', '.join(s for s in HOOK_STAGES if s not in INJECT_STAGES)}{guess}"
-    )
-
-
-def helper_stage_error(ns: Any) -> str | None:
-    """The usage error for a helper stage given nothing to do (``ocihook hook
-    create-container`` without ``--link``, ``--lib``, ``--mask-proc`` or
-    ``--cuda-compat``: most likely meant as the createContainer stage, which it is not)."""
-    work = _HELPER_WORK.get(ns.stage or "")
-    if work is None or any(getattr(ns, dest) for dest in work):
-        return None
-    flags = ", ".join("--" + dest.replace("_", "-") for dest in work)
-    return (
-        f"hook {ns.stage} has nothing to do (none of {flags}): it is a helper that "
-        "config.json edits and CDI specs register with arguments; to inject GPUs at the "
-        "createContainer stage, register 'ocihook hook createContainer'"
     )
 
 

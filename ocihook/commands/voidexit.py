@@ -5,11 +5,9 @@ JSON, TOML or argument parser — lets them go without importing the fast comman
 
 from __future__ import annotations
 
-import sys
-
 from ..core.errors import OcihookError
 from ..core.fastexit import REQUEST_MARKERS, bundle_from_state, config_arg, state_string
-from ..core.readfile import FileTooLarge, holds_any, read_binary_stream, read_regular
+from ..core.readfile import FileTooLarge, holds_any, read_regular, read_stdin
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
 if TYPE_CHECKING:
@@ -19,17 +17,7 @@ if TYPE_CHECKING:
 #: ``createRuntime`` and ``createContainer``).
 INJECT_STAGES = ("prestart", "createRuntime", "createContainer")
 
-__all__ = ["INJECT_STAGES", "read_stdin", "void_hook_exit"]
-
-
-def read_stdin() -> bytes:
-    """The hook's standard input (the state JSON) as bytes, at most one byte past
-    :data:`~ocihook.core.readfile.MAX_JSON_BYTES` (the state parser reports a longer one);
-    ``b""`` when unreadable."""
-    try:
-        return read_binary_stream(sys.stdin.buffer)
-    except (OSError, ValueError, AttributeError):
-        return b""
+__all__ = ["INJECT_STAGES", "void_hook_exit"]
 
 
 def void_hook_exit(argv: Sequence[str]) -> tuple[int | None, bytes]:

@@ -17,14 +17,15 @@ if TYPE_CHECKING:
 __all__ = [
     "HOOK_ENV",
     "HOOK_PROGRAM",
-    "HOOK_SCRIPT",
     "HOOK_TIMEOUT",
     "Options",
     "cdi_hook_command",
     "hook_command",
     "hook_program",
+    "hook_program_dirs",
     "is_hook_program",
     "options_from_config",
+    "package_dir",
     "start_path_dirs",
 ]
 
@@ -60,7 +61,6 @@ def start_path_dirs() -> list[str]:
         run_site = getattr(finder, "ocihook_run_site", None)
         if callable(run_site):
             run_site()
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     # os is the standard library's (sysconfig would cost an import on the start path)
     stdlib = os.path.normpath(os.path.dirname(os.__file__))
 
@@ -73,7 +73,7 @@ def start_path_dirs() -> list[str]:
 
     entries = [os.path.normpath(e) for e in sys.path if e and os.path.isabs(e)]
     last = max((i for i, e in enumerate(entries) if is_stdlib(e)), default=-1)
-    dirs = [os.path.dirname(package)]
+    dirs = [package_dir()]
     for norm in entries[last + 1 :]:
         if norm not in dirs and os.path.isdir(norm):
             dirs.append(norm)
@@ -99,6 +99,24 @@ def is_hook_program(arg: str) -> bool:
     )
 
 
+def hook_program_dirs(arg: str) -> list[str] | None:
+    """The directories a :func:`hook_program` text ``arg`` appends to ``sys.path``, in its
+    order; ``None`` for any other text (:data:`HOOK_PROGRAM` itself, which relies on
+    ``site``, among them)."""
+    prefix = "import sys; sys.path += "
+    if not (is_hook_program(arg) and arg.startswith(prefix)):
+        return None
+    from ast import literal_eval  # doctor and cdi list: never on the start path
+
+    try:
+        dirs = literal_eval(arg[len(prefix) : arg.index("]; ") + 1])
+    except (SyntaxError, ValueError):
+        return None
+    if not isinstance(dirs, list) or not all(isinstance(d, str) for d in dirs):
+        return None
+    return dirs
+
+
 def hook_command() -> tuple[str, ...]:
     """argv prefix that runs ocihook from this installation: the real interpreter
     (``sys.executable``, never a shim) isolated (``-I``: no ``PYTHON*`` variables, no user
@@ -108,35 +126,34 @@ def hook_command() -> tuple[str, ...]:
     return (sys.executable, "-I", "-S", "-c", hook_program())
 
 
-#: The name of the installed ``ocihook`` command (``packaging/bin/ocihook``).
-HOOK_SCRIPT = "ocihook"
+def package_dir() -> str:
+    """The directory holding the ``ocihook`` package this process runs (a virtual
+    environment's ``site-packages``, Debian's ``/usr/lib/python3/dist-packages``, a source
+    tree): the one entry of ``sys.path`` the start path needs, as it imports nothing but
+    the standard library and ocihook."""
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def cdi_hook_command(argv0: str | None = None) -> tuple[str, ...]:
-    """The command a CDI spec names for its hooks: an installed ``ocihook`` command rather
-    than an interpreter, so that a spec outlives a recreated virtual environment or a
-    Python upgrade (the command's first line names the interpreter, and is rewritten when
-    ocihook is installed again). The first that is an executable file:
+def cdi_hook_command() -> tuple[str, ...]:
+    """The command a CDI spec names for its hooks: this interpreter (``sys.executable``:
+    ``/usr/bin/python3`` for the Debian package, ``<venv>/bin/python3`` for pip's) with
+    ``-I -S`` and :func:`hook_program` naming :func:`package_dir` alone, the form the hooks
+    ``ocihook runtime configure`` registers take. The runtime starts the interpreter
+    itself: no ``/bin/sh`` and no launcher script to compile, about 1.4 ms of each
+    container's start (the installed ``ocihook`` command costs that over the interpreter
+    run directly, Debian's Python 3.11, this 2-core machine).
 
-    1. ``argv0`` (default ``sys.argv[0]``), made absolute, when its name is ``ocihook``:
-       the command that is writing the spec (``/usr/bin/ocihook`` in the boot unit);
-    2. ``ocihook`` beside the interpreter (``<venv>/bin/ocihook``, ``/usr/bin/ocihook``).
-
-    Neither found (ocihook imported from a source tree), it is :func:`hook_command`, which
-    ``ocihook doctor`` reports as bound to this interpreter.
+    The spec holds the interpreter's path and the package's directory: a virtual
+    environment recreated in place with the same Python keeps it working; one moved, or
+    rebuilt for another Python version, does not (``ocihook doctor`` and ``ocihook cdi
+    list`` say so, and ``cdi generate`` writes it again: the boot unit does at every boot).
+    ``ocihook cdi generate --hook-path /usr/bin/ocihook`` names an installed command
+    instead, at that cost per container.
 
     Returns:
-        A one-element tuple ``(path,)``, or :func:`hook_command`'s four elements.
+        ``(interpreter, "-I", "-S", "-c", program)``.
     """
-    first = sys.argv[0] if argv0 is None and sys.argv else (argv0 or "")
-    candidates = []
-    if os.path.basename(first) == HOOK_SCRIPT:
-        candidates.append(os.path.abspath(first))
-    candidates.append(os.path.join(os.path.dirname(sys.executable), HOOK_SCRIPT))
-    for path in candidates:
-        if os.path.isfile(path) and os.access(path, os.X_OK):
-            return (path,)
-    return hook_command()
+    return (sys.executable, "-I", "-S", "-c", hook_program([package_dir()]))
 
 
 #: Seconds a runtime gives each hook ocihook registers before killing it: a hook stuck

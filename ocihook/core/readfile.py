@@ -27,6 +27,7 @@ __all__ = [
     "holds_any",
     "read_binary_stream",
     "read_regular",
+    "read_stdin",
     "read_stream",
 ]
 
@@ -190,3 +191,15 @@ def holds_any(path: str, raw: bytes | None, needles: tuple[bytes, ...]) -> bool:
         return contains_any(path, needles)
     except OSError:
         return True
+
+
+def read_stdin() -> bytes:
+    """This process's standard input (a hook's: the state JSON) as bytes, at most one
+    byte past :data:`MAX_JSON_BYTES` (the state parser reports a longer one); ``b""`` when
+    unreadable."""
+    import sys  # loaded by the interpreter's start: a dictionary lookup
+
+    try:
+        return read_binary_stream(sys.stdin.buffer)
+    except (OSError, ValueError, AttributeError):
+        return b""

@@ -8,9 +8,10 @@ path for every container given one of the spec's devices. A path that is gone (o
 uninstalled, a virtual environment moved) makes every such container fail to start. A spec
 that ocihook wrote records the writing version (``--ocihook-version``,
 :mod:`ocihook.cdi.hookargs`); a spec from another version still runs, but may lack what
-this version's generator puts in (regenerate it). Specs from before that flag run ocihook
-through an interpreter with a ``-c`` program or ``hook create-container``: they are
-reported as written by another version, and the interpreter-bound ones as such.
+this version's generator puts in (regenerate it). Specs from before that flag (``hook
+create-container``) are reported as written by another version. A hook that runs ocihook
+as an interpreter with a ``-c`` program (what ``cdi generate`` writes) is checked for the
+``ocihook`` package in the directories the program names.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Sequence
 
 from ..cdi.hookargs import hook_data
 from ..cdi.spec import Spec
+from ..config.options import hook_program_dirs
 from ..core.errors import OcihookError
 from ..core.version import VERSION
 from ..engines import CDI_SPEC_DIRS
@@ -40,10 +42,13 @@ def spec_hook_problems(spec: Spec, root: str = "/") -> tuple[list[str], list[str
     sentences (one per distinct finding, in the order met; empty lists: nothing).
 
     Failures: a hook ``path`` that does not exist under ``root`` or is not an executable
-    file (the runtime cannot start it). Warnings, for ocihook's own hooks only
-    (:func:`ocihook.cdi.hookargs.hook_data`): a ``--ocihook-version`` other than
-    :data:`ocihook.core.version.VERSION`, none at all (an older ocihook wrote it), or a
-    ``-c`` program run by an interpreter (the spec breaks when that interpreter moves).
+    file (the runtime cannot start it); for ocihook's own hooks
+    (:func:`ocihook.cdi.hookargs.hook_data`) run as an interpreter with ocihook's ``-c``
+    program (:func:`ocihook.config.options.cdi_hook_command`), no directory the program puts
+    on ``sys.path`` holding ``ocihook`` under ``root`` (a virtual environment moved or
+    rebuilt for another Python: the import fails on every start). Warnings, for ocihook's
+    own hooks: a ``--ocihook-version`` other than :data:`ocihook.core.version.VERSION`, or
+    none at all (an older ocihook wrote it).
 
     Args:
         spec: a loaded spec.
@@ -74,20 +79,32 @@ def spec_hook_problems(spec: Spec, root: str = "/") -> tuple[list[str], list[str
             note(warnings, "written by an older ocihook (its hook has no --ocihook-version)")
         elif version != VERSION:
             note(warnings, f"written by ocihook {version}; this is ocihook {VERSION}")
-        if "-c" in hook.args[1:3]:
+        dirs = _program_dirs(hook.args)
+        if dirs is not None and not any(
+            os.path.isfile(os.path.join(root, d.lstrip("/"), "ocihook", "_main.py")) for d in dirs
+        ):
             note(
-                warnings,
-                f"its hook runs ocihook as a program given to the interpreter {hook.path}: a "
-                "moved or recreated virtual environment or a Python upgrade breaks it",
+                failures,
+                f"its hook runs ocihook with {hook.path} from {', '.join(dirs) or 'nowhere'}, "
+                "which holds no ocihook (moved, removed, or installed for another Python)",
             )
     return failures, warnings
+
+
+def _program_dirs(args: Sequence[str]) -> list[str] | None:
+    """The ``sys.path`` directories of ocihook's ``-c`` program among a hook's ``args``
+    (:func:`ocihook.config.options.hook_program_dirs`), or ``None`` when it has none."""
+    if "-c" not in args[1:4]:
+        return None
+    at = list(args).index("-c", 1) + 1
+    return hook_program_dirs(args[at]) if at < len(args) else None
 
 
 def check_spec_hooks(ctx: Context, spec_dirs: Sequence[str] = CDI_SPEC_DIRS) -> list[Check]:
     """One check per CDI spec in ``spec_dirs`` (under the config root) that has hooks
     (named ``CDI hooks of <path>``; the hook commands are looked up on this host):
-    FAIL when a hook command is missing, WARN when another ocihook version wrote it or its
-    hook is bound to an interpreter (:func:`spec_hook_problems`), else PASS. Specs that do
+    FAIL when a hook command is missing or its ``-c`` program finds no ocihook, WARN when
+    another ocihook version wrote it (:func:`spec_hook_problems`), else PASS. Specs that do
     not load are left to :func:`ocihook.doctor.runtime.check_cdi`."""
     from ..cdi.registry import Registry
 

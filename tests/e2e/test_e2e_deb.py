@@ -75,7 +75,11 @@ in_tree ocihook cdi list --spec-dir /tmp/cdi 2>"$T/tmp/list.err" | sed 's/^/LIST
 sed 's/^/LISTERR /' "$T/tmp/list.err"
 in_tree ocihook demo --workdir /tmp/demo >"$T/tmp/demo.out" 2>&1 || { cat "$T/tmp/demo.out"; exit 1; }
 sed 's/^/DEMO /' "$T/tmp/demo.out"
+in_tree ocihook cdi generate --driver-root /tmp/sim --dev-root /tmp/sim \
+    --output /var/run/cdi/nvidia.yaml
+echo "UNITSPEC $(test -f "$T/run/cdi/nvidia.yaml" && echo written)"
 in_tree dpkg --purge ocihook
+echo "UNITSPEC $(test -f "$T/run/cdi/nvidia.yaml" && echo left || echo removed)"
 """
 
 
@@ -124,12 +128,22 @@ def test_deb_installs_runs_and_purges_clean(tmp_path: Path) -> None:
     info = json.loads(info_line)
     assert info["driverVersion"] == "550.127.05"
     assert len(info["gpus"]) == 8
-    # the spec names the installed command, with this version, and cdi list is content
+    # the spec's hook runs the package's interpreter with ocihook's program, importing from
+    # the package's directory, with this version; cdi list is content
     (spec_line,) = _tagged(out, "SPEC")
     spec = json.loads(spec_line)
     (hook,) = spec["containerEdits"]["hooks"]
-    assert hook["path"] == "/usr/bin/ocihook"
-    assert hook["args"][1:5] == ["hook", "cdi", "--ocihook-version", "0.1.0"]
+    assert hook["path"] == "/usr/bin/python3"
+    assert hook["args"][1:5] == [
+        "-I",
+        "-S",
+        "-c",
+        "import sys; sys.path += ['/usr/lib/python3/dist-packages']; "
+        "from ocihook._main import run; run()",
+    ]
+    assert hook["args"][5:9] == ["hook", "cdi", "--ocihook-version", "0.1.0"]
+    # the purge removes the spec the unit writes (/var/run/cdi/nvidia.yaml, YAML)
+    assert _tagged(out, "UNITSPEC") == ["written", "removed"]
     assert "nvidia.com/gpu=all" in _tagged(out, "LIST")
     assert _tagged(out, "LISTERR") == []
     # the busybox container under the tree's runc: its GPUs and the driver's libcuda

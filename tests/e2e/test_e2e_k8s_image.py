@@ -33,6 +33,13 @@ version = 2
   runtime_type = "io.containerd.runc.v2"
 """
 
+#: The program of the hooks in the CDI specs the payload's ocihook writes on the node: the
+#: package's directory there (``ocihook.config.options.cdi_hook_command``).
+HOOK_PROGRAM = (
+    "import sys; sys.path += ['/usr/local/ocihook/lib/python3/dist-packages']; "
+    "from ocihook._main import run; run()"
+)
+
 INSIDE = r"""
 set -eu
 R=$1 H=$2
@@ -59,6 +66,7 @@ echo "INFO $(tr -d '\n' <"$H/tmp/info.json")"
 on_node $P/bin/ocihook cdi generate --driver-root /tmp/sim --dev-root /tmp/sim \
     --output /tmp/cdi/nvidia.json
 echo "SPEC $(tr -d '\n' <"$H/tmp/cdi/nvidia.json")"
+on_node $P/bin/python3 -I -S -c "$HOOK_PROGRAM" hook cdi --help | head -n 1 | sed 's/^/HOOKHELP /'
 rm -rf "$H/tmp/sim" "$H/tmp/cdi" "$H/tmp/info.json"
 in_image ocihook k8s install --host-root /host 2>&1 | sed 's/^/AGAIN /'
 in_image ocihook k8s uninstall --host-root /host 2>&1 | sed 's/^/UNINSTALL /'
@@ -179,6 +187,7 @@ def test_image_builds_offline_and_installs_onto_a_node_without_python(tmp_path: 
         capture_output=True,
         text=True,
         timeout=600,
+        env={**os.environ, "HOOK_PROGRAM": HOOK_PROGRAM},
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
@@ -205,8 +214,11 @@ def test_image_builds_offline_and_installs_onto_a_node_without_python(tmp_path: 
     assert info["driverVersion"] == "550.127.05"
     assert len(info["gpus"]) == 8
     spec = json.loads(_tagged(out, "SPEC")[0])
+    # the spec's hook: the payload's interpreter with ocihook's program, which runs there
     (hook,) = spec["containerEdits"]["hooks"]
-    assert hook["path"] == "/usr/local/ocihook/bin/ocihook"
+    assert hook["path"] == hook["args"][0] == "/usr/local/ocihook/bin/python3"
+    assert hook["args"][1:5] == ["-I", "-S", "-c", HOOK_PROGRAM]
+    assert _tagged(out, "HOOKHELP")[0].startswith("usage: ocihook hook cdi [-h]")
     # again: nothing written
     again = _tagged(out, "AGAIN")
     assert re.fullmatch(

@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ocihook.appliers import live
-from ocihook.commands.fast import parse_cuda_compat_arg
+from ocihook.commands.cdihook import parse_cuda_compat_arg
 from ocihook.core import log
 from ocihook.core.errors import ApplyError
 from ocihook.linux import elfscan

@@ -32,6 +32,7 @@ from ocihook.cdi.spec import (
     minimum_version,
     validate_spec,
 )
+from ocihook.config.options import cdi_hook_command, hook_program
 from ocihook.core.errors import DiscoveryError
 from ocihook.core.hostroot import HostRoot
 from ocihook.core.version import VERSION
@@ -86,7 +87,7 @@ def test_gpu_device_edits(host: NvidiaHost, spec: Spec) -> None:
         data = hook_data(hook.args)
         assert data is not None
         assert data[1] == [f"{target}::{link}" for link, target in dri.links]
-        assert hook.args[1:5] == ("hook", "cdi", "--ocihook-version", VERSION)
+        assert hook.args[5:9] == ("hook", "cdi", "--ocihook-version", VERSION)
         assert hook.hook_name == "createContainer"
 
 
@@ -118,12 +119,11 @@ def test_common_edits(host: NvidiaHost, spec: Spec) -> None:
         m = by_dest[lib.path]
         assert m.source == lib.host_path and m.options == ("ro", "nosuid", "nodev", "bind")
     (hook,) = common.hooks
-    # the installed command beside this interpreter, not the interpreter with a program
-    command = os.path.join(os.path.dirname(sys.executable), "ocihook")
-    assert hook.path == command and hook.args[0] == command
+    # this interpreter with ocihook's program: no launcher between the runtime and it
+    assert hook.path == sys.executable and hook.args[:5] == cdi_hook_command()
     assert hook.env == ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",)
     args = list(hook.args)
-    assert args[1:5] == ["hook", "cdi", "--ocihook-version", VERSION]
+    assert args[5:9] == ["hook", "cdi", "--ocihook-version", VERSION]
     data = hook_data(args)
     assert data is not None
     _version, pairs, lib_args = data
@@ -234,7 +234,7 @@ def test_injection_of_generated_spec(host: NvidiaHost, spec: Spec, tmp_path: Pat
     assert doc["process"]["env"] == ["A=1", "NVIDIA_VISIBLE_DEVICES=void"]
     # the common hook (libraries, links, mask), then the GPU's /dev/dri/by-path links
     hooks = doc["hooks"]["createContainer"]
-    assert [h["args"][1:3] for h in hooks] == [["hook", "cdi"]] * 2
+    assert [h["args"][5:7] for h in hooks] == [["hook", "cdi"]] * 2
     assert "--libs" in hooks[0]["args"] and "--libs" not in hooks[1]["args"]
 
 
@@ -339,6 +339,28 @@ def test_transform_round_trip(old: str, new: str, path: str) -> None:
     moved = there.devices[0].container_edits.mounts[0].source
     assert moved == (path if new == "/" else new + path)
     assert transform_root(there, new, old) == spec
+
+
+def test_transform_moves_the_hook_program_directory() -> None:
+    """Host paths moved: the interpreter and the directory ocihook's program imports from
+    move together (``--mask-proc`` too); container paths moved: neither does."""
+    from ocihook.cdi.spec import ContainerEdits, Device, DeviceNode, Hook
+
+    def spec_of(prefix: str) -> Spec:
+        program = hook_program([prefix + "/usr/lib/python3/dist-packages"])
+        args = (f"{prefix}/usr/bin/python3", "-I", "-S", "-c", program, "hook", "cdi")
+        args += ("--mask-proc", f"{prefix}/proc/driver/nvidia")
+        hook = Hook("createContainer", f"{prefix}/usr/bin/python3", args)
+        dev = Device("gpu0", ContainerEdits(device_nodes=(DeviceNode("/dev/nvidia0"),)))
+        return Spec("0.5.0", "nvidia.com/gpu", (dev,), ContainerEdits(hooks=(hook,)))
+
+    moved = transform_root(spec_of("/host"), "/host", "/")
+    (hook,) = moved.container_edits.hooks
+    want = spec_of("").container_edits.hooks[0]
+    assert hook.path == want.path and hook.args[1:] == want.args[1:]
+    assert transform_root(spec_of("/host"), "/host", "/", relative_to="container") == spec_of(
+        "/host"
+    )
 
 
 def test_transform_whole_components() -> None:

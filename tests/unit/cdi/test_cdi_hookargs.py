@@ -135,7 +135,7 @@ def test_the_compact_hook_edits_the_rootfs_as_the_long_form_does(sim: Any, tmp_p
     and ``ld.so.conf.d`` drop-in."""
     spec = generate_spec(discover(HostRoot.single(sim.root)))
     (hook,) = spec.container_edits.hooks
-    args = list(hook.args[1:])
+    args = list(hook.args[hook.args.index("hook") :])
     data = hook_data(args)
     assert data is not None
     _version, links, libs = data

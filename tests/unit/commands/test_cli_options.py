@@ -13,6 +13,7 @@ import pytest
 from ocihook.commands import cli_host, fast
 from ocihook.commands.cli import cli
 from ocihook.commands.cli_options import PARAMETER_NAMES, host_root
+from ocihook.commands.fastopts import Option
 from ocihook.core.hostroot import HostRoot
 
 
@@ -27,13 +28,13 @@ def _commands(group: click.Group, prefix: str = "") -> Iterator[tuple[str, click
 COMMANDS = dict(_commands(cli))
 
 
-def _param(command: click.Command, option: fast.Option) -> click.Option | None:
+def _param(command: click.Command, option: Option) -> click.Option | None:
     name = PARAMETER_NAMES.get(option.dest, option.dest)
     found = [p for p in command.params if p.name == name]
     return found[0] if found and isinstance(found[0], click.Option) else None
 
 
-def _same(param: click.Option, option: fast.Option) -> None:
+def _same(param: click.Option, option: Option) -> None:
     assert tuple(param.opts + param.secondary_opts) == option.names
     assert param.multiple == (option.action == "append")
     assert param.is_flag == (option.action == "store_true")

@@ -1,67 +1,72 @@
 """``ocihook.config.options.cdi_hook_command``: the command a CDI spec names for its hooks
-is an installed ``ocihook`` (the one writing the spec, else the one beside the
-interpreter), never the interpreter with a program unless no such command exists."""
+is this interpreter, isolated and without ``site``, with ocihook's program naming the one
+directory it needs: the one holding the ``ocihook`` package."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from support import REPO
 
-from ocihook.config.options import cdi_hook_command, hook_program
+from ocihook.config.options import (
+    cdi_hook_command,
+    hook_program,
+    hook_program_dirs,
+    package_dir,
+    start_path_dirs,
+)
 
 
-def _command(path: Path, mode: int = 0o755) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("#!/bin/sh\n")
-    path.chmod(mode)
-    return path
-
-
-def test_the_command_writing_the_spec_comes_first(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    writer = _command(tmp_path / "usr/bin/ocihook")
-    assert cdi_hook_command(str(writer)) == (str(writer),)
-    # a relative argv[0] (./ocihook) is made absolute
-    monkeypatch.chdir(writer.parent)
-    assert cdi_hook_command("./ocihook") == (str(writer),)
-
-
-def test_else_the_command_beside_the_interpreter(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    venv = tmp_path / "venv/bin"
-    beside = _command(venv / "ocihook")
-    monkeypatch.setattr(sys, "executable", str(venv / "python3"))
-    # argv[0] of another program (pytest, python -m ocihook's __main__.py)
-    assert cdi_hook_command("/usr/lib/python3/dist-packages/ocihook/__main__.py") == (str(beside),)
-    # an ocihook argv[0] that is no executable file is passed over
-    plain = _command(tmp_path / "plain/ocihook", mode=0o644)
-    assert cdi_hook_command(str(plain)) == (str(beside),)
-
-
-def test_without_an_installed_command_the_interpreter_form(
+def test_the_interpreter_with_the_package_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(sys, "executable", str(tmp_path / "bin/python3"))
-    assert cdi_hook_command("-c") == (
-        str(tmp_path / "bin/python3"),
-        "-I",
-        "-S",
-        "-c",
-        hook_program(),
+    assert package_dir() == REPO  # this checkout: ocihook/ is under the repository root
+    command = cdi_hook_command()
+    assert command == (str(tmp_path / "bin/python3"), "-I", "-S", "-c", hook_program([REPO]))
+    assert hook_program_dirs(command[4]) == [REPO]
+    assert start_path_dirs()[0] == package_dir()
+
+
+def test_the_program_runs_ocihook_from_an_empty_environment(tmp_path: Path) -> None:
+    """Started as a runtime starts a hook (no environment, another working directory), the
+    command runs this ocihook (``hook cdi --help``: its usage, from the standard library
+    alone, as the hook itself needs nothing else)."""
+    proc = subprocess.run(
+        [*cdi_hook_command(), "hook", "cdi", "--help"],
+        capture_output=True,
+        text=True,
+        env={},
+        cwd=tmp_path,
+        check=False,
     )
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert proc.stdout.startswith("usage: ocihook hook cdi [-h] [--ocihook-version VERSION]")
+
+
+@pytest.mark.parametrize(
+    ("text", "dirs"),
+    [
+        (hook_program(["/a", "/b c"]), ["/a", "/b c"]),
+        (hook_program([]), []),
+        ("import sys; from ocihook._main import run; run()", None),  # relies on site
+        ("import sys; sys.path += ['/a']; import os; os.system('x')", None),  # not ocihook's
+        ("import sys; sys.path += [1]; from ocihook._main import run; run()", None),
+        ("import sys; sys.path += ['/a'; from ocihook._main import run; run()", None),
+    ],
+)
+def test_hook_program_dirs(text: str, dirs: list[str] | None) -> None:
+    assert hook_program_dirs(text) == dirs
 
 
 def test_start_path_dirs_are_what_site_added(tmp_path: Path) -> None:
     """A hook started with -I -S gets the directories this interpreter's site added: the
     site-packages, and a directory a .pth file added (a venv's dependencies can come from
     one), never the standard library, the current directory or PYTHONPATH's."""
-    import subprocess
     import sysconfig
 
     extra = tmp_path / "from-a-pth"

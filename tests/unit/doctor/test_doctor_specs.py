@@ -1,8 +1,8 @@
 """The hooks of the CDI specs on a host (``ocihook.doctor.specs``), as ``ocihook doctor``
-and ``ocihook cdi list`` report them: a spec written now names an installed ``ocihook``
-command that exists and records this version; a spec whose hook command is gone FAILs, one
-another version wrote (or an interpreter-bound one from before the version was recorded)
-WARNs, in doctor and on ``cdi list``'s stderr and JSON."""
+and ``ocihook cdi list`` report them: a spec written now names this interpreter with
+ocihook's program and records this version; a spec whose hook command is gone, or whose
+program's directories hold no ocihook, FAILs; one another version wrote (or one from before
+the version was recorded) WARNs, in doctor and on ``cdi list``'s stderr and JSON."""
 
 from __future__ import annotations
 
@@ -17,13 +17,15 @@ import pytest
 from support import run_cli
 
 from ocihook.cdi.spec import Spec, load_spec
-from ocihook.config.options import HOOK_PROGRAM
+from ocihook.config.options import HOOK_PROGRAM, hook_program, package_dir
 from ocihook.core.hostroot import HostRoot
 from ocihook.core.version import VERSION
 from ocihook.doctor import Context
 from ocihook.doctor.specs import check_spec_collisions, check_spec_hooks, spec_hook_problems
 
 INSTALLED = os.path.join(os.path.dirname(sys.executable), "ocihook")
+#: The hook command of a spec ``cdi generate`` writes: this interpreter and ocihook's program.
+PROGRAM = [sys.executable, "-I", "-S", "-c", hook_program([package_dir()])]
 
 
 @pytest.fixture(scope="module")
@@ -53,16 +55,59 @@ def _write(tmp_path: Path, doc: dict[str, Any]) -> Path:
     return tmp_path
 
 
-def test_a_generated_spec_names_the_installed_command(spec_doc: dict[str, Any]) -> None:
+def test_a_generated_spec_names_the_interpreter(spec_doc: dict[str, Any]) -> None:
     hooks = _hooks(spec_doc)
-    assert hooks and {h["path"] for h in hooks} == {INSTALLED}
-    assert all(h["args"][1:5] == ["hook", "cdi", "--ocihook-version", VERSION] for h in hooks)
+    assert hooks and {h["path"] for h in hooks} == {sys.executable}
+    assert all(h["args"][:5] == PROGRAM for h in hooks)
+    assert all(h["args"][5:9] == ["hook", "cdi", "--ocihook-version", VERSION] for h in hooks)
     assert spec_hook_problems(_spec(spec_doc)) == ([], [])
 
 
+def test_hook_path_names_an_installed_command(sim: Any, tmp_path: Path) -> None:
+    """``cdi generate --hook-path``: the spec's hooks run that command (the form ocihook
+    wrote before the interpreter form); a relative path is refused, nothing written."""
+    out = tmp_path / "nvidia.json"
+    root = ["--driver-root", sim.root, "--dev-root", sim.root, "--output", str(out)]
+    r = run_cli("cdi", "generate", *root, "--hook-path", INSTALLED)
+    assert r.returncode == 0, r.stderr
+    hooks = _hooks(json.loads(out.read_text()))
+    assert hooks and all(h["path"] == h["args"][0] == INSTALLED for h in hooks)
+    assert all(h["args"][1:5] == ["hook", "cdi", "--ocihook-version", VERSION] for h in hooks)
+    out.unlink()
+    r = run_cli("cdi", "generate", *root, "--hook-path", "bin/ocihook")
+    assert r.returncode != 0 and not out.exists()
+    assert r.stderr.splitlines() == [
+        "ocihook: error[bad-cdi-spec]: must be an absolute path (field --hook-path, value "
+        "'bin/ocihook')"
+    ]
+
+
+def test_a_program_whose_directory_holds_no_ocihook_fails(
+    spec_doc: dict[str, Any], tmp_path: Path
+) -> None:
+    """A virtual environment moved, or rebuilt for another Python: the interpreter is there,
+    the directory the program names is not (or holds no ocihook)."""
+    old = str(tmp_path / "venv/lib/python3.11/site-packages")
+    doc = json.loads(json.dumps(spec_doc))
+    for h in _hooks(doc):
+        h["args"][4] = hook_program([old])
+    want = (
+        f"its hook runs ocihook with {sys.executable} from {old}, which holds no ocihook "
+        "(moved, removed, or installed for another Python)"
+    )
+    assert spec_hook_problems(_spec(doc)) == ([want], [])
+    (c,) = check_spec_hooks(Context(HostRoot(), str(_write(tmp_path, doc))))
+    assert (c.status, c.evidence) == ("FAIL", want)
+    # the same directory holding the package: nothing to say
+    pkg = Path(old) / "ocihook"
+    pkg.mkdir(parents=True)
+    (pkg / "_main.py").write_text("")
+    assert spec_hook_problems(_spec(doc)) == ([], [])
+
+
 def test_a_missing_hook_command_fails(spec_doc: dict[str, Any], tmp_path: Path) -> None:
-    gone = str(tmp_path / "old-venv/bin/ocihook")
-    doc = json.loads(json.dumps(spec_doc).replace(INSTALLED, gone))
+    gone = str(tmp_path / "old-venv/bin/python3")
+    doc = json.loads(json.dumps(spec_doc).replace(sys.executable, gone))
     assert spec_hook_problems(_spec(doc)) == ([f"hook command {gone} does not exist"], [])
     (c,) = check_spec_hooks(Context(HostRoot(), str(_write(tmp_path, doc))))
     assert (c.layer, c.status) == ("runtime", "FAIL")
@@ -72,16 +117,16 @@ def test_a_missing_hook_command_fails(spec_doc: dict[str, Any], tmp_path: Path) 
 
 
 def test_a_command_that_is_no_program_fails(spec_doc: dict[str, Any], tmp_path: Path) -> None:
-    plain = tmp_path / "ocihook"
+    plain = tmp_path / "python3"
     plain.write_text("#!/bin/sh\n")
-    doc = json.loads(json.dumps(spec_doc).replace(INSTALLED, str(plain)))
+    doc = json.loads(json.dumps(spec_doc).replace(sys.executable, str(plain)))
     assert spec_hook_problems(_spec(doc))[0] == [f"hook command {plain} is not executable"]
 
 
 def test_another_version_warns(spec_doc: dict[str, Any], tmp_path: Path) -> None:
     doc = json.loads(json.dumps(spec_doc))
     for h in _hooks(doc):
-        h["args"][4] = "0.0.9"
+        h["args"][h["args"].index("--ocihook-version") + 1] = "0.0.9"
     assert spec_hook_problems(_spec(doc)) == (
         [],
         [f"written by ocihook 0.0.9; this is ocihook {VERSION}"],
@@ -90,9 +135,7 @@ def test_another_version_warns(spec_doc: dict[str, Any], tmp_path: Path) -> None
     assert c.status == "WARN"
 
 
-def test_an_interpreter_bound_spec_from_before_the_version_warns(
-    spec_doc: dict[str, Any], tmp_path: Path
-) -> None:
+def test_a_spec_from_before_the_version_warns(spec_doc: dict[str, Any], tmp_path: Path) -> None:
     """The form older ocihook versions wrote: the interpreter with a ``-c`` program and
     ``hook create-container --link ... --lib ...``."""
     doc = json.loads(json.dumps(spec_doc))
@@ -108,11 +151,7 @@ def test_an_interpreter_bound_spec_from_before_the_version_warns(
     doc["devices"] = [d for d in doc["devices"] if "hooks" not in d["containerEdits"]]
     failures, warnings = spec_hook_problems(_spec(doc))
     assert failures == []
-    assert warnings == [
-        "written by an older ocihook (its hook has no --ocihook-version)",
-        f"its hook runs ocihook as a program given to the interpreter {sys.executable}: a "
-        "moved or recreated virtual environment or a Python upgrade breaks it",
-    ]
+    assert warnings == ["written by an older ocihook (its hook has no --ocihook-version)"]
 
 
 def test_other_hooks_are_checked_for_their_command_only(tmp_path: Path) -> None:
@@ -132,10 +171,10 @@ def test_other_hooks_are_checked_for_their_command_only(tmp_path: Path) -> None:
 
 
 def test_cdi_list_reports_the_hooks(spec_doc: dict[str, Any], tmp_path: Path) -> None:
-    copy = tmp_path / "venv/bin/ocihook"
+    copy = tmp_path / "venv/bin/python3"
     copy.parent.mkdir(parents=True)
-    shutil.copy(INSTALLED, copy)
-    doc = json.loads(json.dumps(spec_doc).replace(INSTALLED, str(copy)))
+    shutil.copy(sys.executable, copy)
+    doc = json.loads(json.dumps(spec_doc).replace(sys.executable, str(copy)))
     spec_dir = _write(tmp_path, doc) / "etc/cdi"
     r = run_cli("cdi", "list", "--spec-dir", str(spec_dir))
     assert r.returncode == 0 and r.stderr == "", r.stderr
