@@ -64,6 +64,10 @@ in_tree dpkg -i /root/ocihook.deb
 echo "WANTS $(ls "$T/etc/systemd/system/multi-user.target.wants" | tr '\n' ' ')"
 mkdir "$T/tmp/evil" && echo 'print("EVIL")' >"$T/tmp/evil/sitecustomize.py"
 echo "ISOLATED $(in_tree PYTHONPATH=/tmp/evil ocihook --version 2>&1 | tr '\n' ' ')"
+for c in ocihook ocihook-runtime nvidia-container-runtime-hook; do
+    echo "FIRSTLINE $c $(head -n 1 "$T/usr/bin/$c")"
+done
+echo "RUNTIME $(in_tree PYTHONPATH=/tmp/evil ocihook-runtime --version 2>&1 | head -n 1)"
 echo "PYC $(find "$T/usr/lib/python3/dist-packages/ocihook" -name '*.pyc' | wc -l)"
 in_tree python3 -I -c "from ocihook.sim import host; host.build('/tmp/sim')"
 in_tree ocihook info --json --driver-root /tmp/sim --dev-root /tmp/sim --gpu-backend procfs \
@@ -122,6 +126,13 @@ def test_deb_installs_runs_and_purges_clean(tmp_path: Path) -> None:
     ]
     # the commands start isolated: a PYTHONPATH sitecustomize is not run
     assert _tagged(out, "ISOLATED") == ["ocihook version 0.1.0 "]
+    # the commands are Python scripts started by the package's interpreter, isolated and
+    # without site: no /bin/sh in between
+    assert _tagged(out, "FIRSTLINE") == [
+        f"{c} #!/usr/bin/python3 -IS"
+        for c in ("ocihook", "ocihook-runtime", "nvidia-container-runtime-hook")
+    ]
+    assert _tagged(out, "RUNTIME") == ["ocihook-runtime version 0.1.0"]
     assert int(_tagged(out, "PYC")[0]) > 100  # py3compile ran
     # ocihook info on the simulated host, from the installed files
     (info_line,) = _tagged(out, "INFO")
