@@ -161,19 +161,3 @@ def read_attr(path: str) -> str | None:
     """
     text = read_optional_text(path, what="a sysfs attribute", limit=1 << 16)
     return None if text is None else text.strip()
-
-
-def read_small(path: str, *, limit: int = 1 << 16) -> bytes | None:
-    """Up to ``limit`` bytes of a host procfs file, opened without following a final link
-    and without blocking, or ``None`` when it cannot be opened or read — for copies of
-    files whose absence the caller reports itself (the ``/proc/driver/nvidia`` mask)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, limit)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)

@@ -27,6 +27,7 @@ __all__ = [
     "holds_any",
     "read_binary_stream",
     "read_regular",
+    "read_small",
     "read_stdin",
     "read_stream",
 ]
@@ -203,3 +204,19 @@ def read_stdin() -> bytes:
         return read_binary_stream(sys.stdin.buffer)
     except (OSError, ValueError, AttributeError):
         return b""
+
+
+def read_small(path: str, *, limit: int = 1 << 16) -> bytes | None:
+    """Up to ``limit`` bytes of a host procfs file, opened without following a final link
+    and without blocking, or ``None`` when it cannot be opened or read — for copies of
+    files whose absence the caller reports itself (the ``/proc/driver/nvidia`` mask)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, limit)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)

@@ -152,8 +152,6 @@ def cuda_compat_entries(root_fd: int, compat: CudaCompat) -> list[ldcache.CacheE
     name when the note is missing or malformed. The decision is logged at debug level.
     """
 
-    from ...core import log
-    from ...core.vocab import version_tuple
     from ...linux import pathsafe
 
     try:
@@ -161,7 +159,10 @@ def cuda_compat_entries(root_fd: int, compat: CudaCompat) -> list[ldcache.CacheE
             root_fd, compat.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
         )
     except ApplyError:
-        return []
+        return []  # most images: no compat directory, nothing to log or parse
+    from ...core import log
+    from ...core.vocab import version_tuple
+
     try:
         names = sorted(os.listdir(dir_fd))
         regular = {

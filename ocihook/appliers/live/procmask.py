@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from ...core.errors import ApplyError, OcihookError
-from ...core.hostroot import read_small
+from ...core.readfile import read_small
 from ...plan.procmask import ProcMask
 from .undo import detach, partial
 
