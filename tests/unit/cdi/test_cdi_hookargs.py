@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from support import make_bundle
+from support import make_bundle, run_cli
 
 from ocihook.cdi.generate import generate_spec, transform_root
 from ocihook.cdi.hookargs import expand_libs, expand_links, hook_data, pack_libs, pack_links
@@ -155,11 +155,38 @@ def test_the_compact_hook_edits_the_rootfs_as_the_long_form_does(sim: Any, tmp_p
         bundle = make_bundle(tmp_path, name=name)
         (bundle / "rootfs/etc").mkdir()
         (bundle / "rootfs/etc/ld.so.conf").write_text("include /etc/ld.so.conf.d/*.conf\n")
-        assert run_fast(argv, stdin=_state(bundle)) == 0
+        # as installed hooks run: ocihook's main, which takes hook cdi to its own module
+        # (ocihook.commands.cdihook) and hook create-container to the fast commands
+        r = run_cli(*argv, stdin=_state(bundle), env={"PATH": "/usr/bin:/bin"})
+        assert (r.returncode, r.stderr) == (0, "")
         trees.append(_tree(bundle / "rootfs"))
     assert trees[0] == trees[1]
     assert any(v == ("link", "libcuda.so.1") for v in trees[0].values())
     assert b"libcuda.so.1" in trees[0]["etc/ld.so.cache"]
+
+
+@pytest.mark.parametrize(
+    ("stdin", "extra", "code", "message"),
+    [
+        ("{", [], 4, "ocihook: error[bad-state]: "),  # not JSON
+        (None, ["--ocihook-version", "1"], 2, "ocihook: error[usage]: hook cdi has nothing"),
+        (None, ["--no-such-flag"], 2, "usage: ocihook hook cdi "),  # argparse's message
+        (None, ["--links", "/x::a"], 7, "ocihook: error[apply-failed]: --links must be"),
+    ],
+)
+def test_hook_cdi_errors_as_the_fast_commands_report_them(
+    tmp_path: Path, stdin: str | None, extra: list[str], code: int, message: str
+) -> None:
+    """Through ocihook's main (its own module) and through the fast commands' runner, one
+    bad input gives one exit code and one first line."""
+    bundle = make_bundle(tmp_path)
+    given = _state(bundle) if stdin is None else stdin.encode()
+    argv = ["hook", "cdi", *extra]
+    r = run_cli(*argv, stdin=given, env={"PATH": "/usr/bin:/bin"})
+    assert r.returncode == code, r.stderr
+    assert r.stderr.startswith(message), r.stderr
+    if code != 2 or "usage:" not in message:  # argparse exits: only run_cli catches it
+        assert run_fast(argv, stdin=given) == code
 
 
 def test_transform_root_moves_the_compact_container_paths(sim: Any) -> None:
