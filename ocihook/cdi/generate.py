@@ -736,7 +736,7 @@ def _map_paths(spec: Spec, swap: Callable[[str], str], *, host: bool) -> Spec:
     ``swap`` (see :func:`transform_root` for which are which); the ``cdiVersion`` raised
     when the content needs it."""
 
-    from ..config.options import hook_program, hook_program_dirs
+    from ..config.options import hook_program, program_dirs
 
     def hook(h: Hook) -> Hook:
         args = list(h.args)
@@ -762,11 +762,9 @@ def _map_paths(spec: Spec, swap: Callable[[str], str], *, host: bool) -> Spec:
                     if slash and target.startswith("/"):  # NAME//absolute/target
                         items[j] = f"{name}/{swap('/' + target)}"
                 args[i] = "::".join((swap(directory), *items))
-        if host and "-c" in args[1:4]:  # ocihook's program: the directory it imports from
-            at = args.index("-c", 1) + 1
-            dirs = hook_program_dirs(args[at]) if at < len(args) else None
-            if dirs is not None:
-                args[at] = hook_program([swap(d) for d in dirs])
+        dirs = program_dirs(args) if host else None
+        if dirs is not None:  # ocihook's program: the directories it imports from
+            args[args.index("-c", 1) + 1] = hook_program([swap(d) for d in dirs])
         path = swap(h.path) if host else h.path
         return Hook(h.hook_name, path, tuple(args), h.env, h.timeout)
 

@@ -161,7 +161,10 @@ def stale_host_file(edits: ContainerEdits) -> str | None:
     ``hostPath``, the runtime creates without a host file, as ``_complete_node`` and the
     reference's ``fillMissingInfo`` accept). A spec generated before a driver upgrade
     names the old driver's library files (``libcuda.so.535.104.05``): this finds the
-    first."""
+    first. A hook that runs ocihook's ``-c`` program with an interpreter
+    (:func:`ocihook.config.options.cdi_hook_command`) needs the package too: the directory
+    the program names must hold it (:func:`ocihook.config.options.missing_program_module`;
+    the interpreter outlives a removed virtual environment's packages)."""
     for node in edits.device_nodes:
         given = node.type != "" and ((node.major or 0) != 0 or node.type == "p")
         if (node.host_path or not given) and not _exists(node.host_path or node.path):
@@ -172,6 +175,12 @@ def stale_host_file(edits: ContainerEdits) -> str | None:
     for hook in edits.hooks:
         if hook.path.startswith("/") and not _exists(hook.path):
             return hook.path
+        if "-c" in hook.args[1:4]:
+            from ..config.options import missing_program_module
+
+            missing = missing_program_module(hook.args)
+            if missing is not None:
+                return missing
     return None
 
 
@@ -195,7 +204,8 @@ def _refuse_stale(spec_path: str, edits: ContainerEdits) -> None:
     raise CdiError(
         f"stale CDI spec: {shown} is not on the host",
         path=spec_path,
-        hint="the driver or the GPUs changed since the spec was written: regenerate it "
+        hint="the driver, the GPUs or ocihook's installation changed since the spec was written: "
+        "regenerate it "
         "(systemctl start ocihook-cdi-refresh.service, or "
         f"ocihook cdi generate --output {spec_path}); config.json is unchanged",
     )

@@ -12,6 +12,8 @@ from ..request.policy import RequestPolicy
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from .validate import Config
 
 __all__ = [
@@ -24,8 +26,10 @@ __all__ = [
     "hook_program",
     "hook_program_dirs",
     "is_hook_program",
+    "missing_program_module",
     "options_from_config",
     "package_dir",
+    "program_dirs",
     "start_path_dirs",
 ]
 
@@ -102,19 +106,81 @@ def is_hook_program(arg: str) -> bool:
 def hook_program_dirs(arg: str) -> list[str] | None:
     """The directories a :func:`hook_program` text ``arg`` appends to ``sys.path``, in its
     order; ``None`` for any other text (:data:`HOOK_PROGRAM` itself, which relies on
-    ``site``, among them)."""
+    ``site``, among them). The list is the text between ``sys.path += `` and the
+    program's known tail, so a directory may hold any character ``repr`` quotes."""
     prefix = "import sys; sys.path += "
     if not (is_hook_program(arg) and arg.startswith(prefix)):
         return None
-    from ast import literal_eval  # doctor and cdi list: never on the start path
+    tail = next(t for t in (_HOOK_TAIL, _EARLIER_HOOK_TAIL) if arg.endswith("; " + t))
+    text = arg[len(prefix) : len(arg) - len(tail) - 2]
+    dirs = _plain_str_list(text)
+    if dirs is None:
+        from ast import literal_eval  # escapes: a CDI spec edited or written elsewhere
 
-    try:
-        dirs = literal_eval(arg[len(prefix) : arg.index("]; ") + 1])
-    except (SyntaxError, ValueError):
-        return None
+        try:
+            dirs = literal_eval(text)
+        except (SyntaxError, ValueError, MemoryError, RecursionError):
+            return None
     if not isinstance(dirs, list) or not all(isinstance(d, str) for d in dirs):
         return None
     return dirs
+
+
+def _plain_str_list(text: str) -> list[str] | None:
+    """``text`` read as ``repr`` writes a list of strings holding no backslash (``['/a',
+    "/b'c"]``: each item in single quotes, or double quotes when it holds a single one);
+    ``None`` for anything else (an escape among them), which the caller reads with
+    :func:`ast.literal_eval` (not imported here: the wrapper's ``cdi`` mode checks its
+    specs' hooks on every start)."""
+    if "\\" in text or not (text.startswith("[") and text.endswith("]")):
+        return None
+    out: list[str] = []
+    at, end = 1, len(text) - 1
+    while at < end:
+        quote = text[at]
+        close = text.find(quote, at + 1) if quote in "'\"" else -1
+        if close < 0 or close >= end:
+            return None
+        out.append(text[at + 1 : close])
+        at = close + 1
+        if at < end:
+            if not text.startswith(", ", at):
+                return None
+            at += 2
+            if at >= end:
+                return None
+    return out
+
+
+def program_dirs(args: Sequence[str]) -> list[str] | None:
+    """The ``sys.path`` directories of ocihook's ``-c`` program among a hook's ``args``
+    (``[interpreter, -I, -S, -c, PROGRAM, ...]``: :func:`hook_program_dirs`), or ``None``
+    when they hold no such program."""
+    if "-c" not in args[1:4]:
+        return None
+    at = list(args).index("-c", 1) + 1
+    return hook_program_dirs(args[at]) if at < len(args) else None
+
+
+def missing_program_module(args: Sequence[str], root: str = "/") -> str | None:
+    """For a hook whose ``args`` run ocihook's ``-c`` program (:func:`program_dirs`), what
+    stops it from importing ocihook, as a host path: a directory that is not absolute
+    (the runtime's working directory would decide: it may be the bundle), else, when none
+    of the directories (looked up below ``root``) holds ``ocihook/_main.py``, that file
+    in the first (in none: ``ocihook/_main.py``); ``None`` when nothing does or the hook
+    runs no such program. The interpreter surviving is not enough: a virtual environment
+    rebuilt for another Python, or an uninstalled package, leaves it in place."""
+    dirs = program_dirs(args)
+    if dirs is None:
+        return None
+    for d in dirs:
+        if not d.startswith("/"):
+            return d
+    for d in dirs:
+        where = os.path.join(root, d.lstrip("/")) if root != "/" else d
+        if os.path.isfile(os.path.join(where, "ocihook", "_main.py")):
+            return None
+    return os.path.join(dirs[0] if dirs else "", "ocihook", "_main.py")
 
 
 def hook_command() -> tuple[str, ...]:

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from ..cdi.hookargs import hook_data
 from ..cdi.spec import Spec
-from ..config.options import hook_program_dirs
+from ..config.options import missing_program_module, program_dirs
 from ..core.errors import OcihookError
 from ..core.version import VERSION
 from ..engines import CDI_SPEC_DIRS
@@ -79,25 +79,21 @@ def spec_hook_problems(spec: Spec, root: str = "/") -> tuple[list[str], list[str
             note(warnings, "written by an older ocihook (its hook has no --ocihook-version)")
         elif version != VERSION:
             note(warnings, f"written by ocihook {version}; this is ocihook {VERSION}")
-        dirs = _program_dirs(hook.args)
-        if dirs is not None and not any(
-            os.path.isfile(os.path.join(root, d.lstrip("/"), "ocihook", "_main.py")) for d in dirs
-        ):
+        missing = missing_program_module(hook.args, root)
+        if missing is not None and not missing.startswith("/"):
+            note(
+                failures,
+                f"its hook runs ocihook with {hook.path} from the relative directory "
+                f"{missing}, which the runtime's working directory would decide",
+            )
+        elif missing is not None:
+            dirs = program_dirs(hook.args) or []
             note(
                 failures,
                 f"its hook runs ocihook with {hook.path} from {', '.join(dirs) or 'nowhere'}, "
                 "which holds no ocihook (moved, removed, or installed for another Python)",
             )
     return failures, warnings
-
-
-def _program_dirs(args: Sequence[str]) -> list[str] | None:
-    """The ``sys.path`` directories of ocihook's ``-c`` program among a hook's ``args``
-    (:func:`ocihook.config.options.hook_program_dirs`), or ``None`` when it has none."""
-    if "-c" not in args[1:4]:
-        return None
-    at = list(args).index("-c", 1) + 1
-    return hook_program_dirs(args[at]) if at < len(args) else None
 
 
 def check_spec_hooks(ctx: Context, spec_dirs: Sequence[str] = CDI_SPEC_DIRS) -> list[Check]:

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -587,6 +588,51 @@ def test_stale_check_of_hook_programs() -> None:
     }
     spec = load_spec(json.dumps(doc), path="x")
     assert stale_host_file(spec.devices[0].container_edits) == "/opt/gone/bin/nvidia-ctk"
+
+
+@pytest.mark.parametrize(
+    ("dirs", "stale"),
+    [
+        (
+            ["/opt/gone-venv/lib/python3.11/site-packages"],
+            "/opt/gone-venv/lib/python3.11/site-packages/ocihook/_main.py",
+        ),
+        (["rootfs/usr/lib/python3/dist-packages"], "rootfs/usr/lib/python3/dist-packages"),
+        (None, None),  # the package directory of this checkout
+    ],
+)
+def test_stale_check_of_the_interpreter_hook(
+    tmp_path: Path, dirs: list[str] | None, stale: str | None
+) -> None:
+    """A spec whose hook runs ocihook's program with an interpreter that is still there is
+    stale when the directory the program names no longer holds ocihook (a removed virtual
+    environment), or names a relative one; injecting it is refused (exit 11's error), config.json
+    unchanged."""
+    from ocihook.cdi.inject import inject_devices, stale_host_file
+    from ocihook.cdi.registry import Registry
+    from ocihook.cdi.spec import load_spec
+    from ocihook.config.options import hook_program, package_dir
+
+    program = hook_program(dirs if dirs is not None else [package_dir()])
+    args = [sys.executable, "-I", "-S", "-c", program, "hook", "cdi", "--links", "/usr/lib::a/b"]
+    hooks = [{"hookName": "createContainer", "path": sys.executable, "args": args}]
+    doc = {
+        "cdiVersion": "0.5.0",
+        "kind": "a.com/b",
+        "devices": [{"name": "0", "containerEdits": {"hooks": hooks}}],
+    }
+    path = str(tmp_path / "x.json")
+    spec = load_spec(json.dumps(doc), path=path)
+    assert stale_host_file(spec.devices[0].container_edits) == stale
+    registry = Registry.from_specs([(0, path, spec)])
+    config = {"process": {"env": []}}
+    if stale is None:
+        inject_devices(config, registry, ["a.com/b=0"], check_host_files=True)
+        return
+    with pytest.raises(CdiError) as err:
+        inject_devices(config, registry, ["a.com/b=0"], check_host_files=True)
+    assert err.value.message == f"stale CDI spec: {stale} is not on the host"
+    assert config == {"process": {"env": []}}
 
 
 def test_nul_in_a_cdi_mount_path_is_one_line_and_leaves_nothing(tmp_path: Path) -> None:

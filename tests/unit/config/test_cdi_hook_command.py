@@ -10,13 +10,17 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from support import REPO
 
 from ocihook.config.options import (
     cdi_hook_command,
     hook_program,
     hook_program_dirs,
+    missing_program_module,
     package_dir,
+    program_dirs,
     start_path_dirs,
 )
 
@@ -57,10 +61,47 @@ def test_the_program_runs_ocihook_from_an_empty_environment(tmp_path: Path) -> N
         ("import sys; sys.path += ['/a']; import os; os.system('x')", None),  # not ocihook's
         ("import sys; sys.path += [1]; from ocihook._main import run; run()", None),
         ("import sys; sys.path += ['/a'; from ocihook._main import run; run()", None),
+        # "]; " inside a directory's name is part of it, not the list's end
+        (hook_program(["/opt/a]; b/site-packages"]), ["/opt/a]; b/site-packages"]),
+        # escapes (a quote of each kind, a backslash, a newline) go through literal_eval
+        (hook_program(["/a'b\"c", "/d\\e", "/f\ng"]), ["/a'b\"c", "/d\\e", "/f\ng"]),
+        (hook_program(["/a'b", '/c"d', "/é"]), ["/a'b", '/c"d', "/é"]),
+        ("import sys; sys.path += ['/a' '/b']; from ocihook._main import run; run()", ["/a/b"]),
+        ("import sys; sys.path += ['/a',]; from ocihook._main import run; run()", ["/a"]),
+        ("import sys; sys.path += ['/a',, '/b']; from ocihook._main import run; run()", None),
     ],
 )
 def test_hook_program_dirs(text: str, dirs: list[str] | None) -> None:
     assert hook_program_dirs(text) == dirs
+
+
+@given(st.lists(st.text(max_size=12), max_size=4))
+def test_hook_program_dirs_round_trip(dirs: list[str]) -> None:
+    """Whatever the directories' names, the program names them back (no character of a
+    name ends the list early or is read differently)."""
+    assert hook_program_dirs(hook_program(dirs)) == dirs
+
+
+@pytest.mark.parametrize(
+    ("dirs", "missing"),
+    [
+        (["{repo}"], None),
+        (["/nonexistent-abc", "{repo}"], None),
+        (["/nonexistent-abc"], "/nonexistent-abc/ocihook/_main.py"),
+        ([], "ocihook/_main.py"),
+        (["relative/dir", "{repo}"], "relative/dir"),
+        ([""], ""),
+    ],
+)
+def test_missing_program_module(dirs: list[str], missing: str | None) -> None:
+    """What keeps ocihook's -c program from importing ocihook: a relative directory (the
+    runtime's working directory would decide, possibly the bundle), else no directory
+    holding the package."""
+    named = [d.format(repo=REPO) for d in dirs]
+    args = ["/usr/bin/python3", "-I", "-S", "-c", hook_program(named), "hook", "cdi"]
+    assert missing_program_module(args) == missing
+    assert program_dirs(args) == named
+    assert missing_program_module(["/usr/bin/ocihook", "hook", "cdi"]) is None
 
 
 def test_start_path_dirs_are_what_site_added(tmp_path: Path) -> None:

@@ -103,6 +103,32 @@ def test_a_program_whose_directory_holds_no_ocihook_fails(
     pkg.mkdir(parents=True)
     (pkg / "_main.py").write_text("")
     assert spec_hook_problems(_spec(doc)) == ([], [])
+    # a name holding "]; " is read whole: checked, not skipped
+    odd = str(tmp_path / "a]; b")
+    for h in _hooks(doc):
+        h["args"][4] = hook_program([odd])
+    want = (
+        f"its hook runs ocihook with {sys.executable} from {odd}, which holds no ocihook "
+        "(moved, removed, or installed for another Python)"
+    )
+    assert spec_hook_problems(_spec(doc)) == ([want], [])
+
+
+def test_a_program_with_a_relative_directory_fails(
+    spec_doc: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A relative directory is found from the runtime's working directory (the bundle, for
+    runc): doctor fails it even where it happens to resolve from here."""
+    monkeypatch.chdir("/")
+    relative = package_dir().lstrip("/")
+    doc = json.loads(json.dumps(spec_doc))
+    for h in _hooks(doc):
+        h["args"][4] = hook_program([relative])
+    want = (
+        f"its hook runs ocihook with {sys.executable} from the relative directory "
+        f"{relative}, which the runtime's working directory would decide"
+    )
+    assert spec_hook_problems(_spec(doc)) == ([want], [])
 
 
 def test_a_missing_hook_command_fails(spec_doc: dict[str, Any], tmp_path: Path) -> None:
