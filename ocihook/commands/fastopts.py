@@ -57,6 +57,25 @@ class Namespace:
         raise AttributeError(name)
 
 
+def _option_like(arg: str, names: Sequence[str]) -> bool:
+    """Whether argparse reads ``arg`` as an option rather than as the value of the option
+    before it (``ArgumentParser._parse_optional``, with abbreviations allowed), given the
+    command's option ``names``: it starts with ``-``, is not ``-`` alone, and names an
+    option (exactly, abbreviated, with ``=VALUE``, or a short one with its value joined),
+    or is neither a negative number (``-5``, ``-.5``) nor a word holding a space."""
+    if not arg.startswith("-") or arg == "-":
+        return False
+    head = arg.partition("=")[0]
+    if arg.startswith("--"):
+        if any(n.startswith(head) for n in names):
+            return True
+    elif head in names or any(n == arg[:2] or n.startswith(arg) for n in names):
+        return True
+    lead, dot, tail = arg[1:].partition(".")
+    number = tail.isdecimal() and (not lead or lead.isdecimal()) if dot else lead.isdecimal()
+    return not number and " " not in arg
+
+
 def parse_options(
     words: tuple[str, ...], options: Sequence[Option], argv: Sequence[str]
 ) -> Namespace | None:
@@ -72,6 +91,7 @@ def parse_options(
     if tuple(argv[: len(words)]) != words:
         return None
     by_name = {name: opt for opt in options for name in opt.names}
+    names = [*by_name, "-h", "--help"]
     values: dict[str, Any] = {}
     for o in options:
         values[o.dest] = [] if o.action == "append" else o.default
@@ -91,10 +111,12 @@ def parse_options(
             continue
         if eq:
             value = inline
-        elif rest and not rest[0].startswith("--"):
+        elif rest and not _option_like(rest[0], names):
             value = rest.pop(0)
         else:
             return None  # argparse says what is missing
+        if value == "--":
+            return None  # argparse drops it (--opt=--): its reading, whatever it is
         if opt.choices is not None and value not in opt.choices:
             return None  # argparse names the option and its choices
         if opt.action == "append":
