@@ -23,6 +23,13 @@ host (``fixtures/realistic/build.py``):
 * ``cdi generate``: ``ocihook cdi generate`` against ``nvidia-ctk cdi generate`` (whole
   process time, not over runc).
 
+Both tools' configuration files are shaped as shipped: neither names the runtime, which
+each finds on ``PATH`` (``--config-runtimes`` names runc's path in both, as the runs
+before this option did: ocihook's no-GPU wrapper then parses its configuration on every
+start);
+ocihook's names the realistic host's driver and device roots and its CDI spec directory,
+the toolkit's its ``cdi`` mode and spec directory.
+
 Reported per file system: median ms added over ``runc create`` (min-max of the rounds), the
 ratio ocihook / toolkit of the medians and the target of the per-container-cost issue; peak
 memory (GNU ``time``) of ocihook's processes. Timing targets live here, never in tests.
@@ -115,17 +122,18 @@ class Rootfs:
         shutil.rmtree(target, ignore_errors=True)
 
 
-def _toolkit_config(d: str, spec_dir: str) -> dict[str, str]:
+def _toolkit_config(d: str, spec_dir: str, runtimes: bool) -> dict[str, str]:
     """An environment whose ``nvidia-container-runtime`` runs in ``cdi`` mode with
-    ``spec_dir`` and the real runc ($XDG_CONFIG_HOME/nvidia-container-runtime)."""
+    ``spec_dir`` ($XDG_CONFIG_HOME/nvidia-container-runtime) and finds the real runc on
+    ``PATH``, or (``runtimes``) is given its path."""
     conf = os.path.join(d, "xdg", "nvidia-container-runtime")
     os.makedirs(conf, exist_ok=True)
     with open(os.path.join(conf, "config.toml"), "w") as f:
         f.write(
             "[nvidia-container-runtime]\n"
             'mode = "cdi"\n'
-            f'runtimes = ["{RUNC}"]\n'
-            "[nvidia-container-runtime.modes.cdi]\n"
+            + (f'runtimes = ["{RUNC}"]\n' if runtimes else "")
+            + "[nvidia-container-runtime.modes.cdi]\n"
             f'spec-dirs = ["{spec_dir}"]\n'
         )
     return {"PATH": PATH, "XDG_CONFIG_HOME": os.path.join(d, "xdg")}
@@ -153,6 +161,12 @@ def main() -> int:
     ap.add_argument("--fs", default="tmpfs,overlay", help="file systems (tmpfs,overlay)")
     ap.add_argument("--work", default="/var/tmp", help="where overlay upper layers go")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON too")
+    ap.add_argument(
+        "--config-runtimes",
+        action="store_true",
+        help="name runc's path in both tools' configuration files (default: as shipped, "
+        "neither names it and both find runc on PATH)",
+    )
     ns = ap.parse_args()
     if os.geteuid() != 0 or not os.path.exists(RUNC) or not os.path.exists(GNU_TIME):
         print("needs root, runc and GNU time (apt-get install runc time)")
@@ -179,8 +193,9 @@ def main() -> int:
         conf = os.path.join(ours, "config.toml")
         with open(conf, "w") as f:
             f.write(
-                f'driver-root = "{host}"\ndev-root = "{host}"\nruntimes = ["{RUNC}"]\n'
-                f'cdi-spec-dirs = ["{our_cdi}"]\n'
+                f'driver-root = "{host}"\ndev-root = "{host}"\n'
+                + (f'runtimes = ["{RUNC}"]\n' if ns.config_runtimes else "")
+                + f'cdi-spec-dirs = ["{our_cdi}"]\n'
             )
         # as the boot unit does on a deployed host: the spec, and the start-path cache
         # (discovery, and the parse of the configuration file the wrapper reads)
@@ -191,7 +206,7 @@ def main() -> int:
         their_gen += ["--dev-root", host, "--mode=management", "--nvidia-cdi-hook-path"]
         their_gen += [os.path.join(nct, "nvidia-cdi-hook")]
         _timed([*their_gen, "--output", f"{their_cdi}/nvidia.yaml"])
-        toolkit_env = _toolkit_config(theirs, their_cdi)
+        toolkit_env = _toolkit_config(theirs, their_cdi, ns.config_runtimes)
 
         base = os.path.join(work, "base")
         _make_bundle(base, [])
