@@ -504,7 +504,9 @@ def run() -> NoReturn:
     :func:`main` with the process's arguments, then the exit. The one-shot commands of
     :data:`ocihook.commands.fast.FAST_COMMANDS` (a hook: the start path; ``edit``; ``cdi
     generate``) go through :func:`ocihook.core.stdio.run_one_shot`: no cyclic garbage
-    collector, no interpreter finalization (about 5 ms of ``cdi generate``); any other
+    collector, no interpreter finalization (about 5 ms of ``cdi generate``), their modules
+    from the start path's module image when there is one
+    (:func:`ocihook.core.modimage.install`); any other
     command (a daemon among them) keeps the collector and exits through ``sys.exit``."""
     args = sys.argv[1:]
     one_shot = args[:1] == ["hook"]  # decided without importing commands.fast (void hooks)
@@ -513,13 +515,21 @@ def run() -> NoReturn:
 
         one_shot = args[0] in FAST_COMMANDS or " ".join(args[:2]) in FAST_COMMANDS
     if one_shot:
+        from .core import modimage
+
+        modimage.install()
         run_one_shot(main)
     sys.exit(main())
 
 
 def run_nvidia_hook() -> NoReturn:
     """The ``nvidia-container-runtime-hook`` program: :func:`nvidia_hook_main` through
-    :func:`ocihook.core.stdio.run_one_shot` (every stage of it is on the start path)."""
+    :func:`ocihook.core.stdio.run_one_shot` (every stage of it is on the start path), its
+    modules from the start path's module image when there is one
+    (:func:`ocihook.core.modimage.install`)."""
+    from .core import modimage
+
+    modimage.install()
     run_one_shot(nvidia_hook_main)
 
 

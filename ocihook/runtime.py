@@ -4,7 +4,6 @@ engine configurations on installed hosts, so its name is stable). The wrapper it
 
 from __future__ import annotations
 
-from .commands.runtime import main as _wrapper_main
 from .core.stdio import run_one_shot, tolerant_stderr
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs milliseconds
@@ -24,9 +23,11 @@ def main(argv: Sequence[str] | None = None, *, environ: Mapping[str, str] | None
     Returns:
         The exit code when the real runtime is not exec'ed.
     """
+    from .commands.runtime import main as wrapper_main
+
     restore = tolerant_stderr()
     try:
-        return _wrapper_main(argv, environ=environ)
+        return wrapper_main(argv, environ=environ)
     finally:
         restore()
 
@@ -35,7 +36,11 @@ def run() -> NoReturn:
     """The ``ocihook-runtime`` program (``packaging/bin/ocihook-runtime``): :func:`main`
     with the process's arguments through :func:`ocihook.core.stdio.run_one_shot` (the
     wrapper is on the start path: it execs the runtime, or ends without the interpreter's
-    finalization)."""
+    finalization), its modules from the start path's module image when there is one
+    (:func:`ocihook.core.modimage.install`)."""
+    from .core import modimage
+
+    modimage.install()
     run_one_shot(main)
 
 

@@ -193,8 +193,9 @@ COMMANDS: tuple[tuple[tuple[str, ...], str, tuple[Option, ...]], ...] = (
                 "--warm-cache",
                 action="store_true",
                 help=(
-                    "also fill the start-path cache in /run/ocihook: discovery and the "
-                    "configuration file's parse (as root; the boot unit)"
+                    "also fill the start-path cache in /run/ocihook: discovery, the "
+                    "configuration file's parse and the start path's compiled modules "
+                    "(as root; the boot unit)"
                 ),
             ),
             Option(
@@ -630,8 +631,9 @@ def _cmd_cdi_generate(ns: Any) -> int:
 def _warm_discovery_cache(root: HostRoot, config: str | None) -> None:
     """Fill the discovery cache (:mod:`ocihook.discovery.cache`) for the capability sets
     containers ask for most (the default ``utility,compute``, and ``all``), so that the
-    next GPU container's start skips discovery, and store the parse of the configuration
-    file ``config`` (:func:`ocihook.config.load.store_config_parse`). Only as root (the
+    next GPU container's start skips discovery, store the parse of the configuration
+    file ``config`` (:func:`ocihook.config.load.store_config_parse`) and write the start
+    path's module image (:func:`ocihook.core.modimage.write_image`). Only as root (the
     cache is root's: not root, it says so on stderr and caches nothing); a failure is a
     debug log line, never an error."""
     if os.geteuid() != 0:
@@ -653,6 +655,11 @@ def _warm_discovery_cache(root: HostRoot, config: str | None) -> None:
         from ..config.load import store_config_parse
 
         store_config_parse(config)
+    from ..core.modimage import write_image
+    from ..core.startpath import START_PATH_MODULES
+    from ..linux.cachestore import DEFAULT_DIR
+
+    write_image(START_PATH_MODULES, DEFAULT_DIR)
 
 
 def _refuse_cdi_names(config: dict[str, Any], path: str, policy: Any, request: Any) -> None:

@@ -739,6 +739,7 @@ def test_warm_cache_stores_the_configuration_parse(
     assert main([*argv, "--gpu-backend", "procfs"]) == 0
     capsys.readouterr()
     assert len(list(cache.glob("config-*.json"))) == 1
+    assert len(list(cache.glob("modules-*.img"))) == 1  # the start path's module image
     code = (
         "import sys\n"
         "from ocihook.linux import cachestore\n"

@@ -1,0 +1,266 @@
+"""The start path's module image: ocihook's compiled modules in one root-owned file.
+
+A hook or the wrapper imports 15-60 of ocihook's modules on every container start. For
+each, Python's path finder looks the name up in its directory, ``stat``-s the source, opens
+and reads its ``.pyc`` and checks its header: about 25 µs a module beyond unmarshalling and
+running it (0.8 ms of the CDI spec's hook's 14.5 ms, Debian's Python, this 2-core
+machine). :func:`write_image` (run by ``ocihook cdi generate --warm-cache``, the boot
+unit) compiles the start path's modules (:data:`ocihook.core.startpath.START_PATH_MODULES`)
+into one file of the root-owned store, ``/run/ocihook/modules-<tag>.img`` (``tag``: a
+checksum of the package's directory, so that two installations keep one each);
+:func:`install`, called first by the one-shot programs (:func:`ocihook._main.run`,
+:func:`ocihook._main.run_nvidia_hook`, :func:`ocihook.runtime.run`), puts a finder in
+front of the import system that serves those modules' code from it.
+
+Only the code comes from the image; everything else is the import system's own: the
+module's spec, ``__file__``, ``__cached__``, ``__path__`` and loader (a
+``SourceFileLoader`` whose ``get_code`` reads the image) are what a normal import gives.
+The image is used only when:
+
+* the store's directory and the file are owned by this process's effective user and
+  writable by neither group nor others (as :mod:`ocihook.linux.cachestore` requires), and
+  the file is a regular file of at most :data:`MAX_IMAGE_BYTES`;
+* it was written by an interpreter of the same bytecode (``MAGIC_NUMBER``) and
+  optimization level for the package directory this process imports ocihook from;
+* and, for each module, its source file still has the identity (device, inode, size,
+  ``mtime_ns``, ``ctime_ns``) it had when it was compiled: an upgrade or an edited file is imported
+  from its source as usual, the rest from the image.
+
+Anything else — no image (a host without the boot unit, a user who is not root), a
+corrupt or foreign file, code that does not unmarshal — means the normal import, never an
+error: the image only saves time.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import sys
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: this module is on every container start
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from types import CodeType, ModuleType
+
+    #: Module name -> (source file, is a package, source identity, offset, length).
+    _Index = dict[str, tuple[str, bool, tuple[int, ...], int, int]]
+
+__all__ = ["DEFAULT_DIR", "FORMAT", "MAX_IMAGE_BYTES", "image_path", "install", "write_image"]
+
+#: The root-owned store the image lives in (:data:`ocihook.linux.cachestore.DEFAULT_DIR`).
+DEFAULT_DIR = "/run/ocihook"
+#: The first bytes of an image: its format.
+FORMAT = b"OCIHMOD1"
+#: Largest image read, in bytes (the start path's modules take about 1 MiB).
+MAX_IMAGE_BYTES = 16 << 20
+#: Largest index (the table of modules before their code), in bytes.
+MAX_INDEX_BYTES = 1 << 20
+
+
+def _package_root() -> str:
+    """The directory holding the ``ocihook`` package this process runs."""
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def image_path(directory: str = DEFAULT_DIR, package_root: str | None = None) -> str:
+    """The image's path in ``directory`` for the installation whose ``ocihook`` package is
+    in ``package_root`` (default: this process's): ``modules-<16 hex digits>.img``, the
+    64-bit FNV-1a checksum of that directory's name."""
+    h = 0xCBF29CE484222325
+    for byte in os.fsencode(package_root or _package_root()):
+        h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return os.path.join(directory, f"modules-{h:016x}.img")
+
+
+def _private(st: os.stat_result) -> bool:
+    return st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
+def _source(root: str, name: str, package: bool) -> str:
+    """The source file of module ``name`` below ``root``."""
+    base = os.path.join(root, *name.split("."))
+    return os.path.join(base, "__init__.py") if package else base + ".py"
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    """A source file's identity: device, inode, size, ``mtime_ns`` and ``ctime_ns`` (the
+    last changes whenever the file is written or replaced and cannot be set back: a
+    reinstall that keeps the size and the packaged mtime, on an inode number freed a
+    moment before, still differs)."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _magic() -> bytes:
+    """The interpreter's bytecode magic number (``importlib.util.MAGIC_NUMBER``)."""
+    magic: bytes = sys.modules["_frozen_importlib_external"].MAGIC_NUMBER
+    return magic
+
+
+def install(directory: str | None = None) -> bool:
+    """Put the image's finder first on ``sys.meta_path`` when ``directory`` (default
+    :data:`DEFAULT_DIR`) holds a usable image for this installation (see the module
+    docstring). Returns whether it did; never
+    raises for the image's state. Meant for a one-shot program: the image's descriptor
+    stays open (close-on-exec) for the process's life."""
+    try:
+        found = _open(directory or DEFAULT_DIR)
+    except Exception:  # a corrupt image is only a slower start
+        found = None
+    if found is None:
+        return False
+    sys.meta_path.insert(0, _finder(*found))  # type: ignore[arg-type]
+    return True
+
+
+def _open(directory: str) -> tuple[int, int, _Index] | None:
+    """The image's descriptor, where its code starts and its index (module name -> source
+    file, is a package, source identity, offset from that start, length), or ``None`` when
+    there is no usable image."""
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        fd = os.open(image_path(directory), flags)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if (
+            not (st.st_mode & 0o170000 == 0o100000 and _private(st))
+            or st.st_size > MAX_IMAGE_BYTES
+            or not _private(os.stat(directory))
+        ):
+            os.close(fd)
+            return None
+        head = os.pread(fd, len(FORMAT) + 4, 0)
+        size = int.from_bytes(head[len(FORMAT) :], "little")
+        if head[: len(FORMAT)] != FORMAT or size > MAX_INDEX_BYTES:
+            os.close(fd)
+            return None
+        magic, optimize, root, index = marshal.loads(os.pread(fd, size, len(head)))
+        if (magic, optimize, root) != (_magic(), sys.flags.optimize, _package_root()):
+            os.close(fd)
+            return None
+    except BaseException:
+        os.close(fd)
+        raise
+    if not isinstance(index, dict):
+        os.close(fd)
+        return None
+    return fd, len(head) + size, index
+
+
+def _finder(fd: int, start: int, index: _Index) -> object:
+    """The meta path finder serving ``index``'s modules from the image open at ``fd``,
+    whose code starts at ``start``."""
+    bootstrap = sys.modules["_frozen_importlib"]
+    external = sys.modules["_frozen_importlib_external"]
+    code_type = type(_identity.__code__)
+    root = _package_root()
+
+    class ImageLoader(external.SourceFileLoader):  # type: ignore[misc, name-defined]
+        """A source file's loader whose code comes from the image (its own ``get_code``
+        when the image's does not unmarshal to code)."""
+
+        def __init__(self, fullname: str, path: str, where: tuple[int, int]) -> None:
+            super().__init__(fullname, path)
+            self.where = where
+
+        def get_code(self, fullname: str) -> CodeType:
+            try:
+                code = marshal.loads(os.pread(fd, self.where[1], self.where[0]))
+            except (OSError, ValueError, EOFError, TypeError):
+                code = None
+            if isinstance(code, code_type):
+                return code
+            return super().get_code(fullname)  # type: ignore[no-any-return]
+
+    class ImageFinder:
+        """Finds the image's modules whose source is unchanged since it was written."""
+
+        @staticmethod
+        def find_spec(
+            fullname: str, path: object = None, target: ModuleType | None = None
+        ) -> object:
+            entry = index.get(fullname)
+            if entry is None:
+                return None
+            try:
+                file, package, identity, offset, length = entry
+                if file != _source(root, fullname, package):
+                    return None
+                if _identity(os.stat(file)) != tuple(identity):
+                    return None  # changed since the image was written: imported as usual
+            except (OSError, ValueError, TypeError):
+                return None
+            loader = ImageLoader(fullname, file, (start + offset, length))
+            spec = bootstrap.ModuleSpec(fullname, loader, origin=file, is_package=package)
+            spec.has_location = True
+            if package:
+                spec.submodule_search_locations = [os.path.dirname(file)]
+            return spec
+
+    return ImageFinder
+
+
+def write_image(names: Iterable[str], directory: str = DEFAULT_DIR) -> str | None:
+    """Compile the modules ``names`` (``ocihook.*``, from this process's installation) into
+    the image for it in ``directory`` (:func:`image_path`), written atomically (a
+    temporary file, then ``os.replace``), mode 0600. The directory must exist and be
+    owned by this process's user and writable by no one else; a module whose source cannot
+    be read or compiled is left out (imported as usual). Returns the path written, or
+    ``None`` (a debug line says why) when it was not."""
+    from . import log
+
+    root = _package_root()
+    try:
+        if not _private(os.stat(directory)):
+            log.debug("module image not written: store not private", path=directory)
+            return None
+    except OSError as e:
+        log.debug("module image not written", path=directory, error=e.strerror)
+        return None
+    blobs: list[bytes] = []
+    index: _Index = {}
+    offset = 0
+    for name in sorted(set(names)):
+        if name != "ocihook" and not name.startswith("ocihook."):
+            continue
+        package = os.path.isfile(_source(root, name, True))
+        file = _source(root, name, package)
+        try:
+            fd = os.open(file, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            try:
+                identity = _identity(os.fstat(fd))
+                data = b""
+                while chunk := os.read(fd, 1 << 20):
+                    data += chunk
+            finally:
+                os.close(fd)
+            code = compile(data, file, "exec", dont_inherit=True, optimize=-1)
+        except (OSError, SyntaxError, ValueError) as e:
+            log.debug("module left out of the image", module=name, error=str(e))
+            continue
+        blob = marshal.dumps(code)
+        index[name] = (file, package, identity, offset, len(blob))
+        blobs.append(blob)
+        offset += len(blob)
+    table = marshal.dumps((_magic(), sys.flags.optimize, root, index))
+    head = FORMAT + len(table).to_bytes(4, "little") + table
+    path = image_path(directory, root)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            view = memoryview(head + b"".join(blobs))
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as e:
+        try:  # noqa: SIM105 (contextlib is not imported here)
+            os.unlink(tmp)
+        except OSError:
+            pass
+        log.debug("module image not written", path=path, error=e.strerror)
+        return None
+    return path

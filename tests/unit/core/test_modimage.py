@@ -1,0 +1,259 @@
+"""The start path's module image (:mod:`ocihook.core.modimage`): modules served from it are
+what a normal import gives (the same code, file, spec and package path); a module whose
+source changed, an image that is not private, corrupt or another installation's, is
+imported as usual; nothing about the image ever makes an import fail."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support import REPO
+
+from ocihook.core import modimage
+from ocihook.core.startpath import START_PATH_MODULES
+from ocihook.linux import cachestore
+
+#: Modules of the CDI spec's hook, a package's __init__ among them.
+MODULES = [
+    "ocihook.appliers.live",
+    "ocihook.appliers.live.hooks",
+    "ocihook.cdi.hookargs",
+    "ocihook.commands.cdihook",
+    "ocihook.linux.ldcache",
+]
+
+#: strace, writing the files a process opens to the path that follows.
+STRACE = ["strace", "-f", "-e", "trace=openat", "-o"]
+
+#: Run in a fresh ``python -I -S`` with the package's root first on sys.path: install the
+#: image of ``DIR`` (when ``USE``), import ``MODULES`` and print, per module, its loader's
+#: class, file, cached file, spec origin, package path and public names, and a value
+#: computed by its code.
+_PROBE = """
+import json, sys
+sys.path[:0] = [ROOT]
+from ocihook.core import modimage
+installed = modimage.install(DIR) if USE else False
+out = {"installed": installed}
+for name in MODULES:
+    __import__(name)
+    m = sys.modules[name]
+    out[name] = [
+        type(m.__loader__).__name__, m.__file__, m.__cached__, m.__spec__.origin,
+        getattr(m, "__path__", None), sorted(n for n in vars(m) if not n.startswith("__")),
+    ]
+from ocihook.cdi.hookargs import expand_links
+out["value"] = expand_links(["/usr/lib::libcuda.so.1/libcuda.so.1.2"])
+print(json.dumps(out))
+"""
+
+
+def _probe(root: Path | str, image_dir: Path, use: bool = True) -> dict[str, object]:
+    code = f"ROOT = {str(root)!r}\nDIR = {str(image_dir)!r}\nUSE = {use}\nMODULES = {MODULES!r}\n"
+    r = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", code + _PROBE],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    out: dict[str, object] = json.loads(r.stdout)
+    return out
+
+
+def _write(root: Path | str, image_dir: Path, names: list[str]) -> str:
+    """Write the image of the installation at ``root`` (in a fresh interpreter)."""
+    code = (
+        f"import sys\nsys.path[:0] = [{str(root)!r}]\n"
+        "from ocihook.core import modimage\n"
+        f"print(modimage.write_image({names!r}, {str(image_dir)!r}))\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=False
+    )
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+@pytest.fixture
+def image_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "store"
+    d.mkdir(mode=0o700)
+    return d
+
+
+def test_modules_from_the_image_are_what_an_import_gives(image_dir: Path) -> None:
+    path = _write(REPO, image_dir, MODULES)
+    assert path == modimage.image_path(str(image_dir), REPO)
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    served = _probe(REPO, image_dir)
+    plain = _probe(REPO, image_dir, use=False)
+    assert served["installed"] is True and plain["installed"] is False
+    assert served["value"] == plain["value"] == ["libcuda.so.1.2::/usr/lib/libcuda.so.1"]
+    for name in MODULES:
+        loader, *rest = served[name]  # type: ignore[misc]
+        assert loader == "ImageLoader", name
+        assert plain[name][0] == "SourceFileLoader"  # type: ignore[index]
+        assert rest == plain[name][1:], name  # type: ignore[index]
+
+
+def test_a_changed_source_is_imported_from_itself(image_dir: Path, tmp_path: Path) -> None:
+    """An upgrade or an edit: the module whose source changed since the image was written
+    is compiled from its source; the others still come from the image."""
+    root = tmp_path / "install"
+    shutil.copytree(Path(REPO) / "ocihook", root / "ocihook")
+    _write(root, image_dir, MODULES)
+    hookargs = root / "ocihook/cdi/hookargs.py"
+    hookargs.write_text(
+        hookargs.read_text() + "\n\ndef expand_links(_v: object) -> list[str]:\n"
+        "    return ['edited']\n"
+    )
+    served = _probe(root, image_dir)
+    assert served["value"] == ["edited"]
+    assert served["ocihook.cdi.hookargs"][0] == "SourceFileLoader"  # type: ignore[index]
+    assert served["ocihook.linux.ldcache"][0] == "ImageLoader"  # type: ignore[index]
+    # rewritten with the same size and mtime (a reinstall from a reproducible package),
+    # maybe on the inode number it had: its ctime differs
+    ldcache = root / "ocihook/linux/ldcache.py"
+    st = ldcache.stat()
+    ldcache.write_bytes(ldcache.read_bytes().replace(b"cache", b"CACHE", 1))  # its docstring
+    os.utime(ldcache, ns=(st.st_atime_ns, st.st_mtime_ns))
+    after = ldcache.stat()
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (
+        st.st_ino,
+        st.st_size,
+        st.st_mtime_ns,
+    )
+    assert _probe(root, image_dir)["ocihook.linux.ldcache"][0] == "SourceFileLoader"  # type: ignore[index]
+
+
+@pytest.mark.parametrize("what", ["file group-writable", "store world-writable", "a link"])
+def test_an_image_that_is_not_private_is_not_used(image_dir: Path, what: str) -> None:
+    path = Path(_write(REPO, image_dir, MODULES))
+    if what == "file group-writable":
+        path.chmod(0o620)
+    elif what == "store world-writable":
+        image_dir.chmod(0o777)
+    else:
+        moved = image_dir / "elsewhere.img"
+        path.rename(moved)
+        path.symlink_to(moved)
+    served = _probe(REPO, image_dir)
+    assert served["installed"] is False
+    assert all(served[n][0] == "SourceFileLoader" for n in MODULES)  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["empty", "format", "index", "truncated code", "code is not code", "index of another root"],
+)
+def test_a_damaged_image_means_a_normal_import(image_dir: Path, damage: str) -> None:
+    """Never an error: the modules import, from their sources where the image's code is
+    unusable."""
+    import marshal
+
+    path = Path(_write(REPO, image_dir, MODULES))
+    data = path.read_bytes()
+    head = len(modimage.FORMAT) + 4 + int.from_bytes(data[len(modimage.FORMAT) :][:4], "little")
+    magic, optimize, root, index = marshal.loads(data[len(modimage.FORMAT) + 4 : head])
+    if damage == "empty":
+        data = b""
+    elif damage == "format":
+        data = b"OCIHMOD0" + data[8:]
+    elif damage == "index":
+        data = data[: len(modimage.FORMAT) + 4] + b"\xff" * 64 + data[head:]
+    elif damage == "truncated code":
+        data = data[: head + 10]
+    elif damage == "code is not code":
+        blob = marshal.dumps(["not", "code"])
+        entry = index["ocihook.cdi.hookargs"]
+        index["ocihook.cdi.hookargs"] = (*entry[:3], len(data) - head, len(blob))
+        table = marshal.dumps((magic, optimize, root, index))
+        data = modimage.FORMAT + len(table).to_bytes(4, "little") + table + data[head:] + blob
+    else:
+        table = marshal.dumps((magic, optimize, "/elsewhere", index))
+        data = modimage.FORMAT + len(table).to_bytes(4, "little") + table + data[head:]
+    path.write_bytes(data)
+    served = _probe(REPO, image_dir)
+    assert served["value"] == ["libcuda.so.1.2::/usr/lib/libcuda.so.1"]
+    if damage in ("truncated code", "code is not code"):
+        assert served["installed"] is True
+    else:
+        assert served["installed"] is False
+
+
+def test_each_installation_has_its_own_image(image_dir: Path, tmp_path: Path) -> None:
+    root = tmp_path / "other"
+    shutil.copytree(Path(REPO) / "ocihook", root / "ocihook")
+    ours, theirs = _write(REPO, image_dir, MODULES), _write(root, image_dir, MODULES)
+    assert ours != theirs and {Path(ours).name, Path(theirs).name} == {
+        p.name for p in image_dir.iterdir()
+    }
+    assert _probe(root, image_dir)["ocihook.linux.ldcache"][0] == "ImageLoader"  # type: ignore[index]
+
+
+def test_write_image_refuses_a_store_that_is_not_private(image_dir: Path) -> None:
+    image_dir.chmod(0o777)
+    assert modimage.write_image(MODULES, str(image_dir)) is None
+    assert list(image_dir.iterdir()) == []
+    assert modimage.write_image(MODULES, str(image_dir / "missing")) is None
+
+
+def test_the_image_holds_the_start_path() -> None:
+    """The boot unit's image holds every start-path module, the store is the cache's."""
+    assert modimage.DEFAULT_DIR == cachestore.DEFAULT_DIR
+    assert "ocihook.core.modimage" in START_PATH_MODULES
+    assert {"ocihook.commands.cdihook", "ocihook.linux.pathsafe"} <= START_PATH_MODULES
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+def test_the_cdi_hook_reads_no_pyc_of_the_image(image_dir: Path, tmp_path: Path) -> None:
+    """The CDI spec's hook program (:func:`ocihook._main.run`), run on a bundle: with the
+    image, it opens the .pyc files of the modules it imported before the image was
+    installed, and of none that the image holds; it does its work alike."""
+    from support import make_bundle
+
+    _write(REPO, image_dir, sorted(START_PATH_MODULES))
+    results = []
+    for use in (True, False):
+        bundle = make_bundle(tmp_path, name=f"b{use}")
+        state = {"ociVersion": "1.0.2", "id": "c1", "status": "creating", "pid": 2147483647}
+        code = (
+            f"import sys\nsys.path[:0] = [{REPO!r}]\n"
+            "from ocihook.core import modimage\n"
+            f"modimage.DEFAULT_DIR = {str(image_dir if use else tmp_path / 'none')!r}\n"
+            "sys.argv = ['ocihook', 'hook', 'cdi', '--links', '/usr/lib::libx.so.1/libx.so.1.0']\n"
+            "from ocihook._main import run\nrun()\n"
+        )
+        trace = tmp_path / f"trace{use}"
+        r = subprocess.run(
+            [*STRACE, str(trace), sys.executable, "-I", "-S", "-c", code],
+            input=json.dumps({**state, "bundle": str(bundle)}),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert (r.returncode, r.stderr) == (0, ""), r.stderr
+        assert os.readlink(bundle / "rootfs/usr/lib/libx.so.1") == "libx.so.1.0"
+        opened = {
+            line.split('"')[1].split("/ocihook/", 1)[1]
+            for line in trace.read_text().splitlines()
+            if ".pyc" in line and "/ocihook/" in line and "ENOENT" not in line
+        }
+        results.append(opened)
+    with_image, without = results
+    tag = sys.implementation.cache_tag
+    before = {  # ocihook._main's imports, before run() installs the image
+        f"{os.path.dirname(m) + '/' if '/' in m else ''}__pycache__/{os.path.basename(m)}.{tag}.pyc"
+        for m in ("__init__", "_main", "core/__init__", "core/lazy", "core/stdio", "core/modimage")
+    }
+    assert len(without) > 25  # every module of the hook, from its .pyc
+    assert with_image == before
