@@ -104,11 +104,12 @@ def install(directory: str | None = None) -> bool:
     stays open (close-on-exec) for the process's life."""
     try:
         found = _open(directory or DEFAULT_DIR)
+        if found is None:
+            return False
+        finder = _finder(*found)
     except Exception:  # a corrupt image is only a slower start
-        found = None
-    if found is None:
         return False
-    sys.meta_path.insert(0, _finder(*found))  # type: ignore[arg-type]
+    sys.meta_path.insert(0, finder)  # type: ignore[arg-type]
     return True
 
 
