@@ -13,18 +13,24 @@ checksum of the package's directory, so that two installations keep one each);
 front of the import system that serves those modules' code from it.
 
 Only the code comes from the image; everything else is the import system's own: the
-module's spec, ``__file__``, ``__cached__``, ``__path__`` and loader (a
-``SourceFileLoader`` whose ``get_code`` reads the image) are what a normal import gives.
+module's spec, ``__file__``, ``__cached__`` and ``__path__`` are what a normal import
+gives, and its loader is a ``SourceFileLoader`` subclass whose ``get_code`` reads the
+image.
 The image is used only when:
 
 * the store's directory and the file are owned by this process's effective user and
   writable by neither group nor others (as :mod:`ocihook.linux.cachestore` requires), and
   the file is a regular file of at most :data:`MAX_IMAGE_BYTES`;
 * it was written by an interpreter of the same bytecode (``MAGIC_NUMBER``) and
-  optimization level for the package directory this process imports ocihook from;
-* and, for each module, its source file still has the identity (device, inode, size,
-  ``mtime_ns``, ``ctime_ns``) it had when it was compiled: an upgrade or an edited file is imported
-  from its source as usual, the rest from the image.
+  optimization level for the package directory this process imports ocihook from (its
+  real path: the file paths the modules get are spelled as this process's import
+  system spells them);
+* and, for each module (``ocihook`` and ``ocihook.*`` only), its source file and the
+  directory holding it still have the identity (device, inode, size, ``mtime_ns``,
+  ``ctime_ns``) they had when it was compiled: an upgrade, an edited file, or a file
+  added beside it (a package or an extension module of its name, which a normal import
+  would take instead) means that module is imported from its source as usual, the rest
+  from the image.
 
 Anything else — no image (a host without the boot unit, a user who is not root), a
 corrupt or foreign file, code that does not unmarshal — means the normal import, never an
@@ -42,8 +48,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
     from types import CodeType, ModuleType
 
-    #: Module name -> (source file, is a package, source identity, offset, length).
-    _Index = dict[str, tuple[str, bool, tuple[int, ...], int, int]]
+    #: Module name -> (is a package, source identity, directory identity, offset, length).
+    _Index = dict[str, tuple[bool, tuple[int, ...], tuple[int, ...], int, int]]
 
 __all__ = ["DEFAULT_DIR", "FORMAT", "MAX_IMAGE_BYTES", "image_path", "install", "write_image"]
 
@@ -55,25 +61,34 @@ FORMAT = b"OCIHMOD1"
 MAX_IMAGE_BYTES = 16 << 20
 #: Largest index (the table of modules before their code), in bytes.
 MAX_INDEX_BYTES = 1 << 20
+#: Most images kept in the store (one per installation that wrote one; the oldest go).
+MAX_IMAGES = 4
 
 
 def _package_root() -> str:
-    """The directory holding the ``ocihook`` package this process runs."""
-    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    """The directory holding the ``ocihook`` package this process runs, spelled as the
+    import system spells it (the parent of the package's ``__path__``; a file path built
+    from it is the one a normal import gives)."""
+    return os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 
 
 def image_path(directory: str = DEFAULT_DIR, package_root: str | None = None) -> str:
     """The image's path in ``directory`` for the installation whose ``ocihook`` package is
     in ``package_root`` (default: this process's): ``modules-<16 hex digits>.img``, the
-    64-bit FNV-1a checksum of that directory's name."""
+    64-bit FNV-1a checksum of that directory's real path (``os.path.realpath``: every
+    spelling of one installation shares one image)."""
     h = 0xCBF29CE484222325
-    for byte in os.fsencode(package_root or _package_root()):
+    for byte in os.fsencode(os.path.realpath(package_root or _package_root())):
         h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
     return os.path.join(directory, f"modules-{h:016x}.img")
 
 
 def _private(st: os.stat_result) -> bool:
     return st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
+def _ours(name: str) -> bool:
+    return name == "ocihook" or name.startswith("ocihook.")
 
 
 def _source(root: str, name: str, package: bool) -> str:
@@ -83,10 +98,11 @@ def _source(root: str, name: str, package: bool) -> str:
 
 
 def _identity(st: os.stat_result) -> tuple[int, int, int, int, int]:
-    """A source file's identity: device, inode, size, ``mtime_ns`` and ``ctime_ns`` (the
-    last changes whenever the file is written or replaced and cannot be set back: a
-    reinstall that keeps the size and the packaged mtime, on an inode number freed a
-    moment before, still differs)."""
+    """A file's or directory's identity: device, inode, size, ``mtime_ns`` and
+    ``ctime_ns`` (the last changes whenever the file is written or replaced, or an entry
+    of the directory is added, removed or renamed, and cannot be set back: a reinstall
+    that keeps a file's size and packaged mtime, on an inode number freed a moment before,
+    still differs)."""
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
@@ -99,9 +115,9 @@ def _magic() -> bytes:
 def install(directory: str | None = None) -> bool:
     """Put the image's finder first on ``sys.meta_path`` when ``directory`` (default
     :data:`DEFAULT_DIR`) holds a usable image for this installation (see the module
-    docstring). Returns whether it did; never
-    raises for the image's state. Meant for a one-shot program: the image's descriptor
-    stays open (close-on-exec) for the process's life."""
+    docstring). Returns whether it did; never raises for the image's state. Meant for a
+    one-shot program: the image's descriptor stays open (close-on-exec) for the process's
+    life."""
     try:
         found = _open(directory or DEFAULT_DIR)
         if found is None:
@@ -113,13 +129,13 @@ def install(directory: str | None = None) -> bool:
     return True
 
 
-def _open(directory: str) -> tuple[int, int, _Index] | None:
-    """The image's descriptor, where its code starts and its index (module name -> source
-    file, is a package, source identity, offset from that start, length), or ``None`` when
-    there is no usable image."""
+def _open(directory: str) -> tuple[int, int, int, _Index] | None:
+    """The image's descriptor, where its code starts and ends, and its index (see
+    :func:`write_image`), or ``None`` when there is no usable image."""
+    root = _package_root()
     flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
     try:
-        fd = os.open(image_path(directory), flags)
+        fd = os.open(image_path(directory, root), flags)
     except OSError:
         return None
     try:
@@ -136,8 +152,8 @@ def _open(directory: str) -> tuple[int, int, _Index] | None:
         if head[: len(FORMAT)] != FORMAT or size > MAX_INDEX_BYTES:
             os.close(fd)
             return None
-        magic, optimize, root, index = marshal.loads(os.pread(fd, size, len(head)))
-        if (magic, optimize, root) != (_magic(), sys.flags.optimize, _package_root()):
+        magic, optimize, real, index = marshal.loads(os.pread(fd, size, len(head)))
+        if (magic, optimize, real) != (_magic(), sys.flags.optimize, os.path.realpath(root)):
             os.close(fd)
             return None
     except BaseException:
@@ -146,69 +162,93 @@ def _open(directory: str) -> tuple[int, int, _Index] | None:
     if not isinstance(index, dict):
         os.close(fd)
         return None
-    return fd, len(head) + size, index
+    return fd, len(head) + size, st.st_size, index
 
 
-def _finder(fd: int, start: int, index: _Index) -> object:
+def _finder(fd: int, start: int, end: int, index: _Index) -> object:
     """The meta path finder serving ``index``'s modules from the image open at ``fd``,
-    whose code starts at ``start``."""
+    whose code is between offsets ``start`` and ``end``."""
     bootstrap = sys.modules["_frozen_importlib"]
     external = sys.modules["_frozen_importlib_external"]
     code_type = type(_identity.__code__)
     root = _package_root()
+    dirs: dict[str, bool] = {}  # directory -> unchanged since the image was written
 
     class ImageLoader(external.SourceFileLoader):  # type: ignore[misc, name-defined]
-        """A source file's loader whose code comes from the image (its own ``get_code``
-        when the image's does not unmarshal to code)."""
+        """A source file's loader (a ``SourceFileLoader``) whose code comes from the image
+        (its own ``get_code`` when the image's does not unmarshal to code)."""
 
         def __init__(self, fullname: str, path: str, where: tuple[int, int]) -> None:
             super().__init__(fullname, path)
             self.where = where
 
         def get_code(self, fullname: str) -> CodeType:
-            try:
-                code = marshal.loads(os.pread(fd, self.where[1], self.where[0]))
-            except (OSError, ValueError, EOFError, TypeError):
-                code = None
-            if isinstance(code, code_type):
-                return code
+            if fullname == self.name:
+                try:
+                    code = marshal.loads(os.pread(fd, self.where[1], self.where[0]))
+                except Exception:  # the module's own .pyc or source then
+                    code = None
+                if isinstance(code, code_type):
+                    return code
             return super().get_code(fullname)  # type: ignore[no-any-return]
 
+    def unchanged(directory: str, identity: object) -> bool:
+        if directory not in dirs:
+            dirs[directory] = _identity(os.stat(directory)) == identity
+        return dirs[directory]
+
     class ImageFinder:
-        """Finds the image's modules whose source is unchanged since it was written."""
+        """Finds the image's modules whose source and directory are unchanged since it
+        was written."""
 
         @staticmethod
         def find_spec(
             fullname: str, path: object = None, target: ModuleType | None = None
         ) -> object:
-            entry = index.get(fullname)
-            if entry is None:
+            if not _ours(fullname):
                 return None
             try:
-                file, package, identity, offset, length = entry
-                if file != _source(root, fullname, package):
+                entry = index.get(fullname)
+                if entry is None:
+                    return None
+                package, identity, dir_identity, offset, length = entry
+                package = package is True
+                file = _source(root, fullname, package)
+                if not (offset >= 0 and 0 < length <= end - start - offset):
+                    return None
+                # a changed source, or a file added beside it (a package or an extension
+                # module of the same name would win): imported as usual
+                if not unchanged(os.path.dirname(file), tuple(dir_identity)):
                     return None
                 if _identity(os.stat(file)) != tuple(identity):
-                    return None  # changed since the image was written: imported as usual
-            except (OSError, ValueError, TypeError):
+                    return None
+                loader = ImageLoader(fullname, file, (start + offset, length))
+                spec = bootstrap.ModuleSpec(fullname, loader, origin=file, is_package=package)
+                spec.has_location = True
+                if package:
+                    spec.submodule_search_locations = [os.path.dirname(file)]
+            except Exception:  # an unusable entry: imported as usual
                 return None
-            loader = ImageLoader(fullname, file, (start + offset, length))
-            spec = bootstrap.ModuleSpec(fullname, loader, origin=file, is_package=package)
-            spec.has_location = True
-            if package:
-                spec.submodule_search_locations = [os.path.dirname(file)]
             return spec
 
     return ImageFinder
 
 
 def write_image(names: Iterable[str], directory: str = DEFAULT_DIR) -> str | None:
-    """Compile the modules ``names`` (``ocihook.*``, from this process's installation) into
-    the image for it in ``directory`` (:func:`image_path`), written atomically (a
-    temporary file, then ``os.replace``), mode 0600. The directory must exist and be
-    owned by this process's user and writable by no one else; a module whose source cannot
-    be read or compiled is left out (imported as usual). Returns the path written, or
-    ``None`` (a debug line says why) when it was not."""
+    """Compile the modules ``names`` (``ocihook`` and ``ocihook.*``, from this process's
+    installation) into the image for it in ``directory`` (:func:`image_path`), written
+    atomically (a temporary file, then ``os.replace``), mode 0600; then remove the store's
+    other images beyond the :data:`MAX_IMAGES` newest, and temporary files of writers
+    that are gone. The directory must exist and be owned by this process's user and
+    writable by no one else. A module whose source cannot be read or compiled, or that an
+    extension module of its name would shadow, is left out (imported as usual).
+
+    The image: :data:`FORMAT`, the index's length (4 bytes, little-endian), the index —
+    ``marshal`` of (bytecode magic number, optimization level, the package directory's real
+    path, {module name: (is a package, the source's identity, its directory's identity,
+    offset, length)}) — then each module's marshalled code at its offset from there.
+
+    Returns the path written, or ``None`` (a debug line says why) when it was not."""
     from . import log
 
     root = _package_root()
@@ -219,15 +259,21 @@ def write_image(names: Iterable[str], directory: str = DEFAULT_DIR) -> str | Non
     except OSError as e:
         log.debug("module image not written", path=directory, error=e.strerror)
         return None
+    suffixes = sys.modules["_frozen_importlib_external"].EXTENSION_SUFFIXES
+    dirs: dict[str, tuple[int, ...]] = {}
     blobs: list[bytes] = []
     index: _Index = {}
     offset = 0
-    for name in sorted(set(names)):
-        if name != "ocihook" and not name.startswith("ocihook."):
-            continue
+    for name in sorted(n for n in set(names) if _ours(n)):
         package = os.path.isfile(_source(root, name, True))
         file = _source(root, name, package)
+        base = file.removesuffix(".py")
         try:
+            where = os.path.dirname(file)
+            if where not in dirs:  # before its files are read: a later change is seen
+                dirs[where] = _identity(os.stat(where))
+            if any(os.path.exists(base + suffix) for suffix in suffixes):
+                raise ValueError("an extension module of that name is imported instead")
             fd = os.open(file, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
             try:
                 identity = _identity(os.fstat(fd))
@@ -241,17 +287,20 @@ def write_image(names: Iterable[str], directory: str = DEFAULT_DIR) -> str | Non
             log.debug("module left out of the image", module=name, error=str(e))
             continue
         blob = marshal.dumps(code)
-        index[name] = (file, package, identity, offset, len(blob))
+        index[name] = (package, identity, dirs[where], offset, len(blob))
         blobs.append(blob)
         offset += len(blob)
-    table = marshal.dumps((_magic(), sys.flags.optimize, root, index))
-    head = FORMAT + len(table).to_bytes(4, "little") + table
+    table = marshal.dumps((_magic(), sys.flags.optimize, os.path.realpath(root), index))
     path = image_path(directory, root)
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except OSError as e:
+        log.debug("module image not written", path=path, error=e.strerror)
+        return None
+    try:
         try:
-            view = memoryview(head + b"".join(blobs))
+            view = memoryview(FORMAT + len(table).to_bytes(4, "little") + table + b"".join(blobs))
             while view:
                 view = view[os.write(fd, view) :]
         finally:
@@ -264,4 +313,28 @@ def write_image(names: Iterable[str], directory: str = DEFAULT_DIR) -> str | Non
             pass
         log.debug("module image not written", path=path, error=e.strerror)
         return None
+    _prune(directory, path)
     return path
+
+
+def _prune(directory: str, keep: str) -> None:
+    """Remove the images in ``directory`` beyond the :data:`MAX_IMAGES` newest (never
+    ``keep``), and the temporary files of writers no longer running (best effort)."""
+    images: list[tuple[int, str]] = []
+    for entry in os.scandir(directory):
+        if not entry.name.startswith("modules-"):
+            continue
+        try:
+            if entry.name.endswith(".tmp"):
+                pid = int(entry.name.rsplit(".", 2)[-2])
+                if pid != os.getpid() and not os.path.exists(f"/proc/{pid}"):
+                    os.unlink(entry.path)
+            elif entry.name.endswith(".img") and entry.path != keep:
+                images.append((entry.stat(follow_symlinks=False).st_mtime_ns, entry.path))
+        except (OSError, ValueError):
+            continue
+    for _mtime, stale in sorted(images, reverse=True)[MAX_IMAGES - 1 :]:
+        try:  # noqa: SIM105 (contextlib is not imported here)
+            os.unlink(stale)
+        except OSError:
+            pass

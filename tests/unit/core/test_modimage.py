@@ -257,3 +257,128 @@ def test_the_cdi_hook_reads_no_pyc_of_the_image(image_dir: Path, tmp_path: Path)
     }
     assert len(without) > 25  # every module of the hook, from its .pyc
     assert with_image == before
+
+
+def _copy(tmp_path: Path, name: str = "install") -> Path:
+    root = tmp_path / name
+    shutil.copytree(Path(REPO) / "ocihook", root / "ocihook")
+    return root
+
+
+def _value_of(root: Path | str, image_dir: Path, module: str, use: bool = True) -> list[str]:
+    """``module``'s ``VALUE`` and ``__file__``, and whether the image's finder served it."""
+    code = (
+        f"import sys\nsys.path[:0] = [{str(root)!r}]\n"
+        "from ocihook.core import modimage\n"
+        f"{'modimage.install(' + repr(str(image_dir)) + ')' if use else ''}\n"
+        f"import {module} as m\n"
+        "print(m.VALUE, m.__file__, type(m.__loader__).__name__)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=False
+    )
+    assert r.returncode == 0, r.stderr
+    return r.stdout.split()
+
+
+def test_a_package_added_beside_a_module_wins_as_in_a_normal_import(
+    image_dir: Path, tmp_path: Path
+) -> None:
+    """An install that copies over the old files (no removal) turned ``zz.py`` into the
+    package ``zz/``: a normal import takes the package, and so does a start with the
+    image, whose ``zz.py`` (unchanged) must not be served."""
+    root = _copy(tmp_path)
+    (root / "ocihook/zz.py").write_text("VALUE = 'module'\n")
+    _write(root, image_dir, ["ocihook.zz"])
+    assert _value_of(root, image_dir, "ocihook.zz")[::2] == ["module", "ImageLoader"]
+    (root / "ocihook/zz").mkdir()
+    (root / "ocihook/zz/__init__.py").write_text("VALUE = 'package'\n")
+    assert _value_of(root, image_dir, "ocihook.zz") == _value_of(
+        root, image_dir, "ocihook.zz", use=False
+    )
+    assert _value_of(root, image_dir, "ocihook.zz")[0] == "package"
+
+
+def test_the_paths_are_spelled_as_the_import_system_spells_them(
+    image_dir: Path, tmp_path: Path
+) -> None:
+    """One installation reached through another spelling of its directory (``..``, a
+    symbolic link) uses its image, with the file names a normal import gives; another
+    installation that only collapses to the same text does not."""
+    root = _copy(tmp_path)
+    (root / "ocihook/zz.py").write_text("VALUE = 'A'\n")
+    _write(root, image_dir, ["ocihook.zz"])
+    (tmp_path / "link").symlink_to(root)
+    for spelling in (f"{tmp_path}/x/../install", f"{tmp_path}/link"):
+        if "/x/" in spelling:
+            (tmp_path / "x").mkdir(exist_ok=True)
+        served = _value_of(spelling, image_dir, "ocihook.zz")
+        assert served[:2] == _value_of(spelling, image_dir, "ocihook.zz", use=False)[:2]
+        assert served[1].startswith(spelling) and served[2] == "ImageLoader"
+    # B at deep/install, reached as link2/../install where link2 -> deep/sub: the text
+    # collapses to tmp/install (A's), the kernel goes to deep/install (B's)
+    other = tmp_path / "deep"
+    _copy(other)
+    (other / "install/ocihook/zz.py").write_text("VALUE = 'B'\n")
+    (other / "sub").mkdir()
+    (tmp_path / "link2").symlink_to(other / "sub")
+    assert _value_of(f"{tmp_path}/link2/../install", image_dir, "ocihook.zz")[::2] == [
+        "B",
+        "SourceFileLoader",
+    ]
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        ("x", 0),  # an offset that is no number
+        (-1, 10),
+        (0, 10**12),  # past the end
+        (0, 0),
+    ],
+)
+def test_an_entry_out_of_shape_is_a_normal_import(
+    image_dir: Path, tmp_path: Path, entry: tuple[object, int]
+) -> None:
+    import marshal
+
+    root = _copy(tmp_path)
+    (root / "ocihook/zz.py").write_text("VALUE = 'source'\n")
+    path = Path(_write(root, image_dir, ["ocihook.zz"]))
+    data = path.read_bytes()
+    head = len(modimage.FORMAT) + 4 + int.from_bytes(data[8:12], "little")
+    magic, optimize, real, index = marshal.loads(data[12:head])
+    index["ocihook.zz"] = (*index["ocihook.zz"][:3], *entry)
+    table = marshal.dumps((magic, optimize, real, index))
+    path.write_bytes(modimage.FORMAT + len(table).to_bytes(4, "little") + table + data[head:])
+    assert _value_of(root, image_dir, "ocihook.zz")[::2] == ["source", "SourceFileLoader"]
+
+
+def test_only_ocihook_modules_are_served(image_dir: Path, tmp_path: Path) -> None:
+    """An index naming another module (a standard one, or one on sys.path) is ignored for
+    it: the image serves ocihook's modules alone."""
+    import marshal
+
+    root = _copy(tmp_path)
+    (root / "zzforeign.py").write_text("VALUE = 'source'\n")
+    (root / "ocihook/zz.py").write_text("VALUE = 'image'\n")
+    path = Path(_write(root, image_dir, ["ocihook.zz"]))
+    data = path.read_bytes()
+    head = len(modimage.FORMAT) + 4 + int.from_bytes(data[8:12], "little")
+    magic, optimize, real, index = marshal.loads(data[12:head])
+    index["zzforeign"] = index["ocihook.zz"]  # would give "image"
+    table = marshal.dumps((magic, optimize, real, index))
+    path.write_bytes(modimage.FORMAT + len(table).to_bytes(4, "little") + table + data[head:])
+    assert _value_of(root, image_dir, "zzforeign")[::2] == ["source", "SourceFileLoader"]
+    assert _value_of(root, image_dir, "ocihook.zz")[::2] == ["image", "ImageLoader"]
+
+
+def test_the_store_keeps_a_few_images_and_no_dead_writers_files(
+    image_dir: Path, tmp_path: Path
+) -> None:
+    dead = image_dir / "modules-0000000000000000.img.2147483646.tmp"
+    dead.write_bytes(b"x")
+    paths = [_write(_copy(tmp_path, f"i{n}"), image_dir, ["ocihook.core.lazy"]) for n in range(6)]
+    left = sorted(p.name for p in image_dir.iterdir())
+    assert len(left) == modimage.MAX_IMAGES
+    assert Path(paths[-1]).name in left and not dead.exists()
