@@ -29,7 +29,7 @@ MODULES = [
 ]
 
 #: strace, writing the files a process opens to the path that follows.
-STRACE = ["strace", "-f", "-e", "trace=openat", "-o"]
+STRACE = ["strace", "-f", "-e", "trace=openat,execve", "-o"]
 
 #: Run in a fresh ``python -I -S`` with the package's root first on sys.path: install the
 #: image of ``DIR`` (when ``USE``), import ``MODULES`` and print, per module, its loader's
@@ -382,3 +382,53 @@ def test_the_store_keeps_a_few_images_and_no_dead_writers_files(
     left = sorted(p.name for p in image_dir.iterdir())
     assert len(left) == modimage.MAX_IMAGES
     assert Path(paths[-1]).name in left and not dead.exists()
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+def test_the_wrapper_reads_no_pyc_of_the_image(image_dir: Path, tmp_path: Path) -> None:
+    """``ocihook-runtime`` (:func:`ocihook.runtime.run`) for a container that asks for
+    nothing, the real runtime a stand-in (``/bin/true``): with the image, it opens no .pyc
+    but those of the modules it imported before installing it."""
+    from support import make_bundle
+
+    _write(REPO, image_dir, sorted(START_PATH_MODULES))
+    bundle = make_bundle(tmp_path)
+    config = tmp_path / "config.toml"
+    config.write_text('runtimes = ["/bin/true"]\n')
+    code = (
+        f"import sys\nsys.path[:0] = [{REPO!r}]\n"
+        "from ocihook.core import modimage\n"
+        f"modimage.DEFAULT_DIR = {str(image_dir)!r}\n"
+        f"sys.argv = ['ocihook-runtime', 'create', '-b', {str(bundle)!r}, 'c1']\n"
+        "from ocihook.runtime import run\nrun()\n"
+    )
+    trace = tmp_path / "trace"
+    r = subprocess.run(
+        [*STRACE, str(trace), sys.executable, "-I", "-S", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "OCIHOOK_CONFIG": str(config)},
+    )
+    assert (r.returncode, r.stderr) == (0, ""), r.stderr
+    text = trace.read_text()
+    assert 'execve("/bin/true"' in text  # the wrapper handed over to the runtime
+    opened = {
+        line.split('"')[1].split("/ocihook/", 1)[1]
+        for line in text.splitlines()
+        if ".pyc" in line and "/ocihook/" in line and "ENOENT" not in line
+    }
+    tag = sys.implementation.cache_tag
+    before = {  # what `from ocihook.runtime import run` loads, before run() installs it
+        f"{os.path.dirname(m) + '/' if '/' in m else ''}__pycache__/{os.path.basename(m)}.{tag}.pyc"
+        for m in (
+            "__init__",
+            "runtime",
+            "core/__init__",
+            "core/lazy",
+            "core/stdio",
+            "core/modimage",
+        )
+    }
+    assert opened == before
