@@ -10,7 +10,9 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support import REPO
@@ -80,6 +82,37 @@ def _write(root: Path | str, image_dir: Path, names: list[str]) -> str:
     )
     assert r.returncode == 0, r.stderr
     return r.stdout.strip()
+
+
+def _pycs_opened(trace: str) -> set[str]:
+    """The .pyc files of the package (relative to it) a strace ``trace`` shows opened."""
+    return {
+        line.split('"')[1].split("/ocihook/", 1)[1]
+        for line in trace.splitlines()
+        if ".pyc" in line and "/ocihook/" in line and "ENOENT" not in line
+    }
+
+
+def _pycs(modules: tuple[str, ...]) -> set[str]:
+    """The .pyc files (relative to the package) of ``modules`` (``core/lazy``)."""
+    tag = sys.implementation.cache_tag
+    return {
+        f"{os.path.dirname(m) + '/' if '/' in m else ''}__pycache__/{os.path.basename(m)}.{tag}.pyc"
+        for m in modules
+    }
+
+
+def _edit_index(path: Path, edit: Callable[[str, dict[str, Any]], str]) -> None:
+    """Rewrite the image at ``path`` with its index passed through ``edit(root, index)``
+    (which changes the index in place and returns the root to write)."""
+    import marshal
+
+    data = path.read_bytes()
+    head = len(modimage.FORMAT) + 4 + int.from_bytes(data[8:12], "little")
+    magic, optimize, real, index = marshal.loads(data[12:head])
+    real = edit(real, index)
+    table = marshal.dumps((magic, optimize, real, index))
+    path.write_bytes(modimage.FORMAT + len(table).to_bytes(4, "little") + table + data[head:])
 
 
 @pytest.fixture
@@ -243,18 +276,12 @@ def test_the_cdi_hook_reads_no_pyc_of_the_image(image_dir: Path, tmp_path: Path)
         )
         assert (r.returncode, r.stderr) == (0, ""), r.stderr
         assert os.readlink(bundle / "rootfs/usr/lib/libx.so.1") == "libx.so.1.0"
-        opened = {
-            line.split('"')[1].split("/ocihook/", 1)[1]
-            for line in trace.read_text().splitlines()
-            if ".pyc" in line and "/ocihook/" in line and "ENOENT" not in line
-        }
-        results.append(opened)
+        results.append(_pycs_opened(trace.read_text()))
     with_image, without = results
-    tag = sys.implementation.cache_tag
-    before = {  # ocihook._main's imports, before run() installs the image
-        f"{os.path.dirname(m) + '/' if '/' in m else ''}__pycache__/{os.path.basename(m)}.{tag}.pyc"
-        for m in ("__init__", "_main", "core/__init__", "core/lazy", "core/stdio", "core/modimage")
-    }
+    # ocihook._main's imports, before run() installs the image
+    before = _pycs(
+        ("__init__", "_main", "core/__init__", "core/lazy", "core/stdio", "core/modimage")
+    )
     assert len(without) > 25  # every module of the hook, from its .pyc
     assert with_image == before
 
@@ -340,35 +367,29 @@ def test_the_paths_are_spelled_as_the_import_system_spells_them(
 def test_an_entry_out_of_shape_is_a_normal_import(
     image_dir: Path, tmp_path: Path, entry: tuple[object, int]
 ) -> None:
-    import marshal
-
     root = _copy(tmp_path)
     (root / "ocihook/zz.py").write_text("VALUE = 'source'\n")
-    path = Path(_write(root, image_dir, ["ocihook.zz"]))
-    data = path.read_bytes()
-    head = len(modimage.FORMAT) + 4 + int.from_bytes(data[8:12], "little")
-    magic, optimize, real, index = marshal.loads(data[12:head])
-    index["ocihook.zz"] = (*index["ocihook.zz"][:3], *entry)
-    table = marshal.dumps((magic, optimize, real, index))
-    path.write_bytes(modimage.FORMAT + len(table).to_bytes(4, "little") + table + data[head:])
+
+    def edit(real: str, index: dict[str, Any]) -> str:
+        index["ocihook.zz"] = (*index["ocihook.zz"][:3], *entry)
+        return real
+
+    _edit_index(Path(_write(root, image_dir, ["ocihook.zz"])), edit)
     assert _value_of(root, image_dir, "ocihook.zz")[::2] == ["source", "SourceFileLoader"]
 
 
 def test_only_ocihook_modules_are_served(image_dir: Path, tmp_path: Path) -> None:
     """An index naming another module (a standard one, or one on sys.path) is ignored for
     it: the image serves ocihook's modules alone."""
-    import marshal
-
     root = _copy(tmp_path)
     (root / "zzforeign.py").write_text("VALUE = 'source'\n")
     (root / "ocihook/zz.py").write_text("VALUE = 'image'\n")
-    path = Path(_write(root, image_dir, ["ocihook.zz"]))
-    data = path.read_bytes()
-    head = len(modimage.FORMAT) + 4 + int.from_bytes(data[8:12], "little")
-    magic, optimize, real, index = marshal.loads(data[12:head])
-    index["zzforeign"] = index["ocihook.zz"]  # would give "image"
-    table = marshal.dumps((magic, optimize, real, index))
-    path.write_bytes(modimage.FORMAT + len(table).to_bytes(4, "little") + table + data[head:])
+
+    def edit(real: str, index: dict[str, Any]) -> str:
+        index["zzforeign"] = index["ocihook.zz"]  # would give "image"
+        return real
+
+    _edit_index(Path(_write(root, image_dir, ["ocihook.zz"])), edit)
     assert _value_of(root, image_dir, "zzforeign")[::2] == ["source", "SourceFileLoader"]
     assert _value_of(root, image_dir, "ocihook.zz")[::2] == ["image", "ImageLoader"]
 
