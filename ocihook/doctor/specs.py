@@ -80,14 +80,14 @@ def spec_hook_problems(spec: Spec, root: str = "/") -> tuple[list[str], list[str
         elif version != VERSION:
             note(warnings, f"written by ocihook {version}; this is ocihook {VERSION}")
         missing = missing_program_module(hook.args, root)
-        if missing is not None and not missing.startswith("/"):
+        dirs = program_dirs(hook.args) or []
+        if missing is not None and any(not d.startswith("/") for d in dirs):
             note(
                 failures,
                 f"its hook runs ocihook with {hook.path} from the relative directory "
-                f"{missing}, which the runtime's working directory would decide",
+                f"{missing!r}, which the runtime's working directory would decide",
             )
         elif missing is not None:
-            dirs = program_dirs(hook.args) or []
             note(
                 failures,
                 f"its hook runs ocihook with {hook.path} from {', '.join(dirs) or 'nowhere'}, "

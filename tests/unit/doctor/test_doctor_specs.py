@@ -126,7 +126,15 @@ def test_a_program_with_a_relative_directory_fails(
         h["args"][4] = hook_program([relative])
     want = (
         f"its hook runs ocihook with {sys.executable} from the relative directory "
-        f"{relative}, which the runtime's working directory would decide"
+        f"{relative!r}, which the runtime's working directory would decide"
+    )
+    assert spec_hook_problems(_spec(doc)) == ([want], [])
+    # no directory at all: the package is nowhere
+    for h in _hooks(doc):
+        h["args"][4] = hook_program([])
+    want = (
+        f"its hook runs ocihook with {sys.executable} from nowhere, which holds no ocihook "
+        "(moved, removed, or installed for another Python)"
     )
     assert spec_hook_problems(_spec(doc)) == ([want], [])
 
