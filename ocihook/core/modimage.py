@@ -77,8 +77,13 @@ def image_path(directory: str = DEFAULT_DIR, package_root: str | None = None) ->
     in ``package_root`` (default: this process's): ``modules-<16 hex digits>.img``, the
     64-bit FNV-1a checksum of that directory's real path (``os.path.realpath``: every
     spelling of one installation shares one image)."""
+    return _image_of(directory, os.path.realpath(package_root or _package_root()))
+
+
+def _image_of(directory: str, real: str) -> str:
+    """:func:`image_path` for the package directory's real path ``real``."""
     h = 0xCBF29CE484222325
-    for byte in os.fsencode(os.path.realpath(package_root or _package_root())):
+    for byte in os.fsencode(real):
         h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
     return os.path.join(directory, f"modules-{h:016x}.img")
 
@@ -132,10 +137,10 @@ def install(directory: str | None = None) -> bool:
 def _open(directory: str) -> tuple[int, int, int, _Index] | None:
     """The image's descriptor, where its code starts and ends, and its index (see
     :func:`write_image`), or ``None`` when there is no usable image."""
-    root = _package_root()
+    real = os.path.realpath(_package_root())
     flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
     try:
-        fd = os.open(image_path(directory, root), flags)
+        fd = os.open(_image_of(directory, real), flags)
     except OSError:
         return None
     try:
@@ -152,8 +157,8 @@ def _open(directory: str) -> tuple[int, int, int, _Index] | None:
         if head[: len(FORMAT)] != FORMAT or size > MAX_INDEX_BYTES:
             os.close(fd)
             return None
-        magic, optimize, real, index = marshal.loads(os.pread(fd, size, len(head)))
-        if (magic, optimize, real) != (_magic(), sys.flags.optimize, os.path.realpath(root)):
+        magic, optimize, written_for, index = marshal.loads(os.pread(fd, size, len(head)))
+        if (magic, optimize, written_for) != (_magic(), sys.flags.optimize, real):
             os.close(fd)
             return None
     except BaseException:
