@@ -176,6 +176,7 @@ def _finder(fd: int, start: int, end: int, index: _Index) -> object:
     bootstrap = sys.modules["_frozen_importlib"]
     external = sys.modules["_frozen_importlib_external"]
     code_type = type(_identity.__code__)
+    fix_co_filename = sys.modules["_imp"]._fix_co_filename
     root = _package_root()
     dirs: dict[str, bool] = {}  # directory -> unchanged since the image was written
 
@@ -194,6 +195,9 @@ def _finder(fd: int, start: int, end: int, index: _Index) -> object:
                 except Exception:  # the module's own .pyc or source then
                     code = None
                 if isinstance(code, code_type):
+                    # the file name this process imports it by, in the code's frames and
+                    # tracebacks too (as the import system does for a .pyc)
+                    fix_co_filename(code, self.path)
                     return code
             return super().get_code(fullname)  # type: ignore[no-any-return]
 
@@ -276,9 +280,14 @@ def write_image(names: Iterable[str], directory: str = DEFAULT_DIR) -> str | Non
         try:
             where = os.path.dirname(file)
             if where not in dirs:  # before its files are read: a later change is seen
+                _make_pycache(where)
                 dirs[where] = _identity(os.stat(where))
             if any(os.path.exists(base + suffix) for suffix in suffixes):
                 raise ValueError("an extension module of that name is imported instead")
+            if not package and os.path.isdir(base):
+                # an __init__ put in it later would make it the package a normal import
+                # takes, without changing the directory holding this file
+                raise ValueError("a directory of that name is beside it")
             fd = os.open(file, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
             try:
                 identity = _identity(os.fstat(fd))
@@ -320,6 +329,18 @@ def write_image(names: Iterable[str], directory: str = DEFAULT_DIR) -> str | Non
         return None
     _prune(directory, path)
     return path
+
+
+def _make_pycache(directory: str) -> None:
+    """Make ``directory``'s ``__pycache__`` when Python would write bytecode there and it is
+    missing (best effort): the first normal import of a module there would make it, and
+    so change the directory the image recorded for that directory's modules."""
+    if sys.dont_write_bytecode or sys.pycache_prefix is not None:
+        return
+    try:  # noqa: SIM105 (contextlib is not imported here)
+        os.mkdir(os.path.join(directory, "__pycache__"))
+    except OSError:
+        pass
 
 
 def _prune(directory: str, keep: str) -> None:

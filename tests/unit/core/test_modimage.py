@@ -89,7 +89,7 @@ def _pycs_opened(trace: str) -> set[str]:
     return {
         line.split('"')[1].split("/ocihook/", 1)[1]
         for line in trace.splitlines()
-        if ".pyc" in line and "/ocihook/" in line and "ENOENT" not in line
+        if '.pyc"' in line and "/ocihook/" in line and "O_RDONLY" in line and "ENOENT" not in line
     }
 
 
@@ -453,3 +453,55 @@ def test_the_wrapper_reads_no_pyc_of_the_image(image_dir: Path, tmp_path: Path) 
         )
     }
     assert opened == before
+
+
+def test_the_code_names_the_file_this_process_imports(image_dir: Path, tmp_path: Path) -> None:
+    """Written through one spelling of the installation, served through another: the
+    code's own file name (frames, tracebacks, warnings) is the one this process imports
+    it by, as the import system fixes it for a .pyc."""
+    root = _copy(tmp_path)
+    (root / "ocihook/zz.py").write_text("VALUE = 'x'\n\ndef f() -> None:\n    pass\n")
+    _write(root, image_dir, ["ocihook.zz"])
+    (tmp_path / "link").symlink_to(root)
+    code = (
+        f"import sys\nsys.path[:0] = [{str(tmp_path / 'link')!r}]\n"
+        f"from ocihook.core import modimage\nmodimage.install({str(image_dir)!r})\n"
+        "import ocihook.zz as m\n"
+        "print(type(m.__loader__).__name__, m.__file__, m.f.__code__.co_filename)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=False
+    )
+    assert r.returncode == 0, r.stderr
+    loader, file, co_filename = r.stdout.split()
+    assert loader == "ImageLoader"
+    assert file == co_filename == str(tmp_path / "link/ocihook/zz.py")
+
+
+def test_a_module_beside_a_directory_of_its_name_is_left_out(
+    image_dir: Path, tmp_path: Path
+) -> None:
+    """``zz.py`` beside a directory ``zz/`` (a package's leftovers): an ``__init__.py`` put
+    there later would make the package the one a normal import takes, without changing
+    the directory holding ``zz.py``; so ``zz`` is not in the image."""
+    root = _copy(tmp_path)
+    (root / "ocihook/zz.py").write_text("VALUE = 'module'\n")
+    (root / "ocihook/zz").mkdir()
+    _write(root, image_dir, ["ocihook.zz"])
+    assert _value_of(root, image_dir, "ocihook.zz")[::2] == ["module", "SourceFileLoader"]
+    (root / "ocihook/zz/__init__.py").write_text("VALUE = 'package'\n")
+    assert _value_of(root, image_dir, "ocihook.zz")[::2] == ["package", "SourceFileLoader"]
+
+
+def test_a_tree_without_bytecode_keeps_its_image(image_dir: Path, tmp_path: Path) -> None:
+    """An installation without .pyc files (``pip --no-compile``, a source tree): the first
+    normal import in a directory would make its ``__pycache__`` and so change the
+    directory the image recorded; the image's writer makes them first, so the image
+    serves every start, not only the first."""
+    root = _copy(tmp_path)
+    for cache in list(root.rglob("__pycache__")):
+        shutil.rmtree(cache)
+    (root / "ocihook/cdi/zz.py").write_text("VALUE = 'image'\n")
+    _write(root, image_dir, ["ocihook.cdi.zz"])
+    for _ in range(2):  # the first start writes the .pyc of the modules not in the image
+        assert _value_of(root, image_dir, "ocihook.cdi.zz")[::2] == ["image", "ImageLoader"]
