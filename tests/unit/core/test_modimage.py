@@ -93,6 +93,14 @@ def _pycs_opened(trace: str) -> set[str]:
     }
 
 
+def _compiled() -> None:
+    """Compile the checkout's package, as an installation has it (a fresh clone has no
+    .pyc: a normal import would compile rather than read them)."""
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", f"{REPO}/ocihook"], check=True, timeout=120
+    )
+
+
 def _pycs(modules: tuple[str, ...]) -> set[str]:
     """The .pyc files (relative to the package) of ``modules`` (``core/lazy``)."""
     tag = sys.implementation.cache_tag
@@ -253,6 +261,7 @@ def test_the_cdi_hook_reads_no_pyc_of_the_image(image_dir: Path, tmp_path: Path)
     installed, and of none that the image holds; it does its work alike."""
     from support import make_bundle
 
+    _compiled()
     _write(REPO, image_dir, sorted(START_PATH_MODULES))
     results = []
     for use in (True, False):
@@ -412,6 +421,7 @@ def test_the_wrapper_reads_no_pyc_of_the_image(image_dir: Path, tmp_path: Path) 
     but those of the modules it imported before installing it."""
     from support import make_bundle
 
+    _compiled()
     _write(REPO, image_dir, sorted(START_PATH_MODULES))
     bundle = make_bundle(tmp_path)
     config = tmp_path / "config.toml"
