@@ -249,8 +249,10 @@ def write_image(names: Iterable[str], directory: str = DEFAULT_DIR) -> str | Non
     atomically (a temporary file, then ``os.replace``), mode 0600; then remove the store's
     other images beyond the :data:`MAX_IMAGES` newest, and temporary files of writers
     that are gone. The directory must exist and be owned by this process's user and
-    writable by no one else. A module whose source cannot be read or compiled, or that an
-    extension module of its name would shadow, is left out (imported as usual).
+    writable by no one else. A module whose source cannot be read or compiled, that an
+    extension module of its name would shadow, or that has a directory of its name beside
+    it, is left out (imported as usual). Each directory's ``__pycache__`` is made first
+    (:func:`_make_pycache`).
 
     The image: :data:`FORMAT`, the index's length (4 bytes, little-endian), the index —
     ``marshal`` of (bytecode magic number, optimization level, the package directory's real
