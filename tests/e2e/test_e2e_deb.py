@@ -1,9 +1,11 @@
 """The Debian package that ``scripts/build-deb`` makes, installed into a fresh Debian 12
 tree and used from there: dpkg installs it (its postinst byte-compiles the modules and
 enables the three units), ``ocihook info`` reads the simulated host, ``ocihook cdi
-generate`` writes a spec whose hook is ``/usr/bin/ocihook`` and ``ocihook cdi list``
-has nothing to say about it, ``ocihook demo`` runs a busybox container under the tree's
-runc with two GPUs; then ``dpkg --purge`` leaves the tree as it was (the file list before
+generate`` writes a spec whose hook runs ``/usr/bin/python3`` with the package's directory
+and ``ocihook cdi list`` has nothing to say about it, ``ocihook demo`` runs a busybox
+container under the tree's runc with two GPUs, the boot unit's command (``--warm-cache``)
+writes the start path's module image and the package's interpreter imports from it; then
+``dpkg --purge`` leaves the tree as it was (the file list before
 the install and after the purge differ only by dpkg's own log).
 
 The tree is Debian's: ``mmdebstrap`` builds it once from the mirror this machine's apt
@@ -79,9 +81,15 @@ in_tree ocihook cdi list --spec-dir /tmp/cdi 2>"$T/tmp/list.err" | sed 's/^/LIST
 sed 's/^/LISTERR /' "$T/tmp/list.err"
 in_tree ocihook demo --workdir /tmp/demo >"$T/tmp/demo.out" 2>&1 || { cat "$T/tmp/demo.out"; exit 1; }
 sed 's/^/DEMO /' "$T/tmp/demo.out"
-in_tree ocihook cdi generate --driver-root /tmp/sim --dev-root /tmp/sim \
+in_tree ocihook cdi generate --driver-root /tmp/sim --dev-root /tmp/sim --warm-cache \
     --output /var/run/cdi/nvidia.yaml
 echo "UNITSPEC $(test -f "$T/run/cdi/nvidia.yaml" && echo written)"
+echo "IMAGES $(ls "$T/run/ocihook" | grep -c '^modules-.*\.img$')"
+echo "SERVED $(in_tree /usr/bin/python3 -I -S -c "import sys; sys.path += ['/usr/lib/python3/dist-packages']
+from ocihook.core import modimage
+ok = modimage.install()
+import ocihook.commands.cdihook as m
+print(ok, type(m.__loader__).__name__)")"
 in_tree dpkg --purge ocihook
 echo "UNITSPEC $(test -f "$T/run/cdi/nvidia.yaml" && echo left || echo removed)"
 """
@@ -155,6 +163,10 @@ def test_deb_installs_runs_and_purges_clean(tmp_path: Path) -> None:
     assert hook["args"][5:9] == ["hook", "cdi", "--ocihook-version", "0.1.0"]
     # the purge removes the spec the unit writes (/var/run/cdi/nvidia.yaml, YAML)
     assert _tagged(out, "UNITSPEC") == ["written", "removed"]
+    # the unit's command (--warm-cache) wrote the start path's module image, and the
+    # package's interpreter takes the CDI hook's modules from it
+    assert _tagged(out, "IMAGES") == ["1"]
+    assert _tagged(out, "SERVED") == ["True ImageLoader"]
     assert "nvidia.com/gpu=all" in _tagged(out, "LIST")
     assert _tagged(out, "LISTERR") == []
     # the busybox container under the tree's runc: its GPUs and the driver's libcuda
