@@ -82,19 +82,28 @@ def test_hook_path_names_an_installed_command(sim: Any, tmp_path: Path) -> None:
     ]
 
 
+def _program(doc: dict[str, Any], dirs: list[str]) -> dict[str, Any]:
+    """``doc`` with each hook's program naming ``dirs``."""
+    for h in _hooks(doc):
+        h["args"][4] = hook_program(dirs)
+    return doc
+
+
+def _holds_no_ocihook(where: str) -> str:
+    return (
+        f"its hook runs ocihook with {sys.executable} from {where}, which holds no ocihook "
+        "(moved, removed, or installed for another Python)"
+    )
+
+
 def test_a_program_whose_directory_holds_no_ocihook_fails(
     spec_doc: dict[str, Any], tmp_path: Path
 ) -> None:
     """A virtual environment moved, or rebuilt for another Python: the interpreter is there,
     the directory the program names is not (or holds no ocihook)."""
     old = str(tmp_path / "venv/lib/python3.11/site-packages")
-    doc = json.loads(json.dumps(spec_doc))
-    for h in _hooks(doc):
-        h["args"][4] = hook_program([old])
-    want = (
-        f"its hook runs ocihook with {sys.executable} from {old}, which holds no ocihook "
-        "(moved, removed, or installed for another Python)"
-    )
+    doc = _program(json.loads(json.dumps(spec_doc)), [old])
+    want = _holds_no_ocihook(old)
     assert spec_hook_problems(_spec(doc)) == ([want], [])
     (c,) = check_spec_hooks(Context(HostRoot(), str(_write(tmp_path, doc))))
     assert (c.status, c.evidence) == ("FAIL", want)
@@ -105,13 +114,7 @@ def test_a_program_whose_directory_holds_no_ocihook_fails(
     assert spec_hook_problems(_spec(doc)) == ([], [])
     # a name holding "]; " is read whole: checked, not skipped
     odd = str(tmp_path / "a]; b")
-    for h in _hooks(doc):
-        h["args"][4] = hook_program([odd])
-    want = (
-        f"its hook runs ocihook with {sys.executable} from {odd}, which holds no ocihook "
-        "(moved, removed, or installed for another Python)"
-    )
-    assert spec_hook_problems(_spec(doc)) == ([want], [])
+    assert spec_hook_problems(_spec(_program(doc, [odd]))) == ([_holds_no_ocihook(odd)], [])
 
 
 def test_a_program_with_a_relative_directory_fails(
@@ -121,22 +124,14 @@ def test_a_program_with_a_relative_directory_fails(
     runc): doctor fails it even where it happens to resolve from here."""
     monkeypatch.chdir("/")
     relative = package_dir().lstrip("/")
-    doc = json.loads(json.dumps(spec_doc))
-    for h in _hooks(doc):
-        h["args"][4] = hook_program([relative])
+    doc = _program(json.loads(json.dumps(spec_doc)), [relative])
     want = (
         f"its hook runs ocihook with {sys.executable} from the relative directory "
         f"{relative!r}, which the runtime's working directory would decide"
     )
     assert spec_hook_problems(_spec(doc)) == ([want], [])
     # no directory at all: the package is nowhere
-    for h in _hooks(doc):
-        h["args"][4] = hook_program([])
-    want = (
-        f"its hook runs ocihook with {sys.executable} from nowhere, which holds no ocihook "
-        "(moved, removed, or installed for another Python)"
-    )
-    assert spec_hook_problems(_spec(doc)) == ([want], [])
+    assert spec_hook_problems(_spec(_program(doc, []))) == ([_holds_no_ocihook("nowhere")], [])
 
 
 def test_a_missing_hook_command_fails(spec_doc: dict[str, Any], tmp_path: Path) -> None:
