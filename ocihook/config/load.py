@@ -18,7 +18,7 @@ environ={})``, never trusting ``OCIHOOK_CONFIG`` there.
 Cost (this module is on every container start): importing it costs almost nothing, and
 :func:`load_config` with no file costs one failed ``open``. A file that exists is parsed
 with :mod:`tomllib` (5-10 ms of imports) unless the root-owned store
-(:mod:`ocihook.linux.cachestore`, entries ``config-*.json``) holds the document parsed
+(:mod:`ocihook.linux.cachestore`, entries ``config-*.entry``) holds the document parsed
 from the same bytes; :func:`config_may_set` lets the start path skip parsing when the
 file cannot change what it needs.
 """
@@ -155,7 +155,7 @@ def parse_config_bytes(data: bytes, *, path: str) -> dict[str, Any]:
     also checks it against the JSON Schema); ``path`` names the file in errors.
 
     The document parsed from the same bytes before is taken from the root-owned store
-    (:mod:`ocihook.linux.cachestore` in its default directory, entries ``config-*.json``,
+    (:mod:`ocihook.linux.cachestore` in its default directory, entries ``config-*.entry``,
     keyed by the whole text: never stale) when there is one; a document parsed here is
     stored when that directory exists: importing :mod:`tomllib` costs more than the
     interpreter's start.

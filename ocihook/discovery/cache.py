@@ -4,7 +4,7 @@ Discovering the NVIDIA driver's files costs more than the rest of a container's 
 (hundreds of ``lstat`` calls through :func:`ocihook.linux.pathsafe.resolve_in_root`); the
 answer only changes when the driver, the dynamic loader's cache, the device nodes or the
 configuration change. :func:`ocihook.discovery.nvidia.discover_cached` keeps results in
-the root-owned store :mod:`ocihook.linux.cachestore` (entries ``discovery-*.json``) under
+the root-owned store :mod:`ocihook.linux.cachestore` (entries ``discovery-*.entry``) under
 the key :func:`host_key` builds:
 
 * what the caller says the result depends on: the

@@ -5,11 +5,13 @@ NVIDIA driver's files (:mod:`ocihook.discovery.cache` builds its key) and parsin
 operator's TOML file (:mod:`ocihook.config.load`). :func:`lookup` and :func:`store` keep
 such values (any :class:`~ocihook.core.records.Record` tree of str, int, float, bool,
 ``None``, tuples, lists, frozensets and mappings; :func:`encode`) in
-``<directory>/<prefix>-<digest>.json``:
+``<directory>/<prefix>-<digest>.entry``, each a :mod:`marshal` dump of
+``(format, key text, directories, value)`` holding plain data only (strings, numbers and
+tuples: the store never keeps, and :func:`decode` never accepts, anything else):
 
 * the **key** is a JSON value the caller builds from everything the value depends on;
-  the file name is a checksum of it (:func:`digest`), and the entry holds the key itself,
-  compared in full on every lookup (a checksum collision is a miss);
+  the file name is a checksum of its compact JSON text (:func:`digest`), and the entry
+  holds that text, compared in full on every lookup (a checksum collision is a miss);
 * an entry also lists the **directories** its value was read from with their identity
   (device, inode, mtime_ns; :func:`dir_identities`): a file added, removed or renamed in
   one of them, or a file system mounted on one, makes the entry stale;
@@ -42,102 +44,121 @@ DEFAULT_DIR = "/run/ocihook"
 MAX_ENTRIES = 16
 #: Largest entry read back, in bytes.
 MAX_ENTRY_BYTES = 4 << 20
+#: The entries' file-name suffix.
+SUFFIX = ".entry"
+#: The first item of every entry: the version of this layout (a different one is a miss).
+ENTRY_FORMAT = "ocihook-cachestore-2"
 
 
 # -- encoding (exact round trip) ------------------------------------------------------------
 
+#: The tags of :func:`encode`'s containers (the first item of each tagged tuple).
+_RECORD, _TUPLE, _LIST, _SET, _MAP = range(5)
+
 
 def encode(value: object) -> object:
-    """A JSON-able form of ``value`` that :func:`decode` turns back into an equal value of
-    the same types: records as ``{"r": class name, "f": [fields...]}``, tuples as
-    ``{"t": [...]}``, frozensets as ``{"s": [...]}``, mappings as ``{"m": [[k, v]...]}``,
-    lists as ``{"l": [...]}``. Raises ``TypeError`` for anything else."""
-    if value is None or isinstance(value, (bool, str)):
-        return value
-    if isinstance(value, int):
+    """A form of ``value`` made of ``None``, ``bool``, ``int``, finite ``float``, ``str``
+    and tuples only (what :mod:`marshal` writes and reads back exactly), that
+    :func:`decode` turns back into an equal value of the same types. Every tuple in it is a
+    tagged container: a record ``(0, class name, (fields...))``, a tuple ``(1, (items...))``,
+    a list ``(2, (items...))``, a frozenset ``(3, (items...))`` (in ``repr`` order, so
+    that equal sets encode alike), a mapping ``(4, ((key, value)...))``. Raises
+    ``TypeError`` for anything else (a non-finite float, a set, bytes, another class)."""
+    if value is None or isinstance(value, (bool, str, int)):
         return value
     if isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):
             raise TypeError("non-finite float")
-        return {"x": value.hex()}
+        return value
     if isinstance(value, Record):
-        return {
-            "r": type(value).__name__,
-            "f": [encode(getattr(value, n)) for n in value.__fields__],
-        }
+        fields = tuple(encode(getattr(value, n)) for n in value.__fields__)
+        return (_RECORD, type(value).__name__, fields)
     if isinstance(value, tuple):
-        return {"t": [encode(v) for v in value]}
+        return (_TUPLE, tuple(encode(v) for v in value))
     if isinstance(value, list):
-        return {"l": [encode(v) for v in value]}
+        return (_LIST, tuple(encode(v) for v in value))
     if isinstance(value, frozenset):
-        return {"s": [encode(v) for v in sorted(value, key=repr)]}
+        return (_SET, tuple(encode(v) for v in sorted(value, key=repr)))
     if isinstance(value, dict):
-        return {"m": [[encode(k), encode(v)] for k, v in value.items()]}
+        return (_MAP, tuple((encode(k), encode(v)) for k, v in value.items()))
     raise TypeError(f"cannot cache a {type(value).__name__}")
+
+
+_SCALARS = (str, int, float, bool, type(None))
 
 
 def decode(data: object, types: Mapping[str, type[Record]]) -> Any:
     """The value :func:`encode` made ``data`` from; records of the classes in ``types``
-    (by name). Raises ``ValueError`` for anything malformed."""
-    if data is None or isinstance(data, (bool, str, int)):
-        return data
-    if isinstance(data, dict) and len(data) in (1, 2):
-        if "r" in data:
-            cls = types.get(data["r"]) if isinstance(data["r"], str) else None
-            fields = data.get("f")
-            if cls is None or not isinstance(fields, list) or len(fields) != len(cls.__fields__):
-                raise ValueError(f"unknown record {data.get('r')!r}")
-            return cls(*(decode(f, types) for f in fields))
-        ((tag, items),) = data.items()
-        if tag == "x" and isinstance(items, str):
-            return float.fromhex(items)
-        if isinstance(items, list):
-            if tag == "t":
-                return tuple(decode(v, types) for v in items)
-            if tag == "l":
-                return [decode(v, types) for v in items]
-            if tag == "s":
-                return frozenset(decode(v, types) for v in items)
-            if tag == "m":
-                out = {}
-                for pair in items:
-                    if not isinstance(pair, list) or len(pair) != 2:
-                        raise ValueError("malformed mapping")
-                    out[decode(pair[0], types)] = decode(pair[1], types)
-                return out
-    raise ValueError(f"malformed cache value {str(data)[:60]!r}")
+    (by name), built as their constructor builds them from every field in order
+    (``__post_init__`` included). Raises ``ValueError`` for anything malformed (an unknown
+    tag or class, a wrong number of fields, a type :func:`encode` never writes)."""
+    if type(data) is not tuple:
+        if isinstance(data, _SCALARS):
+            return data
+        raise ValueError(f"malformed cache value of type {type(data).__name__}")
+    try:
+        tag, *rest = data
+        if tag == _RECORD:
+            name, fields = rest
+            cls = types.get(name) if type(name) is str else None
+            if cls is None or type(fields) is not tuple or len(fields) != len(cls.__fields__):
+                raise ValueError(f"unknown record {name!r}")
+            return cls(*[decode(f, types) for f in fields])
+        (items,) = rest
+        if type(items) is not tuple:
+            raise ValueError("malformed container")
+        if tag == _TUPLE:
+            return tuple([decode(v, types) for v in items])
+        if tag == _LIST:
+            return [decode(v, types) for v in items]
+        if tag == _SET:
+            return frozenset([decode(v, types) for v in items])
+        if tag == _MAP:
+            return {decode(k, types): decode(v, types) for k, v in items}
+    except TypeError as e:  # a wrong shape: an unhashable key, a scalar as a container
+        raise ValueError(f"malformed cache value: {e}") from None
+    raise ValueError(f"malformed cache value: unknown tag {tag!r}")
 
 
 # -- the store --------------------------------------------------------------------------------
 
 
-def digest(key: Mapping[str, object]) -> str:
-    """The file-name part of ``key``'s entry: 16 hex digits (CRC-32 and Adler-32 of the
-    key's JSON text, keys in the caller's order). Only a name: :func:`lookup` compares the
-    entry's key in full."""
-    import zlib
-
+def _key_text(key: Mapping[str, object]) -> str:
+    """``key``'s compact JSON text, keys in the caller's order (as built: ``host_key``)."""
     from ..core import jsonfast as json
 
-    data = json.dumps(key).encode()  # keys in a fixed order (host_key)
+    return json.dumps(key)
+
+
+def digest(key: Mapping[str, object]) -> str:
+    """The file-name part of ``key``'s entry: 16 hex digits (CRC-32 and Adler-32 of the
+    key's compact JSON text, keys in the caller's order). Only a name: :func:`lookup`
+    compares the entry's key text in full."""
+    return _digest_text(_key_text(key))
+
+
+def _digest_text(text: str) -> str:
+    import zlib
+
+    data = text.encode()
     return f"{zlib.crc32(data):08x}{zlib.adler32(data):08x}"
 
 
-def dir_identities(dirs: Iterable[str]) -> list[list[object]]:
-    """``[path, device, inode, mtime_ns]`` of each of ``dirs`` (sorted, without
-    duplicates), ``[path, None, None, None]`` for one that cannot be ``stat``-ed: what an
+def dir_identities(dirs: Iterable[str]) -> tuple[tuple[object, ...], ...]:
+    """``(path, device, inode, mtime_ns)`` of each of ``dirs`` (sorted, without
+    duplicates), ``(path, None, None, None)`` for one that cannot be ``stat``-ed: what an
     entry records to tell, at lookup, that a file was added, removed or renamed in one of
     them, or that another file system was mounted there (whose root may have the same
     inode number)."""
-    out: list[list[object]] = []
+    out: list[tuple[object, ...]] = []
     for d in sorted(set(dirs)):
         try:
             st = os.stat(d)
         except OSError:
-            out.append([d, None, None, None])
+            out.append((d, None, None, None))
             continue
-        out.append([d, st.st_dev, st.st_ino, st.st_mtime_ns])
-    return out
+        out.append((d, st.st_dev, st.st_ino, st.st_mtime_ns))
+    return tuple(out)
 
 
 def owned_and_private(st: os.stat_result) -> bool:
@@ -152,6 +173,10 @@ def _debug(message: str, **fields: object) -> None:
     log.debug(message, **fields)
 
 
+def _entry_path(directory: str, prefix: str, key_text: str) -> str:
+    return os.path.join(directory, f"{prefix}-{_digest_text(key_text)}{SUFFIX}")
+
+
 def lookup(
     key: Mapping[str, object],
     types: Mapping[str, type[Record]],
@@ -163,9 +188,10 @@ def lookup(
     ``prefix`` in ``directory``, decoded with the record classes ``types`` (by class
     name), or ``None`` when there is none usable (missing, unreadable, corrupt, foreign,
     stale: a debug log line says which). Never raises for the cache's state."""
-    from ..core import jsonfast as json
+    import marshal
 
-    path = os.path.join(directory, f"{prefix}-{digest(key)}.json")
+    key_text = _key_text(key)
+    path = _entry_path(directory, prefix, key_text)
     try:
         dir_st = os.stat(directory)
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -178,9 +204,8 @@ def lookup(
                 f"{prefix} cache not used: not owned by this user or writable by others", path=path
             )
             return None
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            # the size fstat gave, not the limit: a read of n bytes allocates n first
-            raw = f.read(min(st.st_size, MAX_ENTRY_BYTES) + 1).decode("utf-8", "replace")
+        # the size fstat gave, not the limit: a read of n bytes allocates n first
+        raw = os.read(fd, min(st.st_size, MAX_ENTRY_BYTES) + 1)
     except OSError as e:
         _debug(f"{prefix} cache unreadable; computing again", path=path, error=e.strerror)
         return None
@@ -189,16 +214,18 @@ def lookup(
     try:
         if len(raw) > MAX_ENTRY_BYTES:
             raise ValueError("too large")
-        entry = json.loads(raw)
-        if not isinstance(entry, dict) or entry.get("key") != json.loads(json.dumps(key)):
+        entry = marshal.loads(raw)
+        if type(entry) is not tuple or len(entry) != 4 or entry[0] != ENTRY_FORMAT:
+            raise ValueError("not an entry of this format")
+        _format, stored_key, dirs, value = entry
+        if stored_key != key_text:
             _debug(f"{prefix} cache entry is for another key; computing again", path=path)
             return None
-        dirs = entry.get("dirs")
-        if not isinstance(dirs, list) or dir_identities(d[0] for d in dirs) != dirs:
+        if type(dirs) is not tuple or dir_identities(d[0] for d in dirs) != dirs:
             _debug(f"{prefix} cache entry is stale (a source directory changed)", path=path)
             return None
-        return decode(entry.get("value"), types)
-    except (ValueError, TypeError, KeyError, IndexError, RecursionError) as e:
+        return decode(value, types)
+    except (ValueError, TypeError, EOFError, KeyError, IndexError, RecursionError) as e:
         _debug(f"{prefix} cache entry is corrupt; computing again", path=path, error=str(e))
         return None
 
@@ -219,16 +246,18 @@ def store(
     ``max_entries`` entries of ``prefix`` (the oldest go). Returns whether it was written;
     never raises for the cache's state (a debug line says why it was not written).
     Entries over :data:`MAX_ENTRY_BYTES` are not written."""
-    from ..core import jsonfast as json
+    import marshal
 
     try:
-        text = json.dumps({"key": key, "dirs": dir_identities(dirs), "value": encode(value)})
+        key_text = _key_text(key)
+        entry: Any = (ENTRY_FORMAT, key_text, dir_identities(dirs), encode(value))
+        data = marshal.dumps(entry)  # plain data only (encode): never a code object
     except (TypeError, ValueError) as e:
         _debug(f"{prefix} value not cached", error=str(e))
         return False
-    if len(text) > MAX_ENTRY_BYTES:
+    if len(data) > MAX_ENTRY_BYTES:
         return False
-    path = os.path.join(directory, f"{prefix}-{digest(key)}.json")
+    path = _entry_path(directory, prefix, key_text)
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         if create:
@@ -237,7 +266,7 @@ def store(
             return False
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
-            os.write(fd, text.encode())
+            os.write(fd, data)
         finally:
             os.close(fd)
         os.replace(tmp, path)
@@ -250,11 +279,16 @@ def store(
 
 
 def _prune(directory: str, prefix: str, keep: str, max_entries: int = MAX_ENTRIES) -> None:
-    """Remove the oldest entries named ``<prefix>-*.json`` beyond ``max_entries``."""
+    """Remove the oldest entries named ``<prefix>-*`` :data:`SUFFIX` beyond ``max_entries``,
+    and every ``<prefix>-*.json`` (the entries of the earlier JSON layout, never read)."""
     entries: list[tuple[int, str]] = []
     for name in os.listdir(directory):
-        if name.startswith(prefix + "-") and name.endswith(".json"):
-            p = os.path.join(directory, name)
+        if not name.startswith(prefix + "-"):
+            continue
+        p = os.path.join(directory, name)
+        if name.endswith(".json"):
+            _unlink(p)
+        elif name.endswith(SUFFIX):
             try:
                 entries.append((os.lstat(p).st_mtime_ns, p))
             except OSError:

@@ -4,7 +4,7 @@ Planning a GPU container — discovering the driver's files (even from the disco
 store), choosing GPUs and libraries, laying them out for the image — gives the same
 :class:`~ocihook.plan.edits.Plan` for every container that asks the same thing of the
 same host. :func:`compiled_plan` keeps that plan in the root-owned store
-:mod:`ocihook.linux.cachestore` (entries ``compiled-*.json`` in ``/run/ocihook``) under a
+:mod:`ocihook.linux.cachestore` (entries ``compiled-*.entry`` in ``/run/ocihook``) under a
 key of everything the plan depends on, and a later start replays it without importing
 discovery or the planner:
 

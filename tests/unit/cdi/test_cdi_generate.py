@@ -4,6 +4,7 @@ version, formats, atomic output, and the hook's view of the devices a spec gave.
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import subprocess
 import sys
@@ -632,10 +633,11 @@ def test_generate_discovers_afresh_after_a_warm_cache(
     sim = simhost.build(str(tmp_path / "root"), make_dev_nodes=False)
     root = HostRoot(driver_root=sim.root, dev_root=sim.root)
     discover_cached(root, warm=True)  # the entry a cache-reading generate would use
-    for entry in Path(tmp_path / "cache").glob("discovery-*.json"):
-        doc = json.loads(entry.read_text())
-        doc["value"]["f"][1] = "1.2.3"  # a change no key sees (the driver version)
-        entry.write_text(json.dumps(doc))
+    for entry in Path(tmp_path / "cache").glob("discovery-*.entry"):
+        # a change no key sees (the driver version, the host record's second field)
+        form, key_text, dirs, (tag, name, fields) = marshal.loads(entry.read_bytes())
+        fields = (fields[0], "1.2.3", *fields[2:])
+        entry.write_bytes(marshal.dumps((form, key_text, dirs, (tag, name, fields))))
         entry.chmod(0o600)
     assert discover_cached(root).driver_version == "1.2.3"  # the start path would see it
     Path(sim.root, "tmp/nvidia-mps").mkdir(parents=True)  # an MPS daemon started since
@@ -738,7 +740,7 @@ def test_warm_cache_stores_the_configuration_parse(
     argv = ["cdi", "generate", "--config", str(config), "--warm-cache", "--format", "json"]
     assert main([*argv, "--gpu-backend", "procfs"]) == 0
     capsys.readouterr()
-    assert len(list(cache.glob("config-*.json"))) == 1
+    assert len(list(cache.glob("config-*.entry"))) == 1
     assert len(list(cache.glob("modules-*.img"))) == 1  # the start path's module image
     code = (
         "import sys\n"

@@ -29,19 +29,21 @@ def test_cached_parse_is_tomllibs(cache_dir: Path, tmp_path: Path) -> None:
     f = tmp_path / "config.toml"
     f.write_text(TEXT)
     first = load_config(str(f))
-    (_entry,) = cache_dir.glob("config-*.json")
+    (_entry,) = cache_dir.glob("config-*.entry")
     assert parse_config_bytes(TEXT.encode(), path=str(f)) == tomllib.loads(TEXT)
     assert load_config(str(f)) == first
     # other bytes: another entry, parsed again, never the old document
     f.write_text(TEXT.replace('"/"', '"/srv"'))
     assert load_config(str(f)).driver_root == "/srv"
-    assert len(list(cache_dir.glob("config-*.json"))) == 2
+    assert len(list(cache_dir.glob("config-*.entry"))) == 2
 
 
 def test_a_tampered_entry_is_not_used(cache_dir: Path, tmp_path: Path) -> None:
     parse_config_bytes(TEXT.encode(), path="x")
-    (entry,) = cache_dir.glob("config-*.json")
-    entry.write_text(entry.read_text().replace("/opt/lib", "/evil"))
+    (entry,) = cache_dir.glob("config-*.entry")
+    tampered = entry.read_bytes().replace(b"/opt/lib", b"/evil/xx")  # same length: well formed
+    assert tampered != entry.read_bytes()
+    entry.write_bytes(tampered)
     # still the key's text: the value was changed by someone who may write there
     entry.chmod(0o666)
     assert parse_config_bytes(TEXT.encode(), path="x") == tomllib.loads(TEXT)
@@ -51,7 +53,7 @@ def test_errors_are_not_cached(cache_dir: Path) -> None:
     for _ in range(2):
         with pytest.raises(ConfigError, match="invalid TOML"):
             parse_config_bytes(b"a = [", path="x")
-    assert not list(cache_dir.glob("config-*.json"))
+    assert not list(cache_dir.glob("config-*.entry"))
 
 
 def test_no_directory_no_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

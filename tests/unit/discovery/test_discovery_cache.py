@@ -5,6 +5,7 @@ unreadable entries mean rediscovery."""
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import platform
 import shutil
@@ -82,7 +83,7 @@ values = st.recursive(
 @given(values)
 @settings(max_examples=200)
 def test_encode_decode_round_trips_exactly(value: object) -> None:
-    back = cachestore.decode(json.loads(json.dumps(cachestore.encode(value))), _CACHED_TYPES)
+    back = cachestore.decode(marshal.loads(marshal.dumps(cachestore.encode(value))), _CACHED_TYPES)
     assert back == value
     assert type(back) is type(value)
     if isinstance(value, float):
@@ -330,6 +331,14 @@ def test_other_parameters_are_other_keys(sim: simhost.SimulatedHost, tmp_path: P
     assert cachestore.lookup(b, {}, str(tmp_path), prefix=cache.PREFIX) is None
 
 
+def _with_driver_version(raw: bytes, version: str) -> bytes:
+    """The discovery entry ``raw`` with its host's driver version (the record's second
+    field, in the value only) changed to ``version``."""
+    form, key_text, dirs, (tag, name, fields) = marshal.loads(raw)
+    fields = (fields[0], version, *fields[2:])
+    return marshal.dumps((form, key_text, dirs, (tag, name, fields)))
+
+
 @pytest.mark.parametrize(
     "damage",
     ["garbage", "truncated", "other key", "unknown record", "empty", "directory"],
@@ -346,11 +355,14 @@ def test_corrupt_entries_mean_rediscovery(
     elif damage == "truncated":
         entry.write_bytes(raw[: len(raw) // 2])
     elif damage == "other key":
-        doc = json.loads(raw)
-        doc["key"]["version"] = "other"
-        entry.write_text(json.dumps(doc))
+        form, key_text, dirs, value = marshal.loads(raw)
+        key = json.loads(key_text)
+        key["version"] = "other"
+        entry.write_bytes(marshal.dumps((form, json.dumps(key), dirs, value)))
     elif damage == "unknown record":
-        entry.write_bytes(raw.replace(b'"r":"Gpu"', b'"r":"Evil"'))
+        gpu = marshal.dumps("Gpu")[1:]  # the name's length and text
+        assert gpu in raw
+        entry.write_bytes(raw.replace(gpu, marshal.dumps("Evl")[1:]))
     elif damage == "empty":
         entry.write_bytes(b"")
     else:
@@ -431,9 +443,9 @@ def test_warm_rediscovers_and_replaces_the_entry(tmp_path: Path) -> None:
     root, cache_dir = _root(sim), str(tmp_path / "cache")
     first = discover_cached(root, cache_dir=cache_dir, warm=True)
     (entry,) = [p for p in Path(cache_dir).iterdir() if p.name.startswith("discovery-")]
-    doc = json.loads(entry.read_text())
-    doc["value"]["f"][1] = "1.2.3"  # the driver version, in the value only (not the key)
-    entry.write_text(json.dumps(doc))  # a change no key sees, as far as the cache can tell
+    # the driver version, in the value only (not the key): a change no key sees, as far
+    # as the cache can tell
+    entry.write_bytes(_with_driver_version(entry.read_bytes(), "1.2.3"))
     os.chmod(entry, 0o600)
     assert discover_cached(root, cache_dir=cache_dir).driver_version == "1.2.3"
     assert discover_cached(root, cache_dir=cache_dir, warm=True) == first

@@ -4,7 +4,7 @@ ignored, prefixes kept apart, the directory bounded."""
 
 from __future__ import annotations
 
-import json
+import marshal
 import os
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,7 @@ values = st.recursive(
 
 @given(values)
 def test_encode_decode_round_trips_exactly(value: object) -> None:
-    back = cachestore.decode(json.loads(json.dumps(cachestore.encode(value))), TYPES)
+    back = cachestore.decode(marshal.loads(marshal.dumps(cachestore.encode(value))), TYPES)
     assert back == value
     assert type(back) is type(value)
 
@@ -58,7 +58,20 @@ def test_values_it_cannot_keep_are_refused(value: object) -> None:
 
 
 @pytest.mark.parametrize(
-    "data", [{"r": "Evil", "f": []}, {"r": "Point", "f": [1]}, {"q": []}, {"m": [[1]]}, [1]]
+    "data",
+    [
+        (0, "Evil", ()),  # a class not in the types
+        (0, "Point", (1, 2, 3)),  # a wrong number of fields
+        (0, "Point", [1]),  # fields not a tuple
+        (9, ()),  # an unknown tag
+        (1, [1]),  # items not a tuple
+        (4, ((1,),)),  # a mapping item that is not a pair
+        (4, (((2, ()), 1),)),  # an unhashable key (a list)
+        (),  # no tag
+        [1],  # a list: encode never writes one
+        b"x",  # bytes
+        {"m": 1},  # the earlier JSON form
+    ],
 )
 def test_malformed_values_are_refused(data: object) -> None:
     with pytest.raises(ValueError):
@@ -69,7 +82,7 @@ def test_a_value_is_stored_and_found(tmp_path: Path) -> None:
     key = {"format": 1, "what": "x"}
     assert cachestore.store(key, Point(3, "a"), [], str(tmp_path), prefix="t")
     (entry,) = tmp_path.iterdir()
-    assert entry.name == f"t-{cachestore.digest(key)}.json"
+    assert entry.name == f"t-{cachestore.digest(key)}.entry"
     assert entry.stat().st_mode & 0o777 == 0o600
     assert cachestore.lookup(key, TYPES, str(tmp_path), prefix="t") == Point(3, "a")
     # another prefix or another key: not found
@@ -137,13 +150,50 @@ def test_entries_writable_by_others_are_not_used(tmp_path: Path) -> None:
 
 def test_the_directory_is_bounded_per_prefix(tmp_path: Path) -> None:
     assert cachestore.store({"other": 1}, 1, [], str(tmp_path), create=True, prefix="u")
-    os.utime(tmp_path / f"u-{cachestore.digest({'other': 1})}.json", ns=(0, 0))  # the oldest
+    os.utime(tmp_path / f"u-{cachestore.digest({'other': 1})}.entry", ns=(0, 0))  # the oldest
     for i in range(cachestore.MAX_ENTRIES + 5):
         assert cachestore.store({"i": i}, i, [], str(tmp_path), create=True, prefix="t")
-        written = tmp_path / f"t-{cachestore.digest({'i': i})}.json"
+        written = tmp_path / f"t-{cachestore.digest({'i': i})}.entry"
         os.utime(written, ns=(i + 1, i + 1))  # older entries: older mtimes
     names = [p.name for p in tmp_path.iterdir()]
     assert len([n for n in names if n.startswith("t-")]) == cachestore.MAX_ENTRIES
     last = cachestore.MAX_ENTRIES + 4
     assert cachestore.lookup({"i": last}, {}, str(tmp_path), prefix="t") == last
     assert cachestore.lookup({"other": 1}, {}, str(tmp_path), prefix="u") == 1
+
+
+def test_entries_of_the_json_layout_are_not_read_and_go_at_the_next_write(
+    tmp_path: Path,
+) -> None:
+    key = {"format": 1, "what": "x"}
+    old = tmp_path / f"t-{cachestore.digest(key)}.json"
+    old.write_text('{"key":{"format":1,"what":"x"},"dirs":[],"value":3}')
+    old.chmod(0o600)
+    other = tmp_path / "u-0000000000000000.json"  # another prefix: left alone
+    other.write_text("{}")
+    assert cachestore.lookup(key, TYPES, str(tmp_path), prefix="t") is None
+    assert cachestore.store(key, 4, [], str(tmp_path), prefix="t")
+    assert not old.exists() and other.exists()
+    assert cachestore.lookup(key, TYPES, str(tmp_path), prefix="t") == 4
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["empty", "truncated", "garbage", "other format", "not a tuple", "code object"],
+)
+def test_damaged_entries_are_a_miss(tmp_path: Path, damage: str) -> None:
+    key = {"format": 1, "what": "x"}
+    assert cachestore.store(key, (Point(1, "a"), [2.5, None]), [], str(tmp_path), prefix="t")
+    (entry,) = tmp_path.iterdir()
+    raw = entry.read_bytes()
+    form, key_text, dirs, value = marshal.loads(raw)
+    damaged = {
+        "empty": b"",
+        "truncated": raw[: len(raw) // 2],
+        "garbage": b"\xff\x00not marshal",
+        "other format": marshal.dumps(("ocihook-cachestore-1", key_text, dirs, value)),
+        "not a tuple": marshal.dumps([form, key_text, dirs, value]),
+        "code object": marshal.dumps((form, key_text, dirs, compile("1", "x", "eval"))),
+    }[damage]
+    entry.write_bytes(damaged)
+    assert cachestore.lookup(key, TYPES, str(tmp_path), prefix="t") is None
