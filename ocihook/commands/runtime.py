@@ -471,7 +471,9 @@ class _Settings:
             from ..config.load import load_config
             from ..core import log
 
-            self._cfg = load_config(environ=self.environ)
+            # a file not parsed before: parsed by a helper process, so that this start's
+            # peak memory does not include tomllib's (the wrapper runs on the host)
+            self._cfg = load_config(environ=self.environ, parse_helper=True)
             log.configure(
                 self._cfg.log_file or None,
                 self._cfg.log_level,

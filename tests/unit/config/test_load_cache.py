@@ -4,14 +4,21 @@ one."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ocihook.config.load import load_config, parse_config_bytes
 from ocihook.core.errors import ConfigError
 from ocihook.linux import cachestore
+
+REPO = str(Path(__file__).resolve().parents[3])
 
 
 @pytest.fixture
@@ -60,3 +67,97 @@ def test_no_directory_no_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(cachestore, "DEFAULT_DIR", str(tmp_path / "none"))
     assert parse_config_bytes(TEXT.encode(), path="x") == tomllib.loads(TEXT)
     assert not (tmp_path / "none").exists()
+
+
+def _one_shot(snippet: str, cache: Path, text: str) -> dict[str, Any]:
+    """Run ``snippet`` in a fresh ``python -I -S`` (one thread, as a container's start)
+    with the store in ``cache`` and the configuration bytes ``text`` as ``data``; the
+    snippet sets ``out`` (JSON-able), printed back with the modules it ended with and
+    every module whose import this process began (``imported``)."""
+    program = (
+        f"import sys, os; sys.path[:0] = [{REPO!r}]\n"
+        "imported = []\n"
+        "class Spy:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        imported.append(name)\n"
+        "sys.meta_path.insert(0, Spy())\n"
+        "from ocihook.linux import cachestore\n"
+        f"cachestore.DEFAULT_DIR = {str(cache)!r}\n"
+        "from ocihook.config.load import parse_config_bytes\n"
+        f"data = {text.encode()!r}\n"
+        f"{snippet}\n"
+        "from ocihook.core import jsonfast\n"
+        "print(jsonfast.dumps({'out': out, 'modules': sorted(sys.modules), "
+        "'imported': imported}))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", program], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    result: dict[str, Any] = json.loads(proc.stdout)
+    return result
+
+
+def test_the_wrapper_has_a_helper_process_parse_and_never_imports_tomllib(
+    tmp_path: Path,
+) -> None:
+    """``parse_helper`` (the wrapper runtime): a helper process parses the bytes and
+    stores the document; this process takes it from the store and never imports tomllib
+    (nor ``re``, ``typing``...: its peak memory is as with a parsed file)."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    got = _one_shot("out = parse_config_bytes(data, path='x', parse_helper=True)", cache, TEXT)
+    assert got["out"] == tomllib.loads(TEXT)
+    assert not {"tomllib", "re", "typing"} & set(got["imported"])
+    (entry,) = cache.glob("config-*.entry")
+    assert entry.stat().st_mode & 0o777 == 0o600
+    # the stored document is the one any later start takes
+    assert _one_shot("out = parse_config_bytes(data, path='x')", cache, TEXT)["out"] == got["out"]
+
+
+def test_bytes_the_helper_cannot_parse_are_reported_as_without_it(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    snippet = (
+        "from ocihook.core.errors import ConfigError\n"
+        "try:\n"
+        "    parse_config_bytes(data, path='/etc/x.toml', parse_helper=True)\n"
+        "except ConfigError as e:\n"
+        "    out = [str(e), e.line]\n"
+    )
+    got = _one_shot(snippet, cache, "a = 1\nb = [\n")
+    with pytest.raises(ConfigError) as plain:
+        parse_config_bytes(b"a = 1\nb = [\n", path="/etc/x.toml")
+    assert got["out"] == [str(plain.value), plain.value.line]
+    assert not list(cache.iterdir())
+
+
+def test_a_one_shot_parse_drops_the_modules_tomllib_brought(tmp_path: Path) -> None:
+    """Without the helper (no ``parse_helper``, or no store), a one-shot process parses
+    the bytes itself and then drops ``tomllib``, ``re``, ``typing``... again; the
+    document is the same and is stored when the store exists."""
+    for cache, stored in ((tmp_path / "cache", True), (tmp_path / "none", False)):
+        if stored:
+            cache.mkdir()
+        got = _one_shot("out = parse_config_bytes(data, path='x')", cache, TEXT)
+        assert got["out"] == tomllib.loads(TEXT)
+        assert "tomllib" in got["imported"]
+        assert not {"tomllib", "re", "typing"} & set(got["modules"])
+        assert len(list(cache.glob("config-*.entry"))) == (1 if stored else 0)
+        assert cache.exists() == stored
+
+
+def test_a_process_with_threads_keeps_its_modules_and_runs_no_helper(
+    cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pytest has imported ``threading``: no helper process is started (``posix_spawn``
+    is never called) and the modules ``tomllib`` brought stay loaded."""
+    import threading  # noqa: F401 (what makes this process not a one-shot start)
+
+    def refuse(*_args: object, **_kwargs: object) -> int:
+        raise AssertionError("a helper process was started")
+
+    monkeypatch.setattr(os, "posix_spawn", refuse)
+    assert parse_config_bytes(TEXT.encode(), path="x", parse_helper=True) == tomllib.loads(TEXT)
+    assert "tomllib" in sys.modules
+    assert len(list(cache_dir.glob("config-*.entry"))) == 1
