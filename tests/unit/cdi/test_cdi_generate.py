@@ -742,13 +742,15 @@ def test_warm_cache_stores_the_configuration_parse(
     capsys.readouterr()
     assert len(list(cache.glob("config-*.entry"))) == 1
     assert len(list(cache.glob("modules-*.img"))) == 1  # the start path's module image
-    code = (
+    code = (  # tomllib imported: the audit hook's import events (a parse drops it again)
         "import sys\n"
+        "imported = []\n"
+        "sys.addaudithook(lambda e, a: imported.append(a[0]) if e == 'import' else None)\n"
         "from ocihook.linux import cachestore\n"
         f"cachestore.DEFAULT_DIR = {str(cache)!r}\n"
         "from ocihook.config.load import load_config\n"
         f"cfg = load_config({str(config)!r})\n"
-        "print(cfg.log_level, cfg.driver_root, 'tomllib' in sys.modules)\n"
+        "print(cfg.log_level, cfg.driver_root, 'tomllib' in imported)\n"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr

@@ -93,18 +93,22 @@ def test_scan_agrees_with_the_loader(lines: list[str]) -> None:
 # --- the hook command ---------------------------------------------------------------------
 
 #: Runs the packaged hook command line in-process under an audit hook, then prints the
-#: non-code files it opened and whether tomllib was imported.
+#: non-code files it opened and whether tomllib was imported (a one-shot parse drops it
+#: from sys.modules again: the audit hook's import events tell).
 PROBE = """
 import json, sys
 opened = []
+imported = []
 def audit(event, args):
     if event == "open" and isinstance(args[0], str):
         opened.append(args[0])
+    elif event == "import":
+        imported.append(args[0])
 sys.addaudithook(audit)
 from ocihook._main import main
 rc = main(sys.argv[1:])
 files = [p for p in opened if not p.endswith((".py", ".pyc")) and "__pycache__" not in p]
-print(json.dumps({"rc": rc, "opened": files, "tomllib": "tomllib" in sys.modules}))
+print(json.dumps({"rc": rc, "opened": files, "tomllib": "tomllib" in imported}))
 """
 
 
