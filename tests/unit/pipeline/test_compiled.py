@@ -190,7 +190,9 @@ def options_of(c: Case) -> Options:
 def test_replay_equals_the_pipeline(case: Case, hosts: list[simhost.SimulatedHost]) -> None:
     image, options = image_of(case), options_of(case)
     root = HostRoot.single(hosts[case["host"]].root)
-    d = Path(os.environ.get("TMPDIR", "/tmp")) / "ocihook-compiled"
+    # one directory per process (hypothesis runs examples without tmp_path): two runs of
+    # the suite at once never share it
+    d = Path(os.environ.get("TMPDIR", "/tmp")) / f"ocihook-compiled-{os.getpid()}"
     shutil.rmtree(d, ignore_errors=True)
     bundles = [d / n for n in ("oracle", "miss", "hit")]
     for b in bundles:
@@ -231,7 +233,7 @@ def test_a_stored_plan_is_never_used_for_anything_else(
     """After the plan of one case was stored, a case that differs in any one part (the
     host, the request, a setting, the image) is edited as the pipeline edits it."""
     first, second = pair
-    d = Path(os.environ.get("TMPDIR", "/tmp")) / "ocihook-compiled2"
+    d = Path(os.environ.get("TMPDIR", "/tmp")) / f"ocihook-compiled2-{os.getpid()}"
     shutil.rmtree(d, ignore_errors=True)
     store = _store(d / "store")
     image_of(first).make(d / "first")
