@@ -184,13 +184,39 @@ def _cache_key(data: bytes) -> dict[str, object]:
     return {"format": 1, "toml": data.decode("utf-8", "surrogateescape")}
 
 
+#: Seconds the wrapper waits for the helper that parses its configuration (it takes about
+#: 25 ms); past that it is killed and the file is parsed in the wrapper itself.
+HELPER_TIMEOUT = 5.0
+
+
+def _store_usable(directory: str) -> bool:
+    """Whether this process can keep entries in ``directory``: it exists, is owned by the
+    effective user, is writable by no one else (what :func:`~ocihook.linux.cachestore.lookup`
+    requires) and by this process (a rootless engine's wrapper cannot write root's)."""
+    from ..linux.cachestore import owned_and_private
+
+    try:
+        return owned_and_private(os.stat(directory)) and os.access(directory, os.W_OK)
+    except OSError:
+        return False
+
+
 def _parse_in_helper(data: bytes, directory: str) -> bool:
     """Have a helper process (this interpreter, ``-I -S``, this installation's package
     directory) parse ``data`` and store the document in ``directory``
     (:func:`store_parse_from_stdin`), so that this process never imports :mod:`tomllib`.
-    Its output goes to ``/dev/null``; it gets no environment. Returns whether it ran and
-    exited 0 (never raises: the caller then parses here)."""
+    It gets no environment and its output goes to ``/dev/null``; it inherits the
+    descriptors this process holds without close-on-exec (the engine's, passed on to the
+    runtime anyway) until it exits. ``SIGCHLD`` is set to its default while the helper
+    runs (an inherited ``SIG_IGN`` would have the kernel reap it) and put back after.
+    A helper still running after :data:`HELPER_TIMEOUT` seconds is killed. Returns whether
+    it exited 0 (never raises: the caller then parses here)."""
     import sys
+
+    if TYPE_CHECKING:
+        import signal
+    else:  # not signal: its IntEnum wrappers import enum (milliseconds)
+        import _signal as signal
 
     from .options import package_dir
 
@@ -206,32 +232,59 @@ def _parse_in_helper(data: bytes, directory: str) -> bool:
         r, w = os.pipe()
     except OSError:
         return False
+    previous = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     try:
-        pid = os.posix_spawn(
-            exe,
-            [exe, "-I", "-S", "-c", program],
-            {},
-            file_actions=[
-                (os.POSIX_SPAWN_DUP2, r, 0),
-                (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
-                (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
-            ],
-        )
-    except OSError:
-        os.close(r)
-        os.close(w)
+        try:
+            pid = os.posix_spawn(
+                exe,
+                [exe, "-I", "-S", "-c", program],
+                {},
+                file_actions=[
+                    (os.POSIX_SPAWN_DUP2, r, 0),
+                    (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+                    (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
+                ],
+            )
+        except OSError:
+            os.close(w)
+            return False
+        finally:
+            os.close(r)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(w, view) :]
+        except OSError:  # the helper died early: its status says so
+            pass
+        finally:
+            os.close(w)
+        if not _exits_in_time(pid, HELPER_TIMEOUT):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return False
+        _pid, status = os.waitpid(pid, 0)
+        return os.waitstatus_to_exitcode(status) == 0
+    except OSError:  # ChildProcessError included: reaped by someone else
         return False
-    os.close(r)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(w, view) :]
-    except OSError:  # the helper died early: its status says so
-        pass
     finally:
-        os.close(w)
-    _pid, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status) == 0
+        signal.signal(signal.SIGCHLD, previous)
+
+
+def _exits_in_time(pid: int, timeout: float) -> bool:
+    """Whether the child ``pid`` has exited (not yet reaped) within ``timeout`` seconds,
+    watched through a pidfd (Linux 5.3); where there is none, ``True`` at once (the
+    caller's ``waitpid`` then waits without a limit)."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return True
+    import select
+
+    try:
+        ready, _, _ = select.select([pidfd], [], [], timeout)
+    finally:
+        os.close(pidfd)
+    return bool(ready)
 
 
 def store_parse_from_stdin(directory: str) -> None:
@@ -287,7 +340,8 @@ def parse_config_bytes(data: bytes, *, path: str, parse_helper: bool = False) ->
     if isinstance(found, dict):
         return found
     stored = os.path.isdir(directory)
-    if stored and parse_helper and _one_shot() and _parse_in_helper(data, directory):
+    helped = parse_helper and _one_shot() and _store_usable(directory)
+    if helped and _parse_in_helper(data, directory):
         found = cachestore.lookup(key, {}, directory, prefix=CACHE_PREFIX)
         if isinstance(found, dict):
             return found

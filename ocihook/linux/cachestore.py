@@ -30,6 +30,7 @@ The default directory is :data:`DEFAULT_DIR` (``/run/ocihook``: a tmpfs, emptied
 from __future__ import annotations
 
 import os
+import stat
 
 from ..core.records import Record
 
@@ -63,61 +64,99 @@ def encode(value: object) -> object:
     tagged container: a record ``(0, class name, (fields...))``, a tuple ``(1, (items...))``,
     a list ``(2, (items...))``, a frozenset ``(3, (items...))`` (in ``repr`` order, so
     that equal sets encode alike), a mapping ``(4, ((key, value)...))``. Raises
-    ``TypeError`` for anything else (a non-finite float, a set, bytes, another class)."""
-    if value is None or isinstance(value, (bool, str, int)):
+    ``TypeError`` for anything else (a non-finite float, a set, bytes, a subclass of a
+    scalar type such as an enum member, another class)."""
+    kind = type(value)
+    if value is None or kind is bool or kind is str or kind is int:
         return value
-    if isinstance(value, float):
+    if kind is float:
         if value != value or value in (float("inf"), float("-inf")):
             raise TypeError("non-finite float")
         return value
     if isinstance(value, Record):
         fields = tuple(encode(getattr(value, n)) for n in value.__fields__)
-        return (_RECORD, type(value).__name__, fields)
-    if isinstance(value, tuple):
+        return (_RECORD, kind.__name__, fields)
+    if kind is tuple and isinstance(value, tuple):
         return (_TUPLE, tuple(encode(v) for v in value))
-    if isinstance(value, list):
+    if kind is list and isinstance(value, list):
         return (_LIST, tuple(encode(v) for v in value))
-    if isinstance(value, frozenset):
+    if kind is frozenset and isinstance(value, frozenset):
         return (_SET, tuple(encode(v) for v in sorted(value, key=repr)))
-    if isinstance(value, dict):
+    if kind is dict and isinstance(value, dict):
         return (_MAP, tuple((encode(k), encode(v)) for k, v in value.items()))
-    raise TypeError(f"cannot cache a {type(value).__name__}")
+    raise TypeError(f"cannot cache a {kind.__name__}")
 
 
 _SCALARS = (str, int, float, bool, type(None))
 
 
-def decode(data: object, types: Mapping[str, type[Record]]) -> Any:
+def decode(data: object, types: Mapping[str, type[Record]], budget: int | None = None) -> Any:
     """The value :func:`encode` made ``data`` from; records of the classes in ``types``
     (by name), built as their constructor builds them from every field in order
-    (``__post_init__`` included). Raises ``ValueError`` for anything malformed (an unknown
-    tag or class, a wrong number of fields, a type :func:`encode` never writes)."""
-    if type(data) is not tuple:
-        if isinstance(data, _SCALARS):
-            return data
-        raise ValueError(f"malformed cache value of type {type(data).__name__}")
-    try:
-        tag, *rest = data
+    (``__post_init__`` included). ``budget``: the most values (scalars and containers)
+    it builds; :func:`lookup` gives the entry's size in bytes, since every value
+    :func:`encode` writes takes at least one byte of it, so that an entry whose
+    containers refer to each other many times over (what :mod:`marshal` can express in a
+    few hundred bytes) is refused, not expanded.
+
+    Raises:
+        ValueError: anything malformed: an unknown tag or class, a container of the wrong
+            shape, a type :func:`encode` never writes (a non-finite float included), a
+            record its class refuses, or more values than ``budget``.
+    """
+    left = [budget if budget is not None else -1]
+
+    def value(data: object) -> Any:
+        left[0] -= 1
+        if left[0] == -1 and budget is not None:
+            raise ValueError("more values than its size allows")
+        kind = type(data)
+        if kind is not tuple or not isinstance(data, tuple):
+            if kind is float and not (data == data and data not in (_INF, -_INF)):
+                raise ValueError("non-finite float")
+            if kind in _SCALARS:
+                return data
+            raise ValueError(f"malformed cache value of type {kind.__name__}")
+        if len(data) not in (2, 3) or type(data[0]) is not int:
+            raise ValueError("malformed container")
+        tag = data[0]
         if tag == _RECORD:
-            name, fields = rest
+            if len(data) != 3:
+                raise ValueError("malformed record")
+            name, fields = data[1], data[2]
             cls = types.get(name) if type(name) is str else None
             if cls is None or type(fields) is not tuple or len(fields) != len(cls.__fields__):
                 raise ValueError(f"unknown record {name!r}")
-            return cls(*[decode(f, types) for f in fields])
-        (items,) = rest
-        if type(items) is not tuple:
+            args = [value(f) for f in fields]
+            try:
+                return cls(*args)
+            except Exception as e:  # its __post_init__ refuses the fields
+                raise ValueError(f"malformed {name} record: {e}") from None
+        items = data[1]
+        if len(data) != 2 or type(items) is not tuple:
             raise ValueError("malformed container")
         if tag == _TUPLE:
-            return tuple([decode(v, types) for v in items])
+            return tuple([value(v) for v in items])
         if tag == _LIST:
-            return [decode(v, types) for v in items]
+            return [value(v) for v in items]
         if tag == _SET:
-            return frozenset([decode(v, types) for v in items])
+            return frozenset([value(v) for v in items])
         if tag == _MAP:
-            return {decode(k, types): decode(v, types) for k, v in items}
-    except TypeError as e:  # a wrong shape: an unhashable key, a scalar as a container
+            out = {}
+            for pair in items:
+                if type(pair) is not tuple or len(pair) != 2:
+                    raise ValueError("malformed mapping item")
+                out[value(pair[0])] = value(pair[1])
+            return out
+        raise ValueError(f"malformed cache value: unknown tag {tag!r}")
+
+    try:
+        return value(data)
+    except TypeError as e:  # an unhashable key, a set of them
         raise ValueError(f"malformed cache value: {e}") from None
-    raise ValueError(f"malformed cache value: unknown tag {tag!r}")
+
+
+_INF = float("inf")
 
 
 # -- the store --------------------------------------------------------------------------------
@@ -194,12 +233,16 @@ def lookup(
     path = _entry_path(directory, prefix, key_text)
     try:
         dir_st = os.stat(directory)
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        if not owned_and_private(dir_st):
+            _debug(f"{prefix} cache not used: the directory is not private", path=directory)
+            return None
+        # non-blocking: a FIFO put there is not waited on (it is no regular file: refused)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
         return None
     try:
         st = os.fstat(fd)
-        if not (owned_and_private(dir_st) and owned_and_private(st)):
+        if not (stat.S_ISREG(st.st_mode) and owned_and_private(st)):
             _debug(
                 f"{prefix} cache not used: not owned by this user or writable by others", path=path
             )
@@ -224,8 +267,8 @@ def lookup(
         if type(dirs) is not tuple or dir_identities(d[0] for d in dirs) != dirs:
             _debug(f"{prefix} cache entry is stale (a source directory changed)", path=path)
             return None
-        return decode(value, types)
-    except (ValueError, TypeError, EOFError, KeyError, IndexError, RecursionError) as e:
+        return decode(value, types, budget=len(raw))
+    except Exception as e:  # marshal's errors, MemoryError, RecursionError: all a miss
         _debug(f"{prefix} cache entry is corrupt; computing again", path=path, error=str(e))
         return None
 
@@ -279,16 +322,21 @@ def store(
 
 
 def _prune(directory: str, prefix: str, keep: str, max_entries: int = MAX_ENTRIES) -> None:
-    """Remove the oldest entries named ``<prefix>-*`` :data:`SUFFIX` beyond ``max_entries``,
-    and every ``<prefix>-*.json`` (the entries of the earlier JSON layout, never read)."""
+    """Remove the oldest entries of ``prefix`` (``<prefix>-<16 hex digits>`` :data:`SUFFIX`)
+    beyond ``max_entries``, and every ``<prefix>-<16 hex digits>.json`` (the entries of the
+    earlier JSON layout, never read). Names of another prefix that starts with this one
+    (``runtime-version-...`` for ``runtime``) are never taken for this one's."""
     entries: list[tuple[int, str]] = []
     for name in os.listdir(directory):
         if not name.startswith(prefix + "-"):
             continue
+        digest, dot, suffix = name[len(prefix) + 1 :].partition(".")
+        if len(digest) != 16 or not all(c in "0123456789abcdef" for c in digest):
+            continue
         p = os.path.join(directory, name)
-        if name.endswith(".json"):
+        if dot + suffix == ".json":
             _unlink(p)
-        elif name.endswith(SUFFIX):
+        elif dot + suffix == SUFFIX:
             try:
                 entries.append((os.lstat(p).st_mtime_ns, p))
             except OSError:

@@ -161,3 +161,65 @@ def test_a_process_with_threads_keeps_its_modules_and_runs_no_helper(
     assert parse_config_bytes(TEXT.encode(), path="x", parse_helper=True) == tomllib.loads(TEXT)
     assert "tomllib" in sys.modules
     assert len(list(cache_dir.glob("config-*.entry"))) == 1
+
+
+def test_the_helper_runs_with_sigchld_ignored_and_puts_it_back(tmp_path: Path) -> None:
+    """An inherited ``SIG_IGN`` for ``SIGCHLD`` (bash keeps it) would have the kernel reap
+    the helper; it is set to its default while the helper runs and restored after."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    snippet = (
+        "import signal\n"
+        "signal.signal(signal.SIGCHLD, signal.SIG_IGN)\n"
+        "doc = parse_config_bytes(data, path='x', parse_helper=True)\n"
+        "out = [doc, signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN]\n"
+    )
+    got = _one_shot(snippet, cache, TEXT)
+    assert got["out"] == [tomllib.loads(TEXT), True]
+    assert "tomllib" not in got["imported"]
+    assert len(list(cache.glob("config-*.entry"))) == 1
+
+
+def test_no_helper_where_the_store_cannot_keep_its_work(tmp_path: Path) -> None:
+    """A store this process cannot use (group-writable here; root's, for a rootless
+    engine's wrapper) gets no helper: it could not store, and would be started again on
+    every start. The file is parsed here."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    cache.chmod(0o775)
+    snippet = (
+        "spawned = []\n"
+        "os.posix_spawn = lambda *a, **k: spawned.append(a) or 0\n"
+        "out = [parse_config_bytes(data, path='x', parse_helper=True), len(spawned)]\n"
+    )
+    got = _one_shot(snippet, cache, TEXT)
+    assert got["out"] == [tomllib.loads(TEXT), 0]
+    assert "tomllib" in got["imported"]
+
+
+def test_a_helper_that_hangs_is_killed_and_the_file_parsed_here(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    hang = tmp_path / "python3"
+    hang.write_text("#!/bin/sh\nexec sleep 60\n")
+    hang.chmod(0o755)
+    snippet = (
+        "import time, ocihook.config.load as load\n"
+        "load.HELPER_TIMEOUT = 0.3\n"
+        f"sys.executable = {str(hang)!r}\n"
+        "t = time.monotonic()\n"
+        "doc = parse_config_bytes(data, path='x', parse_helper=True)\n"
+        "took = time.monotonic() - t\n"
+        "try:\n"
+        "    os.waitpid(-1, os.WNOHANG)\n"
+        "    left = True\n"
+        "except ChildProcessError:  # the killed helper was reaped\n"
+        "    left = False\n"
+        "out = [doc, took, left]\n"
+    )
+    got = _one_shot(snippet, cache, TEXT)
+    assert got["out"][0] == tomllib.loads(TEXT)
+    assert 0.3 <= got["out"][1] < 10
+    assert got["out"][2] is False
+    assert "tomllib" in got["imported"]
+    assert len(list(cache.glob("config-*.entry"))) == 1  # stored by this process

@@ -197,3 +197,78 @@ def test_damaged_entries_are_a_miss(tmp_path: Path, damage: str) -> None:
     }[damage]
     entry.write_bytes(damaged)
     assert cachestore.lookup(key, TYPES, str(tmp_path), prefix="t") is None
+
+
+class Checked(Record):
+    """A record whose constructor refuses a negative field."""
+
+    n: int
+
+    def __post_init__(self) -> None:
+        if self.n < 0:
+            raise AttributeError("negative")
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        (4, ("ab",)),  # a mapping item that is a string of two characters, not a pair
+        (1.0, ()),  # a tag that is not an int
+        (False, ()),
+        float("nan"),
+        (1, (float("inf"),)),
+        (0, "Checked", (-1,)),  # refused by its __post_init__ (AttributeError)
+        (1, (), ()),  # a container with a third item
+    ],
+)
+def test_decode_refuses_what_encode_never_writes(data: object) -> None:
+    with pytest.raises(ValueError):
+        cachestore.decode(data, {**TYPES, "Checked": Checked})
+
+
+def test_a_value_is_decoded_within_its_budget() -> None:
+    """Containers that refer to each other (marshal can write a DAG whose expansion is
+    2**n values in a few hundred bytes) are refused once more values than the budget are
+    built, not expanded."""
+    node: object = (1, ())
+    for _ in range(40):
+        node = (1, (node, node))
+    raw = marshal.dumps(node)
+    assert len(raw) < 1000
+    with pytest.raises(ValueError, match="more values"):
+        cachestore.decode(marshal.loads(raw), TYPES, budget=len(raw))
+    value = (Point(1, "a"), [2.5, None], frozenset({"x"}), {"k": (1,)})
+    encoded = marshal.dumps(cachestore.encode(value))
+    assert cachestore.decode(marshal.loads(encoded), TYPES, budget=len(encoded)) == value
+
+
+def test_an_entry_that_expands_too_far_or_exhausts_memory_is_a_miss(tmp_path: Path) -> None:
+    key = {"format": 1, "what": "x"}
+    assert cachestore.store(key, 1, [], str(tmp_path), prefix="t")
+    (entry,) = tmp_path.iterdir()
+    form, key_text, dirs, _value = marshal.loads(entry.read_bytes())
+    node: object = (1, ())
+    for _ in range(40):
+        node = (1, (node, node))
+    entry.write_bytes(marshal.dumps((form, key_text, dirs, node)))
+    assert cachestore.lookup(key, TYPES, str(tmp_path), prefix="t") is None
+    assert cachestore.store(key, 1, [], str(tmp_path), prefix="t")
+    with mock.patch("marshal.loads", side_effect=MemoryError):
+        assert cachestore.lookup(key, TYPES, str(tmp_path), prefix="t") is None
+    assert cachestore.lookup(key, TYPES, str(tmp_path), prefix="t") == 1
+
+
+def test_a_fifo_at_an_entry_is_not_waited_on(tmp_path: Path) -> None:
+    key = {"format": 1, "what": "x"}
+    os.mkfifo(tmp_path / f"t-{cachestore.digest(key)}.entry", 0o600)
+    assert cachestore.lookup(key, TYPES, str(tmp_path), prefix="t") is None
+
+
+def test_pruning_one_prefix_leaves_a_longer_prefix_alone(tmp_path: Path) -> None:
+    for i in range(3):
+        assert cachestore.store({"i": i}, i, [], str(tmp_path), prefix="runtime-version")
+    for i in range(3):
+        cachestore.store({"j": i}, i, [], str(tmp_path), prefix="runtime", max_entries=1)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert sum(n.startswith("runtime-version-") for n in names) == 3
+    assert len(names) == 4
