@@ -359,7 +359,15 @@ def main() -> int:
     med = {k: statistics.median(v) * 1000 for k, v in times.items()}
     bare_ms = med[("bare", "-")]
     runc_ms = med[("runc create", "-")]
-    print(f"interpreter: {envs[0].python} (Python {sys.version.split()[0]}); runc: {RUNC}")
+    for e in envs:  # each install's own interpreter (not the one running this script)
+        version = subprocess.run(
+            [e.python, "-I", "-S", "-c", "import sys; print(sys.version.split()[0])"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+        print(f"{e.label}: {e.python} (Python {version})")
+    print(f"runc: {RUNC}")
     print(f"{ns.runs} rounds, median wall ms; bare {bare_ms:.1f} ms, runc create {runc_ms:.1f} ms")
     labels = [e.label for e in envs]
     head = f"{'case':24}" + "".join(
