@@ -777,8 +777,12 @@ def main(argv: Sequence[str] | None = None, *, environ: Mapping[str, str] | None
         _report(e, inv)
         return exit_code_for(e)
     env[EXEC_MARKER] = sys.argv[0] if argv is None else PROG
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):  # None: the engine started it without one
+        if stream is not None:
+            try:  # noqa: SIM105 (contextlib is not imported on a container's start path)
+                stream.flush()
+            except (OSError, ValueError):  # a closed pipe: the runtime reports to it too
+                pass
     if masked is not None:
         return _create_and_mask(runtime, args, env, inv, masked)
     try:

@@ -1045,3 +1045,26 @@ def test_a_killed_wrapper_leaves_no_masking_child(
     finally:
         time.sleep(0.6)
         _kill_containers(stage)
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_started_with_stdout_closed(
+    stage: Stage, bundle_factory: Callable[..., str], gpu: bool
+) -> None:
+    """An engine may start the runtime with descriptor 1 closed (``sys.stdout`` is then
+    ``None``): the wrapper still edits and execs the runtime, no traceback."""
+    bundle = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0"] if gpu else [])
+    environ = {
+        "PATH": f"{stage.bin}:/usr/sbin:/usr/bin:/sbin:/bin",
+        "OCIHOOK_CONFIG": str(stage.config),
+    }
+    proc = subprocess.run(
+        [WRAPPER, "create", "--bundle", bundle, "cid"], stderr=subprocess.PIPE, text=True,
+        env=environ, timeout=60, preexec_fn=lambda: os.close(1),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    called = stage.called()
+    assert called is not None and called["argv"][1:] == ["create", "--bundle", bundle, "cid"]
+    doc = json.loads(_config(bundle))
+    assert ("ocihook.edits" in doc.get("annotations", {})) is gpu  # edited only for a GPU
