@@ -17,10 +17,11 @@ environ={})``, never trusting ``OCIHOOK_CONFIG`` there.
 
 Cost (this module is on every container start): importing it costs almost nothing, and
 :func:`load_config` with no file costs one failed ``open``. A file that exists is parsed
-with :mod:`tomllib` (5-10 ms of imports) unless the root-owned store
+with :mod:`tomllib` (10-18 ms of imports, about 3 MiB) unless the root-owned store
 (:mod:`ocihook.linux.cachestore`, entries ``config-*.entry``) holds the document parsed
-from the same bytes; :func:`config_may_set` lets the start path skip parsing when the
-file cannot change what it needs.
+from the same bytes (the wrapper runtime has a helper process parse it:
+:func:`parse_config_bytes`); :func:`config_may_set` lets the start path skip parsing when
+the file cannot change what it needs.
 """
 
 from __future__ import annotations
