@@ -210,9 +210,10 @@ def _parse_in_helper(data: bytes, directory: str) -> bool:
     descriptors this process holds without close-on-exec (the engine's, passed on to the
     runtime anyway) until it exits. ``SIGCHLD`` is set to its default while the helper
     runs (an inherited ``SIG_IGN`` would have the kernel reap it) and put back after.
-    A helper still running after :data:`HELPER_TIMEOUT` seconds is killed. Returns whether
-    it exited 0 (never raises: the caller then parses here)."""
+    A helper that has not read the bytes and exited within :data:`HELPER_TIMEOUT` seconds
+    is killed. Returns whether it exited 0 (never raises: the caller then parses here)."""
     import sys
+    import time
 
     if TYPE_CHECKING:
         import signal
@@ -233,6 +234,7 @@ def _parse_in_helper(data: bytes, directory: str) -> bool:
         r, w = os.pipe()
     except OSError:
         return False
+    deadline = time.monotonic() + HELPER_TIMEOUT
     previous = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     try:
         try:
@@ -252,14 +254,10 @@ def _parse_in_helper(data: bytes, directory: str) -> bool:
         finally:
             os.close(r)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(w, view) :]
-        except OSError:  # the helper died early: its status says so
-            pass
+            written = _write_until(w, data, deadline)
         finally:
             os.close(w)
-        if not _exits_in_time(pid, HELPER_TIMEOUT):
+        if not written or not _exits_in_time(pid, max(0.0, deadline - time.monotonic())):
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             return False
@@ -269,6 +267,28 @@ def _parse_in_helper(data: bytes, directory: str) -> bool:
         return False
     finally:
         signal.signal(signal.SIGCHLD, previous)
+
+
+def _write_until(fd: int, data: bytes, deadline: float) -> bool:
+    """Write ``data`` to the pipe ``fd`` (made non-blocking) before ``deadline``
+    (:func:`time.monotonic`). Returns ``False`` when the deadline passed with bytes left
+    (a reader that does not read), ``True`` otherwise: all written, or the reader gone
+    (``EPIPE``: its exit status tells the rest)."""
+    import select
+    import time
+
+    os.set_blocking(fd, False)
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view) :]
+        except BlockingIOError:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([], [fd], [], left)[1]:
+                return False
+        except OSError:  # EPIPE: the helper exited early
+            return True
+    return True
 
 
 def _exits_in_time(pid: int, timeout: float) -> bool:

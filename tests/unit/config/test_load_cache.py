@@ -74,6 +74,8 @@ def _one_shot(snippet: str, cache: Path, text: str) -> dict[str, Any]:
     with the store in ``cache`` and the configuration bytes ``text`` as ``data``; the
     snippet sets ``out`` (JSON-able), printed back with the modules it ended with and
     every module whose import this process began (``imported``)."""
+    source = cache.parent / "config-bytes.toml"
+    source.write_text(text)
     program = (
         f"import sys, os; sys.path[:0] = [{REPO!r}]\n"
         "imported = []\n"
@@ -84,7 +86,7 @@ def _one_shot(snippet: str, cache: Path, text: str) -> dict[str, Any]:
         "from ocihook.linux import cachestore\n"
         f"cachestore.DEFAULT_DIR = {str(cache)!r}\n"
         "from ocihook.config.load import parse_config_bytes\n"
-        f"data = {text.encode()!r}\n"
+        f"data = open({str(source)!r}, 'rb').read()\n"
         f"{snippet}\n"
         "from ocihook.core import jsonfast\n"
         "print(jsonfast.dumps({'out': out, 'modules': sorted(sys.modules), "
@@ -223,3 +225,33 @@ def test_a_helper_that_hangs_is_killed_and_the_file_parsed_here(tmp_path: Path) 
     assert got["out"][2] is False
     assert "tomllib" in got["imported"]
     assert len(list(cache.glob("config-*.entry"))) == 1  # stored by this process
+
+
+def test_a_helper_that_never_reads_is_killed_at_the_deadline(tmp_path: Path) -> None:
+    """Bytes larger than a pipe holds (64 KiB) and a helper that never reads them: the
+    write is bounded by the same deadline, the helper is killed and reaped, and the file is
+    parsed here."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    hang = tmp_path / "python3"
+    hang.write_text("#!/bin/sh\nexec sleep 60\n")
+    hang.chmod(0o755)
+    text = TEXT + "# padding\n" * 20000  # about 200 KB
+    snippet = (
+        "import time, ocihook.config.load as load\n"
+        "load.HELPER_TIMEOUT = 0.5\n"
+        f"sys.executable = {str(hang)!r}\n"
+        "t = time.monotonic()\n"
+        "doc = parse_config_bytes(data, path='x', parse_helper=True)\n"
+        "took = time.monotonic() - t\n"
+        "try:\n"
+        "    os.waitpid(-1, os.WNOHANG)\n"
+        "    left = True\n"
+        "except ChildProcessError:\n"
+        "    left = False\n"
+        "out = [doc, took, left]\n"
+    )
+    got = _one_shot(snippet, cache, text)
+    assert got["out"][0] == tomllib.loads(text)
+    assert 0.5 <= got["out"][1] < 10
+    assert got["out"][2] is False
