@@ -558,12 +558,10 @@ def _prepare(bundle_dir: str, cfg: Config, mask_by_caller: bool = False) -> tupl
     if result.ignored:
         from ..request.policy import policy_note
 
-        print(
-            f"{PROG}: {result.bundle.config_path}: {policy_note(result.ignored)}", file=sys.stderr
-        )
+        _say(f"{PROG}: {result.bundle.config_path}: {policy_note(result.ignored)}")
     for warning in result.plan.warnings if result.plan is not None else ():
         if "not checked" in warning:  # requirements.UNCHECKED: a pass is never silent
-            print(f"{PROG}: warning: {result.bundle.config_path}: {warning}", file=sys.stderr)
+            _say(f"{PROG}: warning: {result.bundle.config_path}: {warning}")
     done = "edited" if result.written else "unchanged"
     if result.written:
         from ..core import log
@@ -583,7 +581,7 @@ def _warn_mount_race(runtime: str) -> None:
 
     warning = mount_race_warning(runtime)
     if warning is not None:
-        print(f"{PROG}: warning: {warning}", file=sys.stderr)
+        _say(f"{PROG}: warning: {warning}")
         log.warning("runtime older than 1.1.14", runtime=runtime, detail=warning)
 
 
@@ -682,11 +680,19 @@ def _log_file(value: str | None) -> str | None:
     return value
 
 
+def _say(line: str) -> None:
+    """``line`` on stderr; nothing when the engine started the wrapper without one
+    (``print(file=None)`` would write it to stdout, which can be the container's or what
+    the engine parses)."""
+    if sys.stderr is not None:
+        print(line, file=sys.stderr)
+
+
 def _report(err: OcihookError, inv: Invocation) -> None:
     """Print the error, and append it to runc's ``--log`` file when one was given, in its
     ``--log-format`` (containerd's shim reads the last ``error`` entry of that file)."""
     message = f"{PROG}: error[{err.reference}]: {err}"
-    print(message, file=sys.stderr)
+    _say(message)
     from ..core import log
 
     log.error(message, command=inv.command or "-")

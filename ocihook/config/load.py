@@ -210,8 +210,9 @@ def _parse_in_helper(data: bytes, directory: str) -> bool:
     descriptors this process holds without close-on-exec (the engine's, passed on to the
     runtime anyway) until it exits. ``SIGCHLD`` is set to its default while the helper
     runs (an inherited ``SIG_IGN`` would have the kernel reap it) and put back after.
-    A helper that has not read the bytes and exited within :data:`HELPER_TIMEOUT` seconds
-    is killed. Returns whether it exited 0 (never raises: the caller then parses here)."""
+    A helper that has not read the bytes and exited within :data:`HELPER_TIMEOUT` seconds,
+    or one this process stops waiting for on any error, is killed and reaped. Returns
+    whether it exited 0 (never raises but for an interrupt: the caller then parses here)."""
     import sys
     import time
 
@@ -253,16 +254,20 @@ def _parse_in_helper(data: bytes, directory: str) -> bool:
             return False
         finally:
             os.close(r)
+        status = None
         try:
-            written = _write_until(w, data, deadline)
+            try:
+                written = _write_until(w, data, deadline)
+            finally:
+                os.close(w)
+            status = _wait_until(pid, deadline) if written else None
+        except Exception:  # anything: the helper is killed and reaped below, then False
+            pass
         finally:
-            os.close(w)
-        if not written or not _exits_in_time(pid, max(0.0, deadline - time.monotonic())):
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            return False
-        _pid, status = os.waitpid(pid, 0)
-        return os.waitstatus_to_exitcode(status) == 0
+            if status is None:  # not exited by the deadline, or interrupted
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+        return status is not None and os.waitstatus_to_exitcode(status) == 0
     except OSError:  # ChildProcessError included: reaped by someone else
         return False
     finally:
@@ -278,34 +283,50 @@ def _write_until(fd: int, data: bytes, deadline: float) -> bool:
     import time
 
     os.set_blocking(fd, False)
+    poller = select.poll()  # not select.select: a descriptor may be numbered over 1023
+    poller.register(fd, select.POLLOUT)
     view = memoryview(data)
     while view:
         try:
             view = view[os.write(fd, view) :]
         except BlockingIOError:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([], [fd], [], left)[1]:
+            if left <= 0 or not poller.poll(left * 1000):
                 return False
         except OSError:  # EPIPE: the helper exited early
             return True
     return True
 
 
-def _exits_in_time(pid: int, timeout: float) -> bool:
-    """Whether the child ``pid`` has exited (not yet reaped) within ``timeout`` seconds,
-    watched through a pidfd (Linux 5.3); where there is none, ``True`` at once (the
-    caller's ``waitpid`` then waits without a limit)."""
+def _wait_until(pid: int, deadline: float) -> int | None:
+    """The wait status of the child ``pid`` once it exits, reaped, or ``None`` when it
+    is still running at ``deadline`` (:func:`time.monotonic`; not reaped then). Watched
+    through a pidfd (Linux 5.3); where there is none (an older kernel, a seccomp filter),
+    ``waitpid`` is polled every 2 ms."""
+    import select
+    import time
+
     try:
         pidfd = os.pidfd_open(pid)
     except (AttributeError, OSError):
-        return True
-    import select
-
-    try:
-        ready, _, _ = select.select([pidfd], [], [], timeout)
-    finally:
-        os.close(pidfd)
-    return bool(ready)
+        pidfd = None
+    if pidfd is not None:
+        try:
+            poller = select.poll()
+            poller.register(pidfd, select.POLLIN)
+            ready = poller.poll(max(0.0, deadline - time.monotonic()) * 1000)
+        finally:
+            os.close(pidfd)
+        if not ready:
+            return None
+        return os.waitpid(pid, 0)[1]
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.002)
 
 
 def store_parse_from_stdin(directory: str) -> None:

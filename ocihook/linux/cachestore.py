@@ -237,7 +237,8 @@ def lookup(
             _debug(f"{prefix} cache not used: the directory is not private", path=directory)
             return None
         # non-blocking: a FIFO put there is not waited on (it is no regular file: refused)
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
+        fd = os.open(path, flags)
     except OSError:
         return None
     try:
@@ -295,7 +296,7 @@ def store(
         key_text = _key_text(key)
         entry: Any = (ENTRY_FORMAT, key_text, dir_identities(dirs), encode(value))
         data = marshal.dumps(entry)  # plain data only (encode): never a code object
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, RecursionError) as e:
         _debug(f"{prefix} value not cached", error=str(e))
         return False
     if len(data) > MAX_ENTRY_BYTES:

@@ -1068,3 +1068,18 @@ def test_started_with_stdout_closed(
     assert called is not None and called["argv"][1:] == ["create", "--bundle", bundle, "cid"]
     doc = json.loads(_config(bundle))
     assert ("ocihook.edits" in doc.get("annotations", {})) is gpu  # edited only for a GPU
+
+
+def test_started_with_stderr_closed_says_nothing_on_stdout(
+    stage: Stage, bundle_factory: Callable[..., str]
+) -> None:
+    """With descriptor 2 closed, ``print(file=sys.stderr)`` would write to stdout (the
+    container's, or what the engine parses): the error line is left out, the exit code
+    is the error's."""
+    bundle = bundle_factory(["true"], [])
+    proc = subprocess.run(
+        [WRAPPER, "create", "--bundle", bundle, "cid"], stdout=subprocess.PIPE, text=True,
+        env={"PATH": "/nonexistent"}, timeout=60, preexec_fn=lambda: os.close(2),
+    )  # fmt: skip
+    assert proc.returncode == 12  # no runtime found
+    assert proc.stdout == ""

@@ -255,3 +255,41 @@ def test_a_helper_that_never_reads_is_killed_at_the_deadline(tmp_path: Path) -> 
     assert got["out"][0] == tomllib.loads(text)
     assert 0.5 <= got["out"][1] < 10
     assert got["out"][2] is False
+
+
+@pytest.mark.parametrize("pidfd", [True, False])
+def test_the_helper_works_with_descriptors_over_1023_and_without_pidfd(
+    tmp_path: Path, pidfd: bool
+) -> None:
+    """With descriptors 0-1099 in use (a large ``--preserve-fds``) the pipe and the pidfd
+    are numbered over 1023, which ``select`` cannot watch; without ``pidfd_open`` (an
+    older kernel, a seccomp filter) the helper's exit is polled. The bytes are parsed by
+    the helper either way, and a helper that hangs is still killed at the deadline."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    hang = tmp_path / "python3"
+    hang.write_text("#!/bin/sh\nexec sleep 60\n")
+    hang.chmod(0o755)
+    snippet = (
+        "import resource, time, ocihook.config.load as load\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (4096, 4096))\n"
+        "held = [os.open('/dev/null', os.O_RDONLY) for _ in range(1100)]\n"
+        + ("" if pidfd else "del os.pidfd_open\n")
+        + "doc = parse_config_bytes(data, path='x', parse_helper=True)\n"
+        "load.HELPER_TIMEOUT = 0.3\n"
+        f"sys.executable = {str(hang)!r}\n"
+        "t = time.monotonic()\n"
+        f"helped = load._parse_in_helper(b'a = 2\\n', {str(cache)!r})\n"
+        "took = time.monotonic() - t\n"
+        "try:\n"
+        "    os.waitpid(-1, os.WNOHANG)\n"
+        "    left = True\n"
+        "except ChildProcessError:\n"
+        "    left = False\n"
+        "out = [doc, helped, took, left]\n"
+    )
+    got = _one_shot(snippet, cache, TEXT)
+    doc, helped, took, left = got["out"]
+    assert doc == tomllib.loads(TEXT)
+    assert "tomllib" not in got["imported"]  # the first parse was the helper's
+    assert helped is False and 0.3 <= took < 10 and left is False

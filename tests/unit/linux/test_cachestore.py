@@ -272,3 +272,11 @@ def test_pruning_one_prefix_leaves_a_longer_prefix_alone(tmp_path: Path) -> None
     names = sorted(p.name for p in tmp_path.iterdir())
     assert sum(n.startswith("runtime-version-") for n in names) == 3
     assert len(names) == 4
+
+
+def test_a_value_nested_too_deeply_is_not_stored(tmp_path: Path) -> None:
+    deep: object = 0
+    for _ in range(5000):
+        deep = (deep,)
+    assert not cachestore.store({"k": 1}, deep, [], str(tmp_path), prefix="t")
+    assert not list(tmp_path.iterdir())
