@@ -324,9 +324,10 @@ def store(
 
 def _prune(directory: str, prefix: str, keep: str, max_entries: int = MAX_ENTRIES) -> None:
     """Remove the oldest entries of ``prefix`` (``<prefix>-<16 hex digits>`` :data:`SUFFIX`)
-    beyond ``max_entries``, and every ``<prefix>-<16 hex digits>.json`` (the entries of the
-    earlier JSON layout, never read). Names of another prefix that starts with this one
-    (``runtime-version-...`` for ``runtime``) are never taken for this one's."""
+    beyond ``max_entries``, every ``<prefix>-<16 hex digits>.json`` (the entries of the
+    earlier JSON layout, never read), and the temporary files of writers no longer
+    running. Names of another prefix that starts with this one (``runtime-version-...``
+    for ``runtime``) are never taken for this one's."""
     entries: list[tuple[int, str]] = []
     for name in os.listdir(directory):
         if not name.startswith(prefix + "-"):
@@ -337,6 +338,8 @@ def _prune(directory: str, prefix: str, keep: str, max_entries: int = MAX_ENTRIE
         p = os.path.join(directory, name)
         if dot + suffix == ".json":
             _unlink(p)
+        elif suffix.startswith(SUFFIX[1:] + ".") and suffix.endswith(".tmp"):
+            _unlink_if_writer_gone(p, suffix[len(SUFFIX) : -len(".tmp")])
         elif dot + suffix == SUFFIX:
             try:
                 entries.append((os.lstat(p).st_mtime_ns, p))
@@ -346,6 +349,14 @@ def _prune(directory: str, prefix: str, keep: str, max_entries: int = MAX_ENTRIE
     for _mtime, p in entries[: max(0, len(entries) - max_entries)]:
         if p != keep:
             _unlink(p)
+
+
+def _unlink_if_writer_gone(path: str, pid: str) -> None:
+    """Remove the temporary file ``path`` of :func:`store` whose writer was process ``pid``
+    when no such process runs any more (a writer killed between its write and its rename);
+    a live one's is left to it."""
+    if pid.isdigit() and int(pid) != os.getpid() and not os.path.exists(f"/proc/{pid}"):
+        _unlink(path)
 
 
 def _unlink(path: str) -> None:

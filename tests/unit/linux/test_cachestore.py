@@ -280,3 +280,13 @@ def test_a_value_nested_too_deeply_is_not_stored(tmp_path: Path) -> None:
         deep = (deep,)
     assert not cachestore.store({"k": 1}, deep, [], str(tmp_path), prefix="t")
     assert not list(tmp_path.iterdir())
+
+
+def test_a_dead_writers_temporary_file_goes_at_the_next_write(tmp_path: Path) -> None:
+    name = f"t-{cachestore.digest({'i': 1})}.entry"
+    gone = tmp_path / f"{name}.999999999.tmp"  # above pid_max: no such process
+    live = tmp_path / f"{name}.{os.getppid()}.tmp"  # a running process's
+    for p in (gone, live):
+        p.write_bytes(b"partial")
+    assert cachestore.store({"i": 2}, 2, [], str(tmp_path), prefix="t")
+    assert not gone.exists() and live.exists()
