@@ -199,7 +199,14 @@ def test_no_helper_where_the_store_cannot_keep_its_work(tmp_path: Path) -> None:
     assert "tomllib" in got["imported"]
 
 
-def test_a_helper_that_hangs_is_killed_and_the_file_parsed_here(tmp_path: Path) -> None:
+def _against_a_hanging_helper(
+    tmp_path: Path, text: str, timeout: float, call: str, before: str = ""
+) -> tuple[Any, float, bool, list[str]]:
+    """Run ``before`` (statements), then time the expression ``call`` in a one-shot
+    process (:func:`_one_shot`, store in ``tmp_path/cache``) whose helper interpreter
+    never reads and never exits, under a :data:`~ocihook.config.load.HELPER_TIMEOUT` of
+    ``timeout``. Returns its value, the seconds it took, whether a child was left
+    unreaped, and the modules whose import the process began."""
     cache = tmp_path / "cache"
     cache.mkdir()
     hang = tmp_path / "python3"
@@ -207,54 +214,42 @@ def test_a_helper_that_hangs_is_killed_and_the_file_parsed_here(tmp_path: Path) 
     hang.chmod(0o755)
     snippet = (
         "import time, ocihook.config.load as load\n"
-        "load.HELPER_TIMEOUT = 0.3\n"
+        f"{before}"
+        f"load.HELPER_TIMEOUT = {timeout}\n"
         f"sys.executable = {str(hang)!r}\n"
         "t = time.monotonic()\n"
-        "doc = parse_config_bytes(data, path='x', parse_helper=True)\n"
+        f"value = {call}\n"
         "took = time.monotonic() - t\n"
         "try:\n"
         "    os.waitpid(-1, os.WNOHANG)\n"
         "    left = True\n"
         "except ChildProcessError:  # the killed helper was reaped\n"
         "    left = False\n"
-        "out = [doc, took, left]\n"
+        "out = [value, took, left]\n"
     )
-    got = _one_shot(snippet, cache, TEXT)
-    assert got["out"][0] == tomllib.loads(TEXT)
-    assert 0.3 <= got["out"][1] < 10
-    assert got["out"][2] is False
-    assert "tomllib" in got["imported"]
-    assert len(list(cache.glob("config-*.entry"))) == 1  # stored by this process
+    got = _one_shot(snippet, cache, text)
+    value, took, left = got["out"]
+    return value, took, left, got["imported"]
+
+
+def test_a_helper_that_hangs_is_killed_and_the_file_parsed_here(tmp_path: Path) -> None:
+    call = "parse_config_bytes(data, path='x', parse_helper=True)"
+    doc, took, left, imported = _against_a_hanging_helper(tmp_path, TEXT, 0.3, call)
+    assert doc == tomllib.loads(TEXT)
+    assert 0.3 <= took < 10 and left is False
+    assert "tomllib" in imported
+    assert len(list((tmp_path / "cache").glob("config-*.entry"))) == 1  # stored here
 
 
 def test_a_helper_that_never_reads_is_killed_at_the_deadline(tmp_path: Path) -> None:
     """Bytes larger than a pipe holds (64 KiB) and a helper that never reads them: the
     write is bounded by the same deadline, the helper is killed and reaped, and the file is
     parsed here."""
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    hang = tmp_path / "python3"
-    hang.write_text("#!/bin/sh\nexec sleep 60\n")
-    hang.chmod(0o755)
     text = TEXT + "# padding\n" * 20000  # about 200 KB
-    snippet = (
-        "import time, ocihook.config.load as load\n"
-        "load.HELPER_TIMEOUT = 0.5\n"
-        f"sys.executable = {str(hang)!r}\n"
-        "t = time.monotonic()\n"
-        "doc = parse_config_bytes(data, path='x', parse_helper=True)\n"
-        "took = time.monotonic() - t\n"
-        "try:\n"
-        "    os.waitpid(-1, os.WNOHANG)\n"
-        "    left = True\n"
-        "except ChildProcessError:\n"
-        "    left = False\n"
-        "out = [doc, took, left]\n"
-    )
-    got = _one_shot(snippet, cache, text)
-    assert got["out"][0] == tomllib.loads(text)
-    assert 0.5 <= got["out"][1] < 10
-    assert got["out"][2] is False
+    call = "parse_config_bytes(data, path='x', parse_helper=True)"
+    doc, took, left, _imported = _against_a_hanging_helper(tmp_path, text, 0.5, call)
+    assert doc == tomllib.loads(text)
+    assert 0.5 <= took < 10 and left is False
 
 
 @pytest.mark.parametrize("pidfd", [True, False])
@@ -265,31 +260,17 @@ def test_the_helper_works_with_descriptors_over_1023_and_without_pidfd(
     are numbered over 1023, which ``select`` cannot watch; without ``pidfd_open`` (an
     older kernel, a seccomp filter) the helper's exit is polled. The bytes are parsed by
     the helper either way, and a helper that hangs is still killed at the deadline."""
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    hang = tmp_path / "python3"
-    hang.write_text("#!/bin/sh\nexec sleep 60\n")
-    hang.chmod(0o755)
-    snippet = (
-        "import resource, time, ocihook.config.load as load\n"
+    before = (
+        "import resource\n"
         "resource.setrlimit(resource.RLIMIT_NOFILE, (4096, 4096))\n"
         "held = [os.open('/dev/null', os.O_RDONLY) for _ in range(1100)]\n"
         + ("" if pidfd else "del os.pidfd_open\n")
         + "doc = parse_config_bytes(data, path='x', parse_helper=True)\n"
-        "load.HELPER_TIMEOUT = 0.3\n"
-        f"sys.executable = {str(hang)!r}\n"
-        "t = time.monotonic()\n"
-        f"helped = load._parse_in_helper(b'a = 2\\n', {str(cache)!r})\n"
-        "took = time.monotonic() - t\n"
-        "try:\n"
-        "    os.waitpid(-1, os.WNOHANG)\n"
-        "    left = True\n"
-        "except ChildProcessError:\n"
-        "    left = False\n"
-        "out = [doc, helped, took, left]\n"
     )
-    got = _one_shot(snippet, cache, TEXT)
-    doc, helped, took, left = got["out"]
+    call = f"[doc, load._parse_in_helper(b'a = 2\\n', {str(tmp_path / 'cache')!r})]"
+    (doc, helped), took, left, imported = _against_a_hanging_helper(
+        tmp_path, TEXT, 0.3, call, before
+    )
     assert doc == tomllib.loads(TEXT)
-    assert "tomllib" not in got["imported"]  # the first parse was the helper's
+    assert "tomllib" not in imported  # the first parse was the helper's
     assert helped is False and 0.3 <= took < 10 and left is False
