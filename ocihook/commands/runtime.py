@@ -558,10 +558,12 @@ def _prepare(bundle_dir: str, cfg: Config, mask_by_caller: bool = False) -> tupl
     if result.ignored:
         from ..request.policy import policy_note
 
-        _say(f"{PROG}: {result.bundle.config_path}: {policy_note(result.ignored)}")
+        print(
+            f"{PROG}: {result.bundle.config_path}: {policy_note(result.ignored)}", file=sys.stderr
+        )
     for warning in result.plan.warnings if result.plan is not None else ():
         if "not checked" in warning:  # requirements.UNCHECKED: a pass is never silent
-            _say(f"{PROG}: warning: {result.bundle.config_path}: {warning}")
+            print(f"{PROG}: warning: {result.bundle.config_path}: {warning}", file=sys.stderr)
     done = "edited" if result.written else "unchanged"
     if result.written:
         from ..core import log
@@ -581,7 +583,7 @@ def _warn_mount_race(runtime: str) -> None:
 
     warning = mount_race_warning(runtime)
     if warning is not None:
-        _say(f"{PROG}: warning: {warning}")
+        print(f"{PROG}: warning: {warning}", file=sys.stderr)
         log.warning("runtime older than 1.1.14", runtime=runtime, detail=warning)
 
 
@@ -680,19 +682,11 @@ def _log_file(value: str | None) -> str | None:
     return value
 
 
-def _say(line: str) -> None:
-    """``line`` on stderr; nothing when the engine started the wrapper without one
-    (``print(file=None)`` would write it to stdout, which can be the container's or what
-    the engine parses)."""
-    if sys.stderr is not None:
-        print(line, file=sys.stderr)
-
-
 def _report(err: OcihookError, inv: Invocation) -> None:
     """Print the error, and append it to runc's ``--log`` file when one was given, in its
     ``--log-format`` (containerd's shim reads the last ``error`` entry of that file)."""
     message = f"{PROG}: error[{err.reference}]: {err}"
-    _say(message)
+    print(message, file=sys.stderr)
     from ..core import log
 
     log.error(message, command=inv.command or "-")
@@ -783,12 +777,9 @@ def main(argv: Sequence[str] | None = None, *, environ: Mapping[str, str] | None
         _report(e, inv)
         return exit_code_for(e)
     env[EXEC_MARKER] = sys.argv[0] if argv is None else PROG
-    for stream in (sys.stdout, sys.stderr):  # None: the engine started it without one
-        if stream is not None:
-            try:  # noqa: SIM105 (contextlib is not imported on a container's start path)
-                stream.flush()
-            except (OSError, ValueError):  # a closed pipe: the runtime reports to it too
-                pass
+    from ..core.stdio import flush_standard_streams
+
+    flush_standard_streams()  # one that cannot be (a closed pipe) is the runtime's to meet
     if masked is not None:
         return _create_and_mask(runtime, args, env, inv, masked)
     try:

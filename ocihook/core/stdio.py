@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 __all__ = [
     "TolerantStderr",
     "exit_process",
+    "flush_standard_streams",
     "run_one_shot",
     "start_path_gc",
     "tolerant_stderr",
@@ -119,14 +120,20 @@ def tolerant_stderr() -> Callable[[], None]:
         interpreter's own last words, a traceback of a bug, go there).
     """
     original = sys.stderr
-    if original is not sys.__stderr__ or original is None:
+    if original is not sys.__stderr__:
         return _nothing
-    try:
-        fd = original.fileno()
-        original.flush()
-    except (AttributeError, ValueError, OSError):
-        return _nothing  # no descriptor (closed, or not a file): leave it
-    stream = TolerantStderr(fd, original.encoding or "utf-8", "backslashreplace")
+    if original is None:
+        # descriptor 2 was closed when the interpreter started: print(file=None) would
+        # write to stdout (a container's, or what an engine parses); every message is
+        # dropped instead (descriptor -1: never a file opened since as descriptor 2)
+        stream = TolerantStderr(-1, "utf-8", "backslashreplace")
+    else:
+        try:
+            fd = original.fileno()
+            original.flush()
+        except (AttributeError, ValueError, OSError):
+            return _nothing  # no descriptor (closed, or not a file): leave it
+        stream = TolerantStderr(fd, original.encoding or "utf-8", "backslashreplace")
     sys.stderr = stream
 
     def restore() -> None:
@@ -171,13 +178,23 @@ def exit_process(code: int) -> NoReturn:
     pending = getattr(atexit, "_ncallbacks", None)  # CPython's count of callbacks
     if pending is None or pending():
         sys.exit(code)
+    if not flush_standard_streams():
+        sys.exit(code)
+    os._exit(code)
+
+
+def flush_standard_streams() -> bool:
+    """Flush ``sys.stdout`` and ``sys.stderr`` (either may be ``None``: a descriptor closed
+    when the interpreter started). Returns whether both could be (``False`` after a
+    closed pipe's ``OSError`` or a closed stream's ``ValueError``, which are not raised)."""
+    flushed = True
     for stream in (sys.stdout, sys.stderr):
         try:
             if stream is not None:
                 stream.flush()
         except (OSError, ValueError):
-            sys.exit(code)
-    os._exit(code)
+            flushed = False
+    return flushed
 
 
 def run_one_shot(entry: Callable[[], int]) -> NoReturn:
