@@ -75,6 +75,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EditResult",
+    "RootfsEdit",
     "apply_plan",
     "create_mount_targets",
     "edit_bundle",
@@ -490,6 +491,10 @@ class EditResult(Record):
             of the runtime's ``create`` is to mount in the created container
             (:func:`ocihook.appliers.live.procmask.mask_created_container`) because no hook
             carries it; ``None`` otherwise.
+        rootfs_edit: with ``defer_rootfs``, the soname links and ``ld.so.cache`` entries
+            the caller is to make (:meth:`RootfsEdit.run`) before the container starts
+            (``in_rootfs`` is then True); ``None`` when the edit made them or left them to
+            the hook.
     """
 
     bundle: Bundle
@@ -502,6 +507,7 @@ class EditResult(Record):
     ignored: tuple[str, ...] = ()
     in_rootfs: bool = False
     caller_mask: ProcMask | None = None
+    rootfs_edit: RootfsEdit | None = None
 
 
 def _runtime_mounted(path: str) -> bool:
@@ -614,6 +620,7 @@ def edit_bundle(
     indent: str | None = "\t",
     mask_by_caller: bool = False,
     durable: bool = True,
+    defer_rootfs: bool = False,
 ) -> EditResult:
     """Spec mode: give the container of ``bundle_dir`` what its ``config.json`` asks for.
 
@@ -634,6 +641,11 @@ def edit_bundle(
             after a power loss the engine makes the bundle again (containerd's and
             CRI-O's live on tmpfs, where ``fsync`` does nothing anyway); the rename
             still makes the replacement atomic.
+        defer_rootfs: with ``mask_by_caller``, when the mask is left to the caller and
+            ``config.json`` has no hook of any stage (nothing but the runtime looks at the
+            rootfs before the container starts), the soname links and ``ld.so.cache`` are
+            not made but returned (``EditResult.rootfs_edit``) for the caller to make while
+            the runtime creates the container, before it is started (the wrapper runtime).
 
     What an earlier edit added is recorded in the annotation ``ocihook.edits``
     (:mod:`ocihook.appliers.editrecord`) and taken out before the plan is made: editing
@@ -707,11 +719,26 @@ def edit_bundle(
             indent,
             durable,
         )
-    in_rootfs, changes = _edit_rootfs_first(bundle, plan.edits, dry_run)
+    in_rootfs, pending = _rootfs_edit(bundle, plan.edits, dry_run)
     caller_mask = None
     applied = plan
+    changes = deferred = None
     if in_rootfs:
         applied, caller_mask = _light_plan(plan, mask_by_caller)
+    if pending is not None:
+        if defer_rootfs and caller_mask is not None and not _has_hooks(bundle.config):
+            deferred = pending
+        else:
+            try:
+                changes = pending.run()
+            except OcihookError as err:
+                from ..core import log
+
+                log.debug(
+                    "soname links and ld.so.cache left to the createContainer hook",
+                    reason=f"making them failed ({err}): the hook tries again",
+                )
+                in_rootfs, applied, caller_mask = False, plan, None
     doc = apply_plan(bundle.config, applied, command=command, path=bundle.config_path)
     try:
         done = _finish(
@@ -723,42 +750,66 @@ def edit_bundle(
         raise
     if changes is not None:
         changes.close()
-    return done.replace(in_rootfs=in_rootfs, caller_mask=caller_mask)
+    return done.replace(in_rootfs=in_rootfs, caller_mask=caller_mask, rootfs_edit=deferred)
 
 
-def _edit_rootfs_first(
+class RootfsEdit:
+    """The soname links and ``ld.so.cache`` entries of a plan, to be made in a bundle's
+    root file system by :meth:`run` (:func:`ocihook.appliers.live.hooks.edit_rootfs`,
+    through in-root descriptor operations; a library's soname and ABI read from its host
+    file, the bind mount not being there yet)."""
+
+    def __init__(self, bundle: Bundle, edits: ContainerEdits, sources: dict[str, str]) -> None:
+        self.rootfs = bundle.rootfs
+        self.config = bundle.config
+        self.edits = edits
+        self.sources = sources
+
+    def run(self) -> RootfsChanges:
+        """Make them. Returns the changes, for the caller to close or roll back.
+
+        Raises:
+            ApplyError: a step failed; what was made before it is undone first.
+        """
+        from .live.hooks import edit_rootfs
+
+        e = self.edits
+        pairs = [(s.target, s.link) for s in e.symlinks if not _runtime_mounted(s.link)]
+        return edit_rootfs(
+            self.rootfs,
+            self.config,
+            pairs,
+            e.ldcache_libraries,
+            cuda_compat=e.cuda_compat,
+            sources=self.sources,
+            known=dict(e.ldcache_flags),
+        )
+
+
+def _has_hooks(config: dict[str, Any]) -> bool:
+    """Whether ``config`` names a hook of any stage (or ``hooks`` is not an object)."""
+    hooks = config.get("hooks")
+    if hooks is None:
+        return False
+    return not isinstance(hooks, dict) or any(hooks.values())
+
+
+def _rootfs_edit(
     bundle: Bundle, e: ContainerEdits, dry_run: bool
-) -> tuple[bool, RootfsChanges | None]:
-    """Make ``e``'s soname links (but those below ``/dev``) and ``ld.so.cache`` entries in
-    the bundle's rootfs now, when :func:`rootfs_edit_blocker` finds nothing in the way
-    (only checked for a dry run). Returns whether they are (or would be) made there, and
-    the changes to close or roll back; a refusal or a failure (undone) leaves them to the
-    hook and is logged at debug level."""
+) -> tuple[bool, RootfsEdit | None]:
+    """Whether ``e``'s soname links (but those below ``/dev``) and ``ld.so.cache`` entries
+    can be made in the bundle's rootfs (:func:`rootfs_edit_blocker` finds nothing in the
+    way), and, unless ``dry_run``, the :class:`RootfsEdit` that makes them. A refusal
+    leaves them to the hook and is logged at debug level."""
     if not (e.symlinks or e.ldcache_libraries):
         return False, None
     reason, sources = rootfs_edit_blocker(bundle.config, bundle.rootfs, e)
-    changes = None
-    if reason is None and not dry_run:
-        from .live.hooks import edit_rootfs
-
-        pairs = [(s.target, s.link) for s in e.symlinks if not _runtime_mounted(s.link)]
-        try:
-            changes = edit_rootfs(
-                bundle.rootfs,
-                bundle.config,
-                pairs,
-                e.ldcache_libraries,
-                cuda_compat=e.cuda_compat,
-                sources=sources,
-                known=dict(e.ldcache_flags),
-            )
-        except OcihookError as err:
-            reason = f"making them failed ({err}): the hook tries again"
     if reason is not None:
         from ..core import log
 
         log.debug("soname links and ld.so.cache left to the createContainer hook", reason=reason)
-    return reason is None, changes
+        return False, None
+    return True, None if dry_run else RootfsEdit(bundle, e, sources)
 
 
 def _finish(

@@ -554,6 +554,7 @@ def _prepare(bundle_dir: str, cfg: Config, mask_by_caller: bool = False) -> tupl
         indent=None,
         mask_by_caller=mask_by_caller,
         durable=False,  # runc reads it at once; the engine remakes a bundle after a crash
+        defer_rootfs=mask_by_caller,  # made while the runtime creates the container
     )
     if result.ignored:
         from ..request.policy import policy_note
@@ -587,17 +588,40 @@ def _warn_mount_race(runtime: str) -> None:
         log.warning("runtime older than 1.1.14", runtime=runtime, detail=warning)
 
 
+def _restore(config_json: str, original: bytes | None) -> str | None:
+    """Put ``original`` (the bytes ``config.json`` had before the edit) back at
+    ``config_json``; ``None``, or a hint saying that it could not be."""
+    if original is None:
+        return f"config.json was edited and could not be read before: {config_json}"
+    from ..oci.bundle import write_bytes_atomic
+
+    try:
+        write_bytes_atomic(config_json, original, durable=False)
+    except OSError:
+        return f"config.json was edited and could not be restored: {config_json}"
+    return None
+
+
 def _create_and_mask(
-    runtime: str, args: list[str], env: dict[str, str], inv: Invocation, result: Any
+    runtime: str,
+    args: list[str],
+    env: dict[str, str],
+    inv: Invocation,
+    result: Any,
+    original: bytes | None,
 ) -> int:
     """Run the runtime's ``create`` as a child (not ``execve``: the wrapper has work left),
     then mount ``result.caller_mask`` in the created container, whose init pid the
     runtime wrote to ``--pid-file``: the createContainer hook's last step without a second
-    interpreter. The mask is made ready (:class:`~ocihook.appliers.live.procmask.PendingMask`:
-    host files read, GPU directories cloned, the masking child forked) while the runtime
-    creates the container. Signals the wrapper gets meanwhile are passed on. If the mask
-    fails, the container is deleted (``<runtime> <global options> delete --force ID``)
-    and the error reported (exit 7). Returns the exit status to leave with."""
+    interpreter. While the runtime creates the container, the mask is made ready
+    (:class:`~ocihook.appliers.live.procmask.PendingMask`: host files read, GPU directories
+    cloned, the masking child forked) and ``result.rootfs_edit`` (the soname links and
+    ``ld.so.cache``) is made in the rootfs: the container is started only after the
+    wrapper exits. Signals the wrapper gets meanwhile are passed on. If the runtime fails,
+    the rootfs edit is rolled back; if the edit or the mask fails, the container is deleted
+    (``<runtime> <global options> delete --force ID``), the edit rolled back and the error
+    reported (exit 7). On any failure ``config.json`` gets back ``original``, the bytes it
+    had before the edit. Returns the exit status to leave with."""
     if TYPE_CHECKING:
         import signal
     else:  # not signal: its IntEnum wrappers import enum (milliseconds)
@@ -624,6 +648,13 @@ def _create_and_mask(
         prepared = PendingMask(result.caller_mask, nodes)
     except (OSError, OcihookError) as e:  # reported once the runtime is done
         prepared = e
+    changes = None
+    edit_error: OcihookError | None = None
+    if result.rootfs_edit is not None:
+        try:
+            changes = result.rootfs_edit.run()
+        except OcihookError as e:  # it undid its own steps; reported once the runtime is done
+            edit_error = e
     while True:
         try:
             _pid, status = os.waitpid(child, 0)
@@ -636,8 +667,15 @@ def _create_and_mask(
     if code != 0:
         if isinstance(prepared, PendingMask):
             prepared.cancel()
+        if changes is not None:
+            changes.rollback()
+        hint = _restore(result.bundle.config_path, original)
+        if hint is not None:
+            print(f"{PROG}: warning: {hint}", file=sys.stderr)
         return code if code > 0 else 128 - code
     try:
+        if edit_error is not None:
+            raise edit_error
         if not isinstance(prepared, PendingMask):
             raise prepared
         try:
@@ -647,6 +685,8 @@ def _create_and_mask(
             raise ApplyError(f"cannot read the container's pid: {e}", path=inv.pid_file) from None
         done = prepared.apply(pid)
         log.debug(f"{PROG} create: /proc/driver/nvidia masked", pid=pid, masked=done)
+        if changes is not None:
+            changes.close()
         return 0
     except (OSError, OcihookError) as e:
         if isinstance(prepared, PendingMask):
@@ -666,6 +706,9 @@ def _create_and_mask(
             stderr=subprocess.DEVNULL,
             check=False,
         )
+        if changes is not None:
+            changes.rollback()
+        err.hint = _restore(result.bundle.config_path, original) or err.hint
         _report(err, inv)
         return exit_code_for(err)
 
@@ -781,18 +824,13 @@ def main(argv: Sequence[str] | None = None, *, environ: Mapping[str, str] | None
 
     flush_standard_streams()  # one that cannot be (a closed pipe) is the runtime's to meet
     if masked is not None:
-        return _create_and_mask(runtime, args, env, inv, masked)
+        return _create_and_mask(runtime, args, env, inv, masked, original)
     try:
         os.execve(runtime, [runtime, *args], env)
     except OSError as e:
         err = RuntimeNotFound(f"cannot run {runtime}: {e.strerror}", path=runtime)
         if original is not None and done != "unchanged":  # leave config.json as it was
-            from ..oci.bundle import write_bytes_atomic
-
-            try:
-                write_bytes_atomic(config_json, original)
-            except OSError:
-                err.hint = f"config.json was edited and could not be restored: {config_json}"
+            err.hint = _restore(config_json, original) or err.hint
         _report(err, inv)
         return exit_code_for(err)
     return 1  # pragma: no cover  (execve does not return)

@@ -15,7 +15,14 @@ import pytest
 from support import make_bundle, run_cli
 
 from ocihook.appliers.spec import apply_plan, edit_bundle
-from ocihook.core.errors import DiscoveryError, RequestError, SpecError, StateError, exit_code_for
+from ocihook.core.errors import (
+    ApplyError,
+    DiscoveryError,
+    RequestError,
+    SpecError,
+    StateError,
+    exit_code_for,
+)
 from ocihook.core.hostroot import HostRoot
 from ocihook.oci import bundle as bundle_mod
 from ocihook.oci.bundle import load_bundle, parse_state
@@ -607,3 +614,96 @@ def test_a_link_at_a_mount_target_is_refused_and_nothing_is_left(
     assert (bundle / "config.json").read_bytes() == before
     assert victim.read_bytes() == b"host file\n"
     assert _tree(rootfs) == before_tree
+
+
+def _entries(root: Path) -> dict[str, str]:
+    """Every entry below ``root``: a link's target, a file's bytes, or ``dir``."""
+    out: dict[str, str] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = Path(dirpath, name)
+            rel = str(p.relative_to(root))
+            if p.is_symlink():
+                out[rel] = "-> " + os.readlink(p)
+            elif p.is_dir():
+                out[rel] = "dir"
+            else:
+                out[rel] = p.read_bytes().hex()
+    return out
+
+
+_UC = ["NVIDIA_VISIBLE_DEVICES=0,3", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"]
+
+
+def test_a_deferred_rootfs_edit_makes_what_the_edit_makes(
+    sim: simhost.SimulatedHost, tmp_path: Any
+) -> None:
+    """``defer_rootfs`` (the wrapper runtime, which makes the links while the runtime creates
+    the container): the same config.json, nothing made in the rootfs but the mount targets
+    until ``rootfs_edit.run()``, and then the same rootfs tree as an edit that makes them
+    itself."""
+    now = str(make_bundle(tmp_path / "now", _UC))
+    later = str(make_bundle(tmp_path / "later", _UC))
+    root = HostRoot.single(sim.root)
+    made = edit_bundle(now, root, command=COMMAND, mask_by_caller=True, indent=None)
+    deferred = edit_bundle(
+        later, root, command=COMMAND, mask_by_caller=True, indent=None, defer_rootfs=True
+    )
+    assert made.rootfs_edit is None and made.caller_mask is not None
+    assert deferred.rootfs_edit is not None and deferred.in_rootfs
+    assert deferred.caller_mask == made.caller_mask
+    assert Path(later, "config.json").read_bytes() == Path(now, "config.json").read_bytes()
+    rootfs = Path(later) / "rootfs"
+    before = _entries(rootfs)
+    assert before and not any(v.startswith("-> ") for v in before.values())
+    assert "etc/ld.so.cache" not in before
+    deferred.rootfs_edit.run().close()
+    assert _entries(rootfs) == _entries(Path(now) / "rootfs")
+    assert _cache(rootfs)["libcuda.so.1"] == "/usr/lib64/libcuda.so.1"
+
+
+def test_a_deferred_rootfs_edit_rolls_back(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
+    """What ``rootfs_edit.run()`` made goes again at ``rollback()`` (the runtime failed); a
+    run that fails half-way (a directory where the cache goes) undoes its own steps and
+    raises ApplyError."""
+    bundle = str(make_bundle(tmp_path, _UC))
+    rootfs = Path(bundle) / "rootfs"
+    result = edit_bundle(bundle, HostRoot.single(sim.root), mask_by_caller=True, defer_rootfs=True)
+    assert result.rootfs_edit is not None
+    before = _entries(rootfs)
+    result.rootfs_edit.run().rollback()
+    assert _entries(rootfs) == before
+    (rootfs / "etc/ld.so.cache").mkdir(parents=True)
+    before = _entries(rootfs)
+    with pytest.raises(ApplyError):
+        result.rootfs_edit.run()
+    assert _entries(rootfs) == before
+
+
+@pytest.mark.parametrize(
+    "case", ["another hook", "hooks not an object", "mask not by caller", "a mount over a link"]
+)
+def test_the_rootfs_edit_is_not_deferred(
+    sim: simhost.SimulatedHost, tmp_path: Any, case: str
+) -> None:
+    """The links are made by the edit itself when anything but the runtime could look at
+    the rootfs before the container starts (a hook of any stage in config.json), when no
+    caller mounts the mask (so the runtime is exec'ed at once), and left to the hook as
+    before when a mount covers them."""
+    bundle = str(make_bundle(tmp_path, _UC))
+    path = Path(bundle, "config.json")
+    doc = json.loads(path.read_text())
+    if case == "another hook":
+        doc["hooks"] = {"prestart": [{"path": "/bin/true"}]}
+    elif case == "hooks not an object":
+        doc["hooks"] = []
+    elif case == "a mount over a link":
+        doc["mounts"].append({"destination": "/usr/lib64", "type": "tmpfs", "source": "tmpfs"})
+    path.write_text(json.dumps(doc))
+    by_caller = case != "mask not by caller"
+    result = edit_bundle(
+        bundle, HostRoot.single(sim.root), mask_by_caller=by_caller, defer_rootfs=True
+    )
+    assert result.rootfs_edit is None
+    links = (Path(bundle) / "rootfs/usr/lib64/libcuda.so.1").is_symlink()
+    assert result.in_rootfs == links == (case != "a mount over a link")

@@ -731,13 +731,46 @@ def test_legacy_mode_adds_the_hook_for_an_amd_request(
     ]
 
 
+def _rootfs_tree(root: str) -> dict[str, str]:
+    """Every entry below ``root``: a link's target, a file's size and first bytes, or
+    ``dir``."""
+    out: dict[str, str] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = os.path.join(dirpath, name)
+            rel = os.path.relpath(p, root)
+            if os.path.islink(p):
+                out[rel] = "-> " + os.readlink(p)
+            elif os.path.isdir(p):
+                out[rel] = "dir"
+            else:
+                with open(p, "rb") as f:
+                    out[rel] = f"{os.path.getsize(p)}:{f.read(4096).hex()}"
+    return out
+
+
+def _no_links_made(before: dict[str, str], after: dict[str, str]) -> bool:
+    """Whether ``after`` is ``before`` plus empty files and directories only (the
+    bind-mount targets): no link, no ``ld.so.cache``, nothing changed or removed."""
+    added = {k: v for k, v in after.items() if k not in before}
+    kept = {k: v for k, v in after.items() if k in before}
+    return kept == before and all(v in ("dir", "0:") for v in added.values())
+
+
 def _create_under(
-    stage: Stage, bundle_factory: Callable[..., str], runc_script: str
+    stage: Stage,
+    bundle_factory: Callable[..., str],
+    runc_script: str,
+    before: dict[str, Any] | None = None,
 ) -> tuple[list[str], subprocess.CompletedProcess[str]]:
     """``ocihook-runtime create --pid-file`` of a GPU bundle under the stand-in runc
-    ``runc_script``: the arguments and the finished wrapper."""
+    ``runc_script``: the arguments and the finished wrapper; ``before`` gets the bundle's
+    ``config.json`` bytes and rootfs tree (:func:`_rootfs_tree`) from before the run."""
     _executable(stage.bin / "runc", runc_script)
     bundle = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0"])
+    if before is not None:
+        before["config.json"] = _config(bundle)
+        before["rootfs"] = _rootfs_tree(os.path.join(bundle, "rootfs"))
     pid_file = os.path.join(bundle, "init.pid")
     args = ["--root", "/r", "create", "--pid-file", pid_file, "-b", bundle, "cid"]
     return args, stage.run(*args)
@@ -764,7 +797,8 @@ def test_create_mask_failure_deletes_the_container(
         f"with open({str(stage.record)!r}, 'a') as f:\n"
         "    f.write(json.dumps(a[1:]) + '\\n')\n"
     )
-    args, proc = _create_under(stage, bundle_factory, script)
+    before: dict[str, Any] = {}
+    args, proc = _create_under(stage, bundle_factory, script, before)
     assert proc.returncode == 7, proc.stderr
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("ocihook-runtime: error[apply-failed]:"), lines
@@ -772,7 +806,9 @@ def test_create_mask_failure_deletes_the_container(
     calls = [json.loads(ln) for ln in stage.record.read_text().splitlines()]
     # the version asked first (spec mode's runc check; this stand-in gives none)
     assert calls == [["--version"], args, ["--root", "/r", "delete", "--force", "cid"]]
-    assert "createContainer" not in json.loads(_config(args[-2])).get("hooks", {})
+    # config.json and the rootfs as they were, but for the bind-mount targets
+    assert _config(args[-2]) == before["config.json"]
+    assert _no_links_made(before["rootfs"], _rootfs_tree(os.path.join(args[-2], "rootfs")))
 
 
 @pytest.mark.parametrize(("kind", "target"), [("device", "/dev/zero"), ("FIFO", None)])
@@ -895,11 +931,63 @@ def test_oversized_config_json_without_a_request_passes_through(
     assert _config(bundle) == before
 
 
+def test_create_makes_the_links_while_the_runtime_creates(
+    stage: Stage, bundle_factory: Callable[..., str], sim: simhost.SimulatedHost
+) -> None:
+    """``create --pid-file`` of a bundle with no hooks: the wrapper makes the soname links
+    and ld.so.cache while the runtime creates the container. When it returns, config.json
+    and the rootfs are what an edit that made them before the runtime ran gives."""
+    argv, env = _creating_stage(stage, bundle_factory, 0.2)
+    bundle = argv[argv.index("-b") + 1]
+    twin = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0"])
+    python = os.path.join(os.path.dirname(WRAPPER), "python3")
+    command = (python, "-I", "-S", "-c", hook_program(installed_start_path_dirs()))
+    made = edit_bundle(
+        twin, HostRoot.single(sim.root), command=command, indent=None, mask_by_caller=True
+    )
+    assert made.in_rootfs and made.caller_mask is not None
+    try:
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert _config(bundle) == _config(twin)
+        got = _rootfs_tree(os.path.join(bundle, "rootfs"))
+        assert got == _rootfs_tree(os.path.join(twin, "rootfs"))
+        assert "etc/ld.so.cache" in got and any(k.endswith("/libcuda.so.1") for k in got)
+    finally:
+        _kill_containers(stage)
+
+
+def test_create_whose_links_fail_deletes_the_container(
+    stage: Stage, bundle_factory: Callable[..., str]
+) -> None:
+    """The links made while the runtime creates fail (a directory where the cache goes):
+    once the runtime is done the container is deleted, config.json and the rootfs are as
+    they were, exit 7, one line."""
+    argv, env = _creating_stage(stage, bundle_factory, 0.2)
+    bundle = argv[argv.index("-b") + 1]
+    rootfs = os.path.join(bundle, "rootfs")
+    os.makedirs(os.path.join(rootfs, "etc/ld.so.cache"))
+    before, tree = _config(bundle), _rootfs_tree(rootfs)
+    try:
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 7, proc.stderr
+        lines = proc.stderr.splitlines()
+        assert len(lines) == 1 and "error[apply-failed]" in lines[0], lines
+        assert "ld.so.cache" in lines[0]
+        calls = [json.loads(ln) for ln in stage.record.read_text().splitlines()]
+        assert ["--root", "/r", "delete", "--force", "cid"] in calls
+        assert _config(bundle) == before
+        assert _no_links_made(tree, _rootfs_tree(rootfs))
+    finally:
+        _kill_containers(stage)
+
+
 def test_create_that_fails_ends_the_masking_child(
     stage: Stage, bundle_factory: Callable[..., str]
 ) -> None:
     """``create --pid-file`` whose runtime fails: its exit code is the wrapper's, nothing is
-    deleted, and the child forked to mask /proc/driver/nvidia while the runtime ran (the
+    deleted, config.json and the rootfs are as they were (the links made meanwhile are
+    taken back; the bind-mount targets stay), and the child forked to mask /proc/driver/nvidia while the runtime ran (the
     stand-in runtime records its parent's other child) is gone when the wrapper returns."""
     script = (
         f"#!{sys.executable} -I\n"
@@ -913,8 +1001,11 @@ def test_create_that_fails_ends_the_masking_child(
         "    f.write(json.dumps([int(k) for k in kids if int(k) != os.getpid()]) + '\\n')\n"
         "sys.exit(3 if 'create' in a else 0)\n"
     )
-    args, proc = _create_under(stage, bundle_factory, script)
+    before: dict[str, Any] = {}
+    args, proc = _create_under(stage, bundle_factory, script, before)
     assert proc.returncode == 3, proc.stderr
+    assert _config(args[-2]) == before["config.json"]  # the edit is taken back
+    assert _no_links_made(before["rootfs"], _rootfs_tree(os.path.join(args[-2], "rootfs")))
     lines = [json.loads(ln) for ln in stage.record.read_text().splitlines()]
     assert lines[0::2] == [["--version"], args]
     others = lines[3]
