@@ -610,7 +610,8 @@ def _create_and_mask(
     result: Any,
     original: bytes | None,
 ) -> int:
-    """Run the runtime's ``create`` as a child (not ``execve``: the wrapper has work left),
+    """Run the runtime's ``create`` as a child (``posix_spawn``, not ``execve``: the wrapper
+    has work left; one that cannot be started is reported as by :func:`main`, exit 12),
     then mount ``result.caller_mask`` in the created container, whose init pid the
     runtime wrote to ``--pid-file``: the createContainer hook's last step without a second
     interpreter. While the runtime creates the container, the mask is made ready
@@ -633,12 +634,13 @@ def _create_and_mask(
     # an inherited SIG_IGN would have the kernel reap the runtime and the masking child
     # (ECHILD from waitpid); the runtime then inherits SIG_DFL too
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    child = os.fork()
-    if child == 0:  # pragma: no cover - it becomes the runtime
-        try:
-            os.execve(runtime, [runtime, *args], env)
-        finally:
-            os._exit(127)
+    try:  # not fork: posix_spawn copies no page table, and the runtime starts sooner
+        child = os.posix_spawn(runtime, [runtime, *args], env)
+    except OSError as e:
+        not_run = RuntimeNotFound(f"cannot run {runtime}: {e.strerror}", path=runtime)
+        not_run.hint = _restore(result.bundle.config_path, original) or not_run.hint
+        _report(not_run, inv)
+        return exit_code_for(not_run)
     forwarded = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
     for sig in forwarded:
         signal.signal(sig, lambda signum, _frame: os.kill(child, signum))

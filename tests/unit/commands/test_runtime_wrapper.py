@@ -688,20 +688,28 @@ def test_crun_log_driver_prefix_is_not_a_file_in_the_bundle(stage: Stage, tmp_pa
     assert entry["level"] == "error" and "config.json not found" in entry["msg"]
 
 
+@pytest.mark.parametrize("pid_file", [False, True])
 def test_failed_exec_leaves_config_json_as_it_was(
-    stage: Stage, bundle_factory: Any, tmp_path: Path
+    stage: Stage, bundle_factory: Any, tmp_path: Path, pid_file: bool
 ) -> None:
     """docs/guide/wrapper.md: "On an error config.json is left as it was, the real runtime is not run".
     A ``runc`` whose interpreter is missing (``#!/nonexistent/sh``) passes
-    :func:`find_runtime` (an executable file) but ``execve`` fails with ENOENT after the
-    bundle was edited: exit 12, and the original bytes of config.json are put back."""
+    :func:`find_runtime` (an executable file) but ``execve`` (or, for ``create
+    --pid-file``, ``posix_spawn``) fails with ENOENT after the bundle was edited: exit 12,
+    one line, and the original bytes of config.json are put back (for ``create
+    --pid-file``, the rootfs is as it was too)."""
     Path(stage.runc).write_text("#!/nonexistent/sh\nexit 0\n")
     bundle = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0"])
     config = Path(bundle, "config.json")
-    before = config.read_bytes()
-    proc = stage.run("create", "-b", bundle, "cid")
+    before, tree = config.read_bytes(), _rootfs_tree(os.path.join(bundle, "rootfs"))
+    extra = ["--pid-file", str(tmp_path / "pid")] if pid_file else []
+    proc = stage.run("create", *extra, "-b", bundle, "cid")
     assert proc.returncode == EXIT_CODES[RuntimeNotFound], proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and f"cannot run {stage.runc}" in lines[0], lines
     assert config.read_bytes() == before
+    if pid_file:  # the links are made after the spawn; exec'ed, the edit made them before
+        assert _no_links_made(tree, _rootfs_tree(os.path.join(bundle, "rootfs")))
 
 
 def test_legacy_mode_adds_the_hook_for_an_amd_request(
