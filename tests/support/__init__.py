@@ -11,7 +11,8 @@ generators here (:func:`guard_host`, :func:`start_podman`, :func:`start_containe
 - :mod:`support.cli`: the ``ocihook`` command in this process (:func:`run_cli`) or as a
   process (:func:`run_cli_process`), ``ocihook edit`` (:func:`edit_cli`,
   :func:`edit_with_cdi`), :func:`modules_after`, a bare virtual environment (:func:`bare_venv`);
-- :mod:`support.bundles`: bundles (:func:`make_bundle`) and the hooks registered in them;
+- :mod:`support.bundles`: bundles (:func:`make_bundle`), the hooks registered in them and
+  what their rootfs holds (:func:`rootfs_tree`);
 - :mod:`support.cdi`: CDI specs to start from;
 - :mod:`support.nvml`: the ``pynvml`` double;
 - :mod:`support.cudanote`: driver ``libcuda`` files with a CUDA note;
@@ -34,9 +35,11 @@ from support.bundles import (
     installed_start_path_dirs,
     make_bundle,
     make_executable,
+    only_targets_added,
     packaged_hook,
     register_hook,
     register_stage_hook,
+    rootfs_tree,
     stage_hook,
     with_mknod_cap,
 )
@@ -172,6 +175,7 @@ __all__ = [
     "modules_after",
     "mounts_under",
     "need_root_and",
+    "only_targets_added",
     "packaged_hook",
     "pids_with_arg",
     "pod_binds",
@@ -179,6 +183,7 @@ __all__ = [
     "realistic_dir",
     "register_hook",
     "register_stage_hook",
+    "rootfs_tree",
     "run_cli",
     "run_cli_process",
     "run_cri_pod",

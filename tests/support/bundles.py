@@ -180,3 +180,30 @@ def fake_proc_hook(bundle: str, tmp_path: Any) -> dict[str, Any]:
     script = tmp_path / "fake_driver_proc.py"
     script.write_text(FAKE_DRIVER_PROC)
     return {"path": sys.executable, "args": [sys.executable, "-I", str(script)]}
+
+
+def rootfs_tree(root: str | Path) -> dict[str, str]:
+    """Every entry below ``root`` by relative path: ``-> TARGET`` for a symbolic link,
+    ``dir`` for a directory, else ``SIZE:HEX`` (the size and the hex of the first 4 KiB)."""
+    out: dict[str, str] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = os.path.join(dirpath, name)
+            rel = os.path.relpath(p, root)
+            if os.path.islink(p):
+                out[rel] = "-> " + os.readlink(p)
+            elif os.path.isdir(p):
+                out[rel] = "dir"
+            else:
+                with open(p, "rb") as f:
+                    out[rel] = f"{os.path.getsize(p)}:{f.read(4096).hex()}"
+    return out
+
+
+def only_targets_added(before: dict[str, str], after: dict[str, str]) -> bool:
+    """Whether the :func:`rootfs_tree` ``after`` is ``before`` plus empty files and
+    directories only (bind-mount targets): no link, no ``ld.so.cache``, nothing changed or
+    removed."""
+    added = {k: v for k, v in after.items() if k not in before}
+    kept = {k: v for k, v in after.items() if k in before}
+    return kept == before and all(v in ("dir", "0:") for v in added.values())

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import make_bundle, run_cli
+from support import make_bundle, rootfs_tree, run_cli
 
 from ocihook.appliers.spec import apply_plan, edit_bundle
 from ocihook.core.errors import (
@@ -616,22 +616,6 @@ def test_a_link_at_a_mount_target_is_refused_and_nothing_is_left(
     assert _tree(rootfs) == before_tree
 
 
-def _entries(root: Path) -> dict[str, str]:
-    """Every entry below ``root``: a link's target, a file's bytes, or ``dir``."""
-    out: dict[str, str] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            p = Path(dirpath, name)
-            rel = str(p.relative_to(root))
-            if p.is_symlink():
-                out[rel] = "-> " + os.readlink(p)
-            elif p.is_dir():
-                out[rel] = "dir"
-            else:
-                out[rel] = p.read_bytes().hex()
-    return out
-
-
 _UC = ["NVIDIA_VISIBLE_DEVICES=0,3", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"]
 
 
@@ -654,11 +638,11 @@ def test_a_deferred_rootfs_edit_makes_what_the_edit_makes(
     assert deferred.caller_mask == made.caller_mask
     assert Path(later, "config.json").read_bytes() == Path(now, "config.json").read_bytes()
     rootfs = Path(later) / "rootfs"
-    before = _entries(rootfs)
+    before = rootfs_tree(rootfs)
     assert before and not any(v.startswith("-> ") for v in before.values())
     assert "etc/ld.so.cache" not in before
     deferred.rootfs_edit.run().close()
-    assert _entries(rootfs) == _entries(Path(now) / "rootfs")
+    assert rootfs_tree(rootfs) == rootfs_tree(Path(now) / "rootfs")
     assert _cache(rootfs)["libcuda.so.1"] == "/usr/lib64/libcuda.so.1"
 
 
@@ -670,14 +654,14 @@ def test_a_deferred_rootfs_edit_rolls_back(sim: simhost.SimulatedHost, tmp_path:
     rootfs = Path(bundle) / "rootfs"
     result = edit_bundle(bundle, HostRoot.single(sim.root), mask_by_caller=True, defer_rootfs=True)
     assert result.rootfs_edit is not None
-    before = _entries(rootfs)
+    before = rootfs_tree(rootfs)
     result.rootfs_edit.run().rollback()
-    assert _entries(rootfs) == before
+    assert rootfs_tree(rootfs) == before
     (rootfs / "etc/ld.so.cache").mkdir(parents=True)
-    before = _entries(rootfs)
+    before = rootfs_tree(rootfs)
     with pytest.raises(ApplyError):
         result.rootfs_edit.run()
-    assert _entries(rootfs) == before
+    assert rootfs_tree(rootfs) == before
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,15 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import WRAPPER, host_cdi_spec, installed_start_path_dirs, need_root_and, packaged_hook
+from support import (
+    WRAPPER,
+    host_cdi_spec,
+    installed_start_path_dirs,
+    need_root_and,
+    only_targets_added,
+    packaged_hook,
+    rootfs_tree,
+)
 from support import config_bytes as _config
 from support import make_executable as _executable
 
@@ -701,7 +709,7 @@ def test_failed_exec_leaves_config_json_as_it_was(
     Path(stage.runc).write_text("#!/nonexistent/sh\nexit 0\n")
     bundle = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0"])
     config = Path(bundle, "config.json")
-    before, tree = config.read_bytes(), _rootfs_tree(os.path.join(bundle, "rootfs"))
+    before, tree = config.read_bytes(), rootfs_tree(os.path.join(bundle, "rootfs"))
     extra = ["--pid-file", str(tmp_path / "pid")] if pid_file else []
     proc = stage.run("create", *extra, "-b", bundle, "cid")
     assert proc.returncode == EXIT_CODES[RuntimeNotFound], proc.stderr
@@ -709,7 +717,7 @@ def test_failed_exec_leaves_config_json_as_it_was(
     assert len(lines) == 1 and f"cannot run {stage.runc}" in lines[0], lines
     assert config.read_bytes() == before
     if pid_file:  # the links are made after the spawn; exec'ed, the edit made them before
-        assert _no_links_made(tree, _rootfs_tree(os.path.join(bundle, "rootfs")))
+        assert only_targets_added(tree, rootfs_tree(os.path.join(bundle, "rootfs")))
 
 
 def test_legacy_mode_adds_the_hook_for_an_amd_request(
@@ -739,32 +747,6 @@ def test_legacy_mode_adds_the_hook_for_an_amd_request(
     ]
 
 
-def _rootfs_tree(root: str) -> dict[str, str]:
-    """Every entry below ``root``: a link's target, a file's size and first bytes, or
-    ``dir``."""
-    out: dict[str, str] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            p = os.path.join(dirpath, name)
-            rel = os.path.relpath(p, root)
-            if os.path.islink(p):
-                out[rel] = "-> " + os.readlink(p)
-            elif os.path.isdir(p):
-                out[rel] = "dir"
-            else:
-                with open(p, "rb") as f:
-                    out[rel] = f"{os.path.getsize(p)}:{f.read(4096).hex()}"
-    return out
-
-
-def _no_links_made(before: dict[str, str], after: dict[str, str]) -> bool:
-    """Whether ``after`` is ``before`` plus empty files and directories only (the
-    bind-mount targets): no link, no ``ld.so.cache``, nothing changed or removed."""
-    added = {k: v for k, v in after.items() if k not in before}
-    kept = {k: v for k, v in after.items() if k in before}
-    return kept == before and all(v in ("dir", "0:") for v in added.values())
-
-
 def _create_under(
     stage: Stage,
     bundle_factory: Callable[..., str],
@@ -773,12 +755,12 @@ def _create_under(
 ) -> tuple[list[str], subprocess.CompletedProcess[str]]:
     """``ocihook-runtime create --pid-file`` of a GPU bundle under the stand-in runc
     ``runc_script``: the arguments and the finished wrapper; ``before`` gets the bundle's
-    ``config.json`` bytes and rootfs tree (:func:`_rootfs_tree`) from before the run."""
+    ``config.json`` bytes and rootfs tree (:func:`support.rootfs_tree`) from before the run."""
     _executable(stage.bin / "runc", runc_script)
     bundle = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0"])
     if before is not None:
         before["config.json"] = _config(bundle)
-        before["rootfs"] = _rootfs_tree(os.path.join(bundle, "rootfs"))
+        before["rootfs"] = rootfs_tree(os.path.join(bundle, "rootfs"))
     pid_file = os.path.join(bundle, "init.pid")
     args = ["--root", "/r", "create", "--pid-file", pid_file, "-b", bundle, "cid"]
     return args, stage.run(*args)
@@ -816,7 +798,7 @@ def test_create_mask_failure_deletes_the_container(
     assert calls == [["--version"], args, ["--root", "/r", "delete", "--force", "cid"]]
     # config.json and the rootfs as they were, but for the bind-mount targets
     assert _config(args[-2]) == before["config.json"]
-    assert _no_links_made(before["rootfs"], _rootfs_tree(os.path.join(args[-2], "rootfs")))
+    assert only_targets_added(before["rootfs"], rootfs_tree(os.path.join(args[-2], "rootfs")))
 
 
 @pytest.mark.parametrize(("kind", "target"), [("device", "/dev/zero"), ("FIFO", None)])
@@ -958,8 +940,8 @@ def test_create_makes_the_links_while_the_runtime_creates(
         proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
         assert proc.returncode == 0, proc.stderr
         assert _config(bundle) == _config(twin)
-        got = _rootfs_tree(os.path.join(bundle, "rootfs"))
-        assert got == _rootfs_tree(os.path.join(twin, "rootfs"))
+        got = rootfs_tree(os.path.join(bundle, "rootfs"))
+        assert got == rootfs_tree(os.path.join(twin, "rootfs"))
         assert "etc/ld.so.cache" in got and any(k.endswith("/libcuda.so.1") for k in got)
     finally:
         _kill_containers(stage)
@@ -975,7 +957,7 @@ def test_create_whose_links_fail_deletes_the_container(
     bundle = argv[argv.index("-b") + 1]
     rootfs = os.path.join(bundle, "rootfs")
     os.makedirs(os.path.join(rootfs, "etc/ld.so.cache"))
-    before, tree = _config(bundle), _rootfs_tree(rootfs)
+    before, tree = _config(bundle), rootfs_tree(rootfs)
     try:
         proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
         assert proc.returncode == 7, proc.stderr
@@ -985,7 +967,7 @@ def test_create_whose_links_fail_deletes_the_container(
         calls = [json.loads(ln) for ln in stage.record.read_text().splitlines()]
         assert ["--root", "/r", "delete", "--force", "cid"] in calls
         assert _config(bundle) == before
-        assert _no_links_made(tree, _rootfs_tree(rootfs))
+        assert only_targets_added(tree, rootfs_tree(rootfs))
     finally:
         _kill_containers(stage)
 
@@ -1013,7 +995,7 @@ def test_create_that_fails_ends_the_masking_child(
     args, proc = _create_under(stage, bundle_factory, script, before)
     assert proc.returncode == 3, proc.stderr
     assert _config(args[-2]) == before["config.json"]  # the edit is taken back
-    assert _no_links_made(before["rootfs"], _rootfs_tree(os.path.join(args[-2], "rootfs")))
+    assert only_targets_added(before["rootfs"], rootfs_tree(os.path.join(args[-2], "rootfs")))
     lines = [json.loads(ln) for ln in stage.record.read_text().splitlines()]
     assert lines[0::2] == [["--version"], args]
     others = lines[3]
