@@ -439,10 +439,10 @@ def _edit_bundle_cdi(
     from ..core.errors import CdiError
 
     _check_cdi_target(bundle.config, bundle.config_path)
-    from ..linux.cachestore import DEFAULT_DIR
+    from ..linux.cachestore import store_dir
 
-    # YAML specs parsed once per file, kept in the root-owned cache (no PyYAML per start)
-    registry = Registry.load(options.cdi_spec_dirs, cache_dir=DEFAULT_DIR)
+    # YAML specs parsed once per file, kept in the store (no PyYAML per start)
+    registry = Registry.load(options.cdi_spec_dirs, cache_dir=store_dir())
     try:
         doc = inject_devices(bundle.config, registry, names, check_host_files=True)
     except CdiError as e:

@@ -377,7 +377,7 @@ def parse_config_bytes(data: bytes, *, path: str, parse_helper: bool = False) ->
     from ..linux import cachestore
 
     key = _cache_key(data)
-    directory = cachestore.DEFAULT_DIR
+    directory = cachestore.store_dir()
     found = cachestore.lookup(key, {}, directory, prefix=CACHE_PREFIX)
     if isinstance(found, dict):
         return found
@@ -400,9 +400,9 @@ def store_config_parse(path: str) -> None:
     does not import :mod:`tomllib` (5-10 ms, and about 2 MiB of its peak memory). A file
     that cannot be read or parsed is a debug log line, never an error: the start that
     reads it reports it."""
-    from ..linux.cachestore import DEFAULT_DIR
+    from ..linux.cachestore import store_dir
 
-    if not os.path.isdir(DEFAULT_DIR):
+    if not os.path.isdir(store_dir()):
         return
     try:
         data = read_config_file(path, "the command line")

@@ -439,7 +439,7 @@ def discover_cached(
 ) -> NvidiaHost:
     """:func:`discover` (procfs backend, this machine, GLVND) through the root-owned store
     :mod:`ocihook.linux.cachestore` in ``cache_dir`` (default
-    :data:`~ocihook.linux.cachestore.DEFAULT_DIR`), keyed by
+    :func:`~ocihook.linux.cachestore.store_dir`), keyed by
     :func:`ocihook.discovery.cache.host_key`: a result found for the host's current
     driver identity is used as is, otherwise the host is discovered and the result stored
     — when the directory exists, or is created when ``warm`` (``ocihook cdi generate
@@ -450,7 +450,7 @@ def discover_cached(
     from . import cache
 
     root = root or HostRoot()
-    directory = cache_dir or cachestore.DEFAULT_DIR
+    directory = cache_dir or cachestore.store_dir()
     caps = None if capabilities is None else sorted(set(capabilities))
     try:
         key = cache.discovery_key(root, caps)

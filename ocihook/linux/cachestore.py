@@ -24,7 +24,10 @@ tuples: the store never keeps, and :func:`decode` never accepts, anything else):
   :data:`MAX_ENTRIES` entries of each prefix (the oldest are removed).
 
 The default directory is :data:`DEFAULT_DIR` (``/run/ocihook``: a tmpfs, emptied at boot);
-``ocihook cdi generate --warm-cache`` (run by the boot unit) creates it and warms it.
+``ocihook cdi generate --warm-cache`` (run by the boot unit) creates it and warms it. It
+is root's: an unprivileged user's processes, and those of root in a user namespace (a
+rootless engine's), use their user's own store instead, under the login session's
+runtime directory (:func:`store_dir`).
 """
 
 from __future__ import annotations
@@ -41,6 +44,9 @@ if TYPE_CHECKING:
 
 #: Where the store lives by default (a tmpfs on systemd hosts).
 DEFAULT_DIR = "/run/ocihook"
+#: The login sessions' runtime directories, ``<this>/<uid>`` (systemd-logind's
+#: ``XDG_RUNTIME_DIR``: a tmpfs directory owned by the user, mode 0700).
+USER_RUNTIME_DIR = "/run/user"
 #: Most entries of one prefix kept in the directory.
 MAX_ENTRIES = 16
 #: Largest entry read back, in bytes.
@@ -204,6 +210,69 @@ def owned_and_private(st: os.stat_result) -> bool:
     """Whether a file or directory of status ``st`` is owned by this process's effective
     user and writable by neither its group nor others (mode bits ``0o022`` clear)."""
     return st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
+def host_uid(euid: int, uid_map: bytes) -> int | None:
+    """The user id the host's initial user namespace sees for ``euid``, by the user
+    namespace's ``uid_map`` (``/proc/self/uid_map``: lines ``INSIDE OUTSIDE COUNT``,
+    user_namespaces(7)); ``None`` when ``euid`` is not mapped."""
+    for line in uid_map.split(b"\n"):
+        fields = line.split()
+        if len(fields) != 3 or not all(f.isdigit() for f in fields):
+            continue
+        inside, outside, count = (int(f) for f in fields)
+        if inside <= euid < inside + count:
+            return outside + euid - inside
+    return None
+
+
+_USER_STORE: list[str | None] = []  # store_dir()'s user store (None: none), once found
+
+
+def store_dir(*, uid_map: str = "/proc/self/uid_map", runtime_dir: str = USER_RUNTIME_DIR) -> str:
+    """The store this process keeps its entries in.
+
+    * Root of the host (the effective user id the host's initial user namespace sees is
+      0): :data:`DEFAULT_DIR`, which the boot unit makes and warms.
+    * Anyone else — an unprivileged user, or root of a user namespace (a rootless
+      podman's or Docker's runtime and hooks), to whom root's store is foreign: the user's
+      own ``<runtime_dir>/<host uid>/ocihook`` (made, mode 0700, at the first call),
+      when ``<runtime_dir>/<host uid>`` (the login session's runtime directory) is a
+      directory owned by this process's effective user with no group or other access.
+      Without one, :data:`DEFAULT_DIR`, where :func:`lookup` finds nothing usable and
+      :func:`store` writes nothing: values are computed on every start, as without a
+      store.
+
+    The host uid comes from ``uid_map`` (a process without procfs is taken to be in the
+    initial namespace), never from the environment. For the default arguments, whether
+    there is a user store, and which, is found once per process. Never raises.
+    """
+    default = uid_map == "/proc/self/uid_map" and runtime_dir == USER_RUNTIME_DIR
+    if default and _USER_STORE:
+        return _USER_STORE[0] or DEFAULT_DIR
+    euid = os.geteuid()
+    try:
+        with open(uid_map, "rb") as f:
+            uid: int | None = host_uid(euid, f.read(1 << 16))
+    except OSError:
+        uid = euid
+    found: str | None = None
+    if uid is not None and uid != 0:
+        parent = os.path.join(runtime_dir, str(uid))
+        try:
+            st = os.stat(parent)
+            if stat.S_ISDIR(st.st_mode) and st.st_uid == euid and not st.st_mode & 0o077:
+                directory = os.path.join(parent, "ocihook")
+                try:  # noqa: SIM105 (contextlib is not imported on this path)
+                    os.mkdir(directory, 0o700)
+                except FileExistsError:
+                    pass
+                found = directory
+        except OSError:
+            pass
+    if default:
+        _USER_STORE.append(found)
+    return found or DEFAULT_DIR
 
 
 def _debug(message: str, **fields: object) -> None:

@@ -187,11 +187,13 @@ def _ask_version(path: str, timeout: float = VERSION_TIMEOUT) -> tuple[str | Non
 
 
 def runtime_version(
-    path: str, *, cache_dir: str = cachestore.DEFAULT_DIR
+    path: str, *, cache_dir: str | None = None
 ) -> tuple[str, str, tuple[int, int, int]] | None:
     """:func:`parse_version_output` of the runtime binary at ``path`` (absolute), or
     ``None`` when it cannot be run or does not say. Cached in ``cache_dir`` by the
-    binary's device, inode, size and mtime (never raises for the cache)."""
+    binary's device, inode, size and mtime (never raises for the cache; default:
+    :func:`ocihook.linux.cachestore.store_dir`)."""
+    cache_dir = cache_dir or cachestore.store_dir()
     try:
         st = os.stat(path)
     except OSError:
@@ -216,7 +218,7 @@ def runtime_version(
     return parsed
 
 
-def mount_race_warning(path: str, *, cache_dir: str = cachestore.DEFAULT_DIR) -> str | None:
+def mount_race_warning(path: str, *, cache_dir: str | None = None) -> str | None:
     """One line when the runtime at ``path`` is a runc older than
     :data:`RUNC_SAFE_MOUNT_TARGETS` (see the module docstring), else ``None`` (also when
     its version cannot be read: nothing is claimed)."""

@@ -147,8 +147,8 @@ def compiled_plan(
     (:func:`ocihook.pipeline.bundle.occupied_links` comes after): the stored one when
     :func:`plan_key` finds it, else made with discovery and
     :func:`ocihook.plan.build.make_plan` and stored when ``cache_dir`` (default
-    ``/run/ocihook``) exists. A request over :data:`MAX_REQUEST_BYTES` is planned
-    afresh, without the store. The store never makes it fail.
+    :func:`ocihook.linux.cachestore.store_dir`) exists. A request over
+    :data:`MAX_REQUEST_BYTES` is planned afresh, without the store. The store never makes it fail.
 
     Raises:
         DiscoveryError: the host has no usable driver.
@@ -158,7 +158,7 @@ def compiled_plan(
     from ..linux import cachestore
     from ..plan.edits import Plan
 
-    directory = cache_dir or cachestore.DEFAULT_DIR
+    directory = cache_dir or cachestore.store_dir()
     try:
         key: dict[str, object] | None = plan_key(root, request, options, debian)
     except OSError:

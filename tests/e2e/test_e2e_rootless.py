@@ -288,3 +288,47 @@ def test_rootless_podman_cdi_device(rootless_user: RootlessUser) -> None:
     ]
     assert tagged(proc.stdout, "UIDMAP")[0].split()[:2] == ["0", str(user.uid)]
     assert not mounts_under(devcopy)
+
+
+def test_rootless_edits_keep_a_store_of_their_own(rootless_user: RootlessUser) -> None:
+    """An unprivileged user with a login session's runtime directory (``/run/user/<uid>``,
+    0700, as systemd-logind makes it) keeps the configuration's parse, discovery and the
+    compiled plan in ``/run/user/<uid>/ocihook`` (0700, entries 0600, the user's), not
+    root's ``/run/ocihook``; root of a user namespace mapped to the user (a rootless
+    engine's runtime) finds the same store, and its edit from the stored values equals
+    the first one, computed."""
+    need_root_and("unshare")
+    user = rootless_user
+    runtime_dir = f"/run/user/{user.uid}"
+    if os.path.exists(runtime_dir):
+        pytest.skip(f"{runtime_dir} exists: it is not this test's to make")
+    os.makedirs(runtime_dir, mode=0o700)
+    os.chown(runtime_dir, user.uid, user.gid)
+    try:
+        config = _config_toml(user, no_cgroups=True)
+        edited = []
+        for n, prefix in enumerate([(), ("unshare", "-Ur")]):
+            bundle = _rootless_bundle(user, f"store{n}", ["NVIDIA_VISIBLE_DEVICES=0"])
+            argv = [*prefix, user.python, "-I", "-m", "ocihook", "edit", "--config", config]
+            edit = user.run(*argv, "-b", bundle)
+            assert edit.returncode == 0, edit.stderr
+            edited.append(json.loads(Path(bundle, "config.json").read_text()))
+        store = os.path.join(runtime_dir, "ocihook")
+        names = sorted(os.listdir(store))
+        for prefix in ("compiled-", "config-", "discovery-"):
+            assert [n for n in names if n.startswith(prefix)], names
+        st = os.stat(store)
+        assert (st.st_uid, st.st_mode & 0o777) == (user.uid, 0o700)
+        for name in names:
+            st = os.stat(os.path.join(store, name))
+            assert (st.st_uid, st.st_mode & 0o777) == (user.uid, 0o600), name
+        code = "from ocihook.linux import cachestore; print(cachestore.store_dir())"
+        inside = user.run("unshare", "-Ur", user.python, "-I", "-c", code)
+        assert inside.stdout.split() == [store], inside.stderr
+        # the second edit, from the stored values, equals the first (the bundle paths differ)
+        assert edited[0]["mounts"] == edited[1]["mounts"]
+        assert edited[0]["process"]["env"] == edited[1]["process"]["env"]
+    finally:
+        import shutil
+
+        shutil.rmtree(runtime_dir, ignore_errors=True)

@@ -290,3 +290,103 @@ def test_a_dead_writers_temporary_file_goes_at_the_next_write(tmp_path: Path) ->
         p.write_bytes(b"partial")
     assert cachestore.store({"i": 2}, 2, [], str(tmp_path), prefix="t")
     assert not gone.exists() and live.exists()
+
+
+# -- whose store: store_dir ---------------------------------------------------------------
+
+_map_lines = st.lists(
+    st.tuples(st.integers(0, 1 << 32), st.integers(0, 1 << 32), st.integers(1, 1 << 32)),
+    max_size=5,
+)
+
+
+@given(_map_lines, st.integers(0, 1 << 32))
+def test_host_uid_follows_the_first_range_holding_the_id(
+    lines: list[tuple[int, int, int]], euid: int
+) -> None:
+    """user_namespaces(7): ``INSIDE OUTSIDE COUNT`` maps ``INSIDE..INSIDE+COUNT-1`` to
+    ``OUTSIDE...``; an id no line holds is unmapped (None)."""
+    text = "".join(f"{a:>10} {b:>10} {c:>10}\n" for a, b, c in lines).encode()
+    want = next((b + euid - a for a, b, c in lines if a <= euid < a + c), None)
+    assert cachestore.host_uid(euid, text) == want
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        (b"         0          0 4294967295\n", 0),  # the initial namespace
+        (b"         0       1000          1\n", 1000),  # root of a rootless engine
+        (b"         0       1000          1\n         1     100000      65536\n", 1000),
+        (b"      1000       1000          1\n", None),  # root not mapped
+        (b"garbage\n0 x 1\n", None),
+    ],
+)
+def test_host_uid_of_root(text: bytes, want: int | None) -> None:
+    assert cachestore.host_uid(0, text) == want
+
+
+def _uid_map(tmp_path: Path, outside: int) -> str:
+    """A uid_map mapping this process's effective user to ``outside`` on the host."""
+    path = tmp_path / "uid_map"
+    path.write_text(f"{os.geteuid()} {outside} 1\n")
+    return str(path)
+
+
+def test_root_of_the_host_keeps_roots_store(tmp_path: Path) -> None:
+    """Root of the host: /run/ocihook (the boot unit's), even with a runtime directory of
+    its own."""
+    runtime = tmp_path / "run-user"
+    (runtime / "0").mkdir(parents=True, mode=0o700)
+    got = cachestore.store_dir(uid_map=_uid_map(tmp_path, 0), runtime_dir=str(runtime))
+    assert got == cachestore.DEFAULT_DIR
+    assert not (runtime / "0" / "ocihook").exists()
+
+
+def test_another_user_gets_a_private_store_of_its_own(tmp_path: Path) -> None:
+    """An unprivileged user, or root of a user namespace mapped to one (rootless podman):
+    ``<runtime dir>/<host uid>/ocihook``, made with mode 0700 at the first call, used
+    as is at the next; entries stored there are found again."""
+    runtime = tmp_path / "run-user"
+    (runtime / "1000").mkdir(parents=True, mode=0o700)
+    args = {"uid_map": _uid_map(tmp_path, 1000), "runtime_dir": str(runtime)}
+    got = cachestore.store_dir(**args)
+    assert got == str(runtime / "1000" / "ocihook")
+    assert oct(os.stat(got).st_mode & 0o7777) == oct(0o700)
+    assert cachestore.store_dir(**args) == got
+    assert cachestore.store({"k": 1}, ("v",), (), got, prefix="t")
+    assert cachestore.lookup({"k": 1}, {}, got, prefix="t") == ("v",)
+
+
+@pytest.mark.parametrize("case", ["missing", "group-readable", "another owner", "a file"])
+def test_no_usable_runtime_directory_no_user_store(tmp_path: Path, case: str) -> None:
+    """A runtime directory that is missing, open to the group or others, someone else's
+    or no directory: nothing is made; /run/ocihook is answered, where nothing of this
+    user's is kept."""
+    runtime = tmp_path / "run-user"
+    runtime.mkdir()
+    parent = runtime / "1000"
+    if case == "a file":
+        parent.write_text("")
+    elif case != "missing":
+        parent.mkdir(mode=0o700)
+        if case == "group-readable":
+            parent.chmod(0o750)
+        else:
+            os.chown(parent, os.geteuid() + 1, -1)
+    got = cachestore.store_dir(uid_map=_uid_map(tmp_path, 1000), runtime_dir=str(runtime))
+    assert got == cachestore.DEFAULT_DIR
+    assert not (parent / "ocihook").exists() or case == "a file"
+
+
+def test_an_unmapped_user_or_no_procfs(tmp_path: Path) -> None:
+    """A euid the map does not hold: no user store; no uid_map to read (no procfs): the
+    euid is the host's."""
+    runtime = tmp_path / "run-user"
+    (runtime / str(os.geteuid())).mkdir(parents=True, mode=0o700)
+    unmapped = tmp_path / "unmapped"
+    unmapped.write_text(f"{os.geteuid() + 1} 5000 1\n")
+    got = cachestore.store_dir(uid_map=str(unmapped), runtime_dir=str(runtime))
+    assert got == cachestore.DEFAULT_DIR
+    got = cachestore.store_dir(uid_map=str(tmp_path / "none"), runtime_dir=str(runtime))
+    mine = str(runtime / str(os.geteuid()) / "ocihook")
+    assert got == (cachestore.DEFAULT_DIR if os.geteuid() == 0 else mine)
