@@ -79,7 +79,9 @@ __all__ = [
     "apply_plan",
     "create_mount_targets",
     "edit_bundle",
+    "has_hooks",
     "realize_hooks",
+    "remove_mount_targets",
     "rootfs_edit_blocker",
     "rootless_spec",
 ]
@@ -101,18 +103,25 @@ def _remove_created(root_fd: int, created: Sequence[str]) -> list[str]:
     return left
 
 
-def _undo_targets(rootfs: str, created: Sequence[str], err: ApplyError) -> ApplyError:
-    """Remove the mount targets ``created`` in ``rootfs`` after ``err``; what cannot be
-    removed is named in ``err``'s hint (never left silently). Returns ``err``."""
+def remove_mount_targets(rootfs: str, created: Sequence[str]) -> list[str]:
+    """Remove the bind-mount targets ``created`` (``EditResult.targets``: container paths
+    made by an edit, in the order made) from the root file system ``rootfs``, in reverse
+    order, inside the root. Returns those that could not be removed (busy, no longer empty,
+    the rootfs gone), for a message to name."""
     try:
         root_fd = open_root(rootfs)
     except ApplyError:
-        left = list(created)
-    else:
-        try:
-            left = _remove_created(root_fd, created)
-        finally:
-            close_quietly(root_fd)
+        return list(created)
+    try:
+        return _remove_created(root_fd, created)
+    finally:
+        close_quietly(root_fd)
+
+
+def _undo_targets(rootfs: str, created: Sequence[str], err: ApplyError) -> ApplyError:
+    """Remove the mount targets ``created`` in ``rootfs`` after ``err``; what cannot be
+    removed is named in ``err``'s hint (never left silently). Returns ``err``."""
+    left = remove_mount_targets(rootfs, created)
     if left:
         shown = ", ".join(left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
         note = f"these empty mount targets it made are left in the rootfs: {shown}"
@@ -492,9 +501,12 @@ class EditResult(Record):
             (:func:`ocihook.appliers.live.procmask.mask_created_container`) because no hook
             carries it; ``None`` otherwise.
         rootfs_edit: with ``defer_rootfs``, the soname links and ``ld.so.cache`` entries
-            the caller is to make (:meth:`RootfsEdit.run`) before the container starts
-            (``in_rootfs`` is then True); ``None`` when the edit made them or left them to
+            handed to the caller (``in_rootfs`` is then True): made already (its
+            ``changes`` set) or for the caller to make (:meth:`RootfsEdit.run`) before the
+            container starts; ``None`` when the edit kept what it made or left them to
             the hook.
+        targets: the bind-mount targets the edit made in the rootfs (container paths, in
+            the order made: :func:`remove_mount_targets` takes them out again).
     """
 
     bundle: Bundle
@@ -508,6 +520,7 @@ class EditResult(Record):
     in_rootfs: bool = False
     caller_mask: ProcMask | None = None
     rootfs_edit: RootfsEdit | None = None
+    targets: tuple[str, ...] = ()
 
 
 def _runtime_mounted(path: str) -> bool:
@@ -641,11 +654,14 @@ def edit_bundle(
             after a power loss the engine makes the bundle again (containerd's and
             CRI-O's live on tmpfs, where ``fsync`` does nothing anyway); the rename
             still makes the replacement atomic.
-        defer_rootfs: with ``mask_by_caller``, when the mask is left to the caller and
-            ``config.json`` has no hook of any stage (nothing but the runtime looks at the
-            rootfs before the container starts), the soname links and ``ld.so.cache`` are
-            not made but returned (``EditResult.rootfs_edit``) for the caller to make while
-            the runtime creates the container, before it is started (the wrapper runtime).
+        defer_rootfs: with ``mask_by_caller``, when the mask is left to the caller, the
+            soname links and ``ld.so.cache`` are handed to the caller
+            (``EditResult.rootfs_edit``), to close or roll back once the runtime's
+            ``create`` is done (the wrapper runtime): made already when ``config.json``
+            has a hook of any stage (:func:`has_hooks`: it could look at the rootfs
+            before the container starts), else left for the caller to make
+            (:meth:`RootfsEdit.run`) while the runtime creates the container, before it
+            is started.
 
     What an earlier edit added is recorded in the annotation ``ocihook.edits``
     (:mod:`ocihook.appliers.editrecord`) and taken out before the plan is made: editing
@@ -726,9 +742,8 @@ def edit_bundle(
     if in_rootfs:
         applied, caller_mask = _light_plan(plan, mask_by_caller)
     if pending is not None:
-        if defer_rootfs and caller_mask is not None and not _has_hooks(bundle.config):
-            deferred = pending
-        else:
+        by_caller = defer_rootfs and caller_mask is not None
+        if not by_caller or has_hooks(bundle.config):
             try:
                 changes = pending.run()
             except OcihookError as err:
@@ -738,7 +753,9 @@ def edit_bundle(
                     "soname links and ld.so.cache left to the createContainer hook",
                     reason=f"making them failed ({err}): the hook tries again",
                 )
-                in_rootfs, applied, caller_mask = False, plan, None
+                in_rootfs, applied, caller_mask, by_caller = False, plan, None, False
+        if by_caller:
+            deferred = pending
     doc = apply_plan(bundle.config, applied, command=command, path=bundle.config_path)
     try:
         done = _finish(
@@ -748,7 +765,7 @@ def edit_bundle(
         if changes is not None:
             changes.rollback()
         raise
-    if changes is not None:
+    if changes is not None and deferred is None:
         changes.close()
     return done.replace(in_rootfs=in_rootfs, caller_mask=caller_mask, rootfs_edit=deferred)
 
@@ -757,25 +774,34 @@ class RootfsEdit:
     """The soname links and ``ld.so.cache`` entries of a plan, to be made in a bundle's
     root file system by :meth:`run` (:func:`ocihook.appliers.live.hooks.edit_rootfs`,
     through in-root descriptor operations; a library's soname and ABI read from its host
-    file, the bind mount not being there yet)."""
+    file, the bind mount not being there yet).
+
+    Attributes:
+        changes: what :meth:`run` made (its descriptor open until the caller closes or
+            rolls it back), or ``None`` before it ran.
+    """
 
     def __init__(self, bundle: Bundle, edits: ContainerEdits, sources: dict[str, str]) -> None:
         self.rootfs = bundle.rootfs
         self.config = bundle.config
         self.edits = edits
         self.sources = sources
+        self.changes: RootfsChanges | None = None
 
     def run(self) -> RootfsChanges:
-        """Make them. Returns the changes, for the caller to close or roll back.
+        """Make them, once: a second call returns the changes the first made. Returns the
+        changes, for the caller to close or roll back.
 
         Raises:
             ApplyError: a step failed; what was made before it is undone first.
         """
+        if self.changes is not None:
+            return self.changes
         from .live.hooks import edit_rootfs
 
         e = self.edits
         pairs = [(s.target, s.link) for s in e.symlinks if not _runtime_mounted(s.link)]
-        return edit_rootfs(
+        self.changes = edit_rootfs(
             self.rootfs,
             self.config,
             pairs,
@@ -784,14 +810,20 @@ class RootfsEdit:
             sources=self.sources,
             known=dict(e.ldcache_flags),
         )
+        return self.changes
 
 
-def _has_hooks(config: dict[str, Any]) -> bool:
-    """Whether ``config`` names a hook of any stage (or ``hooks`` is not an object)."""
-    hooks = config.get("hooks")
-    if hooks is None:
-        return False
-    return not isinstance(hooks, dict) or any(hooks.values())
+def has_hooks(config: dict[str, Any]) -> bool:
+    """Whether the runtime could run a hook of ``config``: a member whose name is
+    ``hooks`` in any case (runc reads ``config.json`` with Go's ``encoding/json``, which
+    matches member names without regard to case) that is not null and not an object whose
+    members are all empty."""
+    for key, hooks in config.items():
+        if key.lower() != "hooks" or hooks is None:
+            continue
+        if not isinstance(hooks, dict) or any(hooks.values()):
+            return True
+    return False
 
 
 def _rootfs_edit(
@@ -838,7 +870,9 @@ def _finish(
     except OSError as e:
         err = ApplyError(f"cannot replace config.json: {e.strerror}", path=read.config_path)
         raise _undo_targets(read.rootfs, created, err) if created else err from None
-    return EditResult(read, request, plan, read.raw, after, True, cdi_names, ignored)
+    return EditResult(
+        read, request, plan, read.raw, after, True, cdi_names, ignored, targets=created
+    )
 
 
 def _edit_request(

@@ -602,6 +602,31 @@ def _restore(config_json: str, original: bytes | None) -> str | None:
     return None
 
 
+def _take_back(result: Any, original: bytes | None) -> str | None:
+    """Undo what the edit of ``result`` (an :class:`~ocihook.appliers.spec.EditResult`)
+    made for a ``create`` that failed: the soname links and ``ld.so.cache`` (rolled
+    back), the bind-mount targets (removed), ``config.json`` (``original`` put back).
+    ``None``, or a hint naming what could not be undone."""
+    from ..appliers.spec import remove_mount_targets
+
+    made = result.rootfs_edit.changes if result.rootfs_edit is not None else None
+    # either may have made the directories the other's files are in: targets first,
+    # then the links, then the target directories the links kept from going
+    left = remove_mount_targets(result.bundle.rootfs, result.targets)
+    if made is not None:
+        made.rollback()
+        if left:
+            left = remove_mount_targets(result.bundle.rootfs, left[::-1])  # as made
+    hints = []
+    if left:
+        shown = ", ".join(left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
+        hints.append(f"these empty mount targets the edit made are left in the rootfs: {shown}")
+    restored = _restore(result.bundle.config_path, original)
+    if restored is not None:
+        hints.append(restored)
+    return "; ".join(hints) or None
+
+
 def _create_and_mask(
     runtime: str,
     args: list[str],
@@ -617,19 +642,22 @@ def _create_and_mask(
     interpreter. While the runtime creates the container, the mask is made ready
     (:class:`~ocihook.appliers.live.procmask.PendingMask`: host files read, GPU directories
     cloned, the masking child forked) and ``result.rootfs_edit`` (the soname links and
-    ``ld.so.cache``) is made in the rootfs: the container is started only after the
-    wrapper exits. Signals the wrapper gets meanwhile are passed on. If the runtime fails,
-    the rootfs edit is rolled back; if the edit or the mask fails, the container is deleted
-    (``<runtime> <global options> delete --force ID``), the edit rolled back and the error
-    reported (exit 7). On any failure ``config.json`` gets back ``original``, the bytes it
-    had before the edit. Returns the exit status to leave with."""
+    ``ld.so.cache``) is made in the rootfs, if the edit left it: the container is started
+    only after the wrapper exits.
+
+    SIGTERM, SIGINT, SIGHUP and SIGQUIT are passed on to the runtime while it runs; one
+    that comes once it has exited, before the wrapper is done, ends the ``create`` as a
+    failure: the container is deleted (``<runtime> <global options> delete --force ID``)
+    and the wrapper exits 128 + the signal's number. If the runtime fails, its exit status
+    is the wrapper's; if the rootfs edit or the mask fails, the container is deleted and
+    the error reported (exit 7). On any failure the edit is taken back
+    (:func:`_take_back`: the links and ``ld.so.cache`` rolled back, the mount targets
+    removed, ``config.json`` given back ``original``, its bytes before the edit). Returns
+    the exit status to leave with."""
     if TYPE_CHECKING:
         import signal
     else:  # not signal: its IntEnum wrappers import enum (milliseconds)
         import _signal as signal
-
-    from ..appliers.live.procmask import PendingMask
-    from ..core import log
 
     # an inherited SIG_IGN would have the kernel reap the runtime and the masking child
     # (ECHILD from waitpid); the runtime then inherits SIG_DFL too
@@ -638,12 +666,52 @@ def _create_and_mask(
         child = os.posix_spawn(runtime, [runtime, *args], env)
     except OSError as e:
         not_run = RuntimeNotFound(f"cannot run {runtime}: {e.strerror}", path=runtime)
-        not_run.hint = _restore(result.bundle.config_path, original) or not_run.hint
+        not_run.hint = _take_back(result, original) or not_run.hint
         _report(not_run, inv)
         return exit_code_for(not_run)
+    late: list[int] = []  # signals that came once the runtime had exited
+    waited = [False]
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if not waited[0] and not _exited(child):
+            os.kill(child, signum)
+        else:
+            late.append(signum)
+
     forwarded = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
     for sig in forwarded:
-        signal.signal(sig, lambda signum, _frame: os.kill(child, signum))
+        signal.signal(sig, on_signal)
+    try:
+        return _create_with(runtime, env, inv, result, original, child, waited, late)
+    finally:
+        for sig in forwarded:
+            signal.signal(sig, signal.SIG_DFL)
+
+
+def _exited(pid: int) -> bool:
+    """Whether the child ``pid`` has exited (a zombie not reaped yet, or gone)."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def _create_with(
+    runtime: str,
+    env: dict[str, str],
+    inv: Invocation,
+    result: Any,
+    original: bytes | None,
+    child: int,
+    waited: list[bool],
+    late: list[int],
+) -> int:
+    """The body of :func:`_create_and_mask` once the runtime ``child`` runs and the
+    signal handlers are set (they set ``late``; ``waited`` is set here once the child is
+    reaped)."""
+    from ..appliers.live.procmask import PendingMask
+    from ..core import log
+
     nodes = [(n.path, n.minor) for n in result.plan.edits.device_nodes]
     prepared: PendingMask | OSError | OcihookError
     try:
@@ -654,7 +722,7 @@ def _create_and_mask(
     edit_error: OcihookError | None = None
     if result.rootfs_edit is not None:
         try:
-            changes = result.rootfs_edit.run()
+            changes = result.rootfs_edit.run()  # made already when config.json has hooks
         except OcihookError as e:  # it undid its own steps; reported once the runtime is done
             edit_error = e
     while True:
@@ -663,56 +731,62 @@ def _create_and_mask(
             break
         except InterruptedError:  # pragma: no cover - PEP 475 retries
             continue
-    for sig in forwarded:
-        signal.signal(sig, signal.SIG_DFL)
+    waited[0] = True
     code = os.waitstatus_to_exitcode(status)
     if code != 0:
         if isinstance(prepared, PendingMask):
             prepared.cancel()
-        if changes is not None:
-            changes.rollback()
-        hint = _restore(result.bundle.config_path, original)
+        hint = _take_back(result, original)
         if hint is not None:
             print(f"{PROG}: warning: {hint}", file=sys.stderr)
         return code if code > 0 else 128 - code
+    err: OcihookError | None = None
     try:
         if edit_error is not None:
             raise edit_error
         if not isinstance(prepared, PendingMask):
             raise prepared
-        try:
-            with open(inv.pid_file or "") as f:  # relative: to the cwd, as for the runtime
-                pid = int(f.read().strip() or "0")
-        except (OSError, ValueError) as e:
-            raise ApplyError(f"cannot read the container's pid: {e}", path=inv.pid_file) from None
-        done = prepared.apply(pid)
-        log.debug(f"{PROG} create: /proc/driver/nvidia masked", pid=pid, masked=done)
-        if changes is not None:
-            changes.close()
-        return 0
+        if not late:
+            try:
+                with open(inv.pid_file or "") as f:  # relative: to the cwd, as for the runtime
+                    pid = int(f.read().strip() or "0")
+            except (OSError, ValueError) as e:
+                raise ApplyError(
+                    f"cannot read the container's pid: {e}", path=inv.pid_file
+                ) from None
+            done = prepared.apply(pid)
+            log.debug(f"{PROG} create: /proc/driver/nvidia masked", pid=pid, masked=done)
     except (OSError, OcihookError) as e:
-        if isinstance(prepared, PendingMask):
-            prepared.cancel()  # nothing once applied
         err = (
             e
             if isinstance(e, OcihookError)
             else ApplyError(f"cannot mask /proc/driver/nvidia: {e.strerror}")
         )
-        import subprocess
-
-        subprocess.run(
-            [runtime, *inv.global_args, "delete", "--force", inv.container_id or ""],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            check=False,
-        )
+    if err is None and not late:
         if changes is not None:
-            changes.rollback()
-        err.hint = _restore(result.bundle.config_path, original) or err.hint
-        _report(err, inv)
-        return exit_code_for(err)
+            changes.close()
+        return 0
+    if isinstance(prepared, PendingMask):
+        prepared.cancel()  # nothing once applied
+    import subprocess
+
+    subprocess.run(
+        [runtime, *inv.global_args, "delete", "--force", inv.container_id or ""],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=False,
+    )
+    hint = _take_back(result, original)
+    if err is None:  # a signal came once the runtime had created the container
+        message = f"{PROG}: create interrupted by signal {late[0]}: the container was deleted"
+        print(message + (f"; {hint}" if hint else ""), file=sys.stderr)
+        log.error(message, command=inv.command or "-")
+        return 128 + late[0]
+    err.hint = hint or err.hint
+    _report(err, inv)
+    return exit_code_for(err)
 
 
 def _log_file(value: str | None) -> str | None:

@@ -198,12 +198,3 @@ def rootfs_tree(root: str | Path) -> dict[str, str]:
                 with open(p, "rb") as f:
                     out[rel] = f"{os.path.getsize(p)}:{f.read(4096).hex()}"
     return out
-
-
-def only_targets_added(before: dict[str, str], after: dict[str, str]) -> bool:
-    """Whether the :func:`rootfs_tree` ``after`` is ``before`` plus empty files and
-    directories only (bind-mount targets): no link, no ``ld.so.cache``, nothing changed or
-    removed."""
-    added = {k: v for k, v in after.items() if k not in before}
-    kept = {k: v for k, v in after.items() if k in before}
-    return kept == before and all(v in ("dir", "0:") for v in added.values())

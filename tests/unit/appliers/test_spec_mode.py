@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from support import make_bundle, rootfs_tree, run_cli
 
-from ocihook.appliers.spec import apply_plan, edit_bundle
+from ocihook.appliers.spec import apply_plan, edit_bundle, has_hooks, remove_mount_targets
 from ocihook.core.errors import (
     ApplyError,
     DiscoveryError,
@@ -647,40 +647,63 @@ def test_a_deferred_rootfs_edit_makes_what_the_edit_makes(
 
 
 def test_a_deferred_rootfs_edit_rolls_back(sim: simhost.SimulatedHost, tmp_path: Any) -> None:
-    """What ``rootfs_edit.run()`` made goes again at ``rollback()`` (the runtime failed); a
-    run that fails half-way (a directory where the cache goes) undoes its own steps and
-    raises ApplyError."""
-    bundle = str(make_bundle(tmp_path, _UC))
+    """What ``rootfs_edit.run()`` made goes again at ``rollback()`` (the runtime failed),
+    and with ``remove_mount_targets`` the rootfs is as before the edit; a run that fails
+    half-way (a directory where the cache goes) undoes its own steps and raises
+    ApplyError."""
+    bundle = str(make_bundle(tmp_path / "a", _UC))
+    rootfs = Path(bundle) / "rootfs"
+    before = rootfs_tree(rootfs)
+    result = edit_bundle(bundle, HostRoot.single(sim.root), mask_by_caller=True, defer_rootfs=True)
+    assert result.rootfs_edit is not None and result.rootfs_edit.changes is None
+    assert result.targets and all(t.startswith("/") for t in result.targets)
+    made = result.rootfs_edit.run()
+    assert result.rootfs_edit.run() is made is result.rootfs_edit.changes  # made once
+    made.rollback()
+    assert remove_mount_targets(str(rootfs), result.targets) == []
+    assert rootfs_tree(rootfs) == before
+    bundle = str(make_bundle(tmp_path / "b", _UC))
     rootfs = Path(bundle) / "rootfs"
     result = edit_bundle(bundle, HostRoot.single(sim.root), mask_by_caller=True, defer_rootfs=True)
-    assert result.rootfs_edit is not None
-    before = rootfs_tree(rootfs)
-    result.rootfs_edit.run().rollback()
-    assert rootfs_tree(rootfs) == before
     (rootfs / "etc/ld.so.cache").mkdir(parents=True)
     before = rootfs_tree(rootfs)
+    assert result.rootfs_edit is not None
     with pytest.raises(ApplyError):
         result.rootfs_edit.run()
     assert rootfs_tree(rootfs) == before
 
 
 @pytest.mark.parametrize(
-    "case", ["another hook", "hooks not an object", "mask not by caller", "a mount over a link"]
+    "case",
+    [
+        "another hook",
+        "Hooks",
+        "hooks not an object",
+        "empty hooks",
+        "mask not by caller",
+        "a mount over a link",
+    ],
 )
-def test_the_rootfs_edit_is_not_deferred(
+def test_when_the_rootfs_edit_is_deferred(
     sim: simhost.SimulatedHost, tmp_path: Any, case: str
 ) -> None:
-    """The links are made by the edit itself when anything but the runtime could look at
-    the rootfs before the container starts (a hook of any stage in config.json), when no
-    caller mounts the mask (so the runtime is exec'ed at once), and left to the hook as
-    before when a mount covers them."""
+    """The links are left to the caller of the runtime's create only when nothing but the
+    runtime could look at the rootfs before the container starts. With a hook of any stage
+    in config.json (a member ``hooks`` in any case: runc matches member names without
+    regard to case) the edit makes them but hands them to the caller to roll back if the
+    create fails; with no caller mounting the mask (the runtime is exec'ed at once) the
+    edit makes and keeps them; a mount over them leaves them to the hook, as before."""
     bundle = str(make_bundle(tmp_path, _UC))
     path = Path(bundle, "config.json")
     doc = json.loads(path.read_text())
     if case == "another hook":
         doc["hooks"] = {"prestart": [{"path": "/bin/true"}]}
+    elif case == "Hooks":
+        doc["Hooks"] = {"createRuntime": [{"path": "/bin/true"}]}
     elif case == "hooks not an object":
         doc["hooks"] = []
+    elif case == "empty hooks":
+        doc["hooks"] = {"prestart": [], "createContainer": []}
     elif case == "a mount over a link":
         doc["mounts"].append({"destination": "/usr/lib64", "type": "tmpfs", "source": "tmpfs"})
     path.write_text(json.dumps(doc))
@@ -688,6 +711,12 @@ def test_the_rootfs_edit_is_not_deferred(
     result = edit_bundle(
         bundle, HostRoot.single(sim.root), mask_by_caller=by_caller, defer_rootfs=True
     )
-    assert result.rootfs_edit is None
     links = (Path(bundle) / "rootfs/usr/lib64/libcuda.so.1").is_symlink()
-    assert result.in_rootfs == links == (case != "a mount over a link")
+    assert result.in_rootfs == (case != "a mount over a link")
+    if case in ("mask not by caller", "a mount over a link"):
+        assert result.rootfs_edit is None and links == result.in_rootfs
+        return
+    assert result.rootfs_edit is not None
+    made = case != "empty hooks"
+    assert (result.rootfs_edit.changes is not None) == made == links
+    assert has_hooks(doc) == made

@@ -29,7 +29,6 @@ from support import (
     host_cdi_spec,
     installed_start_path_dirs,
     need_root_and,
-    only_targets_added,
     packaged_hook,
     rootfs_tree,
 )
@@ -717,7 +716,7 @@ def test_failed_exec_leaves_config_json_as_it_was(
     assert len(lines) == 1 and f"cannot run {stage.runc}" in lines[0], lines
     assert config.read_bytes() == before
     if pid_file:  # the links are made after the spawn; exec'ed, the edit made them before
-        assert only_targets_added(tree, rootfs_tree(os.path.join(bundle, "rootfs")))
+        assert rootfs_tree(os.path.join(bundle, "rootfs")) == tree
 
 
 def test_legacy_mode_adds_the_hook_for_an_amd_request(
@@ -796,9 +795,9 @@ def test_create_mask_failure_deletes_the_container(
     calls = [json.loads(ln) for ln in stage.record.read_text().splitlines()]
     # the version asked first (spec mode's runc check; this stand-in gives none)
     assert calls == [["--version"], args, ["--root", "/r", "delete", "--force", "cid"]]
-    # config.json and the rootfs as they were, but for the bind-mount targets
+    # config.json and the rootfs as they were, the bind-mount targets taken out too
     assert _config(args[-2]) == before["config.json"]
-    assert only_targets_added(before["rootfs"], rootfs_tree(os.path.join(args[-2], "rootfs")))
+    assert rootfs_tree(os.path.join(args[-2], "rootfs")) == before["rootfs"]
 
 
 @pytest.mark.parametrize(("kind", "target"), [("device", "/dev/zero"), ("FIFO", None)])
@@ -967,7 +966,104 @@ def test_create_whose_links_fail_deletes_the_container(
         calls = [json.loads(ln) for ln in stage.record.read_text().splitlines()]
         assert ["--root", "/r", "delete", "--force", "cid"] in calls
         assert _config(bundle) == before
-        assert only_targets_added(tree, rootfs_tree(rootfs))
+        assert rootfs_tree(rootfs) == tree
+    finally:
+        _kill_containers(stage)
+
+
+#: A stand-in runc whose create records whether the rootfs has the soname links and
+#: ld.so.cache as it starts, then fails (exit 3).
+_LOOKING_RUNC = """#!{py} -I
+import json, os, sys
+a = sys.argv
+if 'create' in a:
+    rootfs = os.path.join(a[a.index('-b') + 1], 'rootfs')
+    seen = [os.path.islink(os.path.join(rootfs, 'usr/lib64/libcuda.so.1')),
+            os.path.exists(os.path.join(rootfs, 'etc/ld.so.cache'))]
+    open({rec!r}, 'a').write(json.dumps(seen) + '\\n')
+    sys.exit(3)
+"""
+
+
+@pytest.mark.parametrize("key", ["hooks", "Hooks"])
+def test_create_with_hooks_makes_the_links_first_and_takes_them_back(
+    stage: Stage, bundle_factory: Callable[..., str], key: str
+) -> None:
+    """A config.json with a hook (under ``hooks``, or ``Hooks``, which runc reads too) gets
+    its soname links and ld.so.cache before the runtime starts (a hook could look at the
+    rootfs); when the runtime's create fails they are taken back with the rest of the
+    edit: config.json and the rootfs are as they were."""
+    _executable(stage.bin / "runc", _LOOKING_RUNC.format(py=sys.executable, rec=str(stage.record)))
+    bundle = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0"])
+    path = Path(bundle, "config.json")
+    doc = json.loads(path.read_text())
+    doc[key] = {"createRuntime": [{"path": "/bin/true"}]}
+    path.write_text(json.dumps(doc))
+    before, tree = path.read_bytes(), rootfs_tree(os.path.join(bundle, "rootfs"))
+    pid_file = os.path.join(bundle, "init.pid")
+    proc = stage.run("create", "--pid-file", pid_file, "-b", bundle, "cid")
+    assert proc.returncode == 3, proc.stderr
+    assert json.loads(stage.record.read_text().splitlines()[-1]) == [True, True]
+    assert path.read_bytes() == before
+    assert rootfs_tree(os.path.join(bundle, "rootfs")) == tree
+
+
+#: A stand-in runc whose create exits 0 at once, leaving a FIFO at --pid-file and a
+#: process that, once the runtime has exited, sends SIGTERM to the wrapper and then
+#: writes the pid of a "container" (``sleep`` in a mount namespace of its own) to the
+#: FIFO: a signal that comes while the wrapper waits for the pid, after the runtime.
+_LATE_SIGNAL_RUNC = """#!{py} -I
+import json, os, signal, subprocess, sys, time
+a = sys.argv
+if 'create' in a:
+    pid_file = a[a.index('--pid-file') + 1]
+    os.mkfifo(pid_file)
+    wrapper, me = os.getppid(), os.getpid()
+    if os.fork() == 0:
+        os.setsid()
+        c = subprocess.Popen(['unshare', '-m', 'sleep', '30'], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        open({rec!r}, 'a').write(json.dumps({{'container': c.pid}}) + '\\n')
+        while os.path.exists(f'/proc/{{me}}'):
+            time.sleep(0.01)
+        time.sleep(0.2)
+        os.kill(wrapper, signal.SIGTERM)
+        time.sleep(0.2)
+        with open(pid_file, 'w') as f:
+            f.write(str(c.pid))
+        os._exit(0)
+else:
+    open({rec!r}, 'a').write(json.dumps(a[1:]) + '\\n')
+"""
+
+
+def test_a_signal_once_the_runtime_is_done_deletes_the_container(
+    stage: Stage, bundle_factory: Callable[..., str]
+) -> None:
+    """SIGTERM to the wrapper after the runtime's create has exited 0 but before the wrapper
+    is done (here: waiting for the pid): no runtime to pass it to, so the create fails —
+    the container is deleted, the edit taken back (config.json and the rootfs as they
+    were), one line naming the signal, exit 128 + 15."""
+    need_root_and("unshare")
+    _executable(
+        stage.bin / "runc", _LATE_SIGNAL_RUNC.format(py=sys.executable, rec=str(stage.record))
+    )
+    bundle = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0"])
+    before, tree = _config(bundle), rootfs_tree(os.path.join(bundle, "rootfs"))
+    pid_file = os.path.join(bundle, "init.pid")
+    try:
+        proc = stage.run("--root", "/r", "create", "--pid-file", pid_file, "-b", bundle, "cid")
+        assert proc.returncode == 128 + signal.SIGTERM, proc.stderr
+        lines = proc.stderr.splitlines()
+        assert lines == [
+            f"ocihook-runtime: create interrupted by signal {int(signal.SIGTERM)}: "
+            "the container was deleted"
+        ], lines
+        calls = [json.loads(ln) for ln in stage.record.read_text().splitlines()]
+        assert ["--root", "/r", "delete", "--force", "cid"] in calls
+        assert _config(bundle) == before
+        os.unlink(pid_file)
+        assert rootfs_tree(os.path.join(bundle, "rootfs")) == tree
     finally:
         _kill_containers(stage)
 
@@ -976,8 +1072,8 @@ def test_create_that_fails_ends_the_masking_child(
     stage: Stage, bundle_factory: Callable[..., str]
 ) -> None:
     """``create --pid-file`` whose runtime fails: its exit code is the wrapper's, nothing is
-    deleted, config.json and the rootfs are as they were (the links made meanwhile are
-    taken back; the bind-mount targets stay), and the child forked to mask /proc/driver/nvidia while the runtime ran (the
+    deleted, config.json and the rootfs are as they were (the links made meanwhile and the
+    bind-mount targets are taken back), and the child forked to mask /proc/driver/nvidia while the runtime ran (the
     stand-in runtime records its parent's other child) is gone when the wrapper returns."""
     script = (
         f"#!{sys.executable} -I\n"
@@ -995,7 +1091,7 @@ def test_create_that_fails_ends_the_masking_child(
     args, proc = _create_under(stage, bundle_factory, script, before)
     assert proc.returncode == 3, proc.stderr
     assert _config(args[-2]) == before["config.json"]  # the edit is taken back
-    assert only_targets_added(before["rootfs"], rootfs_tree(os.path.join(args[-2], "rootfs")))
+    assert rootfs_tree(os.path.join(args[-2], "rootfs")) == before["rootfs"]
     lines = [json.loads(ln) for ln in stage.record.read_text().splitlines()]
     assert lines[0::2] == [["--version"], args]
     others = lines[3]
