@@ -588,6 +588,15 @@ def _warn_mount_race(runtime: str) -> None:
         log.warning("runtime older than 1.1.14", runtime=runtime, detail=warning)
 
 
+def _cannot_run(runtime: str, e: OSError) -> RuntimeNotFound:
+    """The error for a runtime that ``execve`` or ``posix_spawn`` could not start: ENOENT
+    for a file that exists is its ``#!`` interpreter missing (execve(2))."""
+    why = e.strerror
+    if isinstance(e, FileNotFoundError) and os.path.exists(runtime):
+        why = "the interpreter its #! line names is missing"
+    return RuntimeNotFound(f"cannot run {runtime}: {why}", path=runtime)
+
+
 def _restore(config_json: str, original: bytes | None) -> str | None:
     """Put ``original`` (the bytes ``config.json`` had before the edit) back at
     ``config_json``; ``None``, or a hint saying that it could not be."""
@@ -665,7 +674,7 @@ def _create_and_mask(
     try:  # not fork: posix_spawn copies no page table, and the runtime starts sooner
         child = os.posix_spawn(runtime, [runtime, *args], env)
     except OSError as e:
-        not_run = RuntimeNotFound(f"cannot run {runtime}: {e.strerror}", path=runtime)
+        not_run = _cannot_run(runtime, e)
         not_run.hint = _take_back(result, original) or not_run.hint
         _report(not_run, inv)
         return exit_code_for(not_run)
@@ -904,7 +913,7 @@ def main(argv: Sequence[str] | None = None, *, environ: Mapping[str, str] | None
     try:
         os.execve(runtime, [runtime, *args], env)
     except OSError as e:
-        err = RuntimeNotFound(f"cannot run {runtime}: {e.strerror}", path=runtime)
+        err = _cannot_run(runtime, e)
         if original is not None and done != "unchanged":  # leave config.json as it was
             err.hint = _restore(config_json, original) or err.hint
         _report(err, inv)

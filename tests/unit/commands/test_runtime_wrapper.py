@@ -713,7 +713,8 @@ def test_failed_exec_leaves_config_json_as_it_was(
     proc = stage.run("create", *extra, "-b", bundle, "cid")
     assert proc.returncode == EXIT_CODES[RuntimeNotFound], proc.stderr
     lines = proc.stderr.splitlines()
-    assert len(lines) == 1 and f"cannot run {stage.runc}" in lines[0], lines
+    assert len(lines) == 1, lines
+    assert f"cannot run {stage.runc}: the interpreter its #! line names is missing" in lines[0]
     assert config.read_bytes() == before
     if pid_file:  # the links are made after the spawn; exec'ed, the edit made them before
         assert rootfs_tree(os.path.join(bundle, "rootfs")) == tree
