@@ -819,7 +819,8 @@ def has_hooks(config: dict[str, Any]) -> bool:
     matches member names without regard to case) that is not null and not an object whose
     members are all empty."""
     for key, hooks in config.items():
-        if key.lower() != "hooks" or hooks is None:
+        # casefold: Go also folds U+017F (long s) to "s" and U+212A (Kelvin) to "k"
+        if key.casefold() != "hooks" or hooks is None:
             continue
         if not isinstance(hooks, dict) or any(hooks.values()):
             return True

@@ -593,7 +593,16 @@ def _cannot_run(runtime: str, e: OSError) -> RuntimeNotFound:
     for a file that exists is its ``#!`` interpreter missing (execve(2))."""
     why = e.strerror
     if isinstance(e, FileNotFoundError) and os.path.exists(runtime):
-        why = "the interpreter its #! line names is missing"
+        try:
+            with open(runtime, "rb") as f:
+                script = f.read(2) == b"#!"
+        except OSError:
+            script = False
+        why = (
+            "the interpreter its #! line names is missing"
+            if script
+            else "the program loader (ELF interpreter) it names is missing"
+        )
     return RuntimeNotFound(f"cannot run {runtime}: {why}", path=runtime)
 
 
@@ -629,7 +638,7 @@ def _take_back(result: Any, original: bytes | None) -> str | None:
     hints = []
     if left:
         shown = ", ".join(left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
-        hints.append(f"these empty mount targets the edit made are left in the rootfs: {shown}")
+        hints.append(f"these paths the edit made are left in the rootfs (not empty?): {shown}")
     restored = _restore(result.bundle.config_path, original)
     if restored is not None:
         hints.append(restored)
@@ -657,12 +666,14 @@ def _create_and_mask(
     SIGTERM, SIGINT, SIGHUP and SIGQUIT are passed on to the runtime while it runs; one
     that comes once it has exited, before the wrapper is done, ends the ``create`` as a
     failure: the container is deleted (``<runtime> <global options> delete --force ID``)
-    and the wrapper exits 128 + the signal's number. If the runtime fails, its exit status
+    and the wrapper exits 128 + the signal's number (they are held from before the spawn
+    until the handlers are set). If the runtime fails, its exit status
     is the wrapper's; if the rootfs edit or the mask fails, the container is deleted and
     the error reported (exit 7). On any failure the edit is taken back
     (:func:`_take_back`: the links and ``ld.so.cache`` rolled back, the mount targets
-    removed, ``config.json`` given back ``original``, its bytes before the edit). Returns
-    the exit status to leave with."""
+    removed, ``config.json`` given back ``original``, its bytes before the edit) once the
+    container is deleted; a delete that fails leaves the container and its edit, and the
+    message says so. Returns the exit status to leave with."""
     if TYPE_CHECKING:
         import signal
     else:  # not signal: its IntEnum wrappers import enum (milliseconds)
@@ -671,15 +682,9 @@ def _create_and_mask(
     # an inherited SIG_IGN would have the kernel reap the runtime and the masking child
     # (ECHILD from waitpid); the runtime then inherits SIG_DFL too
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    try:  # not fork: posix_spawn copies no page table, and the runtime starts sooner
-        child = os.posix_spawn(runtime, [runtime, *args], env)
-    except OSError as e:
-        not_run = _cannot_run(runtime, e)
-        not_run.hint = _take_back(result, original) or not_run.hint
-        _report(not_run, inv)
-        return exit_code_for(not_run)
     late: list[int] = []  # signals that came once the runtime had exited
     waited = [False]
+    child = 0
 
     def on_signal(signum: int, _frame: object) -> None:
         if not waited[0] and not _exited(child):
@@ -688,8 +693,21 @@ def _create_and_mask(
             late.append(signum)
 
     forwarded = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
-    for sig in forwarded:
-        signal.signal(sig, on_signal)
+    # held from before the spawn until the handlers are set: one that comes meanwhile is
+    # passed on to the runtime, not the end of a wrapper whose runtime goes on creating
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, forwarded)
+    try:
+        try:  # not fork: posix_spawn copies no page table, and the runtime starts sooner
+            child = os.posix_spawn(runtime, [runtime, *args], env, setsigmask=mask)
+        except OSError as e:
+            not_run = _cannot_run(runtime, e)
+            not_run.hint = _take_back(result, original) or not_run.hint
+            _report(not_run, inv)
+            return exit_code_for(not_run)
+        for sig in forwarded:
+            signal.signal(sig, on_signal)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     try:
         return _create_with(runtime, env, inv, result, original, child, waited, late)
     finally:
@@ -777,25 +795,47 @@ def _create_with(
         return 0
     if isinstance(prepared, PendingMask):
         prepared.cancel()  # nothing once applied
-    import subprocess
-
-    subprocess.run(
-        [runtime, *inv.global_args, "delete", "--force", inv.container_id or ""],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        check=False,
-    )
-    hint = _take_back(result, original)
+    not_deleted = _delete(runtime, env, inv)
+    if not_deleted is None:
+        hint = _take_back(result, original)
+        outcome = "the container was deleted"
+    else:  # the container still uses the edit: it stays, and the error says so
+        if changes is not None:
+            changes.close()
+        hint = None
+        outcome = f"the container could not be deleted ({not_deleted}) and is left created"
     if err is None:  # a signal came once the runtime had created the container
-        message = f"{PROG}: create interrupted by signal {late[0]}: the container was deleted"
+        message = f"{PROG}: create interrupted by signal {late[0]}: {outcome}"
         print(message + (f"; {hint}" if hint else ""), file=sys.stderr)
         log.error(message, command=inv.command or "-")
         return 128 + late[0]
-    err.hint = hint or err.hint
+    if not_deleted is not None:
+        err.hint = outcome
+    else:
+        err.hint = hint or err.hint
     _report(err, inv)
     return exit_code_for(err)
+
+
+def _delete(runtime: str, env: dict[str, str], inv: Invocation) -> str | None:
+    """``<runtime> <global options> delete --force ID``: ``None`` once it exited 0, else
+    why it did not (its exit status, or why it could not be started)."""
+    import subprocess
+
+    try:
+        done = subprocess.run(
+            [runtime, *inv.global_args, "delete", "--force", inv.container_id or ""],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+        )
+    except OSError as e:
+        return f"{runtime} delete could not be run: {e.strerror}"
+    if done.returncode != 0:
+        return f"{runtime} delete exited {done.returncode}"
+    return None
 
 
 def _log_file(value: str | None) -> str | None:

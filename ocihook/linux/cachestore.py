@@ -236,15 +236,18 @@ def store_dir(*, uid_map: str = "/proc/self/uid_map", runtime_dir: str = USER_RU
       0): :data:`DEFAULT_DIR`, which the boot unit makes and warms.
     * Anyone else — an unprivileged user, or root of a user namespace (a rootless
       podman's or Docker's runtime and hooks), to whom root's store is foreign: the user's
-      own ``<runtime_dir>/<host uid>/ocihook`` (made, mode 0700, at the first call),
-      when ``<runtime_dir>/<host uid>`` (the login session's runtime directory) is a
-      directory owned by this process's effective user with no group or other access.
-      Without one, :data:`DEFAULT_DIR`, where :func:`lookup` finds nothing usable and
-      :func:`store` writes nothing: values are computed on every start, as without a
-      store.
+      own ``<runtime_dir>/<host uid>/ocihook`` (made, mode 0700, at the first call; a
+      file or a link at that path turns it off), when ``<runtime_dir>/<host uid>`` (the
+      login session's runtime directory) is a directory owned by this process's
+      effective user with no group or other access. Without one, :data:`DEFAULT_DIR`,
+      where :func:`lookup` finds nothing usable and :func:`store` writes nothing: values
+      are computed on every start, as without a store.
 
-    The host uid comes from ``uid_map`` (a process without procfs is taken to be in the
-    initial namespace), never from the environment. For the default arguments, whether
+    The "host uid" is the effective user as the parent user namespace sees it, from
+    ``uid_map`` (user_namespaces(7); the host's view for a rootless engine's namespace,
+    one level down; a process without procfs is taken to be in the initial namespace),
+    never from the environment. In a namespace nested deeper it names the parent's user,
+    whose directory this process's user does not own: no store. For the default arguments, whether
     there is a user store, and which, is found once per process. Never raises.
     """
     default = uid_map == "/proc/self/uid_map" and runtime_dir == USER_RUNTIME_DIR
@@ -267,7 +270,9 @@ def store_dir(*, uid_map: str = "/proc/self/uid_map", runtime_dir: str = USER_RU
                     os.mkdir(directory, 0o700)
                 except FileExistsError:
                     pass
-                found = directory
+                # a link or a file there (``touch`` turns the store off): no store
+                if stat.S_ISDIR(os.lstat(directory).st_mode):
+                    found = directory
         except OSError:
             pass
     if default:
@@ -379,7 +384,9 @@ def store(
             return False
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
-            os.write(fd, data)
+            view = memoryview(data)
+            while view:  # a full file system writes part, then refuses (ENOSPC)
+                view = view[os.write(fd, view) :]
         finally:
             os.close(fd)
         os.replace(tmp, path)

@@ -720,3 +720,12 @@ def test_when_the_rootfs_edit_is_deferred(
     made = case != "empty hooks"
     assert (result.rootfs_edit.changes is not None) == made == links
     assert has_hooks(doc) == made
+
+
+@pytest.mark.parametrize("key", ["hooks", "HOOKS", "hook\u017f", "hoo\u212as"])
+def test_has_hooks_folds_names_as_runc_reads_them(key: str) -> None:
+    """Go's encoding/json matches member names by simple case folding (U+017F long s is
+    s, U+212A Kelvin is k): each of these is a member runc reads as ``hooks``."""
+    assert has_hooks({key: {"prestart": [{"path": "/bin/true"}]}})
+    assert not has_hooks({key: {"prestart": []}})
+    assert not has_hooks({key: None, "hook": {"prestart": [{"path": "/bin/true"}]}})

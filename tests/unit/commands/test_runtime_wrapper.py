@@ -801,6 +801,46 @@ def test_create_mask_failure_deletes_the_container(
     assert rootfs_tree(os.path.join(args[-2], "rootfs")) == before["rootfs"]
 
 
+def test_a_delete_that_fails_leaves_the_container_and_says_so(
+    stage: Stage, bundle_factory: Callable[..., str]
+) -> None:
+    """The mask fails and the runtime's ``delete`` does too (exit 1): the container is
+    still there, using its edit, so the edit is not taken back (config.json stays edited)
+    and the one line says the container is left created; exit 7."""
+    script = (
+        f"#!{sys.executable} -I\n"
+        "import json, os, sys\n"
+        "a = sys.argv\n"
+        "if 'create' in a:\n"
+        "    open(a[a.index('--pid-file') + 1], 'w').write('no pid')\n"
+        f"with open({str(stage.record)!r}, 'a') as f:\n"
+        "    f.write(json.dumps(a[1:]) + '\\n')\n"
+        "sys.exit(1 if 'delete' in a else 0)\n"
+    )
+    before: dict[str, Any] = {}
+    args, proc = _create_under(stage, bundle_factory, script, before)
+    assert proc.returncode == 7, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and "cannot read the container's pid" in lines[0], lines
+    assert f"the container could not be deleted ({stage.runc} delete exited 1)" in lines[0]
+    assert _config(args[-2]) != before["config.json"]  # the container's, as edited
+    assert "ocihook.edits" in json.loads(_config(args[-2]))["annotations"]
+
+
+def test_cannot_run_names_what_is_missing(tmp_path: Path) -> None:
+    """ENOENT for a file that exists: its ``#!`` interpreter, or for a binary its program
+    loader, is missing; for a file that does not exist, the file."""
+    from ocihook.commands.runtime import _cannot_run
+
+    script, binary = tmp_path / "script", tmp_path / "binary"
+    script.write_text("#!/nonexistent/sh\n")
+    binary.write_bytes(b"\x7fELF" + bytes(60))
+    enoent = FileNotFoundError(2, "No such file or directory")
+    assert "#! line" in str(_cannot_run(str(script), enoent))
+    assert "program loader" in str(_cannot_run(str(binary), enoent))
+    assert "No such file or directory" in str(_cannot_run(str(tmp_path / "none"), enoent))
+
+
 @pytest.mark.parametrize(("kind", "target"), [("device", "/dev/zero"), ("FIFO", None)])
 def test_special_config_json_refused_without_reading(
     stage: Stage, bundle_factory: Callable[..., str], kind: str, target: str | None

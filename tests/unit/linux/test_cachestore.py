@@ -390,3 +390,45 @@ def test_an_unmapped_user_or_no_procfs(tmp_path: Path) -> None:
     got = cachestore.store_dir(uid_map=str(tmp_path / "none"), runtime_dir=str(runtime))
     mine = str(runtime / str(os.geteuid()) / "ocihook")
     assert got == (cachestore.DEFAULT_DIR if os.geteuid() == 0 else mine)
+
+
+@pytest.mark.parametrize("kind", ["file", "link"])
+def test_a_file_or_link_at_the_user_store_turns_it_off(tmp_path: Path, kind: str) -> None:
+    """``touch /run/user/<uid>/ocihook`` turns a user's store off; a link there is never
+    followed into a store."""
+    runtime = tmp_path / "run-user"
+    (runtime / "1000").mkdir(parents=True, mode=0o700)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    at = runtime / "1000" / "ocihook"
+    if kind == "file":
+        at.write_text("")
+    else:
+        at.symlink_to(elsewhere)
+    got = cachestore.store_dir(uid_map=_uid_map(tmp_path, 1000), runtime_dir=str(runtime))
+    assert got == cachestore.DEFAULT_DIR
+
+
+def test_a_short_write_stores_nothing(tmp_path: Path) -> None:
+    """A file system that fills up part way through an entry (a write that writes part,
+    then ENOSPC) leaves no entry and no temporary file; the whole entry is written when
+    each write takes only part of it."""
+    real_write = os.write
+    calls = []
+
+    def part_then_full(fd: int, data: Any) -> int:
+        calls.append(len(data))
+        if len(calls) > 1:
+            raise OSError(28, "No space left on device")
+        return real_write(fd, bytes(data[:100]))
+
+    with mock.patch("os.write", part_then_full):
+        assert not cachestore.store({"k": 1}, "v" * 5000, (), str(tmp_path), prefix="t")
+    assert calls[0] > 100 and os.listdir(tmp_path) == []
+
+    def a_bit_each(fd: int, data: Any) -> int:
+        return real_write(fd, bytes(data[:700]))
+
+    with mock.patch("os.write", a_bit_each):
+        assert cachestore.store({"k": 1}, "v" * 5000, (), str(tmp_path), prefix="t")
+    assert cachestore.lookup({"k": 1}, {}, str(tmp_path), prefix="t") == "v" * 5000
