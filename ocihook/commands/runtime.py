@@ -664,10 +664,11 @@ def _create_and_mask(
     only after the wrapper exits.
 
     SIGTERM, SIGINT, SIGHUP and SIGQUIT are passed on to the runtime while it runs; one
-    that comes once it has exited, before the wrapper is done, ends the ``create`` as a
-    failure: the container is deleted (``<runtime> <global options> delete --force ID``)
-    and the wrapper exits 128 + the signal's number (they are held from before the spawn
-    until the handlers are set). If the runtime fails, its exit status
+    that comes once it has exited or begun to (:func:`_exited`), before the wrapper is
+    done, ends the ``create`` as a failure: the container is deleted (``<runtime> <global
+    options> delete --force ID``) and the wrapper exits 128 + the signal's number (they
+    are held from before the spawn until the handlers are set). If the runtime fails, its
+    exit status
     is the wrapper's; if the rootfs edit or the mask fails, the container is deleted and
     the error reported (exit 7). On any failure the edit is taken back
     (:func:`_take_back`: the links and ``ld.so.cache`` rolled back, the mount targets
@@ -715,12 +716,26 @@ def _create_and_mask(
             signal.signal(sig, signal.SIG_DFL)
 
 
+#: ``PF_EXITING`` of the flags in ``/proc/<pid>/stat`` (include/linux/sched.h): the
+#: process has begun to exit, before ``waitid`` can see it.
+_PF_EXITING = 0x4
+
+
 def _exited(pid: int) -> bool:
-    """Whether the child ``pid`` has exited (a zombie not reaped yet, or gone)."""
+    """Whether the child ``pid`` has exited or begun to (a signal passed to it now would be
+    lost): ``waitid`` sees it exited, or ``/proc/<pid>/stat`` shows a zombie, a dead task
+    or ``PF_EXITING``."""
     try:
-        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+            return True
     except ChildProcessError:
         return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rpartition(b")")[2].split()
+        return fields[0] in (b"Z", b"X", b"x") or bool(int(fields[6]) & _PF_EXITING)
+    except (OSError, IndexError, ValueError):
+        return False
 
 
 def _create_with(

@@ -1301,3 +1301,25 @@ def test_started_with_stderr_closed_says_nothing_on_stdout(
     )  # fmt: skip
     assert proc.returncode == 12  # no runtime found
     assert proc.stdout == ""
+
+
+def test_exited_tells_a_running_child_from_one_that_has_exited() -> None:
+    """``_exited`` (the wrapper's signal handler asks it before passing a signal on): a
+    running child is not exited; one that has exited and is not reaped yet is; so is a
+    pid that is no child."""
+    from ocihook.commands.runtime import _exited
+
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        assert not _exited(proc.pid)
+        proc.kill()
+        deadline = time.monotonic() + 10
+        while not _exited(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _exited(proc.pid)
+        assert proc.wait(timeout=10) == -signal.SIGKILL  # still there to be reaped
+    finally:
+        with contextlib.suppress(OSError):
+            proc.kill()
+        proc.wait()
+    assert _exited(proc.pid)
