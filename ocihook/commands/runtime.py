@@ -668,9 +668,8 @@ def _create_and_mask(
     done, ends the ``create`` as a failure: the container is deleted (``<runtime> <global
     options> delete --force ID``) and the wrapper exits 128 + the signal's number (they
     are held from before the spawn until the handlers are set). If the runtime fails, its
-    exit status
-    is the wrapper's; if the rootfs edit or the mask fails, the container is deleted and
-    the error reported (exit 7). On any failure the edit is taken back
+    exit status is the wrapper's; if the rootfs edit or the mask fails, the container is
+    deleted and the error reported (exit 7). On any failure the edit is taken back
     (:func:`_take_back`: the links and ``ld.so.cache`` rolled back, the mount targets
     removed, ``config.json`` given back ``original``, its bytes before the edit) once the
     container is deleted; a delete that fails leaves the container and its edit, and the
