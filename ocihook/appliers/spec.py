@@ -84,6 +84,7 @@ __all__ = [
     "remove_mount_targets",
     "rootfs_edit_blocker",
     "rootless_spec",
+    "shown_paths",
 ]
 
 #: Container directories the runtime mounts a new file system on before the bind mounts
@@ -118,13 +119,18 @@ def remove_mount_targets(rootfs: str, created: Sequence[str]) -> list[str]:
         close_quietly(root_fd)
 
 
+def shown_paths(paths: Sequence[str]) -> str:
+    """``paths`` for a message: the first five, then how many more."""
+    more = f" and {len(paths) - 5} more" if len(paths) > 5 else ""
+    return ", ".join(paths[:5]) + more
+
+
 def _undo_targets(rootfs: str, created: Sequence[str], err: ApplyError) -> ApplyError:
     """Remove the mount targets ``created`` in ``rootfs`` after ``err``; what cannot be
     removed is named in ``err``'s hint (never left silently). Returns ``err``."""
     left = remove_mount_targets(rootfs, created)
     if left:
-        shown = ", ".join(left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
-        note = f"these empty mount targets it made are left in the rootfs: {shown}"
+        note = f"these empty mount targets it made are left in the rootfs: {shown_paths(left)}"
         err.hint = f"{err.hint}; {note}" if err.hint else note
     return err
 

@@ -625,7 +625,7 @@ def _take_back(result: Any, original: bytes | None) -> str | None:
     made for a ``create`` that failed: the soname links and ``ld.so.cache`` (rolled
     back), the bind-mount targets (removed), ``config.json`` (``original`` put back).
     ``None``, or a hint naming what could not be undone."""
-    from ..appliers.spec import remove_mount_targets
+    from ..appliers.spec import remove_mount_targets, shown_paths
 
     made = result.rootfs_edit.changes if result.rootfs_edit is not None else None
     # either may have made the directories the other's files are in: targets first,
@@ -637,7 +637,7 @@ def _take_back(result: Any, original: bytes | None) -> str | None:
             left = remove_mount_targets(result.bundle.rootfs, left[::-1])  # as made
     hints = []
     if left:
-        shown = ", ".join(left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
+        shown = shown_paths(left)
         hints.append(f"these paths the edit made are left in the rootfs (not empty?): {shown}")
     restored = _restore(result.bundle.config_path, original)
     if restored is not None:

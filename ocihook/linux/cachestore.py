@@ -213,9 +213,9 @@ def owned_and_private(st: os.stat_result) -> bool:
 
 
 def host_uid(euid: int, uid_map: bytes) -> int | None:
-    """The user id the host's initial user namespace sees for ``euid``, by the user
-    namespace's ``uid_map`` (``/proc/self/uid_map``: lines ``INSIDE OUTSIDE COUNT``,
-    user_namespaces(7)); ``None`` when ``euid`` is not mapped."""
+    """The user id the parent user namespace sees for ``euid`` (the host's, one level
+    down), by the user namespace's ``uid_map`` (``/proc/self/uid_map``: lines ``INSIDE
+    OUTSIDE COUNT``, user_namespaces(7)); ``None`` when ``euid`` is not mapped."""
     for line in uid_map.split(b"\n"):
         fields = line.split()
         if len(fields) != 3 or not all(f.isdigit() for f in fields):
@@ -232,8 +232,8 @@ _USER_STORE: list[str | None] = []  # store_dir()'s user store (None: none), onc
 def store_dir(*, uid_map: str = "/proc/self/uid_map", runtime_dir: str = USER_RUNTIME_DIR) -> str:
     """The store this process keeps its entries in.
 
-    * Root of the host (the effective user id the host's initial user namespace sees is
-      0): :data:`DEFAULT_DIR`, which the boot unit makes and warms.
+    * Root of the host (the effective user id the parent user namespace sees is 0):
+      :data:`DEFAULT_DIR`, which the boot unit makes and warms.
     * Anyone else — an unprivileged user, or root of a user namespace (a rootless
       podman's or Docker's runtime and hooks), to whom root's store is foreign: the user's
       own ``<runtime_dir>/<host uid>/ocihook`` (made, mode 0700, at the first call; a
@@ -247,8 +247,9 @@ def store_dir(*, uid_map: str = "/proc/self/uid_map", runtime_dir: str = USER_RU
     ``uid_map`` (user_namespaces(7); the host's view for a rootless engine's namespace,
     one level down; a process without procfs is taken to be in the initial namespace),
     never from the environment. In a namespace nested deeper it names the parent's user,
-    whose directory this process's user does not own: no store. For the default arguments, whether
-    there is a user store, and which, is found once per process. Never raises.
+    whose directory this process's user does not own: no store. For the default
+    arguments, whether there is a user store, and which, is found once per process.
+    Never raises.
     """
     default = uid_map == "/proc/self/uid_map" and runtime_dir == USER_RUNTIME_DIR
     if default and _USER_STORE:

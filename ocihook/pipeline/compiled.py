@@ -148,7 +148,8 @@ def compiled_plan(
     :func:`plan_key` finds it, else made with discovery and
     :func:`ocihook.plan.build.make_plan` and stored when ``cache_dir`` (default
     :func:`ocihook.linux.cachestore.store_dir`) exists. A request over
-    :data:`MAX_REQUEST_BYTES` is planned afresh, without the store. The store never makes it fail.
+    :data:`MAX_REQUEST_BYTES` is planned afresh, without the store. The store never
+    makes it fail.
 
     Raises:
         DiscoveryError: the host has no usable driver.
