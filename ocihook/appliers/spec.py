@@ -508,9 +508,9 @@ class EditResult(Record):
             carries it; ``None`` otherwise.
         rootfs_edit: with ``defer_rootfs``, the soname links and ``ld.so.cache`` entries
             handed to the caller (``in_rootfs`` is then True): made already (its
-            ``changes`` set) or for the caller to make (:meth:`RootfsEdit.run`) before the
-            container starts; ``None`` when the edit kept what it made or left them to
-            the hook.
+            ``changes`` set and open, for the caller to close or roll back) or for the
+            caller to make (:meth:`RootfsEdit.run`) before the container starts; ``None``
+            when the edit kept what it made or left them to the hook.
         targets: the bind-mount targets the edit made in the rootfs (container paths, in
             the order made: :func:`remove_mount_targets` takes them out again).
     """
@@ -660,14 +660,14 @@ def edit_bundle(
             after a power loss the engine makes the bundle again (containerd's and
             CRI-O's live on tmpfs, where ``fsync`` does nothing anyway); the rename
             still makes the replacement atomic.
-        defer_rootfs: with ``mask_by_caller``, when the mask is left to the caller, the
-            soname links and ``ld.so.cache`` are handed to the caller
-            (``EditResult.rootfs_edit``), to close or roll back once the runtime's
-            ``create`` is done (the wrapper runtime): made already when ``config.json``
-            has a hook of any stage (:func:`has_hooks`: it could look at the rootfs
-            before the container starts), else left for the caller to make
-            (:meth:`RootfsEdit.run`) while the runtime creates the container, before it
-            is started.
+        defer_rootfs: the soname links and ``ld.so.cache`` made in the rootfs are
+            handed to the caller (``EditResult.rootfs_edit``), to close, or roll back if
+            the runtime fails (the wrapper runtime). With ``mask_by_caller``, when the
+            mask is left to the caller and ``config.json`` has no hook of any stage
+            (:func:`has_hooks`: a hook could look at the rootfs before the container
+            starts), they are left for the caller to make (:meth:`RootfsEdit.run`) while
+            the runtime creates the container, before it is started; otherwise they are
+            made here, as without ``defer_rootfs``.
 
     What an earlier edit added is recorded in the annotation ``ocihook.edits``
     (:mod:`ocihook.appliers.editrecord`) and taken out before the plan is made: editing
@@ -748,8 +748,8 @@ def edit_bundle(
     if in_rootfs:
         applied, caller_mask = _light_plan(plan, mask_by_caller)
     if pending is not None:
-        by_caller = defer_rootfs and caller_mask is not None
-        if not by_caller or has_hooks(bundle.config):
+        later = defer_rootfs and caller_mask is not None and not has_hooks(bundle.config)
+        if not later:
             try:
                 changes = pending.run()
             except OcihookError as err:
@@ -759,8 +759,8 @@ def edit_bundle(
                     "soname links and ld.so.cache left to the createContainer hook",
                     reason=f"making them failed ({err}): the hook tries again",
                 )
-                in_rootfs, applied, caller_mask, by_caller = False, plan, None, False
-        if by_caller:
+                in_rootfs, applied, caller_mask, pending = False, plan, None, None
+        if defer_rootfs:
             deferred = pending
     doc = apply_plan(bundle.config, applied, command=command, path=bundle.config_path)
     try:

@@ -538,9 +538,15 @@ def prepare_bundle(bundle_dir: str, cfg: Config) -> str:
     return _prepare(bundle_dir, cfg)[0]
 
 
-def _prepare(bundle_dir: str, cfg: Config, mask_by_caller: bool = False) -> tuple[str, Any]:
-    """:func:`prepare_bundle`, and the edit's result when spec mode left the
-    ``/proc/driver/nvidia`` mask to the caller (``mask_by_caller``; else ``None``)."""
+def _prepare(
+    bundle_dir: str, cfg: Config, mask_by_caller: bool = False, hand_over: bool = False
+) -> tuple[str, Any]:
+    """:func:`prepare_bundle`, and the edit's result (spec mode; ``None`` in legacy mode).
+    With ``mask_by_caller`` the ``/proc/driver/nvidia`` mask may be left to the caller
+    (``result.caller_mask``); with ``hand_over`` the soname links and ``ld.so.cache`` made
+    in the rootfs are handed over (``result.rootfs_edit``), made while the runtime
+    creates the container when the mask is the caller's (see
+    :func:`ocihook.appliers.spec.edit_bundle`'s ``defer_rootfs``)."""
     if cfg.mode == "legacy":
         return ("hook added" if _add_legacy_hook(bundle_dir, cfg) else "unchanged"), None
     from ..appliers.spec import edit_bundle
@@ -554,7 +560,7 @@ def _prepare(bundle_dir: str, cfg: Config, mask_by_caller: bool = False) -> tupl
         indent=None,
         mask_by_caller=mask_by_caller,
         durable=False,  # runc reads it at once; the engine remakes a bundle after a crash
-        defer_rootfs=mask_by_caller,  # made while the runtime creates the container
+        defer_rootfs=hand_over,  # taken back if the runtime fails
     )
     if result.ignored:
         from ..request.policy import policy_note
@@ -573,7 +579,7 @@ def _prepare(bundle_dir: str, cfg: Config, mask_by_caller: bool = False) -> tupl
             log.info("config.json edited", **result.plan.log_fields())
         else:
             log.info("config.json edited", cdi_devices=",".join(result.cdi_devices))
-    return done, result if result.caller_mask is not None else None
+    return done, result
 
 
 def _warn_mount_race(runtime: str) -> None:
@@ -622,8 +628,9 @@ def _restore(config_json: str, original: bytes | None) -> str | None:
 
 def _take_back(result: Any, original: bytes | None) -> str | None:
     """Undo what the edit of ``result`` (an :class:`~ocihook.appliers.spec.EditResult`)
-    made for a ``create`` that failed: the soname links and ``ld.so.cache`` (rolled
-    back), the bind-mount targets (removed), ``config.json`` (``original`` put back).
+    made for a runtime that failed: the soname links and ``ld.so.cache`` (rolled back),
+    the bind-mount targets (removed), ``config.json`` (``original`` put back, when the
+    edit wrote it).
     ``None``, or a hint naming what could not be undone."""
     from ..appliers.spec import remove_mount_targets, shown_paths
 
@@ -639,7 +646,7 @@ def _take_back(result: Any, original: bytes | None) -> str | None:
     if left:
         shown = shown_paths(left)
         hints.append(f"these paths the edit made are left in the rootfs (not empty?): {shown}")
-    restored = _restore(result.bundle.config_path, original)
+    restored = _restore(result.bundle.config_path, original) if result.written else None
     if restored is not None:
         hints.append(restored)
     return "; ".join(hints) or None
@@ -924,7 +931,7 @@ def main(argv: Sequence[str] | None = None, *, environ: Mapping[str, str] | None
     inv = parse_args(args)
     original: bytes | None = None
     done = "unchanged"
-    masked = None
+    edit = None
     config_json = ""
     try:
         if env.get(EXEC_MARKER):
@@ -951,7 +958,7 @@ def main(argv: Sequence[str] | None = None, *, environ: Mapping[str, str] | None
                 original = _read_bytes(config_json)
                 # create with --pid-file: the wrapper can mask /proc/driver/nvidia itself
                 by_caller = inv.command == "create" and bool(inv.pid_file and inv.container_id)
-                done, masked = _prepare(bundle, settings.get(), by_caller)
+                done, edit = _prepare(bundle, settings.get(), by_caller, hand_over=True)
                 log.info(f"{PROG} {inv.command}", done=done, runtime=runtime)
                 if done == "edited":
                     _warn_mount_race(runtime)
@@ -962,13 +969,15 @@ def main(argv: Sequence[str] | None = None, *, environ: Mapping[str, str] | None
     from ..core.stdio import flush_standard_streams
 
     flush_standard_streams()  # one that cannot be (a closed pipe) is the runtime's to meet
-    if masked is not None:
-        return _create_and_mask(runtime, args, env, inv, masked, original)
+    if edit is not None and edit.caller_mask is not None:
+        return _create_and_mask(runtime, args, env, inv, edit, original)
     try:
-        os.execve(runtime, [runtime, *args], env)
+        os.execve(runtime, [runtime, *args], env)  # the edit's descriptors are close-on-exec
     except OSError as e:
         err = _cannot_run(runtime, e)
-        if original is not None and done != "unchanged":  # leave config.json as it was
+        if edit is not None and (edit.written or edit.rootfs_edit is not None):
+            err.hint = _take_back(edit, original) or err.hint  # the bundle as it was
+        elif original is not None and done != "unchanged":  # legacy mode's hook
             err.hint = _restore(config_json, original) or err.hint
         _report(err, inv)
         return exit_code_for(err)

@@ -695,29 +695,60 @@ def test_crun_log_driver_prefix_is_not_a_file_in_the_bundle(stage: Stage, tmp_pa
     assert entry["level"] == "error" and "config.json not found" in entry["msg"]
 
 
-@pytest.mark.parametrize("pid_file", [False, True])
-def test_failed_exec_leaves_config_json_as_it_was(
-    stage: Stage, bundle_factory: Any, tmp_path: Path, pid_file: bool
+@pytest.mark.parametrize(
+    ("command", "pid_file", "hooks"),
+    [
+        ("create", False, False),
+        ("create", True, False),
+        ("create", True, True),
+        ("run", False, False),
+    ],
+)
+def test_failed_exec_leaves_the_bundle_as_it_was(
+    stage: Stage,
+    bundle_factory: Any,
+    tmp_path: Path,
+    command: str,
+    pid_file: bool,
+    hooks: bool,
 ) -> None:
     """docs/guide/wrapper.md: "On an error config.json is left as it was, the real runtime is not run".
     A ``runc`` whose interpreter is missing (``#!/nonexistent/sh``) passes
     :func:`find_runtime` (an executable file) but ``execve`` (or, for ``create
     --pid-file``, ``posix_spawn``) fails with ENOENT after the bundle was edited: exit 12,
-    one line, and the original bytes of config.json are put back (for ``create
-    --pid-file``, the rootfs is as it was too)."""
+    one line, the original bytes of config.json put back and the rootfs as it was: the
+    soname links, ``ld.so.cache`` and mount targets the edit made before the runtime
+    (``run``, ``create`` without ``--pid-file``, a config.json with hooks) or beside it
+    are taken back."""
     Path(stage.runc).write_text("#!/nonexistent/sh\nexit 0\n")
     bundle = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0"])
     config = Path(bundle, "config.json")
+    if hooks:
+        doc = json.loads(config.read_text())
+        doc["hooks"] = {"poststop": [{"path": "/bin/true"}]}
+        config.write_text(json.dumps(doc))
     before, tree = config.read_bytes(), rootfs_tree(os.path.join(bundle, "rootfs"))
     extra = ["--pid-file", str(tmp_path / "pid")] if pid_file else []
-    proc = stage.run("create", *extra, "-b", bundle, "cid")
+    proc = stage.run(command, *extra, "-b", bundle, "cid")
     assert proc.returncode == EXIT_CODES[RuntimeNotFound], proc.stderr
     lines = proc.stderr.splitlines()
     assert len(lines) == 1, lines
     assert f"cannot run {stage.runc}: the interpreter its #! line names is missing" in lines[0]
     assert config.read_bytes() == before
-    if pid_file:  # the links are made after the spawn; exec'ed, the edit made them before
-        assert rootfs_tree(os.path.join(bundle, "rootfs")) == tree
+    assert rootfs_tree(os.path.join(bundle, "rootfs")) == tree
+
+
+def test_the_exec_path_edits_the_rootfs_before_the_runtime(
+    stage: Stage, bundle_factory: Any
+) -> None:
+    """``create`` without ``--pid-file`` execs the runtime: the soname links and the
+    container's ``ld.so.cache`` are in the rootfs when the runtime starts (the edit that
+    makes them for a failed ``execve`` to take back leaves them for a good one)."""
+    _executable(stage.bin / "runc", _LOOKING_RUNC.format(py=sys.executable, rec=str(stage.record)))
+    bundle = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0"])
+    proc = stage.run("create", "-b", bundle, "cid")
+    assert proc.returncode == 3, proc.stderr  # the stand-in's create exits 3
+    assert json.loads(stage.record.read_text().splitlines()[-1]) == [True, True]
 
 
 def test_legacy_mode_adds_the_hook_for_an_amd_request(
