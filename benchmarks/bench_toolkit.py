@@ -23,6 +23,14 @@ host (``fixtures/realistic/build.py``):
 * ``cdi generate``: ``ocihook cdi generate`` against ``nvidia-ctk cdi generate`` (whole
   process time, not over runc).
 
+With ``--decompose``, where engine-native CDI's time goes, in the same rounds: each tool's
+injected ``config.json`` again with its ``createContainer`` hooks removed (``CDI, no hooks``:
+runc's mounts and device nodes), each hook replaced by ``/bin/true`` (``CDI, hooks as
+true``: runc's cost of running that many hooks), and, for ocihook alone, its hook's
+interpreter running nothing (``CDI, hook interpreter``) and importing the modules the hook
+loads (``CDI, hook imports``: ``hook-cdi`` of :mod:`ocihook.core.startpath`, from the module
+image as the hook loads them) without doing the work.
+
 Both tools' configuration files are shaped as shipped: neither names the runtime, which
 each finds on ``PATH`` (``--config-runtimes`` names runc's path in both, as the runs
 before this option did: ocihook's no-GPU wrapper then parses its configuration on every
@@ -162,6 +170,12 @@ def main() -> int:
     ap.add_argument("--work", default="/var/tmp", help="where overlay upper layers go")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON too")
     ap.add_argument(
+        "--decompose",
+        action="store_true",
+        help="also time engine-native CDI without hooks, with /bin/true hooks, and "
+        "(ocihook) its hook's bare interpreter and imports",
+    )
+    ap.add_argument(
         "--config-runtimes",
         action="store_true",
         help="name runc's path in both tools' configuration files (default: as shipped, "
@@ -288,6 +302,17 @@ def main() -> int:
             fresh_run(nb1, nc1, lambda: run_create([RUNC], nb1, None)),
             fresh_run(nb2, nc2, lambda: run_create([RUNC], nb2, None)),
         )
+        if ns.decompose:
+            for name, (ours_doc, theirs_doc) in _decompositions(nc1, nc2).items():
+                o_b, _ = case_bundle(name + " o", [])
+                t_run = None
+                if theirs_doc is not None:
+                    t_b, _ = case_bundle(name + " t", [])
+                    t_run = fresh_run(t_b, theirs_doc, lambda b=t_b: run_create([RUNC], b, None))
+                cases[name] = (
+                    fresh_run(o_b, ours_doc, lambda b=o_b: run_create([RUNC], b, None)),
+                    t_run,
+                )
         # the hook-free spec (cdi generate --hook-free) against the toolkit's CDI spec
         free_cdi = os.path.join(ours, "cdi-hook-free")
         os.makedirs(free_cdi, exist_ok=True)
@@ -368,6 +393,50 @@ def main() -> int:
     return _report(ns, filesystems, cases, times, peaks)
 
 
+Hook = Callable[[dict[str, object]], dict[str, object]]
+
+
+def _with_hooks(config: bytes, hook: Hook | None) -> bytes:
+    """``config`` (a ``config.json`` with CDI edits injected) with each ``createContainer``
+    hook replaced by ``hook(it)``, or all hooks removed (``None``)."""
+    doc = json.loads(config)
+    if hook is None:
+        doc.pop("hooks", None)
+    else:
+        doc["hooks"]["createContainer"] = [hook(h) for h in doc["hooks"]["createContainer"]]
+    return json.dumps(doc).encode()
+
+
+def _decompositions(ours: bytes, theirs: bytes) -> dict[str, tuple[bytes, bytes | None]]:
+    """The ``--decompose`` cases: name -> (ocihook's ``config.json``, the toolkit's or
+    ``None``), from each tool's injected ``config.json`` (see the module docstring)."""
+    from ocihook.core.startpath import ENTRY_POINTS
+
+    modules = next(e.ocihook for e in ENTRY_POINTS if e.name == "hook-cdi")
+
+    def true(_h: dict[str, object]) -> dict[str, object]:
+        return {"path": "/bin/true", "args": ["true"]}
+
+    def program(text: str) -> Hook:
+        def replace(h: dict[str, object]) -> dict[str, object]:
+            args = list(h["args"])  # type: ignore[call-overload]
+            if args[1:4] != ["-I", "-S", "-c"]:
+                raise SystemExit(f"--decompose: not an interpreter hook: {args[:4]}")
+            prefix = args[4].split("from ocihook._main import")[0]  # its sys.path setting
+            return dict(h, args=[*args[:4], text.replace("PREFIX", prefix)])
+
+        return replace
+
+    imports = "PREFIX from ocihook.core import modimage; modimage.install(); import "
+    imports += ", ".join(sorted(modules))
+    return {
+        "CDI, no hooks": (_with_hooks(ours, None), _with_hooks(theirs, None)),
+        "CDI, hooks as true": (_with_hooks(ours, true), _with_hooks(theirs, true)),
+        "CDI, hook interpreter": (_with_hooks(ours, program("pass")), None),
+        "CDI, hook imports": (_with_hooks(ours, program(imports)), None),
+    }
+
+
 def _true_config(d: str, host: str) -> str:
     path = os.path.join(d, "true.toml")
     with open(path, "w") as f:
@@ -394,10 +463,17 @@ def _report(
                 continue
             over = 0.0 if name == "cdi generate" else runc_ms
             o = [t * 1000 - over for t in times[(fs, name, "ocihook")]]
-            t = [x * 1000 - over for x in times[(fs, name, "toolkit")]]
-            mo, mt = statistics.median(o), statistics.median(t)
-            ratio = mo / mt if mt > 0 else float("inf")
+            mo = statistics.median(o)
             target = TARGETS.get(name)
+            shown = f"{'<=' + str(target) if target else '':>7}"
+            if (fs, name, "toolkit") not in times:  # --decompose: ocihook's alone
+                figures.setdefault(fs, {})[name] = {"ocihook_ms": round(mo, 1)}
+                spread = f"({min(o):5.1f}-{max(o):5.1f})"
+                print(f"{name:24} {mo:7.1f} {spread} {'-':>20} {'-':>6} {shown}")
+                continue
+            t = [x * 1000 - over for x in times[(fs, name, "toolkit")]]
+            mt = statistics.median(t)
+            ratio = mo / mt if mt > 0 else float("inf")
             figures.setdefault(fs, {})[name] = {
                 "ocihook_ms": round(mo, 1),
                 "toolkit_ms": round(mt, 1),
@@ -405,8 +481,7 @@ def _report(
             }
             print(
                 f"{name:24} {mo:7.1f} ({min(o):5.1f}-{max(o):5.1f}) "
-                f"{mt:7.1f} ({min(t):5.1f}-{max(t):5.1f}) {ratio:6.2f} "
-                f"{'<=' + str(target) if target else '':>7}"
+                f"{mt:7.1f} ({min(t):5.1f}-{max(t):5.1f}) {ratio:6.2f} {shown}"
             )
     print()
     for what, mib in peaks.items():
