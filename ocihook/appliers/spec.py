@@ -510,7 +510,8 @@ class EditResult(Record):
             handed to the caller (``in_rootfs`` is then True): made already (its
             ``changes`` set and open, for the caller to close or roll back) or for the
             caller to make (:meth:`RootfsEdit.run`) before the container starts; ``None``
-            when the edit kept what it made or left them to the hook.
+            without ``defer_rootfs`` (the edit keeps what it made) or when they are left
+            to the hook.
         targets: the bind-mount targets the edit made in the rootfs (container paths, in
             the order made: :func:`remove_mount_targets` takes them out again).
     """

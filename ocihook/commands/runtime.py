@@ -544,9 +544,9 @@ def _prepare(
     """:func:`prepare_bundle`, and the edit's result (spec mode; ``None`` in legacy mode).
     With ``mask_by_caller`` the ``/proc/driver/nvidia`` mask may be left to the caller
     (``result.caller_mask``); with ``hand_over`` the soname links and ``ld.so.cache`` made
-    in the rootfs are handed over (``result.rootfs_edit``), made while the runtime
-    creates the container when the mask is the caller's (see
-    :func:`ocihook.appliers.spec.edit_bundle`'s ``defer_rootfs``)."""
+    in the rootfs are handed over (``result.rootfs_edit``), to be made while the runtime
+    creates the container when the mask is the caller's and ``config.json`` has no hook
+    (see :func:`ocihook.appliers.spec.edit_bundle`'s ``defer_rootfs``)."""
     if cfg.mode == "legacy":
         return ("hook added" if _add_legacy_hook(bundle_dir, cfg) else "unchanged"), None
     from ..appliers.spec import edit_bundle
@@ -977,8 +977,8 @@ def main(argv: Sequence[str] | None = None, *, environ: Mapping[str, str] | None
         err = _cannot_run(runtime, e)
         if edit is not None and (edit.written or edit.rootfs_edit is not None):
             err.hint = _take_back(edit, original) or err.hint  # the bundle as it was
-        elif original is not None and done != "unchanged":  # legacy mode's hook
-            err.hint = _restore(config_json, original) or err.hint
+        elif edit is None and original is not None and done != "unchanged":
+            err.hint = _restore(config_json, original) or err.hint  # legacy mode's hook
         _report(err, inv)
         return exit_code_for(err)
     return 1  # pragma: no cover  (execve does not return)

@@ -911,6 +911,7 @@ def write_file_in_root(
     data: bytes,
     mode: int = 0o644,
     *,
+    owner: tuple[int, int] | None = None,
     created: list[str] | None = None,
 ) -> None:
     """Replace (or make) the regular file ``path`` inside the root ``root_fd`` with ``data``,
@@ -919,7 +920,9 @@ def write_file_in_root(
     ``data`` goes to an anonymous ``O_TMPFILE`` file (where the filesystem has none, a new
     one made with ``O_CREAT|O_EXCL|O_NOFOLLOW``) in the parent's descriptor (missing
     parents made as by :func:`makedirs_in_root`), which gets ``mode`` exactly (``fchmod``)
-    and is then ``renameat`` over ``path`` (:func:`ocihook.linux.atomicfile.replace_at`):
+    and, when given, ``owner`` ``(uid, gid)`` (``fchown``, before ``mode``: a change of
+    owner clears the set-id bits) and is then ``renameat`` over ``path``
+    (:func:`ocihook.linux.atomicfile.replace_at`):
     readers see the old file or the new one, never a mix, a killed writer leaves no
     temporary while the content is written (a temporary named from the start has a
     guardian; none is forked for the instant between ``linkat`` and ``rename``, after
@@ -944,7 +947,9 @@ def write_file_in_root(
             except FileNotFoundError:
                 existed = False
             # a container's root: no guardian for the instant before the rename
-            late = atomicfile.replace_at(parent_fd, name, data, mode, durable=False, guard=False)
+            late = atomicfile.replace_at(
+                parent_fd, name, data, mode, owner=owner, durable=False, guard=False
+            )
             if not existed and created is not None:
                 created.append(_join(parent, name))
             atomicfile.report(late, path)

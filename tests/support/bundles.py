@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import hashlib
 import json
 import os
 import subprocess
@@ -184,17 +185,21 @@ def fake_proc_hook(bundle: str, tmp_path: Any) -> dict[str, Any]:
 
 def rootfs_tree(root: str | Path) -> dict[str, str]:
     """Every entry below ``root`` by relative path: ``-> TARGET`` for a symbolic link,
-    ``dir`` for a directory, else ``SIZE:HEX`` (the size and the hex of the first 4 KiB)."""
+    ``dir MODE UID:GID`` for a directory, else ``MODE UID:GID SIZE SHA256`` (the
+    permission bits in octal, the owner, the size and the digest of the content)."""
     out: dict[str, str] = {}
     for dirpath, dirnames, filenames in os.walk(root):
         for name in dirnames + filenames:
             p = os.path.join(dirpath, name)
             rel = os.path.relpath(p, root)
+            st = os.lstat(p)
+            owner = f"{st.st_mode & 0o7777:o} {st.st_uid}:{st.st_gid}"
             if os.path.islink(p):
                 out[rel] = "-> " + os.readlink(p)
             elif os.path.isdir(p):
-                out[rel] = "dir"
+                out[rel] = f"dir {owner}"
             else:
                 with open(p, "rb") as f:
-                    out[rel] = f"{os.path.getsize(p)}:{f.read(4096).hex()}"
+                    digest = hashlib.sha256(f.read()).hexdigest()
+                out[rel] = f"{owner} {st.st_size} {digest}"
     return out

@@ -57,6 +57,7 @@ def record_created(
         f.path: {
             "written": f.written.decode("latin-1"),
             "previous": None if f.previous is None else f.previous.decode("latin-1"),
+            "previous_stat": None if f.previous_stat is None else list(f.previous_stat),
         }
         for f in files
         if f.written is not None
@@ -167,12 +168,28 @@ def _exists(root_fd: int, path: str) -> bool:
     return True
 
 
+def _previous_stat(entry: object) -> tuple[int, tuple[int, int] | None]:
+    """The permission bits and owner a record's ``previous_stat`` gives (``[mode, uid,
+    gid]``); ``0o644`` and no owner for a record without a well-formed one."""
+    st = entry.get("previous_stat") if isinstance(entry, dict) else None
+    if (
+        isinstance(st, list)
+        and len(st) == 3
+        and all(type(v) is int for v in st)
+        and 0 <= st[0] <= 0o7777
+        and all(0 <= v < 0xFFFFFFFF for v in st[1:])
+    ):
+        return st[0], (st[1], st[2])
+    return 0o644, None
+
+
 def _restore_file(
     root_fd: int, path: object, entry: object, removed: list[str], kept: list[str]
 ) -> None:
     """Put back the loader file ``path`` of the record (``entry``: ``written`` and
-    ``previous``, latin-1 text) when it still holds exactly ``written``; else keep it and
-    say so in ``kept``. A removed file's path goes to ``removed``."""
+    ``previous``, latin-1 text, and ``previous_stat``, its permission bits, owner and
+    group, where the record has them) when it still holds exactly ``written``; else keep
+    it and say so in ``kept``. A removed file's path goes to ``removed``."""
     from .libraries import MAX_MUSL_PATH_BYTES
 
     written = entry.get("written") if isinstance(entry, dict) else None
@@ -211,6 +228,8 @@ def _restore_file(
             if pathsafe.remove_in_root(root_fd, path):
                 removed.append(path)
         else:
-            pathsafe.write_file_in_root(root_fd, path, previous.encode("latin-1"), 0o644)
+            mode, owner = _previous_stat(entry)
+            data = previous.encode("latin-1")
+            pathsafe.write_file_in_root(root_fd, path, data, mode, owner=owner)
     except ApplyError as e:
         kept.append(f"{path}: {e.message}: kept")

@@ -279,28 +279,37 @@ def write_ldcache(
             (an image can plant a FIFO or a link to ``/proc/kmsg``); a malformed one is
             replaced, not merged.
     """
+    if entries is None:
+        entries = library_entries(root_fd, libraries, sources, known)
+    return _write_ldcache(root_fd, compat, entries).previous or None
+
+
+def _write_ldcache(
+    root_fd: int, compat: CudaCompat | None, entries: Sequence[ldcache.CacheEntry]
+) -> LoaderFile:
+    """:func:`write_ldcache` of the library ``entries``; the cache written, with its
+    bytes and :func:`file_stat` from before (``previous``: ``b""`` for an empty file)."""
     from ...linux import pathsafe
 
-    if entries is None:
-        added = library_entries(root_fd, libraries, sources, known)
-    else:
-        added = list(entries)
+    added = list(entries)
     if compat is not None:  # after the host's: the same sonames are replaced
         added += cuda_compat_entries(root_fd, compat)
     old: bytes | None = None
+    before = None
     fd = _open_regular(root_fd, "/etc/ld.so.cache")
     if fd is not None:
         try:
-            size = os.fstat(fd).st_size
-            if size > MAX_LDCACHE_BYTES:
+            st = os.fstat(fd)
+            if st.st_size > MAX_LDCACHE_BYTES:
                 raise ApplyError(
                     "the container's ld.so.cache is implausibly large",
                     path="/etc/ld.so.cache",
-                    value=size,
+                    value=st.st_size,
                 )
             # Exactly st_size bytes: an empty file, and /proc files (size 0; reading
             # /proc/kmsg as root would consume the host's kernel log), are not read.
-            old = os.pread(fd, size, 0) if size else None
+            old = os.pread(fd, st.st_size, 0) if st.st_size else b""
+            before = file_stat(st)
         finally:
             os.close(fd)
     existing: tuple[ldcache.CacheEntry, ...] = ()
@@ -314,7 +323,7 @@ def write_ldcache(
     kept = [e for e in existing if not (e.hwcap >> 62 & 1 and e.hwcaps_subdir is None)]
     data = ldcache.build(ldcache.merge(kept, added))
     pathsafe.write_file_in_root(root_fd, "/etc/ld.so.cache", data, 0o644)
-    return old
+    return LoaderFile("/etc/ld.so.cache", old, None, before)
 
 
 #: The drop-in :func:`write_ld_so_conf` writes (``00-``: read before the image's own, as
@@ -461,31 +470,47 @@ class LoaderFile(Record):
         written: the bytes written (the poststop hook restores ``previous`` only while
             the file still holds them); ``None`` for ``/etc/ld.so.cache``, which keeps
             ocihook's entries (their files are gone with the container's mounts).
+        previous_stat: the file before: its permission bits (``st_mode & 0o7777``), owner
+            and group, which a rollback gives the restored file (the new one is written
+            0644 and owned by the writer, as ``ldconfig`` writes it); ``None`` when there
+            was no file.
     """
 
     path: str
     previous: bytes | None
     written: bytes | None
+    previous_stat: tuple[int, int, int] | None = None
+
+
+def file_stat(st: os.stat_result) -> tuple[int, int, int]:
+    """A file's permission bits (``st_mode & 0o7777``), owner and group: what
+    :attr:`LoaderFile.previous_stat` keeps."""
+    return (st.st_mode & 0o7777, st.st_uid, st.st_gid)
 
 
 #: Largest musl path file read (musl's own are a few lines).
 MAX_MUSL_PATH_BYTES = 64 * 1024
 
 
-def _read_loader_file(root_fd: int, path: str, limit: int) -> bytes | None:
-    """The bytes of the regular file ``path`` in the rootfs (``None``: absent).
+def _read_loader_file(
+    root_fd: int, path: str, limit: int
+) -> tuple[bytes | None, tuple[int, int, int] | None]:
+    """The bytes of the regular file ``path`` in the rootfs and its :func:`file_stat`
+    (``(None, None)``: absent).
 
     Raises:
         ApplyError: not a regular file, or larger than ``limit`` bytes.
     """
     fd = _open_regular(root_fd, path)
     if fd is None:
-        return None
+        return None, None
     try:
-        size = os.fstat(fd).st_size
-        if size > limit:
-            raise ApplyError("the container's file is implausibly large", path=path, value=size)
-        return os.pread(fd, size, 0) if size else b""
+        st = os.fstat(fd)
+        if st.st_size > limit:
+            raise ApplyError(
+                "the container's file is implausibly large", path=path, value=st.st_size
+            )
+        return (os.pread(fd, st.st_size, 0) if st.st_size else b""), file_stat(st)
     finally:
         os.close(fd)
 
@@ -526,7 +551,7 @@ def write_musl_paths(
             for e in entries
             if e.flags & ldcache.FLAG_REQUIRED_MASK == abi and e.path.startswith("/")
         ]
-        previous = _read_loader_file(root_fd, path, MAX_MUSL_PATH_BYTES)
+        previous, before = _read_loader_file(root_fd, path, MAX_MUSL_PATH_BYTES)
         try:
             new = musl_path_with(previous, dirs)
         except ValueError as e:
@@ -534,7 +559,7 @@ def write_musl_paths(
         if new is None:
             continue
         pathsafe.write_file_in_root(root_fd, path, new, 0o644)
-        out.append(LoaderFile(path, previous, new))
+        out.append(LoaderFile(path, previous, new, before))
     return out
 
 
@@ -563,8 +588,7 @@ def write_loader_files(
     from ...linux.loaders import find_loaders
 
     entries = library_entries(root_fd, libraries, sources, known)
-    old = write_ldcache(root_fd, libraries, compat, entries=entries)
-    done = [LoaderFile("/etc/ld.so.cache", old, None)]
+    done = [_write_ldcache(root_fd, compat, entries)]
     try:
         done += write_musl_paths(root_fd, find_loaders(rootfs), entries)
     except BaseException:
@@ -575,14 +599,18 @@ def write_loader_files(
 
 def restore_loader_files(root_fd: int, files: Sequence[LoaderFile]) -> None:
     """Put back what :func:`write_loader_files` replaced, newest first: each file's
-    previous bytes, or remove a file that was not there. Best effort (rollback)."""
+    previous bytes, permission bits, owner and group (:attr:`LoaderFile.previous_stat`),
+    or remove a file that was not there. Best effort (rollback)."""
     from ...linux import pathsafe
 
     for f in reversed(files):
         try:
             if f.previous is None:
                 pathsafe.remove_in_root(root_fd, f.path)
-            else:
+            elif f.previous_stat is None:
                 pathsafe.write_file_in_root(root_fd, f.path, f.previous, 0o644)
+            else:
+                mode, uid, gid = f.previous_stat
+                pathsafe.write_file_in_root(root_fd, f.path, f.previous, mode, owner=(uid, gid))
         except (OSError, OcihookError):
             pass

@@ -14,7 +14,11 @@ import pytest
 
 from ocihook.appliers.live.hooks import create_container_hook
 from ocihook.appliers.live.leftovers import record_created, remove_recorded
-from ocihook.appliers.live.libraries import LoaderFile, write_loader_files
+from ocihook.appliers.live.libraries import (
+    LoaderFile,
+    restore_loader_files,
+    write_loader_files,
+)
 from ocihook.core.errors import ApplyError
 from ocihook.linux import ldcache
 from ocihook.linux.pathsafe import open_root
@@ -145,3 +149,58 @@ def test_poststop_keeps_a_path_file_changed_since(bundle_factory: Any) -> None:
     assert removed == []
     assert kept == ["/etc/ld-musl-x86_64.path changed since ocihook wrote it: kept"]
     assert target.read_bytes().endswith(b"/opt/added-by-the-container\n")
+
+
+@pytest.mark.parametrize("cache", [b"", b"not a cache"])
+def test_a_rollback_gives_each_file_back_its_bytes_mode_and_owner(
+    bundle_factory: Any, cache: bytes
+) -> None:
+    """``restore_loader_files`` (the rollback of a failed edit or start): each file the
+    edit replaced gets back its bytes, permission bits, owner and group, not a new file
+    of the writer's (0644, root); an empty ``ld.so.cache`` comes back empty, not removed."""
+    bundle = musl_bundle(bundle_factory)
+    root = bundle / "rootfs"
+    (root / "etc").mkdir(exist_ok=True)
+    originals = {"etc/ld.so.cache": (cache, 0o600, 1234), PATH_FILE: (b"/lib\n", 0o640, 4321)}
+    for rel, (data, mode, uid) in originals.items():
+        (root / rel).write_bytes(data)
+        os.chown(root / rel, uid, uid + 1)
+        os.chmod(root / rel, mode)
+    fd = open_root(str(root))
+    try:
+        files = write_loader_files(
+            fd, str(root), ["/usr/lib64/libcuda.so.1"], known={"/usr/lib64/libcuda.so.1": 0x0303}
+        )
+        for rel in originals:
+            st = (root / rel).stat()
+            assert (st.st_mode & 0o7777, st.st_uid) == (0o644, 0), rel
+        restore_loader_files(fd, files)
+    finally:
+        os.close(fd)
+    for rel, (data, mode, uid) in originals.items():
+        st = (root / rel).stat()
+        assert (root / rel).read_bytes() == data
+        assert (st.st_mode & 0o7777, st.st_uid, st.st_gid) == (mode, uid, uid + 1), rel
+
+
+@pytest.mark.parametrize(
+    ("stat", "expected"),
+    [((0o600, 1234, 1235), (0o600, 1234, 1235)), (None, (0o644, 0, 0))],
+)
+def test_poststop_puts_back_the_files_mode_and_owner(
+    bundle_factory: Any, stat: tuple[int, int, int] | None, expected: tuple[int, int, int]
+) -> None:
+    """The poststop record keeps a replaced file's permission bits and owner
+    (``previous_stat``) and the restore gives them back; a record without them (written
+    by an older ocihook) restores 0644, root's."""
+    bundle = musl_bundle(bundle_factory)
+    target = bundle / "rootfs" / PATH_FILE
+    written = b"/opt/lib\n/usr/lib64\n"
+    target.write_bytes(written)
+    loaded = load_bundle(str(bundle))
+    made = LoaderFile("/" + PATH_FILE, b"/opt/lib\n", written, stat)
+    assert record_created(loaded, [], {}, [made]) is None
+    assert remove_recorded(loaded) == ([], [])
+    st = target.stat()
+    assert target.read_bytes() == b"/opt/lib\n"
+    assert (st.st_mode & 0o7777, st.st_uid, st.st_gid) == expected

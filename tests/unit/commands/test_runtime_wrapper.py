@@ -738,6 +738,28 @@ def test_failed_exec_leaves_the_bundle_as_it_was(
     assert rootfs_tree(os.path.join(bundle, "rootfs")) == tree
 
 
+@pytest.mark.parametrize("command", ["run", "create"])
+def test_failed_exec_gives_the_images_ld_so_cache_back_as_it_was(
+    stage: Stage, bundle_factory: Any, command: str
+) -> None:
+    """An image's own ``/etc/ld.so.cache`` that the edit replaced comes back with its
+    bytes, permission bits, owner and group when the runtime cannot be started (the edit
+    writes a new file, 0644 and root's, as ``ldconfig`` does)."""
+    bundle = bundle_factory(["true"], ["NVIDIA_VISIBLE_DEVICES=0"], debian=True)
+    cache = Path(bundle, "rootfs/etc/ld.so.cache")
+    cache.parent.mkdir(exist_ok=True)
+    cache.write_bytes(Path("/etc/ld.so.cache").read_bytes())
+    os.chown(cache, 1234, 1235)
+    os.chmod(cache, 0o600)
+    tree = rootfs_tree(os.path.join(bundle, "rootfs"))
+    Path(stage.runc).write_text("#!/nonexistent/sh\nexit 0\n")
+    proc = stage.run(command, "-b", bundle, "cid")
+    assert proc.returncode == EXIT_CODES[RuntimeNotFound], proc.stderr
+    st = cache.stat()
+    assert (st.st_mode & 0o7777, st.st_uid, st.st_gid) == (0o600, 1234, 1235)
+    assert rootfs_tree(os.path.join(bundle, "rootfs")) == tree
+
+
 def test_the_exec_path_edits_the_rootfs_before_the_runtime(
     stage: Stage, bundle_factory: Any
 ) -> None:
