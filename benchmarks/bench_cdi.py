@@ -42,7 +42,7 @@ def main() -> int:
 
     from ocihook.config.options import hook_command
     from ocihook.sim import host as simhost
-    from ocihook.sim.demo import _default_config
+    from ocihook.sim.demo import default_config
 
     cmd = list(hook_command())
     cli = [sys.executable, "-I", "-m", "ocihook"]
@@ -67,7 +67,7 @@ def main() -> int:
             bundle = os.path.join(work, f"bundle-{fmt}")
             os.makedirs(os.path.join(bundle, "rootfs"))
             text = json.dumps(
-                _default_config(["sh"], [f"NVIDIA_VISIBLE_DEVICES={names}"]), indent="\t"
+                default_config(["sh"], [f"NVIDIA_VISIBLE_DEVICES={names}"]), indent="\t"
             )
 
             def restore(path: str = os.path.join(bundle, "config.json"), text: str = text) -> None:

@@ -117,7 +117,7 @@ def main() -> int:
     ns = ap.parse_args()
 
     from ocihook.sim import host as simhost
-    from ocihook.sim.demo import _default_config
+    from ocihook.sim.demo import default_config
 
     work = tempfile.mkdtemp(prefix="ocihook-bench-")
     try:
@@ -131,7 +131,7 @@ def main() -> int:
             path = os.path.join(work, name)
             os.makedirs(os.path.join(path, "rootfs"))
             with open(os.path.join(path, "config.json"), "w") as f:
-                json.dump(_default_config(["sh"], env), f, indent="\t")
+                json.dump(default_config(["sh"], env), f, indent="\t")
             return path
 
         nogpu = bundle("nogpu", ["HOME=/root"])
