@@ -11,7 +11,7 @@ Cases (same interpreter, ``sys.executable``; round-robin so that load drift hits
 * ``generate, realistic``: ``ocihook cdi generate --output`` for the realistic 535.261.03 host
   (the simulated host when it is not built; said in the output). Target <= 4x.
 
-Usage: ``python benchmarks/bench_cdi.py [--runs N] [--check] [--json]``.
+Usage (root): ``python benchmarks/bench_cdi.py [--runs N] [--check] [--json]``.
 """
 
 from __future__ import annotations
@@ -39,6 +39,9 @@ def main() -> int:
     ap.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON too")
     ns = ap.parse_args()
+    if os.geteuid() != 0:
+        print("needs root (the simulated host's device nodes)")
+        return 1
 
     from ocihook.config.options import hook_command
     from ocihook.sim import host as simhost
@@ -48,7 +51,8 @@ def main() -> int:
     cli = [sys.executable, "-I", "-m", "ocihook"]
     work = tempfile.mkdtemp(prefix="ocihook-bench-cdi-")
     try:
-        sim = simhost.build(os.path.join(work, "sim"), make_dev_nodes=False)
+        # with its /dev nodes: injection refuses a spec whose device nodes are gone
+        sim = simhost.build(os.path.join(work, "sim"), make_dev_nodes=True)
         real = _realistic_root()
         gen_root, gen_name = (real, "realistic 535.261.03") if real else (sim.root, "simulated")
         names = ",".join(f"nvidia.com/gpu={i}" for i in range(8))
