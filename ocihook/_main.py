@@ -506,7 +506,8 @@ def run() -> NoReturn:
     generate``) go through :func:`ocihook.core.stdio.run_one_shot`: no cyclic garbage
     collector, no interpreter finalization (about 5 ms of ``cdi generate``), their modules
     from the start path's module image when there is one
-    (:func:`ocihook.core.modimage.install`); any other
+    (:func:`ocihook.core.modimage.install`: root's, else the user's own,
+    :func:`ocihook.linux.cachestore.install_user_module_image`); any other
     command (a daemon among them) keeps the collector and exits through ``sys.exit``."""
     args = sys.argv[1:]
     one_shot = args[:1] == ["hook"]  # decided without importing commands.fast (void hooks)
@@ -517,7 +518,10 @@ def run() -> NoReturn:
     if one_shot:
         from .core import modimage
 
-        modimage.install()
+        if not modimage.install() and not modimage.host_root():  # the user's own
+            from .linux.cachestore import install_user_module_image
+
+            install_user_module_image()
         run_one_shot(main)
     sys.exit(main())
 
@@ -529,7 +533,10 @@ def run_nvidia_hook() -> NoReturn:
     (:func:`ocihook.core.modimage.install`)."""
     from .core import modimage
 
-    modimage.install()
+    if not modimage.install() and not modimage.host_root():  # the user's own
+        from .linux.cachestore import install_user_module_image
+
+        install_user_module_image()
     run_one_shot(nvidia_hook_main)
 
 

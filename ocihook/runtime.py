@@ -40,7 +40,10 @@ def run() -> NoReturn:
     (:func:`ocihook.core.modimage.install`)."""
     from .core import modimage
 
-    modimage.install()
+    if not modimage.install() and not modimage.host_root():  # the user's own
+        from .linux.cachestore import install_user_module_image
+
+        install_user_module_image()
     run_one_shot(main)
 
 

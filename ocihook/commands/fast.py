@@ -193,9 +193,9 @@ COMMANDS: tuple[tuple[tuple[str, ...], str, tuple[Option, ...]], ...] = (
                 "--warm-cache",
                 action="store_true",
                 help=(
-                    "also fill the start-path cache in /run/ocihook: discovery, the "
-                    "configuration file's parse and the start path's compiled modules "
-                    "(as root; the boot unit)"
+                    "also fill the start-path cache: discovery, the configuration file's "
+                    "parse and the start path's compiled modules; root's /run/ocihook as "
+                    "root (the boot unit), else the user's own /run/user/<uid>/ocihook"
                 ),
             ),
             Option(
@@ -633,13 +633,21 @@ def _warm_discovery_cache(root: HostRoot, config: str | None) -> None:
     containers ask for most (the default ``utility,compute``, and ``all``), so that the
     next GPU container's start skips discovery, store the parse of the configuration
     file ``config`` (:func:`ocihook.config.load.store_config_parse`) and write the start
-    path's module image (:func:`ocihook.core.modimage.write_image`). Only as root (the
-    cache is root's: not root, it says so on stderr and caches nothing); a failure is a
-    debug log line, never an error."""
-    if os.geteuid() != 0:
+    path's module image (:func:`ocihook.core.modimage.write_image`), in the store this
+    process fills (:func:`ocihook.linux.cachestore.own_store`): root's ``/run/ocihook``
+    for the host's root (the boot unit), the user's own ``/run/user/<uid>/ocihook`` for
+    anyone else, a rootless engine's user among them. A user without a store of their own
+    is told so on stderr and nothing is cached; a failure is a debug log line, never an
+    error."""
+    from ..linux.cachestore import USER_RUNTIME_DIR, own_store
+
+    directory = own_store()
+    if directory is None:
         print(
-            "ocihook: warning: --warm-cache: not root, so nothing was cached (the start-path "
-            "cache /run/ocihook is root's); the spec is written all the same",
+            "ocihook: warning: --warm-cache: not root and no store of this user's own "
+            f"({USER_RUNTIME_DIR}/<uid>, a directory of this user's with no group or other "
+            "access, as systemd-logind makes it), so nothing was cached; the spec is "
+            "written all the same",
             file=sys.stderr,
         )
         return
@@ -648,7 +656,7 @@ def _warm_discovery_cache(root: HostRoot, config: str | None) -> None:
 
     for caps in (("compute", "utility"), tuple(DRIVER_CAPABILITIES)):
         try:
-            discover_cached(root, capabilities=caps, warm=True)
+            discover_cached(root, capabilities=caps, cache_dir=directory, warm=True)
         except OcihookError:
             break
     if config is not None:
@@ -657,9 +665,8 @@ def _warm_discovery_cache(root: HostRoot, config: str | None) -> None:
         store_config_parse(config)
     from ..core.modimage import write_image
     from ..core.startpath import START_PATH_MODULES
-    from ..linux.cachestore import DEFAULT_DIR
 
-    write_image(START_PATH_MODULES, DEFAULT_DIR)
+    write_image(START_PATH_MODULES, directory)
 
 
 def _refuse_cdi_names(config: dict[str, Any], path: str, policy: Any, request: Any) -> None:

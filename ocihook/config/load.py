@@ -394,9 +394,10 @@ def parse_config_bytes(data: bytes, *, path: str, parse_helper: bool = False) ->
 
 
 def store_config_parse(path: str) -> None:
-    """Store the parse of the configuration file at ``path`` in the root-owned store
-    (:func:`parse_config_bytes`) when its directory exists: ``ocihook cdi generate
-    --warm-cache`` (the boot unit) does, so that the first container start after boot
+    """Store the parse of the configuration file at ``path`` in this process's store
+    (:func:`parse_config_bytes`, :func:`ocihook.linux.cachestore.store_dir`) when its
+    directory exists: ``ocihook cdi generate --warm-cache`` (the boot unit, or a user
+    filling their own store) does, so that the first container start after boot
     does not import :mod:`tomllib` (5-10 ms, and about 2 MiB of its peak memory). A file
     that cannot be read or parsed is a debug log line, never an error: the start that
     reads it reports it."""

@@ -51,7 +51,15 @@ if TYPE_CHECKING:
     #: Module name -> (is a package, source identity, directory identity, offset, length).
     _Index = dict[str, tuple[bool, tuple[int, ...], tuple[int, ...], int, int]]
 
-__all__ = ["DEFAULT_DIR", "FORMAT", "MAX_IMAGE_BYTES", "image_path", "install", "write_image"]
+__all__ = [
+    "DEFAULT_DIR",
+    "FORMAT",
+    "MAX_IMAGE_BYTES",
+    "host_root",
+    "image_path",
+    "install",
+    "write_image",
+]
 
 #: The root-owned store the image lives in (:data:`ocihook.linux.cachestore.DEFAULT_DIR`).
 DEFAULT_DIR = "/run/ocihook"
@@ -132,6 +140,21 @@ def install(directory: str | None = None) -> bool:
         return False
     sys.meta_path.insert(0, finder)  # type: ignore[arg-type]
     return True
+
+
+def host_root() -> bool:
+    """Whether this process is root of the initial user namespace: effective user 0 and
+    the identity ``/proc/self/uid_map`` (``0 0 4294967295``, user_namespaces(7); without
+    procfs, effective user 0 alone). Such a process has root's image or none; anyone
+    else may have one of their own (see
+    :func:`ocihook.linux.cachestore.install_user_module_image`)."""
+    if os.geteuid() != 0:
+        return False
+    try:
+        with open("/proc/self/uid_map", "rb") as f:
+            return f.read(4096).split() == [b"0", b"0", b"4294967295"]
+    except OSError:
+        return True
 
 
 def _open(directory: str) -> tuple[int, int, int, _Index] | None:

@@ -255,11 +255,7 @@ def store_dir(*, uid_map: str = "/proc/self/uid_map", runtime_dir: str = USER_RU
     if default and _USER_STORE:
         return _USER_STORE[0] or DEFAULT_DIR
     euid = os.geteuid()
-    try:
-        with open(uid_map, "rb") as f:
-            uid: int | None = host_uid(euid, f.read(1 << 16))
-    except OSError:
-        uid = euid
+    uid = _parent_uid(uid_map)
     found: str | None = None
     if uid is not None and uid != 0:
         parent = os.path.join(runtime_dir, str(uid))
@@ -279,6 +275,43 @@ def store_dir(*, uid_map: str = "/proc/self/uid_map", runtime_dir: str = USER_RU
     if default:
         _USER_STORE.append(found)
     return found or DEFAULT_DIR
+
+
+def _parent_uid(uid_map: str) -> int | None:
+    """This process's effective user as the parent user namespace sees it
+    (:func:`host_uid` of ``uid_map``; the effective user itself without procfs)."""
+    euid = os.geteuid()
+    try:
+        with open(uid_map, "rb") as f:
+            return host_uid(euid, f.read(1 << 16))
+    except OSError:
+        return euid
+
+
+def own_store(
+    *, uid_map: str = "/proc/self/uid_map", runtime_dir: str = USER_RUNTIME_DIR
+) -> str | None:
+    """The store this process fills (``ocihook cdi generate --warm-cache``): for the
+    host's root :data:`DEFAULT_DIR`, for anyone else the user's own store
+    (:func:`store_dir`, same arguments), ``None`` when that user has none. Never raises."""
+    directory = store_dir(uid_map=uid_map, runtime_dir=runtime_dir)
+    if directory != DEFAULT_DIR:
+        return directory
+    return DEFAULT_DIR if _parent_uid(uid_map) == 0 else None
+
+
+def install_user_module_image() -> bool:
+    """Install the start path's module image (:func:`ocihook.core.modimage.install`) from
+    the user's own store (:func:`store_dir`): for a process to which root's image is
+    foreign (an unprivileged user, root of a rootless engine's user namespace), after
+    ``ocihook cdi generate --warm-cache`` run as that user wrote one. The one-shot
+    programs call it when root's image was not installed and the process is not root
+    of the host (:func:`ocihook.core.modimage.host_root`). Returns whether an image was
+    installed; never raises."""
+    from ..core import modimage
+
+    directory = store_dir()
+    return directory != DEFAULT_DIR and modimage.install(directory)
 
 
 def _debug(message: str, **fields: object) -> None:

@@ -296,7 +296,8 @@ def test_rootless_edits_keep_a_store_of_their_own(rootless_user: RootlessUser) -
     compiled plan in ``/run/user/<uid>/ocihook`` (0700, entries 0600, the user's), not
     root's ``/run/ocihook``; root of a user namespace mapped to the user (a rootless
     engine's runtime) finds the same store, and its edit from the stored values equals
-    the first one, computed."""
+    the first one, computed. ``cdi generate --warm-cache`` run as the user writes the
+    start path's module image there, which the wrapper's start then imports from."""
     need_root_and("unshare")
     user = rootless_user
     runtime_dir = f"/run/user/{user.uid}"
@@ -328,6 +329,30 @@ def test_rootless_edits_keep_a_store_of_their_own(rootless_user: RootlessUser) -
         # the second edit, from the stored values, equals the first (the bundle paths differ)
         assert edited[0]["mounts"] == edited[1]["mounts"]
         assert edited[0]["process"]["env"] == edited[1]["process"]["env"]
+        # the user's own module image: cdi generate --warm-cache run as the user writes it
+        # there, and the start path, as the user and as root of a user namespace mapped to
+        # the user, imports its modules from it
+        spec = os.path.join(user.top, "work", "nvidia.json")
+        roots = ["--driver-root", user.sim.root, "--dev-root", user.sim.root]
+        generate = [user.python, "-I", "-m", "ocihook", "cdi", "generate", *roots]
+        gen = user.run(*generate, "--output", spec, "--warm-cache")
+        assert gen.returncode == 0 and "nothing was cached" not in gen.stderr, gen.stderr
+        images = [n for n in os.listdir(store) if n.startswith("modules-")]
+        assert len(images) == 1 and images[0].endswith(".img"), images
+        st = os.stat(os.path.join(store, images[0]))
+        assert (st.st_uid, st.st_mode & 0o777) == (user.uid, 0o600)
+        probe = (
+            "import sys, ocihook.runtime as r\n"
+            "def shot(main):\n"
+            "    import ocihook.commands.runtime as w\n"
+            "    print(type(w.__spec__.loader).__name__)\n"
+            "    sys.exit(0)\n"
+            "r.run_one_shot = shot\n"
+            "r.run()\n"
+        )
+        for prefix in [(), ("unshare", "-Ur")]:
+            loaded = user.run(*prefix, user.python, "-I", "-c", probe)
+            assert loaded.stdout.split() == ["ImageLoader"], (prefix, loaded.stderr)
     finally:
         import shutil
 

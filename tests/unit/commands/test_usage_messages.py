@@ -34,9 +34,12 @@ def test_an_unknown_option_shows_that_commands_usage(argv: list[str], usage: str
 
 
 def test_warm_cache_not_as_root_says_nothing_was_cached(sim: Any, tmp_path: Path) -> None:
+    """A user other than root with no store of their own (no ``/run/user/<uid>``; a uid
+    no session has): ``--warm-cache`` says it cached nothing, and the spec is written."""
     out = tmp_path / "spec.json"
+    assert not os.path.exists("/run/user/4242424")
     code = (
-        "import os, sys; os.geteuid = lambda: 1000; from ocihook._main import main; "
+        "import os, sys; os.geteuid = lambda: 4242424; from ocihook._main import main; "
         "sys.exit(main(sys.argv[1:]))"
     )
     import subprocess
@@ -62,7 +65,8 @@ def test_warm_cache_not_as_root_says_nothing_was_cached(sim: Any, tmp_path: Path
         check=False,
     )
     assert r.returncode == 0, r.stderr
-    assert "--warm-cache: not root, so nothing was cached" in r.stderr
+    assert "--warm-cache: not root and no store of this user's own" in r.stderr
+    assert "so nothing was cached" in r.stderr
     assert out.exists()
 
 

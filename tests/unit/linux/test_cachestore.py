@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import marshal
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -13,6 +16,7 @@ from unittest import mock
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support import REPO
 
 from ocihook.core.records import Record
 from ocihook.linux import cachestore
@@ -407,6 +411,77 @@ def test_a_file_or_link_at_the_user_store_turns_it_off(tmp_path: Path, kind: str
         at.symlink_to(elsewhere)
     got = cachestore.store_dir(uid_map=_uid_map(tmp_path, 1000), runtime_dir=str(runtime))
     assert got == cachestore.DEFAULT_DIR
+
+
+@pytest.mark.parametrize(
+    ("outside", "runtime_dir_made", "want"),
+    [(0, True, "default"), (1000, True, "user"), (1000, False, None)],
+)
+def test_own_store_is_the_one_warm_cache_fills(
+    tmp_path: Path, outside: int, runtime_dir_made: bool, want: str | None
+) -> None:
+    """``own_store`` (what ``cdi generate --warm-cache`` fills): root's /run/ocihook for
+    the host's root, the user's own store for anyone else, and none (``None``, not
+    root's) for a user without a runtime directory of their own."""
+    runtime = tmp_path / "run-user"
+    if runtime_dir_made:
+        (runtime / str(outside)).mkdir(parents=True, mode=0o700)
+    got = cachestore.own_store(uid_map=_uid_map(tmp_path, outside), runtime_dir=str(runtime))
+    expected = {"default": cachestore.DEFAULT_DIR, "user": str(runtime / "1000" / "ocihook")}
+    assert got == (None if want is None else expected[want])
+
+
+def test_a_users_module_image_is_installed_from_their_own_store(tmp_path: Path) -> None:
+    """``install_user_module_image``: the image written into the user's own store (by
+    ``cdi generate --warm-cache`` as that user) serves the start path's modules; without
+    a store of the user's own, nothing is installed (root's image is not theirs). Run in a
+    fresh interpreter: an installed finder stays for the process's life."""
+    store = tmp_path / "store"
+    store.mkdir(mode=0o700)
+    program = f"""
+import sys
+from ocihook.core import modimage
+from ocihook.core.startpath import START_PATH_MODULES
+from ocihook.linux import cachestore
+assert modimage.write_image(START_PATH_MODULES, {str(store)!r})
+cachestore.store_dir = lambda: cachestore.DEFAULT_DIR
+print(cachestore.install_user_module_image())
+cachestore.store_dir = lambda: {str(store)!r}
+print(cachestore.install_user_module_image())
+import ocihook.linux.pathsafe
+print(type(ocihook.linux.pathsafe.__spec__.loader).__name__)
+"""
+    proc = subprocess.run(
+        [sys.executable, "-I", "-c", program], capture_output=True, text=True, cwd=REPO
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "True", "ImageLoader"]
+
+
+def test_host_root_is_root_of_the_initial_user_namespace() -> None:
+    """``modimage.host_root``: effective user 0 with the identity uid_map; any other user,
+    and root of a user namespace (``unshare -Ur``), is not."""
+    code = "from ocihook.core import modimage; print(modimage.host_root())"
+    here = subprocess.run(
+        [sys.executable, "-I", "-c", code], capture_output=True, text=True, cwd=REPO
+    )
+    assert here.stdout.split() == [str(os.geteuid() == 0 and _initial_namespace())], here.stderr
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare")
+    inside = subprocess.run(
+        ["unshare", "-Ur", sys.executable, "-I", "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    if inside.returncode != 0 and "unshare" in inside.stderr:
+        pytest.skip(f"no user namespace here: {inside.stderr.strip()}")
+    assert inside.stdout.split() == ["False"], inside.stderr
+
+
+def _initial_namespace() -> bool:
+    with open("/proc/self/uid_map", "rb") as f:
+        return f.read().split() == [b"0", b"0", b"4294967295"]
 
 
 def test_a_short_write_stores_nothing(tmp_path: Path) -> None:
