@@ -529,8 +529,8 @@ def run() -> NoReturn:
 def run_nvidia_hook() -> NoReturn:
     """The ``nvidia-container-runtime-hook`` program: :func:`nvidia_hook_main` through
     :func:`ocihook.core.stdio.run_one_shot` (every stage of it is on the start path), its
-    modules from the start path's module image when there is one
-    (:func:`ocihook.core.modimage.install`)."""
+    modules from the start path's module image when there is one (root's, else the user's
+    own: :func:`ocihook.linux.cachestore.install_user_module_image`)."""
     from .core import modimage
 
     if not modimage.install() and not modimage.host_root():  # the user's own

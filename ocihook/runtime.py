@@ -37,7 +37,8 @@ def run() -> NoReturn:
     with the process's arguments through :func:`ocihook.core.stdio.run_one_shot` (the
     wrapper is on the start path: it execs the runtime, or ends without the interpreter's
     finalization), its modules from the start path's module image when there is one
-    (:func:`ocihook.core.modimage.install`)."""
+    (:func:`ocihook.core.modimage.install`: root's, else the user's own,
+    :func:`ocihook.linux.cachestore.install_user_module_image`)."""
     from .core import modimage
 
     if not modimage.install() and not modimage.host_root():  # the user's own

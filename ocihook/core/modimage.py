@@ -1,13 +1,16 @@
-"""The start path's module image: ocihook's compiled modules in one root-owned file.
+"""The start path's module image: ocihook's compiled modules in one file of a private
+store (root's, or a user's own).
 
 A hook or the wrapper imports 15-60 of ocihook's modules on every container start. For
 each, Python's path finder looks the name up in its directory, ``stat``-s the source, opens
 and reads its ``.pyc`` and checks its header: about 25 µs a module beyond unmarshalling and
 running it (0.8 ms of the CDI spec's hook's 14.5 ms, Debian's Python, this 2-core
-machine). :func:`write_image` (run by ``ocihook cdi generate --warm-cache``, the boot
-unit) compiles the start path's modules (:data:`ocihook.core.startpath.START_PATH_MODULES`)
-into one file of the root-owned store, ``/run/ocihook/modules-<tag>.img`` (``tag``: a
-checksum of the package's directory, so that two installations keep one each);
+machine). :func:`write_image` (run by ``ocihook cdi generate --warm-cache``: the boot
+unit, or a user for their own store) compiles the start path's modules
+(:data:`ocihook.core.startpath.START_PATH_MODULES`) into one file of the store,
+``/run/ocihook/modules-<tag>.img`` for root (``tag``: a checksum of the package's
+directory, so that two installations keep one each; a user's in
+``/run/user/<uid>/ocihook``, see :func:`ocihook.linux.cachestore.install_user_module_image`);
 :func:`install`, called first by the one-shot programs (:func:`ocihook._main.run`,
 :func:`ocihook._main.run_nvidia_hook`, :func:`ocihook.runtime.run`), puts a finder in
 front of the import system that serves those modules' code from it.
@@ -32,7 +35,7 @@ The image is used only when:
   would take instead) means that module is imported from its source as usual, the rest
   from the image.
 
-Anything else — no image (a host without the boot unit, a user who is not root), a
+Anything else — no image (a host without the boot unit, a user without one of their own), a
 corrupt or foreign file, code that does not unmarshal — means the normal import, never an
 error: the image only saves time.
 """

@@ -229,7 +229,56 @@ def host_uid(euid: int, uid_map: bytes) -> int | None:
 _USER_STORE: list[str | None] = []  # store_dir()'s user store (None: none), once found
 
 
-def store_dir(*, uid_map: str = "/proc/self/uid_map", runtime_dir: str = USER_RUNTIME_DIR) -> str:
+#: ``NS_GET_OWNER_UID`` (linux/nsfs.h: ``_IO(0xb7, 0x4)``): the user id, as this process's
+#: user namespace sees it, of the user that created a user namespace (ioctl_ns(2)).
+NS_GET_OWNER_UID = 0xB704
+
+
+def only_the_users_privileges(status: str = "/proc/self/status") -> bool:
+    """Whether this process can do no more than its effective user could alone, so that
+    what that user wrote (their own store: entries that shape a container's edit, and the
+    module image, code) may be used: the real, effective and saved user ids alike, and
+    the group ids alike (as Python requires of its user site directory); and no
+    capability permitted (``CapPrm`` in ``status``, proc(5)) unless the process is in a
+    user namespace its effective user created (``NS_GET_OWNER_UID`` of
+    ``/proc/self/ns/user`` is its effective user id: a rootless engine's runtime and
+    hooks, whose capabilities reach only what that user mapped into the namespace).
+    Root of the host lowered to another effective user, a setgid context, or ambient or
+    file capabilities make it ``False``. Supplementary groups are not compared (as
+    Python's own rule). Never raises: what cannot be read is ``False``."""
+    if len(set(os.getresuid())) != 1 or len(set(os.getresgid())) != 1:
+        return False
+    try:
+        with open(status, "rb") as f:
+            text = f.read(1 << 16)
+        permitted = next(
+            int(line.split()[1], 16) for line in text.splitlines() if line.startswith(b"CapPrm:")
+        )
+    except (OSError, StopIteration, IndexError, ValueError):
+        return False
+    if not permitted:
+        return True
+    import fcntl
+    import sys
+
+    try:
+        fd = os.open("/proc/self/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            owner = bytearray(4)
+            fcntl.ioctl(fd, NS_GET_OWNER_UID, owner, True)
+        finally:
+            os.close(fd)
+    except OSError:
+        return False
+    return int.from_bytes(owner, sys.byteorder) == os.geteuid()
+
+
+def store_dir(
+    *,
+    uid_map: str = "/proc/self/uid_map",
+    runtime_dir: str = USER_RUNTIME_DIR,
+    status: str = "/proc/self/status",
+) -> str:
     """The store this process keeps its entries in.
 
     * Root of the host (the effective user id the parent user namespace sees is 0):
@@ -239,7 +288,9 @@ def store_dir(*, uid_map: str = "/proc/self/uid_map", runtime_dir: str = USER_RU
       own ``<runtime_dir>/<host uid>/ocihook`` (made, mode 0700, at the first call; a
       file or a link at that path turns it off), when ``<runtime_dir>/<host uid>`` (the
       login session's runtime directory) is a directory owned by this process's
-      effective user with no group or other access. Without one, :data:`DEFAULT_DIR`,
+      effective user with no group or other access, and the process has no privilege
+      that user lacks (:func:`only_the_users_privileges` of ``status``). Without one,
+      :data:`DEFAULT_DIR`,
       where :func:`lookup` finds nothing usable and :func:`store` writes nothing: values
       are computed on every start, as without a store.
 
@@ -251,13 +302,17 @@ def store_dir(*, uid_map: str = "/proc/self/uid_map", runtime_dir: str = USER_RU
     arguments, whether there is a user store, and which, is found once per process.
     Never raises.
     """
-    default = uid_map == "/proc/self/uid_map" and runtime_dir == USER_RUNTIME_DIR
+    default = (uid_map, runtime_dir, status) == (
+        "/proc/self/uid_map",
+        USER_RUNTIME_DIR,
+        "/proc/self/status",
+    )
     if default and _USER_STORE:
         return _USER_STORE[0] or DEFAULT_DIR
     euid = os.geteuid()
     uid = _parent_uid(uid_map)
     found: str | None = None
-    if uid is not None and uid != 0:
+    if uid is not None and uid != 0 and only_the_users_privileges(status):
         parent = os.path.join(runtime_dir, str(uid))
         try:
             st = os.stat(parent)
@@ -289,15 +344,27 @@ def _parent_uid(uid_map: str) -> int | None:
 
 
 def own_store(
-    *, uid_map: str = "/proc/self/uid_map", runtime_dir: str = USER_RUNTIME_DIR
+    *,
+    uid_map: str = "/proc/self/uid_map",
+    runtime_dir: str = USER_RUNTIME_DIR,
+    status: str = "/proc/self/status",
 ) -> str | None:
-    """The store this process fills (``ocihook cdi generate --warm-cache``): for the
-    host's root :data:`DEFAULT_DIR`, for anyone else the user's own store
-    (:func:`store_dir`, same arguments), ``None`` when that user has none. Never raises."""
-    directory = store_dir(uid_map=uid_map, runtime_dir=runtime_dir)
+    """The store this process fills (``ocihook cdi generate --warm-cache``): for root of
+    the host (effective user 0 and the identity ``uid_map``) :data:`DEFAULT_DIR`, for
+    anyone else the user's own store (:func:`store_dir`, same arguments), ``None`` when
+    there is none (root of a namespace nested in a rootless one included). Never
+    raises."""
+    directory = store_dir(uid_map=uid_map, runtime_dir=runtime_dir, status=status)
     if directory != DEFAULT_DIR:
         return directory
-    return DEFAULT_DIR if _parent_uid(uid_map) == 0 else None
+    if os.geteuid() != 0:
+        return None
+    try:
+        with open(uid_map, "rb") as f:
+            identity = f.read(4096).split() == [b"0", b"0", b"4294967295"]
+    except OSError:
+        identity = True  # no procfs: the initial namespace
+    return DEFAULT_DIR if identity else None
 
 
 def install_user_module_image() -> bool:

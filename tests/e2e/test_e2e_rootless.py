@@ -353,6 +353,17 @@ def test_rootless_edits_keep_a_store_of_their_own(rootless_user: RootlessUser) -
         for prefix in [(), ("unshare", "-Ur")]:
             loaded = user.run(*prefix, user.python, "-I", "-c", probe)
             assert loaded.stdout.split() == ["ImageLoader"], (prefix, loaded.stderr)
+        # a process with more than the user's privileges never uses the user's store: root
+        # lowered to the user's effective id only, a setgid context, ambient capabilities
+        ids = [f"--reuid={user.uid}", f"--regid={user.gid}", "--clear-groups"]
+        for how in (
+            [f"--euid={user.uid}", f"--egid={user.gid}", "--clear-groups"],
+            [f"--reuid={user.uid}", f"--rgid={user.gid}", "--egid=0", "--clear-groups"],
+            [*ids, "--inh-caps=+dac_override", "--ambient-caps=+dac_override"],
+        ):
+            cmd = ["setpriv", *how, "--", user.python, "-I", "-c", probe]
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=user.env(), cwd=user.top)
+            assert proc.stdout.split() == ["SourceFileLoader"], (how, proc.stderr)
     finally:
         import shutil
 

@@ -422,11 +422,15 @@ def test_own_store_is_the_one_warm_cache_fills(
 ) -> None:
     """``own_store`` (what ``cdi generate --warm-cache`` fills): root's /run/ocihook for
     the host's root, the user's own store for anyone else, and none (``None``, not
-    root's) for a user without a runtime directory of their own."""
+    root's) for a user without a runtime directory of their own, or for root of a
+    namespace that maps root to the host's root alone (``0 0 1``)."""
     runtime = tmp_path / "run-user"
     if runtime_dir_made:
         (runtime / str(outside)).mkdir(parents=True, mode=0o700)
-    got = cachestore.own_store(uid_map=_uid_map(tmp_path, outside), runtime_dir=str(runtime))
+    uid_map = _uid_map(tmp_path, outside)
+    if outside == 0 and os.geteuid() == 0:  # root of the host: the identity map
+        Path(uid_map).write_text("         0          0 4294967295\n")
+    got = cachestore.own_store(uid_map=uid_map, runtime_dir=str(runtime))
     expected = {"default": cachestore.DEFAULT_DIR, "user": str(runtime / "1000" / "ocihook")}
     assert got == (None if want is None else expected[want])
 
@@ -456,6 +460,68 @@ print(type(ocihook.linux.pathsafe.__spec__.loader).__name__)
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["False", "True", "ImageLoader"]
+
+
+def _status(tmp_path: Path, permitted: int) -> str:
+    path = tmp_path / "status"
+    path.write_text(f"Name:\tpython3\nCapInh:\t0000000000000000\nCapPrm:\t{permitted:016x}\n")
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("resuid", "resgid", "permitted", "want"),
+    [
+        ((7, 7, 7), (7, 7, 7), 0, True),
+        ((0, 7, 7), (7, 7, 7), 0, False),  # root lowered to an effective user
+        ((7, 7, 0), (7, 7, 7), 0, False),  # a saved root id
+        ((7, 7, 7), (7, 0, 7), 0, False),  # setgid root
+        ((7, 7, 7), (7, 7, 7), 1 << 1, False),  # CAP_DAC_OVERRIDE, the initial namespace's
+    ],
+)
+def test_only_the_users_privileges(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    resuid: tuple[int, int, int],
+    resgid: tuple[int, int, int],
+    permitted: int,
+    want: bool,
+) -> None:
+    """A process may use the user's store only with that user's privileges: ids alike
+    (real, effective, saved), no capability permitted unless in a user namespace the user
+    made (here the initial namespace, made by root: not the user's)."""
+    monkeypatch.setattr(os, "getresuid", lambda: resuid)
+    monkeypatch.setattr(os, "getresgid", lambda: resgid)
+    monkeypatch.setattr(os, "geteuid", lambda: resuid[1])
+    assert cachestore.only_the_users_privileges(_status(tmp_path, permitted)) is want
+
+
+def test_no_status_no_privilege_check_passes(tmp_path: Path) -> None:
+    assert not cachestore.only_the_users_privileges(str(tmp_path / "missing"))
+    (tmp_path / "odd").write_text("CapPrm:\tzz\n")
+    assert not cachestore.only_the_users_privileges(str(tmp_path / "odd"))
+
+
+def test_root_of_a_partial_identity_namespace_fills_no_store(tmp_path: Path) -> None:
+    """Root of a user namespace mapped to the host's root alone (``0 0 1``; one nested in
+    a rootless namespace looks so too): ``own_store`` is ``None``, not root's store."""
+    if os.geteuid() != 0:
+        pytest.skip("root's effective id is what this maps")
+    uid_map = tmp_path / "uid_map"
+    uid_map.write_text("0 0 1\n")
+    got = cachestore.own_store(uid_map=str(uid_map), runtime_dir=str(tmp_path / "none"))
+    assert got is None
+
+
+def test_more_than_the_users_privileges_no_user_store(tmp_path: Path) -> None:
+    """A runtime directory of the user's, but a process with capabilities the user lacks
+    (the status says so; the initial namespace is not the user's): no user store."""
+    runtime = tmp_path / "run-user"
+    (runtime / "1000").mkdir(parents=True, mode=0o700)
+    args = {"uid_map": _uid_map(tmp_path, 1000), "runtime_dir": str(runtime)}
+    got = cachestore.store_dir(**args, status=str(tmp_path / "no-status"))
+    assert got == cachestore.DEFAULT_DIR
+    assert not (runtime / "1000" / "ocihook").exists()
+    assert cachestore.own_store(**args, status=str(tmp_path / "no-status")) is None
 
 
 def test_host_root_is_root_of_the_initial_user_namespace() -> None:
