@@ -234,30 +234,69 @@ _USER_STORE: list[str | None] = []  # store_dir()'s user store (None: none), onc
 NS_GET_OWNER_UID = 0xB704
 
 
-def only_the_users_privileges(status: str = "/proc/self/status") -> bool:
+def only_the_users_privileges(
+    status: str = "/proc/self/status", overflow_dir: str = "/proc/sys/kernel"
+) -> bool:
     """Whether this process can do no more than its effective user could alone, so that
     what that user wrote (their own store: entries that shape a container's edit, and the
-    module image, code) may be used: the real, effective and saved user ids alike, and
-    the group ids alike (as Python requires of its user site directory); and no
-    capability permitted (``CapPrm`` in ``status``, proc(5)) unless the process is in a
-    user namespace its effective user created (``NS_GET_OWNER_UID`` of
-    ``/proc/self/ns/user`` is its effective user id: a rootless engine's runtime and
-    hooks, whose capabilities reach only what that user mapped into the namespace).
-    Root of the host lowered to another effective user, a setgid context, or ambient or
-    file capabilities make it ``False``. Supplementary groups are not compared (as
-    Python's own rule). Never raises: what cannot be read is ``False``."""
-    if len(set(os.getresuid())) != 1 or len(set(os.getresgid())) != 1:
+    module image, code) may be used. All of:
+
+    * the real, effective and saved user ids alike, and the group ids alike (as Python
+      requires of its user site directory);
+    * none of them, and no supplementary group, the overflow id (``overflowuid``,
+      ``overflowgid`` in ``overflow_dir``, user_namespaces(7)): an id this namespace does
+      not map can be anyone's, the host's root included;
+    * either the process is in a user namespace its effective user created
+      (``NS_GET_OWNER_UID`` of ``/proc/self/ns/user`` is its effective user id, ioctl_ns(2):
+      a rootless engine's runtime and hooks, whose capabilities reach only what that user
+      mapped into it, and whose mapped groups only what the user was delegated), or it
+      has no capability permitted, inheritable or ambient (``CapPrm``, ``CapInh``,
+      ``CapAmb`` in ``status``, proc(5)) and no supplementary group that the user is not
+      a member of (:func:`os.getgrouplist` of the user's name: the group database).
+
+    Root of the host lowered to another effective user, a setgid context, capabilities
+    or another user's groups kept, or a process of another user (root included) that
+    joined the user's namespace make it ``False``. Never raises: what cannot be read or
+    looked up is ``False``."""
+    uids, gids = os.getresuid(), os.getresgid()
+    if len(set(uids)) != 1 or len(set(gids)) != 1:
         return False
+    euid, egid = uids[0], gids[0]
+    groups = set(os.getgroups()) - {egid}
     try:
+        with open(os.path.join(overflow_dir, "overflowuid"), "rb") as f:
+            overflow_uid = int(f.read(32))
+        with open(os.path.join(overflow_dir, "overflowgid"), "rb") as f:
+            overflow_gid = int(f.read(32))
         with open(status, "rb") as f:
             text = f.read(1 << 16)
-        permitted = next(
-            int(line.split()[1], 16) for line in text.splitlines() if line.startswith(b"CapPrm:")
-        )
-    except (OSError, StopIteration, IndexError, ValueError):
+        caps = 0
+        for line in text.splitlines():
+            if line.startswith((b"CapPrm:", b"CapInh:", b"CapAmb:")):
+                caps |= int(line.split()[1], 16)
+    except (OSError, IndexError, ValueError):
         return False
-    if not permitted:
+    if euid == overflow_uid or egid == overflow_gid or overflow_gid in groups:
+        return False
+    if _in_own_namespace(euid):
         return True
+    if caps:
+        return False
+    if not groups:
+        return True
+    import pwd
+
+    try:
+        member_of = set(os.getgrouplist(pwd.getpwuid(euid).pw_name, egid))
+    except (KeyError, OSError):
+        return False
+    return groups <= member_of
+
+
+def _in_own_namespace(euid: int) -> bool:
+    """Whether this process's user namespace was created by its effective user
+    (``NS_GET_OWNER_UID``, as this namespace sees the owner; the initial namespace's
+    owner is root). ``False`` where it cannot be asked."""
     import fcntl
     import sys
 
@@ -270,7 +309,7 @@ def only_the_users_privileges(status: str = "/proc/self/status") -> bool:
             os.close(fd)
     except OSError:
         return False
-    return int.from_bytes(owner, sys.byteorder) == os.geteuid()
+    return int.from_bytes(owner, sys.byteorder) == euid
 
 
 def store_dir(

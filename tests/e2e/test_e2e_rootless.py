@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -354,17 +356,77 @@ def test_rootless_edits_keep_a_store_of_their_own(rootless_user: RootlessUser) -
             loaded = user.run(*prefix, user.python, "-I", "-c", probe)
             assert loaded.stdout.split() == ["ImageLoader"], (prefix, loaded.stderr)
         # a process with more than the user's privileges never uses the user's store: root
-        # lowered to the user's effective id only, a setgid context, ambient capabilities
-        ids = [f"--reuid={user.uid}", f"--regid={user.gid}", "--clear-groups"]
+        # lowered to the user's effective id only, a setgid context, ambient or inheritable
+        # capabilities, root's group kept. -B: such a process could write bytecode beside
+        # the sources, which would make the image stale for every later run; after each,
+        # the user's own start still imports from the image, so the refusal is the rule's
+        ids = [f"--reuid={user.uid}", f"--regid={user.gid}"]
         for how in (
             [f"--euid={user.uid}", f"--egid={user.gid}", "--clear-groups"],
             [f"--reuid={user.uid}", f"--rgid={user.gid}", "--egid=0", "--clear-groups"],
-            [*ids, "--inh-caps=+dac_override", "--ambient-caps=+dac_override"],
+            [*ids, "--clear-groups", "--inh-caps=+dac_override", "--ambient-caps=+dac_override"],
+            [*ids, "--clear-groups", "--inh-caps=+dac_override"],
+            [*ids, "--groups=0"],
         ):
-            cmd = ["setpriv", *how, "--", user.python, "-I", "-c", probe]
+            cmd = ["setpriv", *how, "--", user.python, "-I", "-B", "-c", probe]
             proc = subprocess.run(cmd, capture_output=True, text=True, env=user.env(), cwd=user.top)
             assert proc.stdout.split() == ["SourceFileLoader"], (how, proc.stderr)
+            again = user.run(user.python, "-I", "-B", "-c", probe)
+            assert again.stdout.split() == ["ImageLoader"], (how, again.stderr)
+        # ... nor root that joins a namespace of the user's where root is not mapped (its
+        # ids read as the overflow id, which the user mapped to themselves), with a
+        # capability from a copy of the interpreter (file capabilities) that reaches the
+        # user's private directories
+        real = os.path.realpath(user.python)
+        capy = os.path.join(user.top, "capy")
+        shutil.copy2(real, capy)
+        capable = subprocess.run(["setcap", "cap_dac_override+ep", capy], capture_output=True)
+        src = os.path.join(user.top, "src")
+        capy_probe = f"import sys; sys.path[:0] = [{src!r}]\n" + probe
+        holder = subprocess.Popen(
+            user.user_command(
+                "unshare", "--user", "--map-user=65534", "--map-group=65534", "sleep", "60"
+            ),
+            env=user.env(),
+        )
+        try:
+            deadline = time.monotonic() + 10
+            while not _ns_made(holder.pid) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert _ns_made(holder.pid), "unshare made no user namespace"
+            join = ["nsenter", "-U", "--preserve-credentials", "-t", str(holder.pid)]
+            joined = subprocess.run(
+                [*join, user.python, "-I", "-B", "-c", probe],
+                capture_output=True,
+                text=True,
+                env=user.env(),
+                cwd=user.top,
+            )
+            assert joined.stdout.split() == ["SourceFileLoader"], joined.stderr
+            if capable.returncode == 0:
+                joined = subprocess.run(
+                    [*join, capy, "-I", "-B", "-c", capy_probe],
+                    capture_output=True,
+                    text=True,
+                    env=user.env(),
+                    cwd=user.top,
+                )
+                assert joined.stdout.split() == ["SourceFileLoader"], joined.stderr
+            else:
+                print(f"no file capabilities here ({capable.stderr!r}): that case is not run")
+        finally:
+            holder.kill()
+            holder.wait()
+            user.kill_processes()
     finally:
-        import shutil
-
         shutil.rmtree(runtime_dir, ignore_errors=True)
+
+
+def _ns_made(pid: int) -> bool:
+    """Whether the process ``pid`` is in a user namespace of its own (its uid_map is no
+    longer the initial namespace's)."""
+    try:
+        with open(f"/proc/{pid}/uid_map") as f:
+            return f.read().split() != ["0", "0", "4294967295"]
+    except OSError:
+        return False

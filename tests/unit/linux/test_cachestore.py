@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import marshal
 import os
+import pwd
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -462,20 +464,36 @@ print(type(ocihook.linux.pathsafe.__spec__.loader).__name__)
     assert proc.stdout.split() == ["False", "True", "ImageLoader"]
 
 
-def _status(tmp_path: Path, permitted: int) -> str:
+def _status(tmp_path: Path, permitted: int, inheritable: int = 0) -> str:
     path = tmp_path / "status"
-    path.write_text(f"Name:\tpython3\nCapInh:\t0000000000000000\nCapPrm:\t{permitted:016x}\n")
+    path.write_text(
+        f"Name:\tpython3\nCapInh:\t{inheritable:016x}\nCapPrm:\t{permitted:016x}\n"
+        "CapEff:\t0000000000000000\nCapAmb:\t0000000000000000\n"
+    )
     return str(path)
 
 
+def _overflow(tmp_path: Path) -> str:
+    d = tmp_path / "kernel"
+    d.mkdir(exist_ok=True)
+    (d / "overflowuid").write_text("65534\n")
+    (d / "overflowgid").write_text("65534\n")
+    return str(d)
+
+
 @pytest.mark.parametrize(
-    ("resuid", "resgid", "permitted", "want"),
+    ("resuid", "resgid", "groups", "caps", "want"),
     [
-        ((7, 7, 7), (7, 7, 7), 0, True),
-        ((0, 7, 7), (7, 7, 7), 0, False),  # root lowered to an effective user
-        ((7, 7, 0), (7, 7, 7), 0, False),  # a saved root id
-        ((7, 7, 7), (7, 0, 7), 0, False),  # setgid root
-        ((7, 7, 7), (7, 7, 7), 1 << 1, False),  # CAP_DAC_OVERRIDE, the initial namespace's
+        ((7, 7, 7), (7, 7, 7), [], (0, 0), True),
+        ((7, 7, 7), (7, 7, 7), [7, 20], (0, 0), True),  # groups the user is a member of
+        ((0, 7, 7), (7, 7, 7), [], (0, 0), False),  # root lowered to an effective user
+        ((7, 7, 0), (7, 7, 7), [], (0, 0), False),  # a saved root id
+        ((7, 7, 7), (7, 0, 7), [], (0, 0), False),  # setgid root
+        ((7, 7, 7), (7, 7, 7), [], (1 << 1, 0), False),  # CAP_DAC_OVERRIDE permitted
+        ((7, 7, 7), (7, 7, 7), [], (0, 1 << 1), False),  # ... inheritable
+        ((7, 7, 7), (7, 7, 7), [0], (0, 0), False),  # root's group kept
+        ((65534,) * 3, (7, 7, 7), [], (0, 0), False),  # an id this namespace does not map
+        ((7, 7, 7), (7, 7, 7), [65534], (0, 0), False),  # ... a group so
     ],
 )
 def test_only_the_users_privileges(
@@ -483,16 +501,22 @@ def test_only_the_users_privileges(
     monkeypatch: pytest.MonkeyPatch,
     resuid: tuple[int, int, int],
     resgid: tuple[int, int, int],
-    permitted: int,
+    groups: list[int],
+    caps: tuple[int, int],
     want: bool,
 ) -> None:
-    """A process may use the user's store only with that user's privileges: ids alike
-    (real, effective, saved), no capability permitted unless in a user namespace the user
-    made (here the initial namespace, made by root: not the user's)."""
+    """A process may use the user's store only with that user's privileges alone: ids
+    alike (real, effective, saved) and mapped, no capability (permitted or inheritable)
+    and no group the user is not a member of — unless in a user namespace the user made
+    (here the initial namespace, made by root: not the user's)."""
     monkeypatch.setattr(os, "getresuid", lambda: resuid)
     monkeypatch.setattr(os, "getresgid", lambda: resgid)
     monkeypatch.setattr(os, "geteuid", lambda: resuid[1])
-    assert cachestore.only_the_users_privileges(_status(tmp_path, permitted)) is want
+    monkeypatch.setattr(os, "getgroups", lambda: groups)
+    monkeypatch.setattr(os, "getgrouplist", lambda _name, gid: [gid, 20])
+    monkeypatch.setattr(pwd, "getpwuid", lambda uid: types.SimpleNamespace(pw_name=f"u{uid}"))
+    status = _status(tmp_path, *caps)
+    assert cachestore.only_the_users_privileges(status, _overflow(tmp_path)) is want
 
 
 def test_no_status_no_privilege_check_passes(tmp_path: Path) -> None:
