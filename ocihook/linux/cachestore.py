@@ -235,62 +235,83 @@ NS_GET_OWNER_UID = 0xB704
 
 
 def only_the_users_privileges(
-    status: str = "/proc/self/status", overflow_dir: str = "/proc/sys/kernel"
+    status: str = "/proc/self/status",
+    overflow_dir: str = "/proc/sys/kernel",
+    uid_map: str = "/proc/self/uid_map",
+    gid_map: str = "/proc/self/gid_map",
 ) -> bool:
     """Whether this process can do no more than its effective user could alone, so that
     what that user wrote (their own store: entries that shape a container's edit, and the
     module image, code) may be used. All of:
 
-    * the real, effective and saved user ids alike, and the group ids alike (as Python
-      requires of its user site directory);
+    * the real, effective, saved and file-system user ids alike, and the group ids alike
+      (``Uid:``/``Gid:`` of ``status``, proc(5); Python requires the first three of its
+      user site directory);
     * none of them, and no supplementary group, the overflow id (``overflowuid``,
       ``overflowgid`` in ``overflow_dir``, user_namespaces(7)): an id this namespace does
       not map can be anyone's, the host's root included;
+    * every group the process holds (its group id and the supplementary ones), as the
+      parent namespace sees it (``gid_map``), one the group database lists the user in
+      (:func:`os.getgrouplist` of the user's name and primary group, the user as
+      ``uid_map`` names it): a group id or a group kept from a privileged caller
+      (``setpriv --regid``, ``subprocess.run(user=..., group=...)``, a service's
+      ``Group=``) is not the user's;
     * either the process is in a user namespace its effective user created
-      (``NS_GET_OWNER_UID`` of ``/proc/self/ns/user`` is its effective user id, ioctl_ns(2):
-      a rootless engine's runtime and hooks, whose capabilities reach only what that user
-      mapped into it, and whose mapped groups only what the user was delegated), or it
-      has no capability permitted, inheritable or ambient (``CapPrm``, ``CapInh``,
-      ``CapAmb`` in ``status``, proc(5)) and no supplementary group that the user is not
-      a member of (:func:`os.getgrouplist` of the user's name: the group database).
+      (``NS_GET_OWNER_UID`` of ``/proc/self/ns/user`` is its effective user id,
+      ioctl_ns(2): a rootless engine's runtime and hooks, whose capabilities reach only
+      what that user mapped into it), or it has no capability permitted, inheritable or
+      ambient (``CapPrm``, ``CapInh``, ``CapAmb`` in ``status``).
 
-    Root of the host lowered to another effective user, a setgid context, capabilities
-    or another user's groups kept, or a process of another user (root included) that
-    joined the user's namespace make it ``False``. Never raises: what cannot be read or
-    looked up is ``False``."""
+    Root of the host lowered to another user's ids, a setgid context, capabilities, a
+    privileged caller's groups, or a process of another user (root included) that joined
+    the user's namespace make it ``False``. What a caller that runs ocihook as the user
+    still hands it (open descriptors, its terminal) is not seen: as with any program a
+    privileged caller runs as a user, whose files then decide what runs. Never raises:
+    what cannot be read or looked up is ``False``."""
     uids, gids = os.getresuid(), os.getresgid()
     if len(set(uids)) != 1 or len(set(gids)) != 1:
         return False
     euid, egid = uids[0], gids[0]
-    groups = set(os.getgroups()) - {egid}
+    held = set(os.getgroups()) | {egid}
     try:
         with open(os.path.join(overflow_dir, "overflowuid"), "rb") as f:
             overflow_uid = int(f.read(32))
         with open(os.path.join(overflow_dir, "overflowgid"), "rb") as f:
             overflow_gid = int(f.read(32))
         with open(status, "rb") as f:
-            text = f.read(1 << 16)
+            lines = f.read(1 << 16).splitlines()
+        with open(uid_map, "rb") as f:
+            users = f.read(1 << 16)
+        with open(gid_map, "rb") as f:
+            groups = f.read(1 << 16)
         caps = 0
-        for line in text.splitlines():
-            if line.startswith((b"CapPrm:", b"CapInh:", b"CapAmb:")):
-                caps |= int(line.split()[1], 16)
+        ids: dict[bytes, list[int]] = {}
+        for line in lines:
+            key, _, value = line.partition(b":")
+            if key in (b"CapPrm", b"CapInh", b"CapAmb"):
+                caps |= int(value.split()[0], 16)
+            elif key in (b"Uid", b"Gid"):
+                ids[key] = [int(v) for v in value.split()]
     except (OSError, IndexError, ValueError):
         return False
-    if euid == overflow_uid or egid == overflow_gid or overflow_gid in groups:
+    if set(ids.get(b"Uid", ())) != {euid} or set(ids.get(b"Gid", ())) != {egid}:
+        return False  # a file-system id of another (setfsuid, setfsgid)
+    if euid == overflow_uid or overflow_gid in held:
         return False
-    if _in_own_namespace(euid):
-        return True
-    if caps:
+    if caps and not _in_own_namespace(euid):
         return False
-    if not groups:
-        return True
+    user = host_uid(euid, users)
+    outside = {host_uid(g, groups) for g in held}
+    if user is None or None in outside:
+        return False
     import pwd
 
     try:
-        member_of = set(os.getgrouplist(pwd.getpwuid(euid).pw_name, egid))
+        entry = pwd.getpwuid(user)
+        member_of = set(os.getgrouplist(entry.pw_name, entry.pw_gid))
     except (KeyError, OSError):
         return False
-    return groups <= member_of
+    return outside <= member_of
 
 
 def _in_own_namespace(euid: int) -> bool:

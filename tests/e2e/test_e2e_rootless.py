@@ -367,8 +367,12 @@ def test_rootless_edits_keep_a_store_of_their_own(rootless_user: RootlessUser) -
             [*ids, "--clear-groups", "--inh-caps=+dac_override", "--ambient-caps=+dac_override"],
             [*ids, "--clear-groups", "--inh-caps=+dac_override"],
             [*ids, "--groups=0"],
+            [f"--reuid={user.uid}", "--regid=0", "--clear-groups"],  # a group not the user's
+            [f"--reuid={user.uid}", "--regid=0", "--clear-groups", "unshare", "-Ur"],
         ):
             cmd = ["setpriv", *how, "--", user.python, "-I", "-B", "-c", probe]
+            if "unshare" in how:  # ... mapped into a namespace of the user's own
+                cmd = ["setpriv", *how[:-2], "--", *how[-2:], user.python, "-I", "-B", "-c", probe]
             proc = subprocess.run(cmd, capture_output=True, text=True, env=user.env(), cwd=user.top)
             assert proc.stdout.split() == ["SourceFileLoader"], (how, proc.stderr)
             again = user.run(user.python, "-I", "-B", "-c", probe)

@@ -464,36 +464,50 @@ print(type(ocihook.linux.pathsafe.__spec__.loader).__name__)
     assert proc.stdout.split() == ["False", "True", "ImageLoader"]
 
 
-def _status(tmp_path: Path, permitted: int, inheritable: int = 0) -> str:
+def _status(
+    tmp_path: Path,
+    permitted: int,
+    inheritable: int = 0,
+    fs: tuple[int, int] = (7, 7),
+    ids: tuple[int, int] = (7, 7),
+) -> str:
     path = tmp_path / "status"
+    u, g = ids
     path.write_text(
-        f"Name:\tpython3\nCapInh:\t{inheritable:016x}\nCapPrm:\t{permitted:016x}\n"
+        f"Name:\tpython3\nUid:\t{u}\t{u}\t{u}\t{fs[0]}\nGid:\t{g}\t{g}\t{g}\t{fs[1]}\n"
+        f"CapInh:\t{inheritable:016x}\nCapPrm:\t{permitted:016x}\n"
         "CapEff:\t0000000000000000\nCapAmb:\t0000000000000000\n"
     )
     return str(path)
 
 
-def _overflow(tmp_path: Path) -> str:
+def _kernel(tmp_path: Path) -> dict[str, str]:
+    """The overflow ids and identity uid and gid maps (the initial namespace)."""
     d = tmp_path / "kernel"
     d.mkdir(exist_ok=True)
     (d / "overflowuid").write_text("65534\n")
     (d / "overflowgid").write_text("65534\n")
-    return str(d)
+    (d / "map").write_text("         0          0 4294967295\n")
+    return {"overflow_dir": str(d), "uid_map": str(d / "map"), "gid_map": str(d / "map")}
 
 
 @pytest.mark.parametrize(
-    ("resuid", "resgid", "groups", "caps", "want"),
+    ("resuid", "resgid", "groups", "caps", "fs", "want"),
     [
-        ((7, 7, 7), (7, 7, 7), [], (0, 0), True),
-        ((7, 7, 7), (7, 7, 7), [7, 20], (0, 0), True),  # groups the user is a member of
-        ((0, 7, 7), (7, 7, 7), [], (0, 0), False),  # root lowered to an effective user
-        ((7, 7, 0), (7, 7, 7), [], (0, 0), False),  # a saved root id
-        ((7, 7, 7), (7, 0, 7), [], (0, 0), False),  # setgid root
-        ((7, 7, 7), (7, 7, 7), [], (1 << 1, 0), False),  # CAP_DAC_OVERRIDE permitted
-        ((7, 7, 7), (7, 7, 7), [], (0, 1 << 1), False),  # ... inheritable
-        ((7, 7, 7), (7, 7, 7), [0], (0, 0), False),  # root's group kept
-        ((65534,) * 3, (7, 7, 7), [], (0, 0), False),  # an id this namespace does not map
-        ((7, 7, 7), (7, 7, 7), [65534], (0, 0), False),  # ... a group so
+        ((7, 7, 7), (7, 7, 7), [], (0, 0), (7, 7), True),
+        ((7, 7, 7), (7, 7, 7), [7, 20], (0, 0), (7, 7), True),  # the user's own groups
+        ((7, 7, 7), (20, 20, 20), [], (0, 0), (7, 20), True),  # newgrp to one of them
+        ((0, 7, 7), (7, 7, 7), [], (0, 0), (7, 7), False),  # root lowered to an effective user
+        ((7, 7, 0), (7, 7, 7), [], (0, 0), (7, 7), False),  # a saved root id
+        ((7, 7, 7), (7, 0, 7), [], (0, 0), (7, 7), False),  # setgid root
+        ((7, 7, 7), (42, 42, 42), [], (0, 0), (7, 42), False),  # a group not the user's
+        ((7, 7, 7), (7, 7, 7), [], (1 << 1, 0), (7, 7), False),  # CAP_DAC_OVERRIDE permitted
+        ((7, 7, 7), (7, 7, 7), [], (0, 1 << 1), (7, 7), False),  # ... inheritable
+        ((7, 7, 7), (7, 7, 7), [0], (0, 0), (7, 7), False),  # root's group kept
+        ((7, 7, 7), (7, 7, 7), [], (0, 0), (0, 7), False),  # setfsuid(0)
+        ((7, 7, 7), (7, 7, 7), [], (0, 0), (7, 42), False),  # setfsgid(42)
+        ((65534,) * 3, (7, 7, 7), [], (0, 0), (65534, 7), False),  # an unmapped id
+        ((7, 7, 7), (7, 7, 7), [65534], (0, 0), (7, 7), False),  # ... an unmapped group
     ],
 )
 def test_only_the_users_privileges(
@@ -503,20 +517,23 @@ def test_only_the_users_privileges(
     resgid: tuple[int, int, int],
     groups: list[int],
     caps: tuple[int, int],
+    fs: tuple[int, int],
     want: bool,
 ) -> None:
     """A process may use the user's store only with that user's privileges alone: ids
-    alike (real, effective, saved) and mapped, no capability (permitted or inheritable)
-    and no group the user is not a member of — unless in a user namespace the user made
-    (here the initial namespace, made by root: not the user's)."""
+    alike (real, effective, saved, file-system) and mapped, every group one the user is a
+    member of, no capability (permitted or inheritable) unless in a user namespace the
+    user made (here the initial namespace, made by root: not the user's)."""
     monkeypatch.setattr(os, "getresuid", lambda: resuid)
     monkeypatch.setattr(os, "getresgid", lambda: resgid)
     monkeypatch.setattr(os, "geteuid", lambda: resuid[1])
     monkeypatch.setattr(os, "getgroups", lambda: groups)
-    monkeypatch.setattr(os, "getgrouplist", lambda _name, gid: [gid, 20])
-    monkeypatch.setattr(pwd, "getpwuid", lambda uid: types.SimpleNamespace(pw_name=f"u{uid}"))
-    status = _status(tmp_path, *caps)
-    assert cachestore.only_the_users_privileges(status, _overflow(tmp_path)) is want
+    user = types.SimpleNamespace(pw_name="u7", pw_gid=7)
+    monkeypatch.setattr(pwd, "getpwuid", lambda uid: user if uid == 7 else None)
+    monkeypatch.setattr(os, "getgrouplist", lambda name, gid: [gid, 20] if name == "u7" else [])
+    status = _status(tmp_path, *caps, fs=fs, ids=(resuid[1], resgid[1]))
+    got = cachestore.only_the_users_privileges(status, **_kernel(tmp_path))
+    assert got is want
 
 
 def test_no_status_no_privilege_check_passes(tmp_path: Path) -> None:
