@@ -145,16 +145,15 @@ def install(directory: str | None = None) -> bool:
     return True
 
 
-def host_root() -> bool:
+def host_root(uid_map: str = "/proc/self/uid_map") -> bool:
     """Whether this process is root of the initial user namespace: effective user 0 and
-    the identity ``/proc/self/uid_map`` (``0 0 4294967295``, user_namespaces(7); without
-    procfs, effective user 0 alone). Such a process has root's image or none; anyone
-    else may have one of their own (see
-    :func:`ocihook.linux.cachestore.install_user_module_image`)."""
+    the identity ``uid_map`` (``0 0 4294967295``, user_namespaces(7); without procfs,
+    effective user 0 alone). Such a process has root's image or none; anyone else may
+    have one of their own (see :func:`ocihook.linux.cachestore.install_user_module_image`)."""
     if os.geteuid() != 0:
         return False
     try:
-        with open("/proc/self/uid_map", "rb") as f:
+        with open(uid_map, "rb") as f:
             return f.read(4096).split() == [b"0", b"0", b"4294967295"]
     except OSError:
         return True

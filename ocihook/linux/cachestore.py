@@ -213,9 +213,10 @@ def owned_and_private(st: os.stat_result) -> bool:
 
 
 def host_uid(euid: int, uid_map: bytes) -> int | None:
-    """The user id the parent user namespace sees for ``euid`` (the host's, one level
-    down), by the user namespace's ``uid_map`` (``/proc/self/uid_map``: lines ``INSIDE
-    OUTSIDE COUNT``, user_namespaces(7)); ``None`` when ``euid`` is not mapped."""
+    """The id the parent user namespace sees for ``euid`` (the host's, one level down), by
+    the user namespace's ``uid_map`` (``/proc/self/uid_map``: lines ``INSIDE OUTSIDE
+    COUNT``, user_namespaces(7); a group id by ``gid_map`` alike); ``None`` when ``euid``
+    is not mapped."""
     for line in uid_map.split(b"\n"):
         fields = line.split()
         if len(fields) != 3 or not all(f.isdigit() for f in fields):
@@ -414,17 +415,12 @@ def own_store(
     anyone else the user's own store (:func:`store_dir`, same arguments), ``None`` when
     there is none (root of a namespace nested in a rootless one included). Never
     raises."""
+    from ..core.modimage import host_root
+
     directory = store_dir(uid_map=uid_map, runtime_dir=runtime_dir, status=status)
     if directory != DEFAULT_DIR:
         return directory
-    if os.geteuid() != 0:
-        return None
-    try:
-        with open(uid_map, "rb") as f:
-            identity = f.read(4096).split() == [b"0", b"0", b"4294967295"]
-    except OSError:
-        identity = True  # no procfs: the initial namespace
-    return DEFAULT_DIR if identity else None
+    return DEFAULT_DIR if host_root(uid_map) else None
 
 
 def install_user_module_image() -> bool:

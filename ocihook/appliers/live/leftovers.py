@@ -168,9 +168,10 @@ def _exists(root_fd: int, path: str) -> bool:
     return True
 
 
-def _previous_stat(entry: object) -> tuple[int, tuple[int, int] | None]:
-    """The permission bits and owner a record's ``previous_stat`` gives (``[mode, uid,
-    gid]``); ``0o644`` and no owner for a record without a well-formed one."""
+def _previous_stat(entry: object) -> tuple[int, int, int] | None:
+    """A record's ``previous_stat`` (``[mode, uid, gid]``) as
+    :attr:`~.libraries.LoaderFile.previous_stat`; ``None`` for a record without a
+    well-formed one."""
     st = entry.get("previous_stat") if isinstance(entry, dict) else None
     if (
         isinstance(st, list)
@@ -179,8 +180,8 @@ def _previous_stat(entry: object) -> tuple[int, tuple[int, int] | None]:
         and 0 <= st[0] <= 0o7777
         and all(0 <= v < 0xFFFFFFFF for v in st[1:])
     ):
-        return st[0], (st[1], st[2])
-    return 0o644, None
+        return st[0], st[1], st[2]
+    return None
 
 
 def _restore_file(
@@ -190,7 +191,7 @@ def _restore_file(
     ``previous``, latin-1 text, and ``previous_stat``, its permission bits, owner and
     group, where the record has them) when it still holds exactly ``written``; else keep
     it and say so in ``kept``. A removed file's path goes to ``removed``."""
-    from .libraries import MAX_MUSL_PATH_BYTES
+    from .libraries import MAX_MUSL_PATH_BYTES, restored_mode
 
     written = entry.get("written") if isinstance(entry, dict) else None
     previous = entry.get("previous") if isinstance(entry, dict) else None
@@ -228,7 +229,7 @@ def _restore_file(
             if pathsafe.remove_in_root(root_fd, path):
                 removed.append(path)
         else:
-            mode, owner = _previous_stat(entry)
+            mode, owner = restored_mode(_previous_stat(entry))
             data = previous.encode("latin-1")
             pathsafe.write_file_in_root(root_fd, path, data, mode, owner=owner)
     except ApplyError as e:

@@ -28,9 +28,11 @@ __all__ = [
     "MAX_MUSL_PATH_BYTES",
     "LoaderFile",
     "cuda_compat_entries",
+    "file_stat",
     "ld_so_conf_dirs",
     "library_entries",
     "restore_loader_files",
+    "restored_mode",
     "write_ld_so_conf",
     "write_ldcache",
     "write_loader_files",
@@ -488,6 +490,15 @@ def file_stat(st: os.stat_result) -> tuple[int, int, int]:
     return (st.st_mode & 0o7777, st.st_uid, st.st_gid)
 
 
+def restored_mode(previous_stat: tuple[int, int, int] | None) -> tuple[int, tuple[int, int] | None]:
+    """The permission bits and ``(uid, gid)`` owner a restored loader file gets from its
+    :attr:`LoaderFile.previous_stat`; ``0o644`` and the writer's own without one."""
+    if previous_stat is None:
+        return 0o644, None
+    mode, uid, gid = previous_stat
+    return mode, (uid, gid)
+
+
 #: Largest musl path file read (musl's own are a few lines).
 MAX_MUSL_PATH_BYTES = 64 * 1024
 
@@ -607,10 +618,8 @@ def restore_loader_files(root_fd: int, files: Sequence[LoaderFile]) -> None:
         try:
             if f.previous is None:
                 pathsafe.remove_in_root(root_fd, f.path)
-            elif f.previous_stat is None:
-                pathsafe.write_file_in_root(root_fd, f.path, f.previous, 0o644)
             else:
-                mode, uid, gid = f.previous_stat
-                pathsafe.write_file_in_root(root_fd, f.path, f.previous, mode, owner=(uid, gid))
+                mode, owner = restored_mode(f.previous_stat)
+                pathsafe.write_file_in_root(root_fd, f.path, f.previous, mode, owner=owner)
         except (OSError, OcihookError):
             pass
